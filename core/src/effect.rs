@@ -1,0 +1,320 @@
+//! What the machines ask the runtime to do: a closed set of [`Effect`]s written into a
+//! fixed-capacity [`Effects`] buffer, so that handling an event never allocates.
+
+use core::time::Duration;
+
+use crate::time::Instant;
+
+/// A slot number, `1..=N`. It is also the key of the slot's lease in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot(pub u32);
+
+/// The revision a store assigned to a write. Strictly increases per key, across holders and
+/// across delete and re-insert.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Revision(pub u64);
+
+/// Identifies one process start. Random per start, so that a restarted process never mistakes
+/// its predecessor's lease for its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Incarnation(pub u64);
+
+/// `(slot, revision)` of the last confirmed write: strictly increasing per slot across holders.
+/// Services pass it along with their own writes so that a stale leader's writes can be refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken {
+    /// The slot held.
+    pub slot: Slot,
+    /// The store revision of the write that confirmed the lease.
+    pub revision: Revision,
+}
+
+/// Names one store operation. A reply carrying an `OpId` that the machine no longer waits for
+/// is stale and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub u64);
+
+/// What a timer is for. The runtime keeps at most one pending timer per kind; a newer
+/// [`Effect::SetTimer`] of the same kind replaces the older one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TimerKind {
+    /// Leadership: the next renewal, or the next retry of a failed one.
+    Lease,
+    /// Lifecycle: the next acquisition round.
+    Round,
+}
+
+/// Names one armed timer. A firing whose id the machine no longer waits for is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TimerId {
+    /// What it is for.
+    pub kind: TimerKind,
+    /// Distinguishes successive timers of one kind.
+    pub seq: u64,
+}
+
+/// Why leadership of a slot ended without a release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// The store refused the renewal: the record changed, expired or was deleted.
+    Overtaken,
+    /// The renewal failed on every attempt (1 + retries).
+    RenewalFailed,
+}
+
+/// Why a slot was not acquired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// Another live record holds the slot.
+    Held,
+    /// The store failed, or the outcome stayed unknown after reading it back.
+    StoreFailed,
+}
+
+/// The first thing that went wrong in a VVM. Write-once: later problems are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Problem {
+    /// No slot was won within the acquisition duration.
+    AcquisitionFailed,
+    /// Service number `index` (in start order) failed to start.
+    ServiceStartFailed {
+        /// Position in the start order.
+        index: u16,
+    },
+    /// Leadership of `slot` was lost.
+    LeadershipLost {
+        /// The slot that was held.
+        slot: Slot,
+        /// Why it was lost.
+        reason: LossReason,
+    },
+    /// Service number `index` failed while running.
+    ServiceFailed {
+        /// Position in the start order.
+        index: u16,
+    },
+}
+
+/// An instruction from a machine to the runtime. Store operations always concern this VVM's own
+/// record value (address and incarnation), which the runtime knows; they never carry it, so that
+/// effects stay `Copy` and handling an event never allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// Write our record under `slot` with time-to-live `ttl`, only if no live record exists.
+    /// Replied to with [`Reply::Written`] or [`Reply::Rejected`].
+    Insert {
+        /// Names the reply.
+        op: OpId,
+        /// The key.
+        slot: Slot,
+        /// Time to live of the record.
+        ttl: Duration,
+    },
+    /// Rewrite our record, only if the live record is ours at revision `expected`; extends its
+    /// life to `ttl`. Replied to with [`Reply::Written`] or [`Reply::Rejected`].
+    CompareAndSwap {
+        /// Names the reply.
+        op: OpId,
+        /// The key.
+        slot: Slot,
+        /// The revision our last confirmed write produced.
+        expected: Revision,
+        /// New time to live.
+        ttl: Duration,
+    },
+    /// Delete the record, only if it is ours at revision `expected`. Never deletes a record
+    /// written by someone else. Replied to with [`Reply::Deleted`] or [`Reply::Rejected`].
+    CompareAndDelete {
+        /// Names the reply.
+        op: OpId,
+        /// The key.
+        slot: Slot,
+        /// The revision our last confirmed write produced.
+        expected: Revision,
+    },
+    /// Read the live record; used to resolve an operation whose outcome is unknown.
+    /// Replied to with [`Reply::Found`].
+    Get {
+        /// Names the reply.
+        op: OpId,
+        /// The key.
+        slot: Slot,
+    },
+    /// Fire [`TimerId`] at `at`, replacing any pending timer of the same kind.
+    SetTimer {
+        /// Names the firing.
+        timer: TimerId,
+        /// When.
+        at: Instant,
+    },
+    /// Set this VVM's kill deadline to `at`: from then on the process must not act as leader,
+    /// so the killer ends it. Never disarmed.
+    ArmKiller {
+        /// The deadline.
+        at: Instant,
+    },
+    /// Leadership of a slot was won.
+    Acquired {
+        /// The first token of this tenure.
+        token: FencingToken,
+    },
+    /// A renewal was confirmed; the token is the new revision.
+    Renewed {
+        /// The new token.
+        token: FencingToken,
+    },
+    /// An acquisition attempt did not win the slot.
+    NotAcquired {
+        /// The slot tried.
+        slot: Slot,
+        /// Why.
+        refusal: Refusal,
+    },
+    /// Leadership of a slot ended without a release.
+    Lost {
+        /// The slot.
+        slot: Slot,
+        /// Why.
+        reason: LossReason,
+    },
+    /// The leadership machine is done: nothing in flight, our record deleted if we held one.
+    Released {
+        /// The slot, if one was held or tried.
+        slot: Option<Slot>,
+        /// Whether a record of ours was actually deleted.
+        deleted: bool,
+    },
+    /// Start the services in declaration order and report [`crate::VvmEvent::ServicesStarted`]
+    /// or [`crate::VvmEvent::ServiceFailed`].
+    StartServices {
+        /// Token the services guard their writes with.
+        token: FencingToken,
+    },
+    /// Stop the services in reverse order, wait for each, then report
+    /// [`crate::VvmEvent::ServicesStopped`].
+    StopServices,
+    /// Launch is complete: leadership is held and services are up.
+    Running {
+        /// The token of the tenure.
+        token: FencingToken,
+    },
+    /// The first problem of this VVM. Emitted once.
+    ProblemRaised {
+        /// What went wrong.
+        problem: Problem,
+    },
+    /// Renewals have stopped; nothing will be written any more except the release.
+    MonitorStopped,
+    /// Shutdown is complete. Carries the problem to return, if any.
+    Finished {
+        /// The first problem, if any.
+        problem: Option<Problem>,
+    },
+}
+
+/// The reply to a store [`Effect`], as the runtime observed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    /// Insert or compare-and-swap wrote; the store assigned `Revision`.
+    Written(Revision),
+    /// The condition did not hold; nothing was written.
+    Rejected,
+    /// Compare-and-delete deleted our record.
+    Deleted,
+    /// `Get` found this live record, or none.
+    Found(Option<Record>),
+    /// The call failed and nothing was written.
+    Failed,
+    /// The call timed out or its outcome is otherwise unknown: it may have committed.
+    Unknown,
+}
+
+/// A live record as seen by `Get`, reduced to what the core compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Record {
+    /// Incarnation of the process that wrote it. The runtime reports a record whose address
+    /// is not ours with that record's incarnation, never with ours.
+    pub incarnation: Incarnation,
+    /// Its revision.
+    pub revision: Revision,
+}
+
+/// Most effects one event can produce (the lifecycle forwarding to leadership included).
+pub const EFFECTS_MAX: usize = 8;
+
+/// A fixed-capacity, allocation-free list of effects, filled by `handle` and drained by the
+/// runtime. Capacity is [`EFFECTS_MAX`]; overflowing it is a bug in a machine, not an input error.
+#[derive(Clone, Debug)]
+pub struct Effects {
+    items: [Effect; EFFECTS_MAX],
+    len: usize,
+}
+
+impl Effects {
+    /// An empty buffer.
+    pub const fn new() -> Self {
+        Effects {
+            items: [Effect::StopServices; EFFECTS_MAX],
+            len: 0,
+        }
+    }
+
+    /// Appends an effect.
+    ///
+    /// # Panics
+    /// When more than [`EFFECTS_MAX`] effects are pushed between two [`clear`](Self::clear)s,
+    /// which no transition of the machines does (proptest checks it).
+    pub fn push(&mut self, effect: Effect) {
+        assert!(self.len < EFFECTS_MAX, "effects capacity exceeded");
+        self.items[self.len] = effect;
+        self.len += 1;
+    }
+
+    /// The effects pushed so far, in order.
+    pub fn as_slice(&self) -> &[Effect] {
+        &self.items[..self.len]
+    }
+
+    /// Removes every effect.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Number of effects.
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Iterates over the effects in order.
+    pub fn iter(&self) -> core::slice::Iter<'_, Effect> {
+        self.as_slice().iter()
+    }
+}
+
+impl Default for Effects {
+    fn default() -> Self {
+        Effects::new()
+    }
+}
+
+impl PartialEq for Effects {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Effects {}
+
+impl<'a> IntoIterator for &'a Effects {
+    type Item = &'a Effect;
+    type IntoIter = core::slice::Iter<'a, Effect>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}

@@ -1,0 +1,59 @@
+//! # vvm-core: the machines that only compute
+//!
+//! Two state machines decide everything vvm does; neither performs I/O, reads a clock, spawns
+//! a thread or allocates while handling an event:
+//!
+//! - [`Leadership`]: leadership of one slot — insert, renew every `L/4`, retry, resolve unknown
+//!   outcomes, release — and the kill deadline that keeps a stale leader from acting.
+//! - [`Lifecycle`]: one VVM — acquisition over slots `1..=N`, services, the write-once problem
+//!   and the fixed shutdown order. It embeds a [`Leadership`].
+//!
+//! ```text
+//!            event (carries `now`)                effects (data)
+//!  runtime ──────────────────────────▶ machine ─────────────────────▶ runtime
+//!   ▲   Launch / Shutdown / Timer /    handle()   Insert / CompareAndSwap / Get /
+//!   │   Reply{op} / Services*                     CompareAndDelete / SetTimer /
+//!   │                                             ArmKiller / StartServices / ...
+//!   └──────────── replies and timer firings come back as events ◀────────────┘
+//! ```
+//!
+//! Every store effect carries an [`OpId`] and every timer a [`TimerId`]; a reply or firing the
+//! machine no longer waits for is ignored, so the runtime never has to cancel anything.
+//!
+//! ```
+//! use core::time::Duration;
+//! use vvm_core::*;
+//!
+//! let config = VvmConfig::builder("10.0.0.1:7000").build().unwrap();
+//! let mut vvm = Lifecycle::new(&config, Incarnation(7));
+//! let mut out = Effects::new();
+//! vvm.handle(&VvmEvent::Launch { now: Instant::ZERO }, &mut out);
+//! let Effect::Insert { op, slot, .. } = out.as_slice()[0] else { panic!() };
+//! assert_eq!(slot, Slot(1));
+//!
+//! out.clear();
+//! let reply = Reply::Written(Revision(1));
+//! vvm.handle(&VvmEvent::Reply { now: Instant::ZERO, op, reply }, &mut out);
+//! assert!(out.iter().any(|e| matches!(e, Effect::StartServices { .. })));
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod config;
+mod effect;
+pub mod leadership;
+pub mod lifecycle;
+mod time;
+
+pub use config::{
+    ConfigError, LeaseConfig, VvmConfig, VvmConfigBuilder, ACQUISITION_DEFAULT, ACQUISITION_MAX,
+    ADDRESS_MAX_BYTES, LEASE_DEFAULT, LEASE_MAX, LEASE_MIN, RENEW_RETRIES_MAX,
+    ROUND_INTERVAL_DEFAULT, SLOTS_MAX,
+};
+pub use effect::{
+    Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Problem, Record, Refusal, Reply,
+    Revision, Slot, TimerId, TimerKind, EFFECTS_MAX,
+};
+pub use leadership::{LeaseEvent, Leadership};
+pub use lifecycle::{Lifecycle, Phase, VvmEvent};
+pub use time::Instant;

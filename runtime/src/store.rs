@@ -1,0 +1,195 @@
+//! The store contract every adapter implements: four conditional operations on TTL records.
+//!
+//! A key is a [`Slot`]; the value is this process's [`LeaseValue`] (address and incarnation);
+//! every successful write returns the store's new [`Revision`], which strictly increases per key,
+//! also across delete and re-insert. **An expired record is absent for every operation.**
+
+use std::future::Future;
+use std::time::Duration;
+
+use vvm_core::{Incarnation, Revision, Slot};
+
+/// The longest encoded value accepted by [`LeaseValue::decode`].
+pub const VALUE_MAX_BYTES: usize = 512;
+
+/// What a lease record holds: who owns it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseValue {
+    /// The holder's address (`VvmConfig::address`).
+    pub address: String,
+    /// The holder's process incarnation.
+    pub incarnation: Incarnation,
+}
+
+/// A live record: its value and the revision of the write that produced it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// Who holds the slot.
+    pub value: LeaseValue,
+    /// The revision of the last write.
+    pub revision: Revision,
+}
+
+/// A stored value that is not a lease value of ours.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// Longer than [`VALUE_MAX_BYTES`].
+    #[error("value of {len} bytes is longer than {max}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// Not of the form `vvm1 <16 hex digits> <address>`.
+    #[error("value is not a vvm lease record: {0}")]
+    Malformed(&'static str),
+}
+
+const VALUE_PREFIX: &str = "vvm1 ";
+
+impl LeaseValue {
+    /// Encodes as `vvm1 <incarnation, 16 hex digits> <address>`: readable in store tools, and
+    /// versioned so that a later format is recognised instead of misread.
+    ///
+    /// ```
+    /// use vvm_core::Incarnation;
+    /// use vvm_runtime::LeaseValue;
+    ///
+    /// let value = LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(255) };
+    /// assert_eq!(value.encode(), "vvm1 00000000000000ff 10.0.0.1:7000");
+    /// assert_eq!(LeaseValue::decode(value.encode().as_bytes()), Ok(value));
+    /// ```
+    pub fn encode(&self) -> String {
+        format!("{VALUE_PREFIX}{:016x} {}", self.incarnation.0, self.address)
+    }
+
+    /// Decodes what [`encode`](Self::encode) wrote; anything else is a [`ValueError`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, ValueError> {
+        if bytes.len() > VALUE_MAX_BYTES {
+            return Err(ValueError::TooLong {
+                len: bytes.len(),
+                max: VALUE_MAX_BYTES,
+            });
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| ValueError::Malformed("not UTF-8"))?;
+        let rest = text
+            .strip_prefix(VALUE_PREFIX)
+            .ok_or(ValueError::Malformed("missing the vvm1 prefix"))?;
+        let (hex, address) = rest
+            .split_once(' ')
+            .ok_or(ValueError::Malformed("missing the address"))?;
+        if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ValueError::Malformed("incarnation is not 16 hex digits"));
+        }
+        let incarnation = u64::from_str_radix(hex, 16)
+            .map_err(|_| ValueError::Malformed("incarnation is not 16 hex digits"))?;
+        if address.is_empty() || address.chars().any(char::is_control) {
+            return Err(ValueError::Malformed("address is empty or has control characters"));
+        }
+        Ok(LeaseValue {
+            address: address.to_owned(),
+            incarnation: Incarnation(incarnation),
+        })
+    }
+}
+
+/// Why a store operation did not succeed. The split matters to the core: after
+/// [`Failed`](StoreError::Failed) nothing was written; after [`Unknown`](StoreError::Unknown) the
+/// write may have committed and must be read back before anything is concluded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The operation failed and wrote nothing.
+    #[error("store operation failed, nothing written: {reason}")]
+    Failed {
+        /// What the store said.
+        reason: String,
+    },
+    /// The operation may or may not have been applied (timeout, lost connection after sending).
+    #[error("store operation outcome unknown: {reason}")]
+    Unknown {
+        /// What happened.
+        reason: String,
+    },
+    /// The record under `slot` is live but not a lease record we can read. It is never
+    /// overwritten while it lives.
+    #[error("record of slot {slot} is corrupt: {source}")]
+    Corrupt {
+        /// The key.
+        slot: u32,
+        /// What is wrong with it.
+        source: ValueError,
+    },
+}
+
+impl StoreError {
+    /// Whether the operation may have been applied.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, StoreError::Unknown { .. })
+    }
+}
+
+/// A store of TTL records with conditional writes: the only thing elections need.
+///
+/// Each operation is atomic in the store (one transaction; no check-then-write across calls).
+/// Implementations do not time out by themselves necessarily: the runtime puts every call under
+/// its own timeout and treats expiry as [`StoreError::Unknown`].
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Writes `value` under `key` with time-to-live `ttl` if no live record exists.
+    /// `Ok(Some(revision))` when written, `Ok(None)` when a live record exists.
+    fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Revision>, StoreError>> + Send;
+
+    /// Replaces the live record by `new_value` with a fresh `ttl` if it equals `expected`
+    /// (value and revision). `Ok(Some(revision))` when written, `Ok(None)` otherwise.
+    fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Revision>, StoreError>> + Send;
+
+    /// Deletes the live record if it equals `expected` (value and revision).
+    /// `Ok(true)` when deleted, `Ok(false)` otherwise (absent, expired or different).
+    fn compare_and_delete(
+        &self,
+        key: Slot,
+        expected: &Lease,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Reads the live record, if any.
+    fn get(&self, key: Slot) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_rejects_everything_that_encode_does_not_write() {
+        for bad in [
+            &b""[..],
+            b"vvm1",
+            b"vvm1 ",
+            b"vvm2 00000000000000ff a",
+            b"vvm1 00000000000000ff",
+            b"vvm1 00000000000000fg a",
+            b"vvm1 0ff a",
+            b"vvm1 00000000000000ff ",
+            b"vvm1 00000000000000ff a\nb",
+            b"\xff\xfe",
+        ] {
+            assert!(LeaseValue::decode(bad).is_err(), "{bad:?} decoded");
+        }
+        let long = vec![b'a'; VALUE_MAX_BYTES + 1];
+        assert!(matches!(
+            LeaseValue::decode(&long),
+            Err(ValueError::TooLong { .. })
+        ));
+    }
+}

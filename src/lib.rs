@@ -1,0 +1,9 @@
+//! # vvm
+//!
+//! Runs service work only while it holds leadership of one of `N` slots in a shared store, keeps
+//! the lease renewed, ends its own process before the lease could pass to someone else, and shuts
+//! down in a strict order: services, then the leadership monitor, then the release of the key.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub use vvm_core as core;
