@@ -138,10 +138,16 @@ impl LeaseConfig {
     /// A lease of duration `lease` with every interval derived from it.
     pub fn new(lease: Duration) -> Result<Self, ConfigError> {
         if lease < LEASE_MIN {
-            return Err(ConfigError::LeaseTooShort { lease, min: LEASE_MIN });
+            return Err(ConfigError::LeaseTooShort {
+                lease,
+                min: LEASE_MIN,
+            });
         }
         if lease > LEASE_MAX {
-            return Err(ConfigError::LeaseTooLong { lease, max: LEASE_MAX });
+            return Err(ConfigError::LeaseTooLong {
+                lease,
+                max: LEASE_MAX,
+            });
         }
         let config = LeaseConfig {
             lease,

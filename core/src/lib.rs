@@ -54,6 +54,7 @@ pub use effect::{
     Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Problem, Record, Refusal, Reply,
     Revision, Slot, TimerId, TimerKind, EFFECTS_MAX,
 };
-pub use leadership::{LeaseEvent, Leadership};
-pub use lifecycle::{Lifecycle, Phase, VvmEvent};
+pub use leadership::{Held, Leadership, LeaseEvent, LeaseState, Pending};
+pub use lifecycle::{Lifecycle, Phase, VvmEvent, VvmState};
+
 pub use time::Instant;

@@ -1,0 +1,630 @@
+//! Leadership of one slot: acquire, renew, resolve unknown outcomes, release, and the kill
+//! deadline that keeps a stale leader from acting.
+//!
+//! `L` is the lease, `t_send` the time the request of the last *confirmed* write was sent.
+//! Every state waiting for a reply or a timer ignores replies and firings it does not wait for
+//! (stale [`OpId`] / [`TimerId`]); `Acquire` outside `Idle` is ignored. The table is the same as
+//! in `specs/leadership.md`.
+//!
+//! | # | state | event | guard | next | effects |
+//! |---|---|---|---|---|---|
+//! | L1 | Idle | Acquire(slot) | | Inserting | Insert(slot, L) |
+//! | L2 | Idle | Release | | Idle | Released(none) |
+//! | L3 | Inserting | Written(r) | no release asked | Holding | ArmKiller(t_send+0.8L), Acquired(slot,r), SetTimer(t_send+L/4) |
+//! | L4 | Inserting, Renewing | Written(r) | release asked | Releasing | ArmKiller(t_send+0.8L), CompareAndDelete(r) |
+//! | L5 | Inserting | Rejected | | Idle | NotAcquired(Held) [+ Released if release asked] |
+//! | L6 | Inserting | Failed | | Idle | NotAcquired(StoreFailed) [+ Released if release asked] |
+//! | L7 | Inserting | Unknown | | InsertResolving | Get |
+//! | L8 | Inserting, InsertResolving, Renewing, RenewResolving, Releasing | Release | | same, release asked | — |
+//! | L9 | InsertResolving | Found(ours) | | as L3 / L4, anchored to the insert's send time | |
+//! | L10 | InsertResolving | Found(other) | | Idle | NotAcquired(Held) [+ Released] |
+//! | L11 | InsertResolving | Found(none), Failed, Unknown | | Idle | NotAcquired(StoreFailed) [+ Released] |
+//! | L12 | Holding, RetryWait | Timer | | Renewing | [ArmKiller(now+0.75L) if earlier], CompareAndSwap(r) |
+//! | L13 | Renewing | Written(r') | no release asked | Holding | ArmKiller(t_send+0.8L), Renewed(slot,r'), SetTimer(t_send+L/4) |
+//! | L14 | Renewing | Rejected | | Releasing | Lost(Overtaken), CompareAndDelete(r) |
+//! | L15 | Renewing | Failed | attempt < 2, no release asked | RetryWait | SetTimer(now+L/20) |
+//! | L16 | Renewing | Failed | attempt = 2 | Releasing | Lost(RenewalFailed), CompareAndDelete(r) |
+//! | L17 | Renewing, RenewResolving | Failed | release asked | Releasing | CompareAndDelete(r) |
+//! | L18 | Renewing | Unknown | | RenewResolving | Get |
+//! | L19 | RenewResolving | Found(ours, revision > r) | | as L13 / L4, anchored to the renewal's send time | |
+//! | L20 | RenewResolving | Found(ours, revision ≤ r), Failed, Unknown | | as L15 / L16 / L17 | |
+//! | L21 | RenewResolving | Found(other or none) | | Releasing | Lost(Overtaken), CompareAndDelete(r) |
+//! | L22 | Holding, RetryWait | Release | | Releasing | CompareAndDelete(r) |
+//! | L23 | Releasing | any reply | | Idle | Released(slot, deleted) if release asked |
+//!
+//! Kill-deadline rules: it moves later only on a confirmed write (L3, L4, L9, L13, L19), to the
+//! send time of that write + 0.8·L; before each renewal (L12) it may only move earlier. "Ours"
+//! means the record carries this process's [`Incarnation`]; an address alone never counts.
+
+use statig::prelude::*;
+
+use crate::config::{LeaseConfig, RENEW_RETRIES_MAX};
+use crate::effect::{
+    Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Refusal, Reply, Revision, Slot,
+    TimerId, TimerKind,
+};
+use crate::time::Instant;
+
+/// An input of [`Leadership`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseEvent {
+    /// Try to acquire `slot`. Ignored unless idle.
+    Acquire {
+        /// Current time.
+        now: Instant,
+        /// The slot to win.
+        slot: Slot,
+    },
+    /// Stop renewing and delete our record. Finishes with [`Effect::Released`].
+    Release {
+        /// Current time.
+        now: Instant,
+    },
+    /// A timer set by [`Effect::SetTimer`] fired.
+    Timer {
+        /// Current time.
+        now: Instant,
+        /// Which timer.
+        timer: TimerId,
+    },
+    /// A store operation finished.
+    Reply {
+        /// Current time.
+        now: Instant,
+        /// The operation.
+        op: OpId,
+        /// Its outcome.
+        reply: Reply,
+    },
+}
+
+impl LeaseEvent {
+    /// The time the event carries.
+    pub const fn now(&self) -> Instant {
+        match *self {
+            LeaseEvent::Acquire { now, .. }
+            | LeaseEvent::Release { now }
+            | LeaseEvent::Timer { now, .. }
+            | LeaseEvent::Reply { now, .. } => now,
+        }
+    }
+}
+
+/// A lease we hold: the last confirmed write and the deadline derived from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Held {
+    /// The slot.
+    pub slot: Slot,
+    /// Revision of the last confirmed write (the fencing revision).
+    pub revision: Revision,
+    /// Send time of the last confirmed write.
+    pub anchor: Instant,
+    /// The kill deadline: `anchor + 0.8·L`, or earlier if the pre-renewal guard lowered it.
+    pub deadline: Instant,
+}
+
+/// A store operation in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pending {
+    /// The operation waited for.
+    pub op: OpId,
+    /// When the write being confirmed was sent (for a `Get`, the write it resolves).
+    pub sent_at: Instant,
+    /// Whether a release was asked while it was in flight.
+    pub release: bool,
+}
+
+/// Shared storage of the statig machine: what every state may read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shared {
+    lease: LeaseConfig,
+    incarnation: Incarnation,
+    seq: u64,
+}
+
+/// Leadership of one slot. Pure: feed it [`LeaseEvent`]s, execute the [`Effect`]s it writes.
+///
+/// ```
+/// use vvm_core::*;
+///
+/// let lease = LeaseConfig::default(); // L = 20 s
+/// let mut leader = Leadership::new(lease, Incarnation(1));
+/// let mut out = Effects::new();
+/// let t0 = Instant::from_nanos(1_000);
+/// leader.handle(&LeaseEvent::Acquire { now: t0, slot: Slot(1) }, &mut out);
+/// let Effect::Insert { op, .. } = out.as_slice()[0] else { unreachable!() };
+///
+/// out.clear();
+/// let reply = Reply::Written(Revision(9));
+/// leader.handle(&LeaseEvent::Reply { now: t0, op, reply }, &mut out);
+/// assert_eq!(out.as_slice()[0], Effect::ArmKiller { at: t0 + lease.kill_after() });
+/// assert_eq!(leader.token(), Some(FencingToken { slot: Slot(1), revision: Revision(9) }));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    machine: InitializedStateMachine<Shared>,
+}
+
+impl Leadership {
+    /// An idle machine for a process of `incarnation`.
+    pub fn new(lease: LeaseConfig, incarnation: Incarnation) -> Self {
+        let shared = Shared {
+            lease,
+            incarnation,
+            seq: 0,
+        };
+        let machine = shared
+            .uninitialized_state_machine()
+            .init_with_context(&mut Effects::new());
+        Leadership { machine }
+    }
+
+    /// Handles one event, appending the resulting effects to `out`.
+    pub fn handle(&mut self, event: &LeaseEvent, out: &mut Effects) {
+        self.machine.handle_with_context(event, out);
+        self.assert_invariants();
+    }
+
+    /// The current state.
+    pub fn state(&self) -> &LeaseState {
+        self.machine.state()
+    }
+
+    /// The lease held, while leading.
+    pub fn held(&self) -> Option<Held> {
+        match *self.machine.state() {
+            State::Holding { held, .. }
+            | State::Renewing { held, .. }
+            | State::RenewResolving { held, .. }
+            | State::RetryWait { held, .. } => Some(held),
+            _ => None,
+        }
+    }
+
+    /// The fencing token of the last confirmed write, while leading.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.held().map(|held| FencingToken {
+            slot: held.slot,
+            revision: held.revision,
+        })
+    }
+
+    /// The kill deadline, while leading.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.held().map(|held| held.deadline)
+    }
+
+    /// Whether nothing is held, tried or in flight.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.machine.state(), State::Idle {})
+    }
+
+    /// Whether a store operation is in flight.
+    pub fn in_flight(&self) -> bool {
+        matches!(
+            self.machine.state(),
+            State::Inserting { .. }
+                | State::InsertResolving { .. }
+                | State::Renewing { .. }
+                | State::RenewResolving { .. }
+                | State::Releasing { .. }
+        )
+    }
+
+    /// The lease configuration.
+    pub fn lease(&self) -> &LeaseConfig {
+        &self.machine.inner().lease
+    }
+
+    fn assert_invariants(&self) {
+        if let Some(held) = self.held() {
+            let lease = self.lease();
+            // The deadline never outlives what the last confirmed write guarantees...
+            debug_assert!(held.deadline <= held.anchor + lease.kill_after());
+            // ...and so always ends strictly before the record could expire.
+            debug_assert!(held.deadline < held.anchor + lease.lease());
+        }
+    }
+}
+
+/// The statig machine. Its generated `State` enum is re-exported as [`LeaseState`]; each
+/// variant is the state of the same name in the table above, carrying that state's data.
+mod states {
+    #![allow(missing_docs)]
+    use super::*;
+
+    impl Shared {
+        fn next_op(&mut self) -> OpId {
+            self.seq += 1;
+            OpId(self.seq)
+        }
+
+        fn next_timer(&mut self) -> TimerId {
+            self.seq += 1;
+            TimerId {
+                kind: TimerKind::Lease,
+                seq: self.seq,
+            }
+        }
+
+        /// A write was confirmed at `sent_at`: the only place the deadline moves later.
+        fn confirmed(
+            &mut self,
+            slot: Slot,
+            revision: Revision,
+            pending: Pending,
+            first: bool,
+            out: &mut Effects,
+        ) -> Outcome<State> {
+            let deadline = pending.sent_at + self.lease.kill_after();
+            out.push(Effect::ArmKiller { at: deadline });
+            if pending.release {
+                return self.delete(slot, revision, true, out);
+            }
+            let token = FencingToken { slot, revision };
+            out.push(if first {
+                Effect::Acquired { token }
+            } else {
+                Effect::Renewed { token }
+            });
+            let timer = self.next_timer();
+            let at = pending.sent_at + self.lease.renew_interval();
+            out.push(Effect::SetTimer { timer, at });
+            let held = Held {
+                slot,
+                revision,
+                anchor: pending.sent_at,
+                deadline,
+            };
+            Transition(State::holding(held, timer))
+        }
+
+        fn delete(
+            &mut self,
+            slot: Slot,
+            expected: Revision,
+            notify: bool,
+            out: &mut Effects,
+        ) -> Outcome<State> {
+            let op = self.next_op();
+            out.push(Effect::CompareAndDelete { op, slot, expected });
+            Transition(State::releasing(slot, op, notify))
+        }
+
+        fn not_acquired(
+            &mut self,
+            slot: Slot,
+            refusal: Refusal,
+            pending: Pending,
+            out: &mut Effects,
+        ) -> Outcome<State> {
+            out.push(Effect::NotAcquired { slot, refusal });
+            if pending.release {
+                out.push(Effect::Released {
+                    slot: Some(slot),
+                    deleted: false,
+                });
+            }
+            Transition(State::idle())
+        }
+
+        fn lose(
+            &mut self,
+            held: Held,
+            reason: LossReason,
+            notify: bool,
+            out: &mut Effects,
+        ) -> Outcome<State> {
+            out.push(Effect::Lost {
+                slot: held.slot,
+                reason,
+            });
+            self.delete(held.slot, held.revision, notify, out)
+        }
+
+        fn renew(
+            &mut self,
+            held: Held,
+            attempt: u8,
+            now: Instant,
+            out: &mut Effects,
+        ) -> Outcome<State> {
+            let mut held = held;
+            // The guard may only lower the deadline: an unconfirmed attempt never extends it.
+            let guard = now + self.lease.guard_after();
+            if guard < held.deadline {
+                held.deadline = guard;
+                out.push(Effect::ArmKiller { at: guard });
+            }
+            let op = self.next_op();
+            out.push(Effect::CompareAndSwap {
+                op,
+                slot: held.slot,
+                expected: held.revision,
+                ttl: self.lease.lease(),
+            });
+            let pending = Pending {
+                op,
+                sent_at: now,
+                release: false,
+            };
+            Transition(State::renewing(held, pending, attempt))
+        }
+
+        fn renewal_failed(
+            &mut self,
+            held: Held,
+            pending: Pending,
+            attempt: u8,
+            now: Instant,
+            out: &mut Effects,
+        ) -> Outcome<State> {
+            if pending.release {
+                return self.delete(held.slot, held.revision, true, out);
+            }
+            if attempt < RENEW_RETRIES_MAX {
+                let timer = self.next_timer();
+                out.push(Effect::SetTimer {
+                    timer,
+                    at: now + self.lease.retry_interval(),
+                });
+                return Transition(State::retry_wait(held, timer, attempt + 1));
+            }
+            self.lose(held, LossReason::RenewalFailed, false, out)
+        }
+
+        fn get(&mut self, slot: Slot, out: &mut Effects) -> OpId {
+            let op = self.next_op();
+            out.push(Effect::Get { op, slot });
+            op
+        }
+    }
+
+    #[state_machine(
+        initial = "State::idle()",
+        state(derive(Clone, Copy, Debug, PartialEq, Eq)),
+        superstate(derive(Debug))
+    )]
+    impl Shared {
+        /// Nothing held, tried or in flight.
+        #[state]
+        fn idle(&mut self, context: &mut Effects, event: &LeaseEvent) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Acquire { now, slot } => {
+                    let op = self.next_op();
+                    context.push(Effect::Insert {
+                        op,
+                        slot,
+                        ttl: self.lease.lease(),
+                    });
+                    let pending = Pending {
+                        op,
+                        sent_at: now,
+                        release: false,
+                    };
+                    Transition(State::inserting(slot, pending))
+                }
+                LeaseEvent::Release { .. } => {
+                    context.push(Effect::Released {
+                        slot: None,
+                        deleted: false,
+                    });
+                    Handled
+                }
+                _ => Handled,
+            }
+        }
+
+        /// Insert in flight.
+        #[state]
+        fn inserting(
+            &mut self,
+            context: &mut Effects,
+            slot: &Slot,
+            pending: &mut Pending,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Release { .. } => {
+                    pending.release = true;
+                    Handled
+                }
+                LeaseEvent::Reply { op, reply, .. } if op == pending.op => match reply {
+                    Reply::Written(revision) => {
+                        self.confirmed(*slot, revision, *pending, true, context)
+                    }
+                    Reply::Rejected => self.not_acquired(*slot, Refusal::Held, *pending, context),
+                    Reply::Unknown => {
+                        let op = self.get(*slot, context);
+                        Transition(State::insert_resolving(*slot, Pending { op, ..*pending }))
+                    }
+                    Reply::Failed | Reply::Deleted | Reply::Found(_) => {
+                        self.not_acquired(*slot, Refusal::StoreFailed, *pending, context)
+                    }
+                },
+                _ => Handled,
+            }
+        }
+
+        /// Insert outcome unknown; `Get` in flight to read it back.
+        #[state]
+        fn insert_resolving(
+            &mut self,
+            context: &mut Effects,
+            slot: &Slot,
+            pending: &mut Pending,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Release { .. } => {
+                    pending.release = true;
+                    Handled
+                }
+                LeaseEvent::Reply { op, reply, .. } if op == pending.op => match reply {
+                    Reply::Found(Some(record)) if record.incarnation == self.incarnation => {
+                        self.confirmed(*slot, record.revision, *pending, true, context)
+                    }
+                    Reply::Found(Some(_)) => {
+                        self.not_acquired(*slot, Refusal::Held, *pending, context)
+                    }
+                    _ => self.not_acquired(*slot, Refusal::StoreFailed, *pending, context),
+                },
+                _ => Handled,
+            }
+        }
+
+        /// Leading, waiting for the renew timer.
+        #[state(superstate = "leading")]
+        fn holding(
+            &mut self,
+            context: &mut Effects,
+            held: &Held,
+            timer: &TimerId,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Timer { now, timer: fired } if fired == *timer => {
+                    self.renew(*held, 0, now, context)
+                }
+                _ => Super,
+            }
+        }
+
+        /// Leading, compare-and-swap in flight.
+        #[state(superstate = "leading")]
+        fn renewing(
+            &mut self,
+            context: &mut Effects,
+            held: &Held,
+            pending: &mut Pending,
+            attempt: &u8,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Release { .. } => {
+                    pending.release = true;
+                    Handled
+                }
+                LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                    Reply::Written(revision) if revision > held.revision => {
+                        self.confirmed(held.slot, revision, *pending, false, context)
+                    }
+                    Reply::Rejected => {
+                        self.lose(*held, LossReason::Overtaken, pending.release, context)
+                    }
+                    Reply::Unknown => {
+                        let op = self.get(held.slot, context);
+                        Transition(State::renew_resolving(
+                            *held,
+                            Pending { op, ..*pending },
+                            *attempt,
+                        ))
+                    }
+                    // A store that returns a revision not above ours broke its contract: nothing
+                    // about the write can be trusted, so it counts as a failed attempt.
+                    Reply::Written(_) | Reply::Failed | Reply::Deleted | Reply::Found(_) => {
+                        self.renewal_failed(*held, *pending, *attempt, now, context)
+                    }
+                },
+                _ => Handled,
+            }
+        }
+
+        /// Leading, renewal outcome unknown; `Get` in flight to read it back.
+        #[state(superstate = "leading")]
+        fn renew_resolving(
+            &mut self,
+            context: &mut Effects,
+            held: &Held,
+            pending: &mut Pending,
+            attempt: &u8,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Release { .. } => {
+                    pending.release = true;
+                    Handled
+                }
+                LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                    Reply::Found(Some(record)) if record.incarnation == self.incarnation => {
+                        if record.revision > held.revision {
+                            self.confirmed(held.slot, record.revision, *pending, false, context)
+                        } else {
+                            self.renewal_failed(*held, *pending, *attempt, now, context)
+                        }
+                    }
+                    Reply::Found(_) => {
+                        self.lose(*held, LossReason::Overtaken, pending.release, context)
+                    }
+                    _ => self.renewal_failed(*held, *pending, *attempt, now, context),
+                },
+                _ => Handled,
+            }
+        }
+
+        /// Leading, waiting to retry a failed renewal.
+        #[state(superstate = "leading")]
+        fn retry_wait(
+            &mut self,
+            context: &mut Effects,
+            held: &Held,
+            timer: &TimerId,
+            attempt: &u8,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Timer { now, timer: fired } if fired == *timer => {
+                    self.renew(*held, *attempt, now, context)
+                }
+                _ => Super,
+            }
+        }
+
+        /// Holding a lease with nothing in flight: a release deletes it at once.
+        #[superstate]
+        fn leading(
+            &mut self,
+            context: &mut Effects,
+            held: &Held,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Release { .. } => self.delete(held.slot, held.revision, true, context),
+                _ => Handled,
+            }
+        }
+
+        /// Compare-and-delete in flight (a release, or cleanup after a loss).
+        #[state]
+        fn releasing(
+            &mut self,
+            context: &mut Effects,
+            slot: &Slot,
+            op: &OpId,
+            notify: &mut bool,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Release { .. } => {
+                    *notify = true;
+                    Handled
+                }
+                LeaseEvent::Reply {
+                    op: replied, reply, ..
+                } if replied == *op => {
+                    if *notify {
+                        context.push(Effect::Released {
+                            slot: Some(*slot),
+                            deleted: reply == Reply::Deleted,
+                        });
+                    }
+                    Transition(State::idle())
+                }
+                _ => Handled,
+            }
+        }
+    }
+}
+
+pub use states::State as LeaseState;
+use states::State;
