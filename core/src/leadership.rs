@@ -115,7 +115,7 @@ pub struct Pending {
 }
 
 /// Shared storage of the statig machine: what every state may read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Shared {
     lease: LeaseConfig,
     incarnation: Incarnation,
@@ -143,6 +143,15 @@ pub struct Shared {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leadership {
     machine: InitializedStateMachine<Shared>,
+}
+
+// Model checkers fingerprint states by hash; equal machines (same shared data, same state) hash
+// equally, which is all `Hash` must agree with `Eq` on.
+impl core::hash::Hash for Leadership {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.machine.inner().hash(state);
+        self.machine.state().hash(state);
+    }
 }
 
 impl Leadership {
@@ -382,7 +391,7 @@ mod states {
 
     #[state_machine(
         initial = "State::idle()",
-        state(derive(Clone, Copy, Debug, PartialEq, Eq)),
+        state(derive(Clone, Copy, Debug, PartialEq, Eq, Hash)),
         superstate(derive(Debug))
     )]
     impl Shared {

@@ -132,7 +132,7 @@ struct Notices {
 }
 
 /// Shared storage of the statig machine.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Shared {
     slots: u32,
     acquisition: Duration,
@@ -159,6 +159,15 @@ pub struct Shared {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lifecycle {
     machine: InitializedStateMachine<Shared>,
+}
+
+// Model checkers fingerprint states by hash; equal machines (same shared data, same state) hash
+// equally, which is all `Hash` must agree with `Eq` on.
+impl core::hash::Hash for Lifecycle {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.machine.inner().hash(state);
+        self.machine.state().hash(state);
+    }
 }
 
 impl Lifecycle {
@@ -331,7 +340,7 @@ mod states {
 
     #[state_machine(
         initial = "State::provided()",
-        state(derive(Clone, Copy, Debug, PartialEq, Eq)),
+        state(derive(Clone, Copy, Debug, PartialEq, Eq, Hash)),
         superstate(derive(Debug))
     )]
     impl Shared {
