@@ -1,1 +1,99 @@
-fn main() {}
+//! Transition cost of the pure machines: steady-state renewals of `Leadership`, and a whole
+//! `Lifecycle` from provide to shutdown. Reported per event (`Throughput::Elements`).
+//!
+//! Run: `cargo bench --bench core`. Instructions per event: `bash scripts/callgrind-core.sh`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use vvm_core::*;
+
+fn store_op(out: &Effects) -> OpId {
+    out.iter()
+        .find_map(|e| match *e {
+            Effect::Insert { op, .. }
+            | Effect::CompareAndSwap { op, .. }
+            | Effect::CompareAndDelete { op, .. }
+            | Effect::Get { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a store operation")
+}
+
+fn timer(out: &Effects) -> TimerId {
+    out.iter()
+        .find_map(|e| match *e {
+            Effect::SetTimer { timer, .. } => Some(timer),
+            _ => None,
+        })
+        .expect("a timer")
+}
+
+fn renewals(c: &mut Criterion) {
+    let lease = LeaseConfig::new(Duration::from_secs(20)).unwrap();
+    let mut machine = Leadership::new(lease, Incarnation(1));
+    let mut out = Effects::new();
+    let mut now_ns: u64 = 0;
+    machine.handle(&LeaseEvent::Acquire { now: Instant::from_nanos(now_ns), slot: Slot(1) }, &mut out);
+    let op = store_op(&out);
+    out.clear();
+    machine.handle(&LeaseEvent::Reply { now: Instant::from_nanos(now_ns), op, reply: Reply::Written(Revision(1)) }, &mut out);
+    let mut next_timer = timer(&out);
+    let mut revision = 1;
+
+    let mut group = c.benchmark_group("leadership");
+    group.throughput(Throughput::Elements(2));
+    group.bench_function("renewal (timer + confirmed reply)", |b| {
+        b.iter(|| {
+            now_ns += 5_000_000_000;
+            revision += 1;
+            let now = Instant::from_nanos(now_ns);
+            out.clear();
+            machine.handle(black_box(&LeaseEvent::Timer { now, timer: next_timer }), &mut out);
+            let op = store_op(&out);
+            out.clear();
+            machine.handle(black_box(&LeaseEvent::Reply { now, op, reply: Reply::Written(Revision(revision)) }), &mut out);
+            next_timer = timer(&out);
+        })
+    });
+    group.finish();
+}
+
+/// Provide, launch, win slot 1, services up, shut down, release: 6 events.
+fn full_lifecycle(config: &VvmConfig) -> Lifecycle {
+    let mut vvm = Lifecycle::new(config, Incarnation(1));
+    let mut out = Effects::new();
+    let now = Instant::from_nanos(1);
+    vvm.handle(&VvmEvent::Launch { now }, &mut out);
+    let op = store_op(&out);
+    out.clear();
+    vvm.handle(&VvmEvent::Reply { now, op, reply: Reply::Written(Revision(1)) }, &mut out);
+    out.clear();
+    vvm.handle(&VvmEvent::ServicesStarted { now }, &mut out);
+    out.clear();
+    vvm.handle(&VvmEvent::Shutdown { now }, &mut out);
+    out.clear();
+    vvm.handle(&VvmEvent::ServicesStopped { now }, &mut out);
+    let op = store_op(&out);
+    out.clear();
+    vvm.handle(&VvmEvent::Reply { now, op, reply: Reply::Deleted }, &mut out);
+    vvm
+}
+
+fn lifecycle(c: &mut Criterion) {
+    let config = VvmConfig::builder("10.0.0.1:7000").build().unwrap();
+    let mut group = c.benchmark_group("lifecycle");
+    group.throughput(Throughput::Elements(6));
+    group.bench_function("provide→launch→lead→shutdown (6 events)", |b| {
+        b.iter(|| {
+            let vvm = full_lifecycle(black_box(&config));
+            assert_eq!(vvm.phase(), Phase::Shutdown);
+            vvm
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, renewals, lifecycle);
+criterion_main!(benches);

@@ -186,31 +186,37 @@ impl LeaseConfig {
     }
 
     /// The lease duration `L`: how long a record lives in the store after a write.
+    #[inline]
     pub const fn lease(&self) -> Duration {
         self.lease
     }
 
     /// `L/4`: time between renewals.
+    #[inline]
     pub const fn renew_interval(&self) -> Duration {
         self.renew_interval
     }
 
     /// `L/20`: pause before retrying a renewal that failed.
+    #[inline]
     pub const fn retry_interval(&self) -> Duration {
         self.retry_interval
     }
 
     /// How long one store call may take before it counts as failed (outcome unknown).
+    #[inline]
     pub const fn store_timeout(&self) -> Duration {
         self.store_timeout
     }
 
     /// `0.8·L`: the kill deadline is this long after the send time of the last confirmed write.
+    #[inline]
     pub const fn kill_after(&self) -> Duration {
         self.kill_after
     }
 
     /// `0.75·L`: before each renewal the deadline is lowered to at most tick time + this.
+    #[inline]
     pub const fn guard_after(&self) -> Duration {
         self.guard_after
     }
@@ -276,6 +282,7 @@ impl VvmConfig {
     }
 
     /// The lease timing.
+    #[inline]
     pub const fn lease(&self) -> &LeaseConfig {
         &self.lease
     }
@@ -310,12 +317,14 @@ impl VvmConfigBuilder {
     }
 
     /// Lease duration `L` (default 20 s).
+    #[inline]
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
     /// Store-call timeout (default `L/40`).
+    #[inline]
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = Some(timeout);
         self

@@ -264,6 +264,7 @@ impl Effects {
     /// # Panics
     /// When more than [`EFFECTS_MAX`] effects are pushed between two [`clear`](Self::clear)s,
     /// which no transition of the machines does (proptest checks it).
+    #[inline]
     pub fn push(&mut self, effect: Effect) {
         assert!(self.len < EFFECTS_MAX, "effects capacity exceeded");
         self.items[self.len] = effect;
@@ -271,26 +272,31 @@ impl Effects {
     }
 
     /// The effects pushed so far, in order.
+    #[inline]
     pub fn as_slice(&self) -> &[Effect] {
         &self.items[..self.len]
     }
 
     /// Removes every effect.
+    #[inline]
     pub fn clear(&mut self) {
         self.len = 0;
     }
 
     /// Number of effects.
+    #[inline]
     pub const fn len(&self) -> usize {
         self.len
     }
 
     /// Whether there are none.
+    #[inline]
     pub const fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Iterates over the effects in order.
+    #[inline]
     pub fn iter(&self) -> core::slice::Iter<'_, Effect> {
         self.as_slice().iter()
     }

@@ -114,6 +114,32 @@ pub struct Pending {
     pub release: bool,
 }
 
+/// What one event made the machine report, for an embedding machine that must react to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Notices {
+    /// [`Effect::Acquired`] was emitted.
+    pub(crate) acquired: Option<FencingToken>,
+    /// [`Effect::NotAcquired`] was emitted.
+    pub(crate) not_acquired: bool,
+    /// [`Effect::Lost`] was emitted.
+    pub(crate) lost: Option<(Slot, LossReason)>,
+    /// [`Effect::Released`] was emitted.
+    pub(crate) released: bool,
+}
+
+/// The statig context: the caller's effect buffer and the notices of this event.
+pub struct Ctx<'a> {
+    out: &'a mut Effects,
+    notices: Notices,
+}
+
+impl Ctx<'_> {
+    #[inline]
+    fn push(&mut self, effect: Effect) {
+        self.out.push(effect);
+    }
+}
+
 /// Shared storage of the statig machine: what every state may read.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Shared {
@@ -164,14 +190,30 @@ impl Leadership {
         };
         let machine = shared
             .uninitialized_state_machine()
-            .init_with_context(&mut Effects::new());
+            .init_with_context(&mut Ctx {
+                out: &mut Effects::new(),
+                notices: Notices::default(),
+            });
         Leadership { machine }
     }
 
     /// Handles one event, appending the resulting effects to `out`.
+    // Never inlined: one copy of the machine, and a clear boundary for instruction counts.
+    #[inline(never)]
     pub fn handle(&mut self, event: &LeaseEvent, out: &mut Effects) {
-        self.machine.handle_with_context(event, out);
+        self.handle_noting(event, out);
+    }
+
+    /// [`handle`](Self::handle), also returning what happened in a form the lifecycle reacts to
+    /// without scanning the effects again.
+    pub(crate) fn handle_noting(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
+        let mut cx = Ctx {
+            out,
+            notices: Notices::default(),
+        };
+        self.machine.handle_with_context(event, &mut cx);
         self.assert_invariants();
+        cx.notices
     }
 
     /// The current state.
@@ -263,7 +305,7 @@ mod states {
             revision: Revision,
             pending: Pending,
             first: bool,
-            out: &mut Effects,
+            out: &mut Ctx<'_>,
         ) -> Outcome<State> {
             let deadline = pending.sent_at + self.lease.kill_after();
             out.push(Effect::ArmKiller { at: deadline });
@@ -271,11 +313,12 @@ mod states {
                 return self.delete(slot, revision, true, out);
             }
             let token = FencingToken { slot, revision };
-            out.push(if first {
-                Effect::Acquired { token }
+            if first {
+                out.notices.acquired = Some(token);
+                out.push(Effect::Acquired { token });
             } else {
-                Effect::Renewed { token }
-            });
+                out.push(Effect::Renewed { token });
+            }
             let timer = self.next_timer();
             let at = pending.sent_at + self.lease.renew_interval();
             out.push(Effect::SetTimer { timer, at });
@@ -293,7 +336,7 @@ mod states {
             slot: Slot,
             expected: Revision,
             notify: bool,
-            out: &mut Effects,
+            out: &mut Ctx<'_>,
         ) -> Outcome<State> {
             let op = self.next_op();
             out.push(Effect::CompareAndDelete { op, slot, expected });
@@ -305,10 +348,12 @@ mod states {
             slot: Slot,
             refusal: Refusal,
             pending: Pending,
-            out: &mut Effects,
+            out: &mut Ctx<'_>,
         ) -> Outcome<State> {
+            out.notices.not_acquired = true;
             out.push(Effect::NotAcquired { slot, refusal });
             if pending.release {
+                out.notices.released = true;
                 out.push(Effect::Released {
                     slot: Some(slot),
                     deleted: false,
@@ -322,8 +367,9 @@ mod states {
             held: Held,
             reason: LossReason,
             notify: bool,
-            out: &mut Effects,
+            out: &mut Ctx<'_>,
         ) -> Outcome<State> {
+            out.notices.lost = Some((held.slot, reason));
             out.push(Effect::Lost {
                 slot: held.slot,
                 reason,
@@ -336,7 +382,7 @@ mod states {
             held: Held,
             attempt: u8,
             now: Instant,
-            out: &mut Effects,
+            out: &mut Ctx<'_>,
         ) -> Outcome<State> {
             let mut held = held;
             // The guard may only lower the deadline: an unconfirmed attempt never extends it.
@@ -366,7 +412,7 @@ mod states {
             pending: Pending,
             attempt: u8,
             now: Instant,
-            out: &mut Effects,
+            out: &mut Ctx<'_>,
         ) -> Outcome<State> {
             if pending.release {
                 return self.delete(held.slot, held.revision, true, out);
@@ -382,7 +428,7 @@ mod states {
             self.lose(held, LossReason::RenewalFailed, false, out)
         }
 
-        fn get(&mut self, slot: Slot, out: &mut Effects) -> OpId {
+        fn get(&mut self, slot: Slot, out: &mut Ctx<'_>) -> OpId {
             let op = self.next_op();
             out.push(Effect::Get { op, slot });
             op
@@ -397,7 +443,7 @@ mod states {
     impl Shared {
         /// Nothing held, tried or in flight.
         #[state]
-        fn idle(&mut self, context: &mut Effects, event: &LeaseEvent) -> Outcome<State> {
+        fn idle(&mut self, context: &mut Ctx<'_>, event: &LeaseEvent) -> Outcome<State> {
             match *event {
                 LeaseEvent::Acquire { now, slot } => {
                     let op = self.next_op();
@@ -414,6 +460,7 @@ mod states {
                     Transition(State::inserting(slot, pending))
                 }
                 LeaseEvent::Release { .. } => {
+                    context.notices.released = true;
                     context.push(Effect::Released {
                         slot: None,
                         deleted: false,
@@ -428,7 +475,7 @@ mod states {
         #[state]
         fn inserting(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             slot: &Slot,
             pending: &mut Pending,
             event: &LeaseEvent,
@@ -459,7 +506,7 @@ mod states {
         #[state]
         fn insert_resolving(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             slot: &Slot,
             pending: &mut Pending,
             event: &LeaseEvent,
@@ -486,7 +533,7 @@ mod states {
         #[state(superstate = "leading")]
         fn holding(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             held: &Held,
             timer: &TimerId,
             event: &LeaseEvent,
@@ -503,7 +550,7 @@ mod states {
         #[state(superstate = "leading")]
         fn renewing(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             held: &Held,
             pending: &mut Pending,
             attempt: &u8,
@@ -543,7 +590,7 @@ mod states {
         #[state(superstate = "leading")]
         fn renew_resolving(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             held: &Held,
             pending: &mut Pending,
             attempt: &u8,
@@ -575,7 +622,7 @@ mod states {
         #[state(superstate = "leading")]
         fn retry_wait(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             held: &Held,
             timer: &TimerId,
             attempt: &u8,
@@ -593,7 +640,7 @@ mod states {
         #[superstate]
         fn leading(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             held: &Held,
             event: &LeaseEvent,
         ) -> Outcome<State> {
@@ -607,7 +654,7 @@ mod states {
         #[state]
         fn releasing(
             &mut self,
-            context: &mut Effects,
+            context: &mut Ctx<'_>,
             slot: &Slot,
             op: &OpId,
             notify: &mut bool,
@@ -622,6 +669,7 @@ mod states {
                     op: replied, reply, ..
                 } if replied == *op => {
                     if *notify {
+                        context.notices.released = true;
                         context.push(Effect::Released {
                             slot: Some(*slot),
                             deleted: reply == Reply::Deleted,

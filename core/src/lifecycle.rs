@@ -34,7 +34,7 @@ use crate::config::VvmConfig;
 use crate::effect::{
     Effect, Effects, FencingToken, Incarnation, OpId, Problem, Reply, Slot, TimerId, TimerKind,
 };
-use crate::leadership::{Leadership, LeaseEvent};
+use crate::leadership::{Leadership, LeaseEvent, Notices};
 use crate::time::Instant;
 
 /// An input of [`Lifecycle`].
@@ -123,14 +123,6 @@ pub enum Phase {
     Shutdown,
 }
 
-/// What the embedded leadership reported while handling one event.
-#[derive(Clone, Copy, Debug, Default)]
-struct Notices {
-    acquired: Option<FencingToken>,
-    not_acquired: bool,
-    released: bool,
-}
-
 /// Shared storage of the statig machine.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Shared {
@@ -188,6 +180,8 @@ impl Lifecycle {
     }
 
     /// Handles one event, appending the resulting effects to `out`.
+    // Never inlined: one copy of the machine, and a clear boundary for instruction counts.
+    #[inline(never)]
     pub fn handle(&mut self, event: &VvmEvent, out: &mut Effects) {
         let problem_before = self.problem();
         self.machine.handle_with_context(event, out);
@@ -248,23 +242,9 @@ mod states {
         /// Hands an event to the leadership machine and reads what it reported. A loss becomes
         /// the problem here, whatever state the lifecycle is in.
         fn forward(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
-            let start = out.len();
-            self.leadership.handle(event, out);
-            let mut notices = Notices::default();
-            let mut lost = None;
-            for effect in &out.as_slice()[start..] {
-                match *effect {
-                    Effect::Acquired { token } => notices.acquired = Some(token),
-                    Effect::NotAcquired { .. } => notices.not_acquired = true,
-                    Effect::Released { .. } => notices.released = true,
-                    Effect::Lost { slot, reason } => {
-                        lost = Some(Problem::LeadershipLost { slot, reason })
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(problem) = lost {
-                self.raise(problem, out);
+            let notices = self.leadership.handle_noting(event, out);
+            if let Some((slot, reason)) = notices.lost {
+                self.raise(Problem::LeadershipLost { slot, reason }, out);
             }
             notices
         }

@@ -31,25 +31,30 @@ impl Instant {
     pub const MAX: Instant = Instant(u64::MAX);
 
     /// An instant `nanos` nanoseconds after the origin.
+    #[inline]
     pub const fn from_nanos(nanos: u64) -> Self {
         Instant(nanos)
     }
 
     /// Nanoseconds since the origin.
+    #[inline]
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
 
     /// `self + duration`, or [`Instant::MAX`] when that does not fit.
+    #[inline]
     pub const fn saturating_add(self, duration: Duration) -> Self {
-        let add_ns = duration.as_nanos();
-        if add_ns > u64::MAX as u128 {
-            return Instant::MAX;
-        }
-        Instant(self.0.saturating_add(add_ns as u64))
+        // Seconds and sub-second nanoseconds separately: no 128-bit arithmetic on the hot path.
+        let add_ns = duration
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(duration.subsec_nanos() as u64);
+        Instant(self.0.saturating_add(add_ns))
     }
 
     /// How long after `earlier` this instant is; zero when `earlier` is later.
+    #[inline]
     pub const fn saturating_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
@@ -58,6 +63,7 @@ impl Instant {
 impl Add<Duration> for Instant {
     type Output = Instant;
 
+    #[inline]
     fn add(self, rhs: Duration) -> Instant {
         self.saturating_add(rhs)
     }

@@ -1,0 +1,595 @@
+//! One exact-effect test per transition of `specs/leadership.md`. Operation and timer ids are
+//! deterministic (one counter per machine), so every expectation is the complete effect list.
+
+use core::time::Duration;
+
+use vvm_core::*;
+
+const SLOT: Slot = Slot(1);
+const ME: Incarnation = Incarnation(0xA11CE);
+const OTHER: Incarnation = Incarnation(0xB0B);
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// `t0` for every test: well away from the origin so that earlier-than-t0 bugs show.
+fn t0() -> Instant {
+    Instant::from_nanos(1_000_000_000_000)
+}
+
+fn timer(seq: u64) -> TimerId {
+    TimerId {
+        kind: TimerKind::Lease,
+        seq,
+    }
+}
+
+fn token(revision: u64) -> FencingToken {
+    FencingToken {
+        slot: SLOT,
+        revision: Revision(revision),
+    }
+}
+
+struct Harness {
+    machine: Leadership,
+    out: Effects,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Harness {
+            machine: Leadership::new(LeaseConfig::default(), ME),
+            out: Effects::new(),
+        }
+    }
+
+    fn on(&mut self, event: LeaseEvent) -> Vec<Effect> {
+        self.out.clear();
+        self.machine.handle(&event, &mut self.out);
+        self.out.as_slice().to_vec()
+    }
+
+    fn reply(&mut self, now: Instant, op: u64, reply: Reply) -> Vec<Effect> {
+        self.on(LeaseEvent::Reply {
+            now,
+            op: OpId(op),
+            reply,
+        })
+    }
+
+    fn fire(&mut self, now: Instant, seq: u64) -> Vec<Effect> {
+        self.on(LeaseEvent::Timer {
+            now,
+            timer: timer(seq),
+        })
+    }
+
+    fn release(&mut self, now: Instant) -> Vec<Effect> {
+        self.on(LeaseEvent::Release { now })
+    }
+
+    /// Acquire at t0 (insert op 1), confirmed as revision 5: renew timer 2 at t0 + 5 s.
+    fn leading() -> Self {
+        let mut h = Harness::new();
+        h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+        h.reply(t0() + ms(10), 1, Reply::Written(Revision(5)));
+        h
+    }
+
+    /// Leading, then the renewal (CAS op 3) sent at t0 + 5 s.
+    fn renewing() -> Self {
+        let mut h = Harness::leading();
+        h.fire(t0() + secs(5), 2);
+        h
+    }
+}
+
+fn cas(op: u64, expected: u64) -> Effect {
+    Effect::CompareAndSwap {
+        op: OpId(op),
+        slot: SLOT,
+        expected: Revision(expected),
+        ttl: secs(20),
+    }
+}
+
+fn cad(op: u64, expected: u64) -> Effect {
+    Effect::CompareAndDelete {
+        op: OpId(op),
+        slot: SLOT,
+        expected: Revision(expected),
+    }
+}
+
+// covers: Lease.Acquire
+#[test]
+fn l1_acquire_from_idle_inserts_our_record_with_the_lease_as_ttl() {
+    let mut h = Harness::new();
+    let effects = h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    assert_eq!(
+        effects,
+        [Effect::Insert {
+            op: OpId(1),
+            slot: SLOT,
+            ttl: secs(20)
+        }]
+    );
+    assert!(h.machine.in_flight());
+}
+
+// covers: Lease.Release
+#[test]
+fn l2_release_without_a_lease_reports_released_at_once() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.release(t0()),
+        [Effect::Released {
+            slot: None,
+            deleted: false
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.Acquire, processKillThreshold, Lease.RenewInterval, Lease.FencingToken
+#[test]
+fn l3_won_insert_arms_the_killer_from_the_send_time_and_the_renew_timer() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    // The reply arrives 3 s after the send: the deadline is still anchored to the send.
+    let effects = h.reply(t0() + secs(3), 1, Reply::Written(Revision(5)));
+    assert_eq!(
+        effects,
+        [
+            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::Acquired { token: token(5) },
+            Effect::SetTimer {
+                timer: timer(2),
+                at: t0() + secs(5)
+            },
+        ]
+    );
+    assert_eq!(h.machine.token(), Some(token(5)));
+    assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
+}
+
+// covers: Lease.ReleaseDuringOp
+#[test]
+fn l4_release_asked_during_insert_deletes_the_record_once_it_is_confirmed() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    assert_eq!(h.release(t0() + ms(1)), []);
+    let effects = h.reply(t0() + ms(5), 1, Reply::Written(Revision(5)));
+    assert_eq!(effects, [Effect::ArmKiller { at: t0() + secs(16) }, cad(2, 5)]);
+    assert_eq!(
+        h.reply(t0() + ms(9), 2, Reply::Deleted),
+        [Effect::Released {
+            slot: Some(SLOT),
+            deleted: true
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.ReleaseDuringOp
+#[test]
+fn l4_release_asked_during_renewal_deletes_with_the_new_revision() {
+    let mut h = Harness::renewing();
+    assert_eq!(h.release(t0() + secs(5) + ms(1)), []);
+    let effects = h.reply(t0() + secs(5) + ms(5), 3, Reply::Written(Revision(6)));
+    assert_eq!(effects, [Effect::ArmKiller { at: t0() + secs(21) }, cad(4, 6)]);
+}
+
+// covers: Lease.Acquire
+#[test]
+fn l5_insert_rejected_means_the_slot_is_held() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Rejected),
+        [Effect::NotAcquired {
+            slot: SLOT,
+            refusal: Refusal::Held
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.ReleaseDuringOp
+#[test]
+fn l5_insert_rejected_after_a_release_was_asked_also_reports_released() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.release(t0());
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Rejected),
+        [
+            Effect::NotAcquired {
+                slot: SLOT,
+                refusal: Refusal::Held
+            },
+            Effect::Released {
+                slot: Some(SLOT),
+                deleted: false
+            }
+        ]
+    );
+}
+
+// covers: Lease.Acquire
+#[test]
+fn l6_insert_failed_is_not_acquired_for_a_store_failure() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Failed),
+        [Effect::NotAcquired {
+            slot: SLOT,
+            refusal: Refusal::StoreFailed
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.UnknownOutcome
+#[test]
+fn l7_insert_with_unknown_outcome_is_read_back() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    assert_eq!(
+        h.reply(t0() + ms(500), 1, Reply::Unknown),
+        [Effect::Get { op: OpId(2), slot: SLOT }]
+    );
+    assert!(h.machine.in_flight());
+}
+
+// covers: Lease.ReleaseDuringOp
+#[test]
+fn l8_release_while_in_flight_waits_for_the_reply() {
+    let mut h = Harness::renewing();
+    assert_eq!(h.release(t0() + secs(5)), []);
+    assert!(h.machine.in_flight());
+    assert!(matches!(
+        h.machine.state(),
+        LeaseState::Renewing {
+            pending: Pending { release: true, .. },
+            ..
+        }
+    ));
+}
+
+// covers: Lease.UnknownOutcome, Lease.Incarnation, processKillThreshold
+#[test]
+fn l9_unknown_insert_found_ours_is_won_anchored_to_the_insert_send_time() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.reply(t0() + ms(500), 1, Reply::Unknown);
+    let record = Record {
+        incarnation: ME,
+        revision: Revision(7),
+    };
+    let effects = h.reply(t0() + secs(2), 2, Reply::Found(Some(record)));
+    assert_eq!(
+        effects,
+        [
+            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::Acquired { token: token(7) },
+            Effect::SetTimer {
+                timer: timer(3),
+                at: t0() + secs(5)
+            },
+        ]
+    );
+}
+
+// covers: Lease.Incarnation
+#[test]
+fn l10_unknown_insert_found_a_predecessors_record_is_not_adopted() {
+    // A restarted process at the same address has a new incarnation: the old record is not ours.
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.reply(t0(), 1, Reply::Unknown);
+    let record = Record {
+        incarnation: OTHER,
+        revision: Revision(7),
+    };
+    assert_eq!(
+        h.reply(t0(), 2, Reply::Found(Some(record))),
+        [Effect::NotAcquired {
+            slot: SLOT,
+            refusal: Refusal::Held
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.UnknownOutcome
+#[test]
+fn l11_unknown_insert_not_found_or_unreadable_is_not_acquired() {
+    for reply in [Reply::Found(None), Reply::Failed, Reply::Unknown] {
+        let mut h = Harness::new();
+        h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+        h.reply(t0(), 1, Reply::Unknown);
+        assert_eq!(
+            h.reply(t0(), 2, reply),
+            [Effect::NotAcquired {
+                slot: SLOT,
+                refusal: Refusal::StoreFailed
+            }],
+            "{reply:?}"
+        );
+        assert!(h.machine.is_idle());
+    }
+}
+
+// covers: Lease.RenewInterval
+#[test]
+fn l12_renew_timer_sends_compare_and_swap_on_our_revision() {
+    let mut h = Harness::leading();
+    assert_eq!(h.fire(t0() + secs(5), 2), [cas(3, 5)]);
+    // Sending does not move the deadline.
+    assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
+}
+
+// covers: Lease.PreRenewalGuard
+#[test]
+fn l12_pre_renewal_guard_only_moves_the_deadline_earlier() {
+    let mut h = Harness::leading();
+    // A timer firing early (0.5 s after the send): now + 0.75·L is before the deadline.
+    let effects = h.fire(t0() + ms(500), 2);
+    assert_eq!(
+        effects,
+        [Effect::ArmKiller { at: t0() + ms(15_500) }, cas(3, 5)]
+    );
+    assert_eq!(h.machine.deadline(), Some(t0() + ms(15_500)));
+}
+
+// covers: Lease.RenewInterval, processKillThreshold, Lease.DeadlineOnlyLaterOnConfirm, Lease.FencingToken
+#[test]
+fn l13_confirmed_renewal_moves_the_deadline_to_its_send_time_plus_0_8_l() {
+    let mut h = Harness::renewing();
+    let sent = t0() + secs(5);
+    let effects = h.reply(sent + secs(2), 3, Reply::Written(Revision(6)));
+    assert_eq!(
+        effects,
+        [
+            Effect::ArmKiller { at: sent + secs(16) },
+            Effect::Renewed { token: token(6) },
+            Effect::SetTimer {
+                timer: timer(4),
+                at: sent + secs(5)
+            },
+        ]
+    );
+    assert_eq!(h.machine.token(), Some(token(6)));
+}
+
+// covers: Lease.LostOnReject
+#[test]
+fn l14_rejected_renewal_is_lost_at_once_and_deletes_only_our_revision() {
+    let mut h = Harness::renewing();
+    let effects = h.reply(t0() + secs(5), 3, Reply::Rejected);
+    assert_eq!(
+        effects,
+        [
+            Effect::Lost {
+                slot: SLOT,
+                reason: LossReason::Overtaken
+            },
+            cad(4, 5)
+        ]
+    );
+    assert_eq!(h.machine.held(), None);
+}
+
+// covers: Lease.Retry, Lease.DeadlineOnlyLaterOnConfirm
+#[test]
+fn l15_failed_renewal_waits_l_over_20_and_keeps_the_deadline() {
+    let mut h = Harness::renewing();
+    let now = t0() + secs(5) + ms(100);
+    assert_eq!(
+        h.reply(now, 3, Reply::Failed),
+        [Effect::SetTimer {
+            timer: timer(4),
+            at: now + secs(1)
+        }]
+    );
+    assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
+    // The retry is a compare-and-swap on the same revision.
+    assert_eq!(h.fire(now + secs(1), 4), [cas(5, 5)]);
+}
+
+// covers: Lease.Retry
+#[test]
+fn l16_third_failed_attempt_loses_leadership() {
+    let mut h = Harness::renewing();
+    let mut now = t0() + secs(5);
+    assert_eq!(h.reply(now, 3, Reply::Failed).len(), 1);
+    now = now + secs(1);
+    assert_eq!(h.fire(now, 4), [cas(5, 5)]);
+    assert_eq!(h.reply(now, 5, Reply::Failed).len(), 1);
+    now = now + secs(1);
+    assert_eq!(h.fire(now, 6), [cas(7, 5)]);
+    assert_eq!(
+        h.reply(now, 7, Reply::Failed),
+        [
+            Effect::Lost {
+                slot: SLOT,
+                reason: LossReason::RenewalFailed
+            },
+            cad(8, 5)
+        ]
+    );
+}
+
+// covers: Lease.ReleaseDuringOp
+#[test]
+fn l17_failed_renewal_with_release_asked_releases_instead_of_retrying() {
+    let mut h = Harness::renewing();
+    h.release(t0() + secs(5));
+    assert_eq!(h.reply(t0() + secs(5), 3, Reply::Failed), [cad(4, 5)]);
+    assert_eq!(
+        h.reply(t0() + secs(5), 4, Reply::Deleted),
+        [Effect::Released {
+            slot: Some(SLOT),
+            deleted: true
+        }]
+    );
+}
+
+// covers: Lease.UnknownOutcome
+#[test]
+fn l18_renewal_with_unknown_outcome_is_read_back() {
+    let mut h = Harness::renewing();
+    assert_eq!(
+        h.reply(t0() + secs(5), 3, Reply::Unknown),
+        [Effect::Get { op: OpId(4), slot: SLOT }]
+    );
+    assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
+}
+
+// covers: Lease.UnknownOutcome, Lease.DeadlineOnlyLaterOnConfirm
+#[test]
+fn l19_unknown_renewal_found_committed_is_anchored_to_its_send_time() {
+    let mut h = Harness::renewing();
+    let sent = t0() + secs(5);
+    h.reply(sent + ms(250), 3, Reply::Unknown);
+    let record = Record {
+        incarnation: ME,
+        revision: Revision(6),
+    };
+    assert_eq!(
+        h.reply(sent + secs(3), 4, Reply::Found(Some(record))),
+        [
+            Effect::ArmKiller { at: sent + secs(16) },
+            Effect::Renewed { token: token(6) },
+            Effect::SetTimer {
+                timer: timer(5),
+                at: sent + secs(5)
+            },
+        ]
+    );
+}
+
+// covers: Lease.UnknownOutcome, Lease.Retry
+#[test]
+fn l20_unknown_renewal_not_committed_counts_as_a_failed_attempt() {
+    let not_committed = Reply::Found(Some(Record {
+        incarnation: ME,
+        revision: Revision(5),
+    }));
+    for reply in [not_committed, Reply::Failed, Reply::Unknown] {
+        let mut h = Harness::renewing();
+        let now = t0() + secs(5);
+        h.reply(now, 3, Reply::Unknown);
+        assert_eq!(
+            h.reply(now, 4, reply),
+            [Effect::SetTimer {
+                timer: timer(5),
+                at: now + secs(1)
+            }],
+            "{reply:?}"
+        );
+        assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
+    }
+}
+
+// covers: Lease.LostOnReject, Lease.Incarnation
+#[test]
+fn l21_unknown_renewal_found_someone_else_or_nothing_is_lost() {
+    let other = Reply::Found(Some(Record {
+        incarnation: OTHER,
+        revision: Revision(9),
+    }));
+    for reply in [other, Reply::Found(None)] {
+        let mut h = Harness::renewing();
+        h.reply(t0() + secs(5), 3, Reply::Unknown);
+        assert_eq!(
+            h.reply(t0() + secs(5), 4, reply),
+            [
+                Effect::Lost {
+                    slot: SLOT,
+                    reason: LossReason::Overtaken
+                },
+                cad(5, 5)
+            ],
+            "{reply:?}"
+        );
+    }
+}
+
+// covers: Lease.Release
+#[test]
+fn l22_release_while_holding_or_waiting_to_retry_deletes_our_record() {
+    let mut holding = Harness::leading();
+    assert_eq!(holding.release(t0() + secs(1)), [cad(3, 5)]);
+
+    let mut waiting = Harness::renewing();
+    waiting.reply(t0() + secs(5), 3, Reply::Failed);
+    assert_eq!(waiting.release(t0() + secs(5)), [cad(5, 5)]);
+}
+
+// covers: Lease.Release
+#[test]
+fn l23_release_reply_reports_whether_our_record_was_deleted() {
+    let mut h = Harness::leading();
+    h.release(t0() + secs(1));
+    assert_eq!(
+        h.reply(t0() + secs(1), 3, Reply::Rejected),
+        [Effect::Released {
+            slot: Some(SLOT),
+            deleted: false
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.LostOnReject
+#[test]
+fn l23_cleanup_after_a_loss_reports_nothing_unless_a_release_was_asked() {
+    let mut h = Harness::renewing();
+    h.reply(t0() + secs(5), 3, Reply::Rejected);
+    assert_eq!(h.reply(t0() + secs(5), 4, Reply::Rejected), []);
+    assert!(h.machine.is_idle());
+    // A later release finds nothing to release.
+    assert_eq!(
+        h.release(t0() + secs(6)),
+        [Effect::Released {
+            slot: None,
+            deleted: false
+        }]
+    );
+}
+
+// covers: Lease.StaleReply
+#[test]
+fn stale_replies_and_timers_change_nothing() {
+    let mut h = Harness::renewing();
+    let before = h.machine.clone();
+    assert_eq!(h.reply(t0() + secs(6), 1, Reply::Written(Revision(99))), []);
+    assert_eq!(h.reply(t0() + secs(6), 42, Reply::Rejected), []);
+    assert_eq!(h.fire(t0() + secs(6), 2), []);
+    assert_eq!(h.on(LeaseEvent::Acquire { now: t0(), slot: Slot(2) }), []);
+    assert_eq!(h.machine, before);
+}
+
+// covers: Lease.FencingToken
+#[test]
+fn a_renewal_reply_with_a_revision_not_above_ours_is_a_failed_attempt() {
+    let mut h = Harness::renewing();
+    let now = t0() + secs(5);
+    assert_eq!(
+        h.reply(now, 3, Reply::Written(Revision(5))),
+        [Effect::SetTimer {
+            timer: timer(4),
+            at: now + secs(1)
+        }]
+    );
+    assert_eq!(h.machine.token(), Some(token(5)));
+}

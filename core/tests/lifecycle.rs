@@ -1,0 +1,480 @@
+//! One exact-effect test per transition of `specs/lifecycle.md`.
+
+use core::time::Duration;
+
+use vvm_core::*;
+
+const ME: Incarnation = Incarnation(0xA11CE);
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+fn t0() -> Instant {
+    Instant::from_nanos(1_000_000_000_000)
+}
+
+fn config(slots: u32) -> VvmConfig {
+    VvmConfig::builder("10.0.0.1:7000").slots(slots).build().unwrap()
+}
+
+fn token(slot: u32, revision: u64) -> FencingToken {
+    FencingToken {
+        slot: Slot(slot),
+        revision: Revision(revision),
+    }
+}
+
+fn insert(op: u64, slot: u32) -> Effect {
+    Effect::Insert {
+        op: OpId(op),
+        slot: Slot(slot),
+        ttl: secs(20),
+    }
+}
+
+fn cad(op: u64, expected: u64) -> Effect {
+    Effect::CompareAndDelete {
+        op: OpId(op),
+        slot: Slot(1),
+        expected: Revision(expected),
+    }
+}
+
+fn lease_timer(seq: u64) -> TimerId {
+    TimerId {
+        kind: TimerKind::Lease,
+        seq,
+    }
+}
+
+struct Harness {
+    vvm: Lifecycle,
+    out: Effects,
+}
+
+impl Harness {
+    fn new(config: &VvmConfig) -> Self {
+        Harness {
+            vvm: Lifecycle::new(config, ME),
+            out: Effects::new(),
+        }
+    }
+
+    fn on(&mut self, event: VvmEvent) -> Vec<Effect> {
+        self.out.clear();
+        self.vvm.handle(&event, &mut self.out);
+        self.out.as_slice().to_vec()
+    }
+
+    fn reply(&mut self, now: Instant, op: u64, reply: Reply) -> Vec<Effect> {
+        self.on(VvmEvent::Reply {
+            now,
+            op: OpId(op),
+            reply,
+        })
+    }
+
+    /// Launched at t0 and leading slot 1 at revision 5 (insert op 1, renew timer 2); services
+    /// asked to start.
+    fn starting() -> Self {
+        let mut h = Harness::new(&config(1));
+        h.on(VvmEvent::Launch { now: t0() });
+        h.reply(t0(), 1, Reply::Written(Revision(5)));
+        h
+    }
+
+    fn running() -> Self {
+        let mut h = Harness::starting();
+        h.on(VvmEvent::ServicesStarted { now: t0() + ms(10) });
+        h
+    }
+}
+
+// covers: VVM.LaunchVVM
+#[test]
+fn v1_launch_tries_slot_one() {
+    let mut h = Harness::new(&config(3));
+    assert_eq!(h.on(VvmEvent::Launch { now: t0() }), [insert(1, 1)]);
+    assert_eq!(h.vvm.phase(), Phase::AcquiringLeadership);
+    // A second launch is not acted on.
+    assert_eq!(h.on(VvmEvent::Launch { now: t0() }), []);
+}
+
+// covers: VVM.LaunchVVM
+#[test]
+fn v2_won_slot_starts_the_services_with_its_token() {
+    let mut h = Harness::new(&config(1));
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(
+        h.reply(t0() + ms(3), 1, Reply::Written(Revision(5))),
+        [
+            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::Acquired { token: token(1, 5) },
+            Effect::SetTimer {
+                timer: lease_timer(2),
+                at: t0() + secs(5)
+            },
+            Effect::StartServices { token: token(1, 5) },
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::StartingServices);
+}
+
+// covers: VVM.tryToAcquireLeadership
+#[test]
+fn v3_a_held_slot_moves_on_to_the_next() {
+    let mut h = Harness::new(&config(3));
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Rejected),
+        [
+            Effect::NotAcquired {
+                slot: Slot(1),
+                refusal: Refusal::Held
+            },
+            insert(2, 2)
+        ]
+    );
+}
+
+// covers: VVM.tryToAcquireLeadership
+#[test]
+fn v4_v6_after_the_last_slot_it_waits_a_round_and_starts_again_at_slot_one() {
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Rejected);
+    let round = TimerId {
+        kind: TimerKind::Round,
+        seq: 1,
+    };
+    assert_eq!(
+        h.reply(t0() + ms(5), 2, Reply::Failed),
+        [
+            Effect::NotAcquired {
+                slot: Slot(2),
+                refusal: Refusal::StoreFailed
+            },
+            Effect::SetTimer {
+                timer: round,
+                at: t0() + ms(1_005)
+            }
+        ]
+    );
+    assert_eq!(
+        h.on(VvmEvent::Timer {
+            now: t0() + ms(1_005),
+            timer: round
+        }),
+        [insert(3, 1)]
+    );
+}
+
+// covers: VVM.tryToAcquireLeadership
+#[test]
+fn v4_the_round_timer_never_goes_past_the_acquisition_end() {
+    let config = VvmConfig::builder("a")
+        .acquisition(secs(2))
+        .round_interval(secs(5))
+        .build()
+        .unwrap();
+    let mut h = Harness::new(&config);
+    h.on(VvmEvent::Launch { now: t0() });
+    let effects = h.reply(t0() + ms(100), 1, Reply::Rejected);
+    assert_eq!(
+        effects[1],
+        Effect::SetTimer {
+            timer: TimerId {
+                kind: TimerKind::Round,
+                seq: 1
+            },
+            at: t0() + secs(2)
+        }
+    );
+}
+
+// covers: VVM.tryToAcquireLeadership, VVM.updateProblem
+#[test]
+fn v5_acquisition_ends_with_a_problem_when_its_duration_is_over() {
+    let config = VvmConfig::builder("a").acquisition(secs(1)).build().unwrap();
+    let mut h = Harness::new(&config);
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(
+        h.reply(t0() + secs(1), 1, Reply::Rejected),
+        [
+            Effect::NotAcquired {
+                slot: Slot(1),
+                refusal: Refusal::Held
+            },
+            Effect::ProblemRaised {
+                problem: Problem::AcquisitionFailed
+            }
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Idle);
+    assert_eq!(h.vvm.problem(), Some(Problem::AcquisitionFailed));
+}
+
+// covers: VVM.LaunchVVM
+#[test]
+fn v7_services_started_completes_the_launch() {
+    let mut h = Harness::starting();
+    assert_eq!(
+        h.on(VvmEvent::ServicesStarted { now: t0() }),
+        [Effect::Running { token: token(1, 5) }]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Running);
+}
+
+// covers: VVM.updateProblem
+#[test]
+fn v8_a_service_failing_to_start_is_the_problem() {
+    let mut h = Harness::starting();
+    assert_eq!(
+        h.on(VvmEvent::ServiceFailed { now: t0(), index: 2 }),
+        [Effect::ProblemRaised {
+            problem: Problem::ServiceStartFailed { index: 2 }
+        }]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Running);
+}
+
+// covers: VVM.updateProblem
+#[test]
+fn v9_a_running_service_failure_is_the_problem_and_only_the_first_counts() {
+    let mut h = Harness::running();
+    assert_eq!(
+        h.on(VvmEvent::ServiceFailed { now: t0(), index: 0 }),
+        [Effect::ProblemRaised {
+            problem: Problem::ServiceFailed { index: 0 }
+        }]
+    );
+    assert_eq!(h.on(VvmEvent::ServiceFailed { now: t0(), index: 1 }), []);
+    assert_eq!(h.vvm.problem(), Some(Problem::ServiceFailed { index: 0 }));
+}
+
+// covers: LeadershipMonitor, VVM.updateProblem
+#[test]
+fn v10_a_leadership_loss_is_the_problem_and_services_keep_running() {
+    let mut h = Harness::running();
+    let renew = t0() + secs(5);
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    let lost = Problem::LeadershipLost {
+        slot: Slot(1),
+        reason: LossReason::Overtaken,
+    };
+    assert_eq!(
+        h.reply(renew, 3, Reply::Rejected),
+        [
+            Effect::Lost {
+                slot: Slot(1),
+                reason: LossReason::Overtaken
+            },
+            cad(4, 5),
+            Effect::ProblemRaised { problem: lost }
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Running);
+    assert_eq!(h.vvm.problem(), Some(lost));
+}
+
+// covers: VVM.Shutdown
+#[test]
+fn v11_shutdown_stops_the_services_first() {
+    let mut h = Harness::running();
+    assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), [Effect::StopServices]);
+    assert_eq!(h.vvm.phase(), Phase::StoppingServices);
+
+    let mut starting = Harness::starting();
+    assert_eq!(starting.on(VvmEvent::Shutdown { now: t0() }), [Effect::StopServices]);
+}
+
+// covers: VVM.ShutdownAnyState, Lease.ReleaseDuringOp
+#[test]
+fn v12_shutdown_during_acquisition_waits_for_the_insert_and_releases_a_win() {
+    let mut h = Harness::new(&config(1));
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), []);
+    assert_eq!(h.vvm.phase(), Phase::StoppingMonitor);
+    assert_eq!(
+        h.reply(t0() + ms(2), 1, Reply::Written(Revision(5))),
+        [
+            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::Acquired { token: token(1, 5) },
+            Effect::SetTimer {
+                timer: lease_timer(2),
+                at: t0() + secs(5)
+            },
+            Effect::MonitorStopped,
+            cad(3, 5),
+        ]
+    );
+    assert_eq!(
+        h.reply(t0() + ms(4), 3, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Shutdown);
+}
+
+// covers: VVM.ShutdownAnyState
+#[test]
+fn v12_v14_shutdown_after_a_failed_acquisition_finishes_with_its_problem() {
+    let config = VvmConfig::builder("a").acquisition(secs(1)).build().unwrap();
+    let mut h = Harness::new(&config);
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0() + secs(1), 1, Reply::Rejected);
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() + secs(2) }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished {
+                problem: Some(Problem::AcquisitionFailed)
+            }
+        ]
+    );
+}
+
+// covers: VVM.ShutdownAnyState
+#[test]
+fn v12_shutdown_between_rounds_finishes_at_once() {
+    let mut h = Harness::new(&config(1));
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Rejected);
+    assert_eq!(h.vvm.phase(), Phase::AcquiringLeadership);
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
+}
+
+// covers: VVM.Shutdown
+#[test]
+fn v13_v17_services_stopped_then_monitor_stopped_then_release_then_finished() {
+    let mut h = Harness::running();
+    h.on(VvmEvent::Shutdown { now: t0() + secs(1) });
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped { now: t0() + secs(1) }),
+        [Effect::MonitorStopped, cad(3, 5)]
+    );
+    assert_eq!(h.vvm.phase(), Phase::CleaningElections);
+    assert_eq!(
+        h.reply(t0() + secs(1), 3, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Shutdown);
+}
+
+// covers: VVM.Shutdown, Lease.ReleaseDuringOp
+#[test]
+fn v15_v16_a_renewal_in_flight_is_waited_for_before_the_release() {
+    let mut h = Harness::running();
+    let renew = t0() + secs(5);
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    h.on(VvmEvent::Shutdown { now: renew });
+    assert_eq!(h.on(VvmEvent::ServicesStopped { now: renew }), []);
+    assert_eq!(h.vvm.phase(), Phase::StoppingMonitor);
+    assert_eq!(
+        h.reply(renew + ms(1), 3, Reply::Written(Revision(6))),
+        [
+            Effect::ArmKiller { at: renew + secs(16) },
+            Effect::Renewed { token: token(1, 6) },
+            Effect::SetTimer {
+                timer: lease_timer(4),
+                at: renew + secs(5)
+            },
+            Effect::MonitorStopped,
+            cad(5, 6),
+        ]
+    );
+}
+
+// covers: VVM.Shutdown, LeadershipMonitor
+#[test]
+fn v17_shutdown_after_a_loss_returns_the_loss() {
+    let mut h = Harness::running();
+    let renew = t0() + secs(5);
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    h.reply(renew, 3, Reply::Rejected);
+    h.on(VvmEvent::Shutdown { now: renew });
+    // The cleanup delete of the loss is still in flight: wait for it.
+    assert_eq!(h.on(VvmEvent::ServicesStopped { now: renew }), []);
+    let lost = Problem::LeadershipLost {
+        slot: Slot(1),
+        reason: LossReason::Overtaken,
+    };
+    assert_eq!(
+        h.reply(renew, 4, Reply::Rejected),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished {
+                problem: Some(lost)
+            }
+        ]
+    );
+}
+
+// covers: VVM.ShutdownAnyState
+#[test]
+fn v18_a_second_shutdown_is_a_no_op() {
+    let mut h = Harness::running();
+    h.on(VvmEvent::Shutdown { now: t0() });
+    assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), []);
+    h.on(VvmEvent::ServicesStopped { now: t0() });
+    h.reply(t0(), 3, Reply::Deleted);
+    assert_eq!(h.vvm.phase(), Phase::Shutdown);
+    assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), []);
+    assert_eq!(h.reply(t0(), 3, Reply::Deleted), []);
+}
+
+// covers: VVM.updateProblem
+#[test]
+fn a_service_failing_while_being_stopped_is_still_reported_if_first() {
+    let mut h = Harness::running();
+    h.on(VvmEvent::Shutdown { now: t0() });
+    assert_eq!(
+        h.on(VvmEvent::ServiceFailed { now: t0(), index: 1 }),
+        [Effect::ProblemRaised {
+            problem: Problem::ServiceFailed { index: 1 }
+        }]
+    );
+}
