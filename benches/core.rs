@@ -35,10 +35,23 @@ fn renewals(c: &mut Criterion) {
     let mut machine = Leadership::new(lease, Incarnation(1));
     let mut out = Effects::new();
     let mut now_ns: u64 = 0;
-    machine.handle(&LeaseEvent::Acquire { now: Instant::from_nanos(now_ns), slot: Slot(1) }, &mut out);
+    machine.handle(
+        &LeaseEvent::Acquire {
+            now: Instant::from_nanos(now_ns),
+            slot: Slot(1),
+        },
+        &mut out,
+    );
     let op = store_op(&out);
     out.clear();
-    machine.handle(&LeaseEvent::Reply { now: Instant::from_nanos(now_ns), op, reply: Reply::Written(Revision(1)) }, &mut out);
+    machine.handle(
+        &LeaseEvent::Reply {
+            now: Instant::from_nanos(now_ns),
+            op,
+            reply: Reply::Written(Revision(1)),
+        },
+        &mut out,
+    );
     let mut next_timer = timer(&out);
     let mut revision = 1;
 
@@ -50,10 +63,23 @@ fn renewals(c: &mut Criterion) {
             revision += 1;
             let now = Instant::from_nanos(now_ns);
             out.clear();
-            machine.handle(black_box(&LeaseEvent::Timer { now, timer: next_timer }), &mut out);
+            machine.handle(
+                black_box(&LeaseEvent::Timer {
+                    now,
+                    timer: next_timer,
+                }),
+                &mut out,
+            );
             let op = store_op(&out);
             out.clear();
-            machine.handle(black_box(&LeaseEvent::Reply { now, op, reply: Reply::Written(Revision(revision)) }), &mut out);
+            machine.handle(
+                black_box(&LeaseEvent::Reply {
+                    now,
+                    op,
+                    reply: Reply::Written(Revision(revision)),
+                }),
+                &mut out,
+            );
             next_timer = timer(&out);
         })
     });
@@ -68,7 +94,14 @@ fn full_lifecycle(config: &VvmConfig) -> Lifecycle {
     vvm.handle(&VvmEvent::Launch { now }, &mut out);
     let op = store_op(&out);
     out.clear();
-    vvm.handle(&VvmEvent::Reply { now, op, reply: Reply::Written(Revision(1)) }, &mut out);
+    vvm.handle(
+        &VvmEvent::Reply {
+            now,
+            op,
+            reply: Reply::Written(Revision(1)),
+        },
+        &mut out,
+    );
     out.clear();
     vvm.handle(&VvmEvent::ServicesStarted { now }, &mut out);
     out.clear();
@@ -77,7 +110,14 @@ fn full_lifecycle(config: &VvmConfig) -> Lifecycle {
     vvm.handle(&VvmEvent::ServicesStopped { now }, &mut out);
     let op = store_op(&out);
     out.clear();
-    vvm.handle(&VvmEvent::Reply { now, op, reply: Reply::Deleted }, &mut out);
+    vvm.handle(
+        &VvmEvent::Reply {
+            now,
+            op,
+            reply: Reply::Deleted,
+        },
+        &mut out,
+    );
     vvm
 }
 

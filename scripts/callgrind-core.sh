@@ -4,7 +4,7 @@
 # the whole workload per event (harness included) from two runs with N and 2N events.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --example core_events -q
+cargo build --release -p vvm-core --example core_events -q
 bin=target/release/examples/core_events
 n=${1:-60000}
 run() { # machine events out-file

@@ -6,4 +6,9 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub use vvm_core as core;
+pub use vvm_core;
+pub use vvm_core::{
+    ConfigError, FencingToken, Incarnation, Instant, LeaseConfig, LossReason, Phase, Problem,
+    Revision, Slot, VvmConfig, VvmConfigBuilder,
+};
+pub use vvm_runtime::*;

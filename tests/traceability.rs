@@ -7,7 +7,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Folders whose `.rs` files may carry `covers:` lines.
-const CODE_ROOTS: &[&str] = &["core", "runtime", "adapters", "src", "tests", "benches", "examples"];
+const CODE_ROOTS: &[&str] = &[
+    "core", "runtime", "adapters", "src", "tests", "benches", "examples",
+];
 /// The marker that opens a coverage line.
 const COVERS: &str = "covers:";
 /// Deepest folder nesting walked; a bound against link loops.
@@ -20,7 +22,9 @@ fn spec_ids(text: &str) -> BTreeSet<String> {
     while let Some(start) = rest.find("`~") {
         let after = &rest[start + 2..];
         match after.find("~`") {
-            Some(end) if !after[..end].is_empty() && !after[..end].contains(char::is_whitespace) => {
+            Some(end)
+                if !after[..end].is_empty() && !after[..end].contains(char::is_whitespace) =>
+            {
                 ids.insert(after[..end].to_owned());
                 rest = &after[end + 2..];
             }
@@ -38,7 +42,9 @@ fn covered_ids(text: &str) -> BTreeSet<String> {
         if !(line.starts_with("//") || line.starts_with("///")) {
             continue;
         }
-        let Some(at) = line.find(COVERS) else { continue };
+        let Some(at) = line.find(COVERS) else {
+            continue;
+        };
         for id in line[at + COVERS.len()..].split(',') {
             let id = id.trim().trim_end_matches('.');
             if !id.is_empty() {
@@ -57,8 +63,13 @@ fn check(specs: &BTreeSet<String>, covered: &BTreeSet<String>) -> (Vec<String>, 
 }
 
 fn rust_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-    assert!(depth <= DEPTH_MAX, "folders nested deeper than {DEPTH_MAX} under {dir:?}");
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    assert!(
+        depth <= DEPTH_MAX,
+        "folders nested deeper than {DEPTH_MAX} under {dir:?}"
+    );
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
@@ -116,7 +127,8 @@ fn every_spec_id_is_covered_by_a_test() {
 fn the_check_itself_reports_what_is_missing() {
     let specs = spec_ids("a `~A.One~` b `~A.Two~` c `~ not an id ~` `~`");
     assert_eq!(specs, BTreeSet::from(["A.One".into(), "A.Two".into()]));
-    let covered = covered_ids("// covers: A.One, B.Three.\nlet x = 1; // covers: A.Two\n  /// covers: A.One");
+    let covered =
+        covered_ids("// covers: A.One, B.Three.\nlet x = 1; // covers: A.Two\n  /// covers: A.One");
     assert_eq!(covered, BTreeSet::from(["A.One".into(), "B.Three".into()]));
     let (uncovered, unknown) = check(&specs, &covered);
     assert_eq!(uncovered, vec!["A.Two".to_owned()]);

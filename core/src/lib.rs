@@ -43,6 +43,7 @@ mod config;
 mod effect;
 pub mod leadership;
 pub mod lifecycle;
+pub mod sequencer;
 mod time;
 
 pub use config::{

@@ -76,37 +76,110 @@ fn full_life(vvm: &mut Lifecycle, out: &mut Effects, rounds: u64) -> u64 {
     let mut now = 0;
     handle(vvm, out, VvmEvent::Launch { now: ms(now) });
     let op = op_of(out);
-    handle(vvm, out, VvmEvent::Reply { now: ms(now), op, reply: Reply::Written(Revision(1)) });
+    handle(
+        vvm,
+        out,
+        VvmEvent::Reply {
+            now: ms(now),
+            op,
+            reply: Reply::Written(Revision(1)),
+        },
+    );
     let mut timer = timer_of(out);
     handle(vvm, out, VvmEvent::ServicesStarted { now: ms(now) });
     for round in 0..rounds {
         now += 5_000;
         let revision = Revision(round + 2);
-        handle(vvm, out, VvmEvent::Timer { now: ms(now), timer });
+        handle(
+            vvm,
+            out,
+            VvmEvent::Timer {
+                now: ms(now),
+                timer,
+            },
+        );
         let op = op_of(out);
         match round % 4 {
             0 => {
-                handle(vvm, out, VvmEvent::Reply { now: ms(now), op, reply: Reply::Failed });
+                handle(
+                    vvm,
+                    out,
+                    VvmEvent::Reply {
+                        now: ms(now),
+                        op,
+                        reply: Reply::Failed,
+                    },
+                );
                 let retry = timer_of(out);
                 now += 1_000;
-                handle(vvm, out, VvmEvent::Timer { now: ms(now), timer: retry });
+                handle(
+                    vvm,
+                    out,
+                    VvmEvent::Timer {
+                        now: ms(now),
+                        timer: retry,
+                    },
+                );
                 let op = op_of(out);
-                handle(vvm, out, VvmEvent::Reply { now: ms(now), op, reply: Reply::Written(revision) });
+                handle(
+                    vvm,
+                    out,
+                    VvmEvent::Reply {
+                        now: ms(now),
+                        op,
+                        reply: Reply::Written(revision),
+                    },
+                );
             }
             1 => {
-                handle(vvm, out, VvmEvent::Reply { now: ms(now), op, reply: Reply::Unknown });
+                handle(
+                    vvm,
+                    out,
+                    VvmEvent::Reply {
+                        now: ms(now),
+                        op,
+                        reply: Reply::Unknown,
+                    },
+                );
                 let get = op_of(out);
-                let record = Record { incarnation: Incarnation(1), revision };
-                handle(vvm, out, VvmEvent::Reply { now: ms(now), op: get, reply: Reply::Found(Some(record)) });
+                let record = Record {
+                    incarnation: Incarnation(1),
+                    revision,
+                };
+                handle(
+                    vvm,
+                    out,
+                    VvmEvent::Reply {
+                        now: ms(now),
+                        op: get,
+                        reply: Reply::Found(Some(record)),
+                    },
+                );
             }
-            _ => handle(vvm, out, VvmEvent::Reply { now: ms(now), op, reply: Reply::Written(revision) }),
+            _ => handle(
+                vvm,
+                out,
+                VvmEvent::Reply {
+                    now: ms(now),
+                    op,
+                    reply: Reply::Written(revision),
+                },
+            ),
         }
         timer = timer_of(out);
     }
     handle(vvm, out, VvmEvent::Shutdown { now: ms(now) });
     handle(vvm, out, VvmEvent::ServicesStopped { now: ms(now) });
     let op = op_of(out);
-    handle(vvm, out, VvmEvent::Reply { now: ms(now), op, reply: Reply::Deleted });
+    handle(
+        vvm,
+        out,
+        VvmEvent::Reply {
+            now: ms(now),
+            op,
+            reply: Reply::Deleted,
+        },
+    );
     assert_eq!(vvm.phase(), Phase::Shutdown);
     events
 }
@@ -114,7 +187,10 @@ fn full_life(vvm: &mut Lifecycle, out: &mut Effects, rounds: u64) -> u64 {
 // covers: Lease.NoAllocation
 #[test]
 fn handling_events_allocates_nothing() {
-    let config = VvmConfig::builder("10.0.0.1:7000").lease(Duration::from_secs(20)).build().unwrap();
+    let config = VvmConfig::builder("10.0.0.1:7000")
+        .lease(Duration::from_secs(20))
+        .build()
+        .unwrap();
     let mut vvm = Lifecycle::new(&config, Incarnation(1));
     let mut out = Effects::new();
 
@@ -128,5 +204,8 @@ fn handling_events_allocates_nothing() {
     // The counter is live: an allocation in the same window is seen.
     let before = allocations();
     let boxed = Box::new(events);
-    assert!(allocations() > before, "the counting allocator counts ({boxed})");
+    assert!(
+        allocations() > before,
+        "the counting allocator counts ({boxed})"
+    );
 }

@@ -29,7 +29,10 @@ fn each_bad_input_is_its_own_error() {
             VvmConfig::builder("x".repeat(256)),
             ConfigError::AddressTooLong { len: 256, max: 255 },
         ),
-        (VvmConfig::builder("a\nb"), ConfigError::AddressHasControlCharacter),
+        (
+            VvmConfig::builder("a\nb"),
+            ConfigError::AddressHasControlCharacter,
+        ),
         (ok().slots(0), ConfigError::NoSlots),
         (
             ok().slots(1025),
@@ -53,7 +56,8 @@ fn each_bad_input_is_its_own_error() {
             },
         ),
         (
-            ok().lease(Duration::from_secs(20)).store_timeout(Duration::from_secs(1)),
+            ok().lease(Duration::from_secs(20))
+                .store_timeout(Duration::from_secs(1)),
             ConfigError::StoreTimeoutOutOfRange {
                 timeout: Duration::from_secs(1),
                 retry_interval: Duration::from_secs(1),
@@ -66,7 +70,10 @@ fn each_bad_input_is_its_own_error() {
                 retry_interval: Duration::from_secs(1),
             },
         ),
-        (ok().acquisition(Duration::ZERO), ConfigError::AcquisitionZero),
+        (
+            ok().acquisition(Duration::ZERO),
+            ConfigError::AcquisitionZero,
+        ),
         (
             ok().acquisition(Duration::from_secs(7 * 86_400 + 1)),
             ConfigError::AcquisitionTooLong {
@@ -74,7 +81,10 @@ fn each_bad_input_is_its_own_error() {
                 max: ACQUISITION_MAX,
             },
         ),
-        (ok().round_interval(Duration::ZERO), ConfigError::RoundIntervalZero),
+        (
+            ok().round_interval(Duration::ZERO),
+            ConfigError::RoundIntervalZero,
+        ),
     ];
     for (builder, expected) in cases {
         assert_eq!(build(builder), Err(expected.clone()), "{expected}");
@@ -99,7 +109,11 @@ fn the_store_timeout_stays_below_the_retry_interval() {
     let lease = LeaseConfig::new(Duration::from_secs(20)).unwrap();
     assert_eq!(lease.store_timeout(), Duration::from_millis(500));
     assert!(lease.store_timeout() < lease.retry_interval());
-    let custom = lease.with_store_timeout(Duration::from_millis(999)).unwrap();
+    let custom = lease
+        .with_store_timeout(Duration::from_millis(999))
+        .unwrap();
     assert_eq!(custom.store_timeout(), Duration::from_millis(999));
-    assert!(lease.with_store_timeout(Duration::from_millis(1_000)).is_err());
+    assert!(lease
+        .with_store_timeout(Duration::from_millis(1_000))
+        .is_err());
 }

@@ -77,7 +77,10 @@ impl Harness {
     /// Acquire at t0 (insert op 1), confirmed as revision 5: renew timer 2 at t0 + 5 s.
     fn leading() -> Self {
         let mut h = Harness::new();
-        h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+        h.on(LeaseEvent::Acquire {
+            now: t0(),
+            slot: SLOT,
+        });
         h.reply(t0() + ms(10), 1, Reply::Written(Revision(5)));
         h
     }
@@ -111,7 +114,10 @@ fn cad(op: u64, expected: u64) -> Effect {
 #[test]
 fn l1_acquire_from_idle_inserts_our_record_with_the_lease_as_ttl() {
     let mut h = Harness::new();
-    let effects = h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    let effects = h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     assert_eq!(
         effects,
         [Effect::Insert {
@@ -141,13 +147,18 @@ fn l2_release_without_a_lease_reports_released_at_once() {
 #[test]
 fn l3_won_insert_arms_the_killer_from_the_send_time_and_the_renew_timer() {
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     // The reply arrives 3 s after the send: the deadline is still anchored to the send.
     let effects = h.reply(t0() + secs(3), 1, Reply::Written(Revision(5)));
     assert_eq!(
         effects,
         [
-            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::ArmKiller {
+                at: t0() + secs(16)
+            },
             Effect::Acquired { token: token(5) },
             Effect::SetTimer {
                 timer: timer(2),
@@ -163,10 +174,21 @@ fn l3_won_insert_arms_the_killer_from_the_send_time_and_the_renew_timer() {
 #[test]
 fn l4_release_asked_during_insert_deletes_the_record_once_it_is_confirmed() {
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     assert_eq!(h.release(t0() + ms(1)), []);
     let effects = h.reply(t0() + ms(5), 1, Reply::Written(Revision(5)));
-    assert_eq!(effects, [Effect::ArmKiller { at: t0() + secs(16) }, cad(2, 5)]);
+    assert_eq!(
+        effects,
+        [
+            Effect::ArmKiller {
+                at: t0() + secs(16)
+            },
+            cad(2, 5)
+        ]
+    );
     assert_eq!(
         h.reply(t0() + ms(9), 2, Reply::Deleted),
         [Effect::Released {
@@ -183,14 +205,25 @@ fn l4_release_asked_during_renewal_deletes_with_the_new_revision() {
     let mut h = Harness::renewing();
     assert_eq!(h.release(t0() + secs(5) + ms(1)), []);
     let effects = h.reply(t0() + secs(5) + ms(5), 3, Reply::Written(Revision(6)));
-    assert_eq!(effects, [Effect::ArmKiller { at: t0() + secs(21) }, cad(4, 6)]);
+    assert_eq!(
+        effects,
+        [
+            Effect::ArmKiller {
+                at: t0() + secs(21)
+            },
+            cad(4, 6)
+        ]
+    );
 }
 
 // covers: Lease.Acquire
 #[test]
 fn l5_insert_rejected_means_the_slot_is_held() {
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     assert_eq!(
         h.reply(t0(), 1, Reply::Rejected),
         [Effect::NotAcquired {
@@ -205,7 +238,10 @@ fn l5_insert_rejected_means_the_slot_is_held() {
 #[test]
 fn l5_insert_rejected_after_a_release_was_asked_also_reports_released() {
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     h.release(t0());
     assert_eq!(
         h.reply(t0(), 1, Reply::Rejected),
@@ -226,7 +262,10 @@ fn l5_insert_rejected_after_a_release_was_asked_also_reports_released() {
 #[test]
 fn l6_insert_failed_is_not_acquired_for_a_store_failure() {
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     assert_eq!(
         h.reply(t0(), 1, Reply::Failed),
         [Effect::NotAcquired {
@@ -241,10 +280,16 @@ fn l6_insert_failed_is_not_acquired_for_a_store_failure() {
 #[test]
 fn l7_insert_with_unknown_outcome_is_read_back() {
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     assert_eq!(
         h.reply(t0() + ms(500), 1, Reply::Unknown),
-        [Effect::Get { op: OpId(2), slot: SLOT }]
+        [Effect::Get {
+            op: OpId(2),
+            slot: SLOT
+        }]
     );
     assert!(h.machine.in_flight());
 }
@@ -268,7 +313,10 @@ fn l8_release_while_in_flight_waits_for_the_reply() {
 #[test]
 fn l9_unknown_insert_found_ours_is_won_anchored_to_the_insert_send_time() {
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     h.reply(t0() + ms(500), 1, Reply::Unknown);
     let record = Record {
         incarnation: ME,
@@ -278,7 +326,9 @@ fn l9_unknown_insert_found_ours_is_won_anchored_to_the_insert_send_time() {
     assert_eq!(
         effects,
         [
-            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::ArmKiller {
+                at: t0() + secs(16)
+            },
             Effect::Acquired { token: token(7) },
             Effect::SetTimer {
                 timer: timer(3),
@@ -293,7 +343,10 @@ fn l9_unknown_insert_found_ours_is_won_anchored_to_the_insert_send_time() {
 fn l10_unknown_insert_found_a_predecessors_record_is_not_adopted() {
     // A restarted process at the same address has a new incarnation: the old record is not ours.
     let mut h = Harness::new();
-    h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
     h.reply(t0(), 1, Reply::Unknown);
     let record = Record {
         incarnation: OTHER,
@@ -314,7 +367,10 @@ fn l10_unknown_insert_found_a_predecessors_record_is_not_adopted() {
 fn l11_unknown_insert_not_found_or_unreadable_is_not_acquired() {
     for reply in [Reply::Found(None), Reply::Failed, Reply::Unknown] {
         let mut h = Harness::new();
-        h.on(LeaseEvent::Acquire { now: t0(), slot: SLOT });
+        h.on(LeaseEvent::Acquire {
+            now: t0(),
+            slot: SLOT,
+        });
         h.reply(t0(), 1, Reply::Unknown);
         assert_eq!(
             h.reply(t0(), 2, reply),
@@ -345,7 +401,12 @@ fn l12_pre_renewal_guard_only_moves_the_deadline_earlier() {
     let effects = h.fire(t0() + ms(500), 2);
     assert_eq!(
         effects,
-        [Effect::ArmKiller { at: t0() + ms(15_500) }, cas(3, 5)]
+        [
+            Effect::ArmKiller {
+                at: t0() + ms(15_500)
+            },
+            cas(3, 5)
+        ]
     );
     assert_eq!(h.machine.deadline(), Some(t0() + ms(15_500)));
 }
@@ -359,7 +420,9 @@ fn l13_confirmed_renewal_moves_the_deadline_to_its_send_time_plus_0_8_l() {
     assert_eq!(
         effects,
         [
-            Effect::ArmKiller { at: sent + secs(16) },
+            Effect::ArmKiller {
+                at: sent + secs(16)
+            },
             Effect::Renewed { token: token(6) },
             Effect::SetTimer {
                 timer: timer(4),
@@ -449,7 +512,10 @@ fn l18_renewal_with_unknown_outcome_is_read_back() {
     let mut h = Harness::renewing();
     assert_eq!(
         h.reply(t0() + secs(5), 3, Reply::Unknown),
-        [Effect::Get { op: OpId(4), slot: SLOT }]
+        [Effect::Get {
+            op: OpId(4),
+            slot: SLOT
+        }]
     );
     assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
 }
@@ -467,7 +533,9 @@ fn l19_unknown_renewal_found_committed_is_anchored_to_its_send_time() {
     assert_eq!(
         h.reply(sent + secs(3), 4, Reply::Found(Some(record))),
         [
-            Effect::ArmKiller { at: sent + secs(16) },
+            Effect::ArmKiller {
+                at: sent + secs(16)
+            },
             Effect::Renewed { token: token(6) },
             Effect::SetTimer {
                 timer: timer(5),
@@ -575,7 +643,13 @@ fn stale_replies_and_timers_change_nothing() {
     assert_eq!(h.reply(t0() + secs(6), 1, Reply::Written(Revision(99))), []);
     assert_eq!(h.reply(t0() + secs(6), 42, Reply::Rejected), []);
     assert_eq!(h.fire(t0() + secs(6), 2), []);
-    assert_eq!(h.on(LeaseEvent::Acquire { now: t0(), slot: Slot(2) }), []);
+    assert_eq!(
+        h.on(LeaseEvent::Acquire {
+            now: t0(),
+            slot: Slot(2)
+        }),
+        []
+    );
     assert_eq!(h.machine, before);
 }
 

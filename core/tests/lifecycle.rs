@@ -19,7 +19,10 @@ fn t0() -> Instant {
 }
 
 fn config(slots: u32) -> VvmConfig {
-    VvmConfig::builder("10.0.0.1:7000").slots(slots).build().unwrap()
+    VvmConfig::builder("10.0.0.1:7000")
+        .slots(slots)
+        .build()
+        .unwrap()
 }
 
 fn token(slot: u32, revision: u64) -> FencingToken {
@@ -113,7 +116,9 @@ fn v2_won_slot_starts_the_services_with_its_token() {
     assert_eq!(
         h.reply(t0() + ms(3), 1, Reply::Written(Revision(5))),
         [
-            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::ArmKiller {
+                at: t0() + secs(16)
+            },
             Effect::Acquired { token: token(1, 5) },
             Effect::SetTimer {
                 timer: lease_timer(2),
@@ -200,7 +205,10 @@ fn v4_the_round_timer_never_goes_past_the_acquisition_end() {
 // covers: VVM.tryToAcquireLeadership, VVM.updateProblem
 #[test]
 fn v5_acquisition_ends_with_a_problem_when_its_duration_is_over() {
-    let config = VvmConfig::builder("a").acquisition(secs(1)).build().unwrap();
+    let config = VvmConfig::builder("a")
+        .acquisition(secs(1))
+        .build()
+        .unwrap();
     let mut h = Harness::new(&config);
     h.on(VvmEvent::Launch { now: t0() });
     assert_eq!(
@@ -235,7 +243,10 @@ fn v7_services_started_completes_the_launch() {
 fn v8_a_service_failing_to_start_is_the_problem() {
     let mut h = Harness::starting();
     assert_eq!(
-        h.on(VvmEvent::ServiceFailed { now: t0(), index: 2 }),
+        h.on(VvmEvent::ServiceFailed {
+            now: t0(),
+            index: 2
+        }),
         [Effect::ProblemRaised {
             problem: Problem::ServiceStartFailed { index: 2 }
         }]
@@ -248,12 +259,21 @@ fn v8_a_service_failing_to_start_is_the_problem() {
 fn v9_a_running_service_failure_is_the_problem_and_only_the_first_counts() {
     let mut h = Harness::running();
     assert_eq!(
-        h.on(VvmEvent::ServiceFailed { now: t0(), index: 0 }),
+        h.on(VvmEvent::ServiceFailed {
+            now: t0(),
+            index: 0
+        }),
         [Effect::ProblemRaised {
             problem: Problem::ServiceFailed { index: 0 }
         }]
     );
-    assert_eq!(h.on(VvmEvent::ServiceFailed { now: t0(), index: 1 }), []);
+    assert_eq!(
+        h.on(VvmEvent::ServiceFailed {
+            now: t0(),
+            index: 1
+        }),
+        []
+    );
     assert_eq!(h.vvm.problem(), Some(Problem::ServiceFailed { index: 0 }));
 }
 
@@ -289,11 +309,17 @@ fn v10_a_leadership_loss_is_the_problem_and_services_keep_running() {
 #[test]
 fn v11_shutdown_stops_the_services_first() {
     let mut h = Harness::running();
-    assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), [Effect::StopServices]);
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [Effect::StopServices]
+    );
     assert_eq!(h.vvm.phase(), Phase::StoppingServices);
 
     let mut starting = Harness::starting();
-    assert_eq!(starting.on(VvmEvent::Shutdown { now: t0() }), [Effect::StopServices]);
+    assert_eq!(
+        starting.on(VvmEvent::Shutdown { now: t0() }),
+        [Effect::StopServices]
+    );
 }
 
 // covers: VVM.ShutdownAnyState, Lease.ReleaseDuringOp
@@ -306,7 +332,9 @@ fn v12_shutdown_during_acquisition_waits_for_the_insert_and_releases_a_win() {
     assert_eq!(
         h.reply(t0() + ms(2), 1, Reply::Written(Revision(5))),
         [
-            Effect::ArmKiller { at: t0() + secs(16) },
+            Effect::ArmKiller {
+                at: t0() + secs(16)
+            },
             Effect::Acquired { token: token(1, 5) },
             Effect::SetTimer {
                 timer: lease_timer(2),
@@ -332,12 +360,17 @@ fn v12_shutdown_during_acquisition_waits_for_the_insert_and_releases_a_win() {
 // covers: VVM.ShutdownAnyState
 #[test]
 fn v12_v14_shutdown_after_a_failed_acquisition_finishes_with_its_problem() {
-    let config = VvmConfig::builder("a").acquisition(secs(1)).build().unwrap();
+    let config = VvmConfig::builder("a")
+        .acquisition(secs(1))
+        .build()
+        .unwrap();
     let mut h = Harness::new(&config);
     h.on(VvmEvent::Launch { now: t0() });
     h.reply(t0() + secs(1), 1, Reply::Rejected);
     assert_eq!(
-        h.on(VvmEvent::Shutdown { now: t0() + secs(2) }),
+        h.on(VvmEvent::Shutdown {
+            now: t0() + secs(2)
+        }),
         [
             Effect::MonitorStopped,
             Effect::Released {
@@ -375,9 +408,13 @@ fn v12_shutdown_between_rounds_finishes_at_once() {
 #[test]
 fn v13_v17_services_stopped_then_monitor_stopped_then_release_then_finished() {
     let mut h = Harness::running();
-    h.on(VvmEvent::Shutdown { now: t0() + secs(1) });
+    h.on(VvmEvent::Shutdown {
+        now: t0() + secs(1),
+    });
     assert_eq!(
-        h.on(VvmEvent::ServicesStopped { now: t0() + secs(1) }),
+        h.on(VvmEvent::ServicesStopped {
+            now: t0() + secs(1)
+        }),
         [Effect::MonitorStopped, cad(3, 5)]
     );
     assert_eq!(h.vvm.phase(), Phase::CleaningElections);
@@ -409,7 +446,9 @@ fn v15_v16_a_renewal_in_flight_is_waited_for_before_the_release() {
     assert_eq!(
         h.reply(renew + ms(1), 3, Reply::Written(Revision(6))),
         [
-            Effect::ArmKiller { at: renew + secs(16) },
+            Effect::ArmKiller {
+                at: renew + secs(16)
+            },
             Effect::Renewed { token: token(1, 6) },
             Effect::SetTimer {
                 timer: lease_timer(4),
@@ -472,7 +511,10 @@ fn a_service_failing_while_being_stopped_is_still_reported_if_first() {
     let mut h = Harness::running();
     h.on(VvmEvent::Shutdown { now: t0() });
     assert_eq!(
-        h.on(VvmEvent::ServiceFailed { now: t0(), index: 1 }),
+        h.on(VvmEvent::ServiceFailed {
+            now: t0(),
+            index: 1
+        }),
         [Effect::ProblemRaised {
             problem: Problem::ServiceFailed { index: 1 }
         }]

@@ -88,14 +88,23 @@ fn at(ms: u64) -> Instant {
 }
 
 impl World {
-    fn reply(&mut self, index: usize, kind: ReplyKind, held: Option<Held>) -> Option<(OpId, Reply)> {
+    fn reply(
+        &mut self,
+        index: usize,
+        kind: ReplyKind,
+        held: Option<Held>,
+    ) -> Option<(OpId, Reply)> {
         if self.ops.is_empty() {
             return None;
         }
         let (op, _) = self.ops[index % self.ops.len()];
         let ours = |bump: u8, world: &mut World| {
             let base = held.map_or(world.revision, |h| h.revision.0);
-            let revision = if bump == 0 { base } else { world.revision + u64::from(bump) };
+            let revision = if bump == 0 {
+                base
+            } else {
+                world.revision + u64::from(bump)
+            };
             world.revision = world.revision.max(revision);
             revision
         };
@@ -128,7 +137,9 @@ impl World {
         let mut confirmed_now = false;
         for effect in out {
             match *effect {
-                Effect::Insert { op, .. } | Effect::CompareAndSwap { op, .. } | Effect::CompareAndDelete { op, .. } => {
+                Effect::Insert { op, .. }
+                | Effect::CompareAndSwap { op, .. }
+                | Effect::CompareAndDelete { op, .. } => {
                     self.ops.push((op, self.now_ms));
                     self.sent_ms.insert(op, self.now_ms);
                 }
@@ -142,7 +153,10 @@ impl World {
                 Effect::Acquired { token } | Effect::Renewed { token } => {
                     // covers: Lease.FencingToken
                     if let Some(last) = self.last_token {
-                        assert!(token.revision > last.revision, "fencing revision went from {last:?} to {token:?}");
+                        assert!(
+                            token.revision > last.revision,
+                            "fencing revision went from {last:?} to {token:?}"
+                        );
                     }
                     self.last_token = Some(token);
                     let op = self.replied_to.expect("a confirmation follows a reply");
@@ -156,17 +170,31 @@ impl World {
             if let Effect::ArmKiller { at: deadline } = *effect {
                 // covers: Lease.DeadlineOnlyLaterOnConfirm
                 if let Some(previous) = self.last_deadline {
-                    let confirmed = confirmed_now || out.iter().any(|e| matches!(e, Effect::CompareAndDelete { .. }));
-                    assert!(deadline <= previous || confirmed, "deadline moved later without a confirmed write");
+                    let confirmed = confirmed_now
+                        || out
+                            .iter()
+                            .any(|e| matches!(e, Effect::CompareAndDelete { .. }));
+                    assert!(
+                        deadline <= previous || confirmed,
+                        "deadline moved later without a confirmed write"
+                    );
                 }
                 self.last_deadline = Some(deadline);
             }
         }
         if let Some(held) = leadership.held() {
-            let send = at(self.confirmed_send_ms.expect("leading implies a confirmed write"));
+            let send = at(self
+                .confirmed_send_ms
+                .expect("leading implies a confirmed write"));
             // covers: processKillThreshold
-            assert!(held.deadline <= send + lease.kill_after(), "deadline beyond last confirmed send + 0.8 L");
-            assert!(held.deadline < send + lease.lease(), "deadline not before last confirmed send + L");
+            assert!(
+                held.deadline <= send + lease.kill_after(),
+                "deadline beyond last confirmed send + 0.8 L"
+            );
+            assert!(
+                held.deadline < send + lease.lease(),
+                "deadline not before last confirmed send + L"
+            );
             assert_eq!(held.anchor, send);
         }
     }

@@ -2,9 +2,42 @@
 //!
 //! The runtime feeds events into the pure machines of [`vvm_core`] and performs their effects:
 //! store calls (each under its own timeout), timers, the killer thread and the services.
+//!
+//! - [`Vvm`]: the host's typestate handle. `Vvm::provide` → [`Vvm<Provided>`] → `launch` →
+//!   [`Vvm<Launched>`] → `shutdown`, which returns the first problem as a [`VvmError`]. Dropping a
+//!   launched VVM starts the same shutdown in the background (see [`Vvm`]).
+//! - The driver: one task per VVM. It waits for the next timer, store reply, shutdown request or
+//!   service report, hands it to `Lifecycle::handle` and executes the effects; store calls run
+//!   under `LeaseConfig::store_timeout()` each, a timeout counting as an unknown outcome.
+//! - [`killer`]: one OS thread that ends the process when a kill deadline passes; injectable
+//!   ([`Killer`]) and, for paused-time tests, driven by a manual clock ([`KillerThread::manual`]).
+//! - [`services`]: the [`Service`] trait; services start in order once leadership is held and
+//!   stop in reverse order.
+//! - [`Elections`]: one slot's leadership without a VVM around it; [`leaders`]: who holds what.
+//! - [`Clock`]: tokio's clock from one process-wide origin, so `tokio::time::pause()` drives all.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod clock;
+pub mod discovery;
+mod driver;
+pub mod elections;
+mod error;
+mod executor;
+pub mod killer;
+mod pipeline;
+pub mod sequencer;
+pub mod services;
 pub mod store;
+mod vvm;
 
+pub use clock::{Clock, TimeSource};
+pub use discovery::{leaders, SlotHolder};
+pub use elections::{Elections, Tenure};
+pub use error::{ElectionsError, ServicesError, VvmError};
+pub use killer::{
+    ExitKiller, KillReport, Killer, KillerEntry, KillerThread, ManualKillerTime, RecordingKiller,
+};
+pub use services::{Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX};
 pub use store::{Lease, LeaseStore, LeaseValue, StoreError, ValueError};
+pub use vvm::{new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, Vvm, VvmState};

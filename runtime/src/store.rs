@@ -85,7 +85,9 @@ impl LeaseValue {
         let incarnation = u64::from_str_radix(hex, 16)
             .map_err(|_| ValueError::Malformed("incarnation is not 16 hex digits"))?;
         if address.is_empty() || address.chars().any(char::is_control) {
-            return Err(ValueError::Malformed("address is empty or has control characters"));
+            return Err(ValueError::Malformed(
+                "address is empty or has control characters",
+            ));
         }
         Ok(LeaseValue {
             address: address.to_owned(),
@@ -164,6 +166,17 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Reads the live record, if any.
     fn get(&self, key: Slot) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
+
+    /// How long the live record under `key` has left, as far as the store can tell; `Ok(None)`
+    /// when there is no live record or the store cannot say. Only for display (`vvm status`):
+    /// no decision of the elections depends on it.
+    fn time_left(
+        &self,
+        key: Slot,
+    ) -> impl Future<Output = Result<Option<Duration>, StoreError>> + Send {
+        let _ = key;
+        std::future::ready(Ok(None))
+    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! Feeds `N` events into a core machine and exits: a fixed workload for instruction counting
 //! (`valgrind --tool=callgrind`), where setup cost cancels out between two values of `N`.
 //!
-//! `cargo run --release --example core_events -- renewal 100000`
-//! `cargo run --release --example core_events -- lifecycle 100000`
+//! `cargo run --release -p vvm-core --example core_events -- renewal 100000`
+//! `cargo run --release -p vvm-core --example core_events -- lifecycle 100000`
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use vvm::vvm_core::*;
+use vvm_core::*;
 
 fn store_op(out: &Effects) -> Option<OpId> {
     out.iter().find_map(|e| match *e {
@@ -32,10 +32,23 @@ fn renewal(events: u64) -> Option<u64> {
     let mut machine = Leadership::new(lease, Incarnation(1));
     let mut out = Effects::new();
     let start = Instant::ZERO;
-    machine.handle(&LeaseEvent::Acquire { now: start, slot: Slot(1) }, &mut out);
+    machine.handle(
+        &LeaseEvent::Acquire {
+            now: start,
+            slot: Slot(1),
+        },
+        &mut out,
+    );
     let op = store_op(&out)?;
     out.clear();
-    machine.handle(&LeaseEvent::Reply { now: start, op, reply: Reply::Written(Revision(1)) }, &mut out);
+    machine.handle(
+        &LeaseEvent::Reply {
+            now: start,
+            op,
+            reply: Reply::Written(Revision(1)),
+        },
+        &mut out,
+    );
     let mut next = timer(&out)?;
     for round in 1..=events / 2 {
         let now = Instant::from_nanos(round * 5_000_000_000);
@@ -43,7 +56,14 @@ fn renewal(events: u64) -> Option<u64> {
         machine.handle(&LeaseEvent::Timer { now, timer: next }, &mut out);
         let op = store_op(&out)?;
         out.clear();
-        machine.handle(&LeaseEvent::Reply { now, op, reply: Reply::Written(Revision(round + 1)) }, &mut out);
+        machine.handle(
+            &LeaseEvent::Reply {
+                now,
+                op,
+                reply: Reply::Written(Revision(round + 1)),
+            },
+            &mut out,
+        );
         next = timer(&out)?;
     }
     machine.token().map(|token| token.revision.0)
@@ -61,7 +81,14 @@ fn lifecycle(events: u64) -> Option<u64> {
         vvm.handle(&VvmEvent::Launch { now }, &mut out);
         let op = store_op(&out)?;
         out.clear();
-        vvm.handle(&VvmEvent::Reply { now, op, reply: Reply::Written(Revision(1)) }, &mut out);
+        vvm.handle(
+            &VvmEvent::Reply {
+                now,
+                op,
+                reply: Reply::Written(Revision(1)),
+            },
+            &mut out,
+        );
         out.clear();
         vvm.handle(&VvmEvent::ServicesStarted { now }, &mut out);
         out.clear();
@@ -70,7 +97,14 @@ fn lifecycle(events: u64) -> Option<u64> {
         vvm.handle(&VvmEvent::ServicesStopped { now }, &mut out);
         let op = store_op(&out)?;
         out.clear();
-        vvm.handle(&VvmEvent::Reply { now, op, reply: Reply::Deleted }, &mut out);
+        vvm.handle(
+            &VvmEvent::Reply {
+                now,
+                op,
+                reply: Reply::Deleted,
+            },
+            &mut out,
+        );
         done += u64::from(vvm.phase() == Phase::Shutdown);
     }
     Some(done)

@@ -1,0 +1,601 @@
+//! The etcd store: every record is bound to an etcd lease, so expiry happens on the server.
+//!
+//! | operation | one etcd transaction |
+//! |---|---|
+//! | insert | grant a lease of the TTL; `if create_revision(key) == 0 then put(key, value, lease)` |
+//! | compare-and-swap | grant a lease; `if value(key) == expected && mod_revision(key) == rev then put(key, new, lease)` |
+//! | compare-and-delete | `if value(key) == expected && mod_revision(key) == rev then delete(key)` |
+//! | get | range read of the key |
+//!
+//! The revision of a record is its `mod_revision`, which etcd takes from one counter for the
+//! whole cluster: it strictly increases per key, also across delete and re-insert.
+//!
+//! # Leases
+//!
+//! Each write binds the record to a fresh lease, so a swap restarts the TTL and an expired lease
+//! deletes the record on the server (within etcd's lease-check period of about 0.5 s, and etcd
+//! extends every lease by its election timeout when a new etcd leader takes over: records may
+//! live a little longer than their TTL, never shorter). No lease leaks without bound:
+//! - a lease whose transaction did not write (compare false, or failed before sending) is
+//!   revoked;
+//! - the lease a successful swap or delete replaced is revoked;
+//! - a lease whose transaction ended with an unknown outcome is kept (it may carry our record)
+//!   and expires with its TTL.
+//!
+//! Revocations run in the background, at most [`REVOKES_IN_FLIGHT_MAX`] at once, each bounded by
+//! the request timeout. One that fails, is skipped, or is lost because the caller dropped the
+//! operation mid-way leaves a lease without keys that etcd removes when its TTL ends. So at any
+//! time the leases this store left behind are at most those granted during the last TTL.
+//!
+//! # TTL
+//!
+//! etcd grants leases in whole seconds, and never shorter than 1.5 × its election timeout
+//! (2 s with etcd's defaults). A TTL it cannot honour is refused, never rounded:
+//! [`EtcdStore::check_ttl`] says so up front, [`EtcdStore::validate`] also asks the server, and
+//! a write whose lease the server grants with another TTL fails and revokes that lease.
+//!
+//! # Errors
+//!
+//! A write that fails before its transaction was sent (the connection was refused, the TTL was
+//! refused, the lease grant failed, the server refused the request) is
+//! [`StoreError::Failed`]. One that ends after the transaction may have reached the server
+//! (deadline, unavailable, reset connection) is [`StoreError::Unknown`]. Reads only ever fail
+//! with [`StoreError::Failed`]: they write nothing.
+
+mod options;
+
+#[cfg(feature = "etcd-cluster")]
+pub mod cluster;
+
+use std::error::Error as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, LeaseClient,
+    PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+use tokio::sync::Semaphore;
+use vvm_core::{LeaseConfig, Revision, Slot};
+use vvm_runtime::{Lease, LeaseStore, LeaseValue, StoreError};
+
+#[cfg(feature = "etcd-tls")]
+pub use options::EtcdTls;
+pub use options::{
+    Credentials, EtcdError, EtcdOptions, CONNECT_TIMEOUT_DEFAULT, ENDPOINTS_MAX,
+    ENDPOINT_MAX_BYTES, PREFIX_DEFAULT, PREFIX_MAX_BYTES, REQUEST_TIMEOUT_DEFAULT,
+};
+
+/// The shortest TTL etcd grants with its default timing (1.5 × the 1 s election timeout,
+/// rounded up to whole seconds).
+pub const TTL_MIN: Duration = Duration::from_secs(2);
+/// The longest TTL etcd grants (`MaxLeaseTTL`, 9 000 000 000 s).
+pub const TTL_MAX: Duration = Duration::from_secs(9_000_000_000);
+/// Most lease revocations running in the background at once; beyond it leases expire by TTL.
+pub const REVOKES_IN_FLIGHT_MAX: usize = 64;
+
+/// A [`LeaseStore`] on an etcd cluster. Cloning shares the connection.
+#[derive(Clone)]
+pub struct EtcdStore {
+    kv: KvClient,
+    lease: LeaseClient,
+    prefix: Arc<str>,
+    revokes: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStore {
+    /// Sets up the connection to `options`' endpoints. With credentials it authenticates at
+    /// once (so the server must answer); otherwise members are connected to when first used.
+    pub async fn connect(options: EtcdOptions) -> Result<Self, EtcdError> {
+        let EtcdOptions {
+            endpoints,
+            prefix,
+            credentials,
+            #[cfg(feature = "etcd-tls")]
+            tls,
+            connect_timeout,
+            request_timeout,
+        } = options;
+        // With a leader required, a member cut off from its cluster refuses at once instead
+        // of holding the request until its timeout.
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(connect_timeout)
+            .with_timeout(request_timeout)
+            .with_require_leader(true)
+            .with_keep_alive(Duration::from_secs(10), connect_timeout);
+        if let Some(credentials) = &credentials {
+            connect = connect
+                .with_user(credentials.user(), credentials.password())
+                .with_auto_token_refresh(true);
+        }
+        #[cfg(feature = "etcd-tls")]
+        if let Some(tls) = tls {
+            connect = connect.with_tls(tls_options(tls));
+        }
+        let client = Client::connect(&endpoints, Some(connect))
+            .await
+            .map_err(|error| EtcdError::Connect {
+                reason: describe(&error),
+            })?;
+        tracing::debug!(endpoints = ?endpoints, prefix = %prefix, authenticated = credentials.is_some(), "etcd store set up");
+        Ok(EtcdStore {
+            kv: client.kv_client(),
+            lease: client.lease_client(),
+            prefix: prefix.into(),
+            revokes: Arc::new(Semaphore::new(REVOKES_IN_FLIGHT_MAX)),
+        })
+    }
+
+    /// The TTL in whole seconds when etcd can honour `ttl`: at least [`TTL_MIN`], at most
+    /// [`TTL_MAX`], a whole number of seconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use vvm_adapters::etcd::{EtcdError, EtcdStore};
+    ///
+    /// assert_eq!(EtcdStore::check_ttl(Duration::from_secs(10)), Ok(10));
+    /// assert!(matches!(EtcdStore::check_ttl(Duration::from_secs(1)), Err(EtcdError::TtlTooShort { .. })));
+    /// assert!(matches!(EtcdStore::check_ttl(Duration::from_millis(2500)), Err(EtcdError::TtlNotWholeSeconds { .. })));
+    /// ```
+    pub fn check_ttl(ttl: Duration) -> Result<i64, EtcdError> {
+        if ttl < TTL_MIN {
+            return Err(EtcdError::TtlTooShort { ttl, min: TTL_MIN });
+        }
+        if ttl.subsec_nanos() != 0 {
+            return Err(EtcdError::TtlNotWholeSeconds { ttl });
+        }
+        if ttl > TTL_MAX {
+            return Err(EtcdError::TtlTooLong { ttl, max: TTL_MAX });
+        }
+        i64::try_from(ttl.as_secs()).map_err(|_| EtcdError::TtlTooLong { ttl, max: TTL_MAX })
+    }
+
+    /// Checks before launch that the cluster honours `lease`: the TTL passes
+    /// [`check_ttl`](Self::check_ttl), and a probe lease of it is granted with exactly that TTL
+    /// (a cluster with a long election timeout grants longer ones). The probe is revoked.
+    pub async fn validate(&self, lease: &LeaseConfig) -> Result<(), EtcdError> {
+        let ttl_secs = Self::check_ttl(lease.lease())?;
+        let mut client = self.lease.clone();
+        let granted = client
+            .grant(ttl_secs, None)
+            .await
+            .map_err(|error| EtcdError::Connect {
+                reason: describe(&error),
+            })?;
+        let outcome = if granted.ttl() == ttl_secs {
+            Ok(())
+        } else {
+            Err(EtcdError::TtlNotHonoured {
+                asked_secs: ttl_secs,
+                granted_secs: granted.ttl(),
+            })
+        };
+        if let Err(error) = client.revoke(granted.id()).await {
+            tracing::debug!(lease = granted.id(), error = %describe(&error), "probe lease not revoked; it expires with its TTL");
+        }
+        outcome
+    }
+
+    /// The key prefix of this store's records.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The key of `slot`: the prefix followed by the slot number.
+    pub fn key(&self, slot: Slot) -> Vec<u8> {
+        format!("{}{}", self.prefix, slot.0).into_bytes()
+    }
+
+    /// Grants a lease of exactly `ttl`; `Failed` otherwise (nothing is written yet).
+    async fn grant(&self, ttl: Duration) -> Result<i64, StoreError> {
+        let ttl_secs = Self::check_ttl(ttl).map_err(|error| StoreError::Failed {
+            reason: error.to_string(),
+        })?;
+        let granted = self
+            .lease
+            .clone()
+            .grant(ttl_secs, None)
+            .await
+            .map_err(|error| StoreError::Failed {
+                reason: format!("granting a lease: {}", describe(&error)),
+            })?;
+        if granted.ttl() != ttl_secs {
+            self.revoke_later(granted.id());
+            let error = EtcdError::TtlNotHonoured {
+                asked_secs: ttl_secs,
+                granted_secs: granted.ttl(),
+            };
+            return Err(StoreError::Failed {
+                reason: error.to_string(),
+            });
+        }
+        Ok(granted.id())
+    }
+
+    /// Revokes `lease` in the background, best effort (see the module documentation).
+    fn revoke_later(&self, lease: i64) {
+        if lease == 0 {
+            return;
+        }
+        let Ok(permit) = self.revokes.clone().try_acquire_owned() else {
+            tracing::debug!(
+                lease,
+                "too many revocations in flight; the lease expires with its TTL"
+            );
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut client = self.lease.clone();
+        runtime.spawn(async move {
+            if let Err(error) = client.revoke(lease).await {
+                tracing::debug!(lease, error = %describe(&error), "lease not revoked; it expires with its TTL");
+            }
+            drop(permit);
+        });
+    }
+
+    /// Runs a write transaction that carries `lease` (0 for none). On an error the lease is
+    /// revoked only when the transaction certainly did not apply.
+    async fn write(&self, txn: Txn, lease: i64) -> Result<etcd_client::TxnResponse, StoreError> {
+        match self.kv.clone().txn(txn).await {
+            Ok(response) => Ok(response),
+            Err(error) => {
+                let error = classify_write(&error);
+                if !error.is_unknown() {
+                    self.revoke_later(lease);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// `Some(revision)` when the transaction succeeded, `None` when its comparison was false
+    /// (then its fresh lease is revoked).
+    fn written(
+        &self,
+        response: &etcd_client::TxnResponse,
+        lease: i64,
+    ) -> Result<Option<Revision>, StoreError> {
+        if !response.succeeded() {
+            self.revoke_later(lease);
+            return Ok(None);
+        }
+        let revision = response
+            .header()
+            .map(|header| header.revision())
+            .ok_or_else(|| StoreError::Unknown {
+                reason: "etcd answered a write without a revision".into(),
+            })?;
+        let mut previous = 0;
+        for op in response.op_responses() {
+            if let TxnOpResponse::Put(put) = op {
+                previous = put.prev_key().map_or(0, |kv| kv.lease());
+            }
+        }
+        if previous != lease {
+            self.revoke_later(previous);
+        }
+        revision_from(revision).map(Some)
+    }
+}
+
+#[cfg(feature = "etcd-tls")]
+fn tls_options(tls: EtcdTls) -> etcd_client::TlsOptions {
+    let mut options = etcd_client::TlsOptions::new();
+    if let Some(ca) = tls.ca_pem {
+        options = options.ca_certificate(etcd_client::Certificate::from_pem(ca));
+    }
+    if let Some((certificate, key)) = tls.identity_pem {
+        options = options.identity(etcd_client::Identity::from_pem(certificate, key));
+    }
+    if let Some(domain) = tls.domain {
+        options = options.domain_name(domain);
+    }
+    options
+}
+
+fn revision_from(revision: i64) -> Result<Revision, StoreError> {
+    u64::try_from(revision)
+        .ok()
+        .filter(|revision| *revision > 0)
+        .map(Revision)
+        .ok_or_else(|| StoreError::Unknown {
+            reason: format!("etcd answered with revision {revision}"),
+        })
+}
+
+fn expected_revision(expected: &Lease) -> Option<i64> {
+    i64::try_from(expected.revision.0).ok()
+}
+
+/// The causes below `error`: etcd-client's error does not expose them, the gRPC status inside
+/// it does.
+fn causes<'a>(
+    error: &'a etcd_client::Error,
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    let first = match error {
+        etcd_client::Error::GRpcStatus(status) => status.source(),
+        etcd_client::Error::TransportError(transport) => transport.source(),
+        etcd_client::Error::IoError(io) => Some(io as &(dyn std::error::Error + 'static)),
+        _ => None,
+    };
+    std::iter::successors(first, |cause| {
+        let cause: &'a (dyn std::error::Error + 'static) = *cause;
+        cause.source()
+    })
+    .take(16)
+}
+
+/// The error and its causes, one line. etcd's errors never carry the credentials.
+fn describe(error: &etcd_client::Error) -> String {
+    let mut text = error.to_string();
+    for cause in causes(error) {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+    }
+    text
+}
+
+/// Whether the request never left this process: the TCP connection to the member was refused,
+/// so the server cannot have seen it.
+fn never_sent(error: &etcd_client::Error) -> bool {
+    causes(error).any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
+            )
+        })
+    })
+}
+
+/// Maps the error of a write transaction: `Failed` only when it certainly did not apply.
+fn classify_write(error: &etcd_client::Error) -> StoreError {
+    use etcd_client::Error;
+    use tonic::Code;
+
+    let reason = describe(error);
+    if never_sent(error) {
+        return StoreError::Failed { reason };
+    }
+    let applied_maybe = match error {
+        Error::GRpcStatus(status) => match status.code() {
+            // The server refused the request as such: nothing was proposed.
+            Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::Unimplemented => false,
+            // Timeouts, lost connections and internal errors: it may have been applied.
+            _ => true,
+        },
+        Error::InvalidArgs(_)
+        | Error::InvalidUri(_)
+        | Error::InvalidMetadataValue(_)
+        | Error::EndpointError(_)
+        | Error::EndpointsNotManaged
+        | Error::Utf8Error(_) => false,
+        _ => true,
+    };
+    if applied_maybe {
+        StoreError::Unknown { reason }
+    } else {
+        StoreError::Failed { reason }
+    }
+}
+
+fn read_failed(error: &etcd_client::Error) -> StoreError {
+    StoreError::Failed {
+        reason: describe(error),
+    }
+}
+
+fn same_record(key: &[u8], expected: &Lease, revision: i64) -> [Compare; 2] {
+    [
+        Compare::value(key.to_vec(), CompareOp::Equal, expected.value.encode()),
+        Compare::mod_revision(key.to_vec(), CompareOp::Equal, revision),
+    ]
+}
+
+impl LeaseStore for EtcdStore {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        let lease = self.grant(ttl).await?;
+        let name = self.key(key);
+        let txn = Txn::new()
+            .when([Compare::create_revision(name.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                name,
+                value.encode(),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let response = self.write(txn, lease).await?;
+        self.written(&response, lease)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        let Some(revision) = expected_revision(expected) else {
+            return Ok(None);
+        };
+        let lease = self.grant(ttl).await?;
+        let name = self.key(key);
+        let txn = Txn::new()
+            .when(same_record(&name, expected, revision))
+            .and_then([TxnOp::put(
+                name,
+                new_value.encode(),
+                Some(PutOptions::new().with_lease(lease).with_prev_key()),
+            )]);
+        let response = self.write(txn, lease).await?;
+        self.written(&response, lease)
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        let Some(revision) = expected_revision(expected) else {
+            return Ok(false);
+        };
+        let name = self.key(key);
+        let txn = Txn::new()
+            .when(same_record(&name, expected, revision))
+            .and_then([TxnOp::delete(
+                name,
+                Some(DeleteOptions::new().with_prev_key()),
+            )]);
+        let response = self.write(txn, 0).await?;
+        if !response.succeeded() {
+            return Ok(false);
+        }
+        for op in response.op_responses() {
+            if let TxnOpResponse::Delete(delete) = op {
+                for previous in delete.prev_kvs() {
+                    self.revoke_later(previous.lease());
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        let response = self
+            .kv
+            .clone()
+            .get(self.key(key), None::<GetOptions>)
+            .await
+            .map_err(|error| read_failed(&error))?;
+        let Some(record) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let value = LeaseValue::decode(record.value()).map_err(|source| StoreError::Corrupt {
+            slot: key.0,
+            source,
+        })?;
+        let revision = revision_from(record.mod_revision()).map_err(|_| StoreError::Failed {
+            reason: format!("etcd returned mod_revision {}", record.mod_revision()),
+        })?;
+        Ok(Some(Lease { value, revision }))
+    }
+
+    /// The remaining TTL of the record's etcd lease, in whole seconds as etcd reports it.
+    async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
+        let response = self
+            .kv
+            .clone()
+            .get(self.key(key), None::<GetOptions>)
+            .await
+            .map_err(|error| read_failed(&error))?;
+        let Some(lease) = response
+            .kvs()
+            .first()
+            .map(|record| record.lease())
+            .filter(|id| *id != 0)
+        else {
+            return Ok(None);
+        };
+        let left = self
+            .lease
+            .clone()
+            .time_to_live(lease, None)
+            .await
+            .map_err(|error| read_failed(&error))?;
+        Ok(u64::try_from(left.ttl()).ok().map(Duration::from_secs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_etcd_cannot_honour_are_refused_not_rounded() {
+        assert_eq!(EtcdStore::check_ttl(Duration::from_secs(2)), Ok(2));
+        assert_eq!(EtcdStore::check_ttl(Duration::from_secs(3600)), Ok(3600));
+        assert!(matches!(
+            EtcdStore::check_ttl(Duration::from_millis(1999)),
+            Err(EtcdError::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            EtcdStore::check_ttl(Duration::ZERO),
+            Err(EtcdError::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            EtcdStore::check_ttl(Duration::from_millis(3001)),
+            Err(EtcdError::TtlNotWholeSeconds { .. })
+        ));
+        assert!(matches!(
+            EtcdStore::check_ttl(TTL_MAX + Duration::from_secs(1)),
+            Err(EtcdError::TtlTooLong { .. })
+        ));
+        assert_eq!(EtcdStore::check_ttl(TTL_MAX), Ok(9_000_000_000));
+    }
+
+    #[test]
+    fn refused_requests_fail_and_lost_ones_are_unknown() {
+        use tonic::{Code, Status};
+        let status =
+            |code, message: &str| etcd_client::Error::GRpcStatus(Status::new(code, message));
+        assert!(!classify_write(&status(
+            Code::InvalidArgument,
+            "etcdserver: key is not provided"
+        ))
+        .is_unknown());
+        assert!(!classify_write(&status(
+            Code::PermissionDenied,
+            "etcdserver: permission denied"
+        ))
+        .is_unknown());
+        assert!(classify_write(&status(Code::DeadlineExceeded, "timeout")).is_unknown());
+        assert!(
+            classify_write(&status(Code::Unavailable, "etcdserver: request timed out"))
+                .is_unknown()
+        );
+        assert!(classify_write(&status(Code::Unknown, "raft proposal dropped")).is_unknown());
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(!classify_write(&etcd_client::Error::IoError(refused)).is_unknown());
+        let with_cause = |kind: std::io::ErrorKind| {
+            let mut status = Status::new(Code::Unavailable, "transport error");
+            status.set_source(std::sync::Arc::new(std::io::Error::from(kind)));
+            etcd_client::Error::GRpcStatus(status)
+        };
+        let refused = classify_write(&with_cause(std::io::ErrorKind::ConnectionRefused));
+        assert!(!refused.is_unknown(), "{refused:?}");
+        let reset = classify_write(&with_cause(std::io::ErrorKind::ConnectionReset));
+        assert!(
+            reset.is_unknown(),
+            "a reset connection may have carried the request: {reset:?}"
+        );
+    }
+
+    #[test]
+    fn revisions_must_be_positive() {
+        assert_eq!(revision_from(7), Ok(Revision(7)));
+        assert!(revision_from(0).unwrap_err().is_unknown());
+        assert!(revision_from(-1).unwrap_err().is_unknown());
+    }
+}

@@ -1,0 +1,339 @@
+//! How to reach etcd: endpoints, key prefix, credentials, TLS and timeouts, and the errors of
+//! setting them up.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Most endpoints one store connects to.
+pub const ENDPOINTS_MAX: usize = 64;
+/// Longest endpoint, in bytes.
+pub const ENDPOINT_MAX_BYTES: usize = 512;
+/// Longest key prefix, in bytes.
+pub const PREFIX_MAX_BYTES: usize = 256;
+/// The key prefix used unless [`EtcdOptions::prefix`] sets another: keys are `vvm/slot/<n>`.
+pub const PREFIX_DEFAULT: &str = "vvm/slot/";
+/// Default bound of one connection attempt.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
+/// Default bound of one request. The runtime puts a shorter one of its own around every call;
+/// this one only bounds requests nobody else bounds (background lease revocations).
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
+/// Something that keeps the etcd store from being set up or used as configured.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EtcdError {
+    /// No endpoint was given.
+    #[error("at least one etcd endpoint is needed")]
+    NoEndpoints,
+    /// More than [`ENDPOINTS_MAX`] endpoints.
+    #[error("{count} etcd endpoints is more than the maximum of {max}")]
+    TooManyEndpoints {
+        /// How many were given.
+        count: usize,
+        /// [`ENDPOINTS_MAX`].
+        max: usize,
+    },
+    /// An endpoint is empty, too long or contains whitespace or control characters.
+    #[error("etcd endpoint {endpoint:?} is not usable: {reason}")]
+    BadEndpoint {
+        /// The endpoint (shortened when very long).
+        endpoint: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The key prefix is longer than [`PREFIX_MAX_BYTES`].
+    #[error("key prefix of {len} bytes is longer than the maximum of {max}")]
+    PrefixTooLong {
+        /// Its length.
+        len: usize,
+        /// [`PREFIX_MAX_BYTES`].
+        max: usize,
+    },
+    /// A timeout is zero.
+    #[error("the etcd {name} must be above zero")]
+    TimeoutZero {
+        /// Which timeout.
+        name: &'static str,
+    },
+    /// The lease is shorter than etcd's minimum of [`TTL_MIN`](super::TTL_MIN).
+    #[error("a lease of {ttl:?} is shorter than etcd's minimum lease TTL of {min:?}")]
+    TtlTooShort {
+        /// The lease asked for.
+        ttl: Duration,
+        /// [`TTL_MIN`](super::TTL_MIN).
+        min: Duration,
+    },
+    /// etcd leases last whole seconds; a fractional lease would be rounded.
+    #[error("a lease of {ttl:?} is not a whole number of seconds; etcd leases are granted in whole seconds")]
+    TtlNotWholeSeconds {
+        /// The lease asked for.
+        ttl: Duration,
+    },
+    /// The lease is longer than etcd accepts.
+    #[error("a lease of {ttl:?} is longer than etcd's maximum lease TTL of {max:?}")]
+    TtlTooLong {
+        /// The lease asked for.
+        ttl: Duration,
+        /// [`TTL_MAX`](super::TTL_MAX).
+        max: Duration,
+    },
+    /// The server granted a lease of a different length: its own minimum (1.5 × its election
+    /// timeout) is above what was asked for, and it would silently keep records alive longer.
+    #[error("etcd granted a lease of {granted_secs} s when {asked_secs} s was asked for; its minimum lease TTL (1.5 x election timeout) is higher")]
+    TtlNotHonoured {
+        /// The TTL asked for, in seconds.
+        asked_secs: i64,
+        /// The TTL the server granted, in seconds.
+        granted_secs: i64,
+    },
+    /// The client could not be set up or the server could not be reached.
+    #[error("could not reach etcd: {reason}")]
+    Connect {
+        /// What the client said.
+        reason: String,
+    },
+}
+
+/// A user name and password for etcd's authentication. The password is never shown by
+/// `Debug` or in any log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    user: String,
+    password: String,
+}
+
+impl Credentials {
+    /// Credentials of `user`.
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> Self {
+        Credentials {
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+
+    /// The user name.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub(super) fn password(&self) -> &str {
+        &self.password
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// TLS towards etcd (feature `etcd-tls`): the CA that signed the servers' certificates, an
+/// optional client certificate and an optional server name to verify instead of the host.
+/// The private key is never shown by `Debug`.
+#[cfg(feature = "etcd-tls")]
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// PEM of the certificate authority; the platform's roots are not used.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM of the client certificate and of its private key.
+    pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the servers' certificates must carry, when not the endpoint's host.
+    pub domain: Option<String>,
+}
+
+#[cfg(feature = "etcd-tls")]
+impl fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(|pem| pem.len()))
+            .field("client_certificate", &self.identity_pem.is_some())
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+/// Where and how the etcd store connects.
+///
+/// ```
+/// use std::time::Duration;
+/// use vvm_adapters::etcd::{Credentials, EtcdOptions};
+///
+/// let options = EtcdOptions::new(["127.0.0.1:2379", "127.0.0.1:22379"])
+///     .unwrap()
+///     .prefix("prod/vvm/")
+///     .unwrap()
+///     .credentials(Credentials::new("vvm", "s3cret"));
+/// assert!(!format!("{options:?}").contains("s3cret"));
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    pub(super) endpoints: Vec<String>,
+    pub(super) prefix: String,
+    pub(super) credentials: Option<Credentials>,
+    #[cfg(feature = "etcd-tls")]
+    pub(super) tls: Option<EtcdTls>,
+    pub(super) connect_timeout: Duration,
+    pub(super) request_timeout: Duration,
+}
+
+impl EtcdOptions {
+    /// Options for the members at `endpoints` (`host:port`, or `http://host:port`; with the
+    /// `etcd-tls` feature also `https://host:port`).
+    pub fn new<E: Into<String>>(endpoints: impl IntoIterator<Item = E>) -> Result<Self, EtcdError> {
+        let mut checked = Vec::new();
+        for endpoint in endpoints {
+            let endpoint = endpoint.into();
+            if checked.len() == ENDPOINTS_MAX {
+                return Err(EtcdError::TooManyEndpoints {
+                    count: ENDPOINTS_MAX + 1,
+                    max: ENDPOINTS_MAX,
+                });
+            }
+            check_endpoint(&endpoint)?;
+            checked.push(endpoint);
+        }
+        if checked.is_empty() {
+            return Err(EtcdError::NoEndpoints);
+        }
+        Ok(EtcdOptions {
+            endpoints: checked,
+            prefix: PREFIX_DEFAULT.to_owned(),
+            credentials: None,
+            #[cfg(feature = "etcd-tls")]
+            tls: None,
+            connect_timeout: CONNECT_TIMEOUT_DEFAULT,
+            request_timeout: REQUEST_TIMEOUT_DEFAULT,
+        })
+    }
+
+    /// Keys are `<prefix><slot number>`; several deployments can share one cluster under
+    /// different prefixes. Default [`PREFIX_DEFAULT`].
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self, EtcdError> {
+        let prefix = prefix.into();
+        if prefix.len() > PREFIX_MAX_BYTES {
+            return Err(EtcdError::PrefixTooLong {
+                len: prefix.len(),
+                max: PREFIX_MAX_BYTES,
+            });
+        }
+        self.prefix = prefix;
+        Ok(self)
+    }
+
+    /// Authenticates as this user; expired tokens are refreshed automatically.
+    pub fn credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// Speaks TLS to every endpoint.
+    #[cfg(feature = "etcd-tls")]
+    pub fn tls(mut self, tls: EtcdTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Bound of one connection attempt (default [`CONNECT_TIMEOUT_DEFAULT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Result<Self, EtcdError> {
+        if timeout.is_zero() {
+            return Err(EtcdError::TimeoutZero {
+                name: "connect timeout",
+            });
+        }
+        self.connect_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Bound of one request (default [`REQUEST_TIMEOUT_DEFAULT`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Result<Self, EtcdError> {
+        if timeout.is_zero() {
+            return Err(EtcdError::TimeoutZero {
+                name: "request timeout",
+            });
+        }
+        self.request_timeout = timeout;
+        Ok(self)
+    }
+
+    /// The endpoints.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+fn check_endpoint(endpoint: &str) -> Result<(), EtcdError> {
+    let bad = |reason| EtcdError::BadEndpoint {
+        endpoint: endpoint.chars().take(64).collect(),
+        reason,
+    };
+    if endpoint.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if endpoint.len() > ENDPOINT_MAX_BYTES {
+        return Err(bad("it is longer than 512 bytes"));
+    }
+    if endpoint
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(bad("it contains whitespace or control characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_options_are_refused_with_their_reason() {
+        let none: [&str; 0] = [];
+        assert_eq!(EtcdOptions::new(none).unwrap_err(), EtcdError::NoEndpoints);
+        assert!(matches!(
+            EtcdOptions::new([""]).unwrap_err(),
+            EtcdError::BadEndpoint {
+                reason: "it is empty",
+                ..
+            }
+        ));
+        assert!(matches!(
+            EtcdOptions::new(["a b:1"]).unwrap_err(),
+            EtcdError::BadEndpoint { .. }
+        ));
+        let many = (0..=ENDPOINTS_MAX).map(|i| format!("h{i}:2379"));
+        assert!(matches!(
+            EtcdOptions::new(many).unwrap_err(),
+            EtcdError::TooManyEndpoints { .. }
+        ));
+        let options = EtcdOptions::new(["h:1"]).unwrap();
+        assert!(matches!(
+            options.clone().prefix("p".repeat(PREFIX_MAX_BYTES + 1)),
+            Err(EtcdError::PrefixTooLong { .. })
+        ));
+        assert!(matches!(
+            options.clone().request_timeout(Duration::ZERO),
+            Err(EtcdError::TimeoutZero { .. })
+        ));
+        assert!(matches!(
+            options.connect_timeout(Duration::ZERO),
+            Err(EtcdError::TimeoutZero { .. })
+        ));
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_password() {
+        let options = EtcdOptions::new(["h:1"])
+            .unwrap()
+            .credentials(Credentials::new("alice", "hunter2"));
+        let shown = format!("{options:?} {:?}", options.credentials);
+        assert!(shown.contains("alice"));
+        assert!(!shown.contains("hunter2"));
+    }
+}

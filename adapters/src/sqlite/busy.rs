@@ -1,0 +1,91 @@
+//! Waiting for the write lock: short polls, bounded in time and in count.
+//!
+//! SQLite's own busy handler sleeps 1, 2, 5, 10 … 100 ms between attempts. Against a process
+//! that commits in a loop, the waiter keeps waking up while the lock is taken again and can
+//! starve for hundreds of milliseconds — longer than a lease renewal may take. The store
+//! installs no handler; on `SQLITE_BUSY` it polls again after at most [`POLL_MAX`], so it gets
+//! the lock within one transaction (tens of microseconds) of its release, and gives up when
+//! the wait is spent: the caller then sees [`StoreError::Failed`](vvm_runtime::StoreError),
+//! since nothing was written.
+
+use std::time::{Duration, Instant};
+
+use rusqlite::ErrorCode;
+
+/// The first pause after `SQLITE_BUSY`.
+pub const POLL_MIN: Duration = Duration::from_micros(100);
+
+/// The longest pause between two attempts.
+pub const POLL_MAX: Duration = Duration::from_millis(1);
+
+/// Most attempts, whatever the wait allows (`busy_wait / POLL_MIN` at most, and this).
+pub const ATTEMPTS_MAX: u32 = 10_000;
+
+/// Whether `error` says another connection holds a lock we need.
+pub(crate) fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// The pauses of one operation.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    deadline: Instant,
+    pause: Duration,
+    attempts: u32,
+}
+
+impl Backoff {
+    /// Allows retries for `busy_wait` from now.
+    pub(crate) fn new(busy_wait: Duration) -> Self {
+        Backoff {
+            deadline: Instant::now() + busy_wait,
+            pause: POLL_MIN,
+            attempts: 0,
+        }
+    }
+
+    /// Sleeps before the next attempt and returns `true`, or returns `false` when the wait or
+    /// the attempts are spent.
+    pub(crate) fn wait(&mut self) -> bool {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || self.attempts >= ATTEMPTS_MAX {
+            return false;
+        }
+        self.attempts += 1;
+        std::thread::sleep(self.pause.min(left));
+        self.pause = (self.pause * 2).min(POLL_MAX);
+        true
+    }
+
+    /// How many times [`wait`](Self::wait) slept.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_wait_allows_no_retry() {
+        let mut backoff = Backoff::new(Duration::ZERO);
+        assert!(!backoff.wait());
+        assert_eq!(backoff.attempts(), 0);
+    }
+
+    #[test]
+    fn the_wait_ends() {
+        let mut backoff = Backoff::new(Duration::from_millis(5));
+        let mut attempts = 0;
+        while backoff.wait() {
+            attempts += 1;
+            assert!(attempts <= ATTEMPTS_MAX);
+        }
+        assert!(attempts >= 1);
+        assert!(!backoff.wait(), "a spent wait stays spent");
+    }
+}

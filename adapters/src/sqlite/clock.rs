@@ -1,0 +1,156 @@
+//! The clock SQLite records expire by: the host's boot clock, never the wall clock.
+//!
+//! Every process on the host reads the same `CLOCK_BOOTTIME`, so an expiry written by one
+//! process means the same moment to all the others. It counts time spent suspended (a lease
+//! does not survive a laptop's sleep) and is not moved by NTP or an operator setting the date.
+//! It restarts at zero on every boot, so each record also carries the boot id: a record written
+//! during another boot is expired, whatever its number says.
+
+use std::time::Duration;
+
+/// Where Linux publishes the id of the current boot.
+pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// The longest boot id accepted (Linux writes a 36-character UUID).
+pub const BOOT_ID_MAX_BYTES: usize = 64;
+
+/// The time source of a [`SqliteStore`](super::SqliteStore): which boot, and how long since it.
+///
+/// The default is [`BootClock`]. Tests may inject another one, e.g. to make records expire on
+/// a paused clock; every process sharing a database file must use the same clock.
+pub trait StoreClock: Send + Sync + 'static {
+    /// The current boot of the host. Fixed for the life of the clock.
+    fn boot_id(&self) -> &str;
+
+    /// Time elapsed since that boot.
+    fn since_boot(&self) -> Result<Duration, ClockError>;
+}
+
+/// The boot clock cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClockError {
+    /// The boot id file could not be read.
+    #[error("cannot read the boot id from {path}: {source}")]
+    BootIdUnreadable {
+        /// The file.
+        path: &'static str,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The boot id is empty, too long or has characters other than hex digits and dashes.
+    #[error("boot id {found:?} is not a boot id")]
+    BootIdMalformed {
+        /// What was read (cut to [`BOOT_ID_MAX_BYTES`]).
+        found: String,
+    },
+    /// `clock_gettime(CLOCK_BOOTTIME)` failed.
+    #[error("cannot read CLOCK_BOOTTIME: {0}")]
+    Read(#[source] std::io::Error),
+    /// This platform has no boot clock with a boot id.
+    #[error("the SQLite store needs CLOCK_BOOTTIME and a boot id, which only Linux provides")]
+    Unsupported,
+}
+
+/// Checks what the kernel published as the boot id.
+fn parse_boot_id(text: &str) -> Result<String, ClockError> {
+    let id = text.trim();
+    let well_formed = !id.is_empty()
+        && id.len() <= BOOT_ID_MAX_BYTES
+        && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    if !well_formed {
+        let found = id.chars().take(BOOT_ID_MAX_BYTES).collect();
+        return Err(ClockError::BootIdMalformed { found });
+    }
+    Ok(id.to_owned())
+}
+
+/// The host's `CLOCK_BOOTTIME` together with the boot id from [`BOOT_ID_PATH`].
+#[derive(Clone, Debug)]
+pub struct BootClock {
+    boot_id: String,
+}
+
+impl BootClock {
+    /// Reads the boot id once; the clock itself is read on every [`since_boot`](StoreClock::since_boot).
+    pub fn new() -> Result<Self, ClockError> {
+        if !cfg!(target_os = "linux") {
+            return Err(ClockError::Unsupported);
+        }
+        let text = std::fs::read_to_string(BOOT_ID_PATH).map_err(|source| {
+            ClockError::BootIdUnreadable {
+                path: BOOT_ID_PATH,
+                source,
+            }
+        })?;
+        let clock = BootClock {
+            boot_id: parse_boot_id(&text)?,
+        };
+        // Fail here rather than on the first store call.
+        clock.since_boot()?;
+        Ok(clock)
+    }
+}
+
+impl StoreClock for BootClock {
+    fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    #[cfg(target_os = "linux")]
+    fn since_boot(&self) -> Result<Duration, ClockError> {
+        use rustix::time::{clock_gettime_dynamic, DynamicClockId};
+
+        let now = clock_gettime_dynamic(DynamicClockId::Boottime)
+            .map_err(|errno| ClockError::Read(errno.into()))?;
+        let secs = u64::try_from(now.tv_sec).map_err(|_| negative())?;
+        let nanos = u32::try_from(now.tv_nsec).map_err(|_| negative())?;
+        Ok(Duration::new(secs, nanos))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn since_boot(&self) -> Result<Duration, ClockError> {
+        Err(ClockError::Unsupported)
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn negative() -> ClockError {
+    ClockError::Read(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "CLOCK_BOOTTIME returned a negative time",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_ids_are_trimmed_and_checked() {
+        let id = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+        assert_eq!(parse_boot_id(&format!("{id}\n")).unwrap(), id);
+        for bad in [
+            "",
+            "\n",
+            "not a boot id",
+            &"a".repeat(BOOT_ID_MAX_BYTES + 1),
+        ] {
+            assert!(
+                matches!(parse_boot_id(bad), Err(ClockError::BootIdMalformed { .. })),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_boot_clock_reads_and_does_not_go_back() {
+        let clock = BootClock::new().unwrap();
+        let first = clock.since_boot().unwrap();
+        let second = clock.since_boot().unwrap();
+        assert!(second >= first);
+        assert!(first > Duration::ZERO);
+        assert_eq!(BootClock::new().unwrap().boot_id(), clock.boot_id());
+    }
+}

@@ -1,0 +1,92 @@
+//! Why a database file could not be opened as a lease store.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::ClockError;
+
+/// Why a database file could not be opened as a lease store. Whenever the file turns out not
+/// to be ours (or of a newer version), nothing in it was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteStoreError {
+    /// SQLite could not open or create the file.
+    #[error("cannot open {}: {source}", .path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// What SQLite said.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The file is write-protected.
+    #[error("{} is read-only", .path.display())]
+    ReadOnly {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is not an SQLite database at all.
+    #[error("the file is not an SQLite database")]
+    NotADatabase,
+    /// An SQLite database of another program.
+    #[error(
+        "the database is not a vvm lease store (application_id {application_id:#x}, \
+         user_version {user_version}); it was left unchanged"
+    )]
+    NotOurs {
+        /// Its `PRAGMA application_id`.
+        application_id: i32,
+        /// Its `PRAGMA user_version`.
+        user_version: i32,
+    },
+    /// A lease store written by a later version of this program.
+    #[error(
+        "the lease store has schema version {found}, this build knows up to {supported}; \
+         it was left unchanged"
+    )]
+    NewerSchema {
+        /// The file's version.
+        found: i32,
+        /// The version of this build.
+        supported: i32,
+    },
+    /// Our file, but its contents are not what our schema wrote.
+    #[error("the lease store is damaged: {reason}")]
+    Damaged {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file system did not accept write-ahead logging (e.g. some network file systems).
+    #[error("the database could not switch to WAL (journal mode stays {found:?})")]
+    JournalMode {
+        /// The journal mode SQLite reported.
+        found: String,
+    },
+    /// Other connections held the lock for the whole wait.
+    #[error("the database stayed locked for {busy_wait:?} while {what}")]
+    Busy {
+        /// The step that waited.
+        what: &'static str,
+        /// How long it waited.
+        busy_wait: Duration,
+    },
+    /// The configured lock wait is longer than [`BUSY_WAIT_MAX`](super::BUSY_WAIT_MAX).
+    #[error("busy wait of {busy_wait:?} is longer than {max:?}")]
+    BusyWaitTooLong {
+        /// What was asked for.
+        busy_wait: Duration,
+        /// [`BUSY_WAIT_MAX`](super::BUSY_WAIT_MAX).
+        max: Duration,
+    },
+    /// The boot clock cannot be read.
+    #[error(transparent)]
+    Clock(#[from] ClockError),
+    /// Any other SQLite failure.
+    #[error("SQLite failed while {what}: {source}")]
+    Sqlite {
+        /// The step that failed.
+        what: &'static str,
+        /// What SQLite said.
+        #[source]
+        source: rusqlite::Error,
+    },
+}

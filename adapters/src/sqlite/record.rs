@@ -1,0 +1,344 @@
+//! Rows of `vvm_leases`: reading them without trusting them, judging liveness, writing them.
+
+use std::time::Duration;
+
+use rusqlite::types::ValueRef;
+use rusqlite::{OptionalExtension, Transaction};
+use vvm_core::{Revision, Slot};
+use vvm_runtime::{Lease, LeaseValue, StoreError, ValueError};
+
+use super::busy::is_busy;
+
+/// Why a transaction body stopped.
+#[derive(Debug)]
+pub(crate) enum TxError {
+    /// Another connection holds a lock: roll back and try again.
+    Busy,
+    /// A final answer for the caller.
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for TxError {
+    fn from(error: rusqlite::Error) -> Self {
+        if is_busy(&error) {
+            TxError::Busy
+        } else {
+            TxError::Store(StoreError::Failed {
+                reason: format!("SQLite statement failed: {error}"),
+            })
+        }
+    }
+}
+
+impl From<StoreError> for TxError {
+    fn from(error: StoreError) -> Self {
+        TxError::Store(error)
+    }
+}
+
+/// The present, as records are judged by it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Now<'a> {
+    /// The host's current boot.
+    pub boot_id: &'a str,
+    /// Nanoseconds since that boot.
+    pub ns: i64,
+}
+
+/// The comparable part of a live record; `None` where a column could not be read, which never
+/// equals an expected lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Stored {
+    bytes: Option<Vec<u8>>,
+    revision: Option<Revision>,
+}
+
+impl Stored {
+    /// What a record equal to `lease` holds.
+    pub(crate) fn expected(lease: &Lease) -> Self {
+        Stored {
+            bytes: Some(lease.value.encode().into_bytes()),
+            revision: Some(lease.revision),
+        }
+    }
+
+    /// The lease this record holds, or [`StoreError::Corrupt`].
+    pub(crate) fn lease(&self, key: Slot) -> Result<Lease, StoreError> {
+        let corrupt = |source| StoreError::Corrupt {
+            slot: key.0,
+            source,
+        };
+        let bytes = self.bytes.as_deref().ok_or(corrupt(ValueError::Malformed(
+            "value is neither text nor a blob",
+        )))?;
+        let revision = self.revision.ok_or(corrupt(ValueError::Malformed(
+            "revision is not a positive integer",
+        )))?;
+        let value = LeaseValue::decode(bytes).map_err(corrupt)?;
+        Ok(Lease { value, revision })
+    }
+}
+
+/// A row, judged against the present.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Judged {
+    /// No row, a row of another boot, or an expired one.
+    Absent,
+    /// A live record, and how long it has left.
+    Live(Stored, Duration),
+}
+
+/// The raw columns of a row, as SQLite returned them. Pure: see [`judge`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Column {
+    Integer(i64),
+    Bytes(Vec<u8>),
+    Other,
+}
+
+impl From<ValueRef<'_>> for Column {
+    fn from(value: ValueRef<'_>) -> Self {
+        match value {
+            ValueRef::Integer(i) => Column::Integer(i),
+            ValueRef::Text(bytes) | ValueRef::Blob(bytes) => Column::Bytes(bytes.to_vec()),
+            ValueRef::Null | ValueRef::Real(_) => Column::Other,
+        }
+    }
+}
+
+/// The columns `value, revision, boot_id, expires_ns` of one row.
+pub(crate) type Row = [Column; 4];
+
+/// Decides whether `row` is a live record at `now`. Never panics, whatever the row holds; a
+/// row whose liveness cannot be told (boot id or expiry unreadable) is corrupt.
+pub(crate) fn judge(key: Slot, row: Option<&Row>, now: Now<'_>) -> Result<Judged, StoreError> {
+    let Some([value, revision, boot_id, expires_ns]) = row else {
+        return Ok(Judged::Absent);
+    };
+    let corrupt = |what| StoreError::Corrupt {
+        slot: key.0,
+        source: ValueError::Malformed(what),
+    };
+    let Column::Bytes(boot_id) = boot_id else {
+        return Err(corrupt("boot id is not text"));
+    };
+    if boot_id.as_slice() != now.boot_id.as_bytes() {
+        return Ok(Judged::Absent);
+    }
+    let Column::Integer(expires_ns) = *expires_ns else {
+        return Err(corrupt("expiry is not an integer"));
+    };
+    if expires_ns <= now.ns {
+        return Ok(Judged::Absent);
+    }
+    let bytes = match value {
+        Column::Bytes(bytes) => Some(bytes.clone()),
+        _ => None,
+    };
+    let revision = match *revision {
+        Column::Integer(revision) => u64::try_from(revision)
+            .ok()
+            .filter(|r| *r > 0)
+            .map(Revision),
+        _ => None,
+    };
+    let left = Duration::from_nanos(expires_ns.abs_diff(now.ns));
+    Ok(Judged::Live(Stored { bytes, revision }, left))
+}
+
+/// Reads and judges the row of `key`.
+pub(crate) fn load(tx: &Transaction<'_>, key: Slot, now: Now<'_>) -> Result<Judged, TxError> {
+    let mut statement = tx.prepare_cached(
+        "SELECT value, revision, boot_id, expires_ns FROM vvm_leases WHERE slot = ?1",
+    )?;
+    let row: Option<Row> = statement
+        .query_row([i64::from(key.0)], |row| {
+            Ok([
+                row.get_ref(0)?.into(),
+                row.get_ref(1)?.into(),
+                row.get_ref(2)?.into(),
+                row.get_ref(3)?.into(),
+            ])
+        })
+        .optional()?;
+    Ok(judge(key, row.as_ref(), now)?)
+}
+
+/// Nanoseconds since boot at which a record written at `now_ns` for `ttl` expires.
+pub(crate) fn expiry_ns(now_ns: i64, ttl: Duration) -> i64 {
+    let ttl_ns = i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX);
+    now_ns.saturating_add(ttl_ns)
+}
+
+/// Writes `bytes` under `key` with the next revision of the store's counter.
+pub(crate) fn write(
+    tx: &Transaction<'_>,
+    key: Slot,
+    bytes: &[u8],
+    ttl: Duration,
+    now: Now<'_>,
+) -> Result<Revision, TxError> {
+    let next: Option<i64> = tx
+        .prepare_cached(
+            "UPDATE vvm_store SET revision = revision + 1 WHERE id = 0 RETURNING revision",
+        )?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    let revision = match next.map(u64::try_from) {
+        Some(Ok(revision)) if revision > 0 => Revision(revision),
+        _ => {
+            return Err(TxError::Store(StoreError::Failed {
+                reason: "the store's revision counter is missing or negative".into(),
+            }))
+        }
+    };
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO vvm_leases (slot, value, revision, boot_id, expires_ns) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute((
+        i64::from(key.0),
+        bytes,
+        // Came from an i64 above.
+        i64::try_from(revision.0).unwrap_or(i64::MAX),
+        now.boot_id,
+        expiry_ns(now.ns, ttl),
+    ))?;
+    Ok(revision)
+}
+
+/// Deletes the row of `key`.
+pub(crate) fn delete(tx: &Transaction<'_>, key: Slot) -> Result<(), TxError> {
+    tx.prepare_cached("DELETE FROM vvm_leases WHERE slot = ?1")?
+        .execute([i64::from(key.0)])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vvm_core::Incarnation;
+
+    const BOOT: &str = "boot-a";
+    const NOW: Now<'static> = Now {
+        boot_id: BOOT,
+        ns: 1_000,
+    };
+    const KEY: Slot = Slot(7);
+
+    fn row(value: Column, revision: Column, boot_id: Column, expires_ns: Column) -> Row {
+        [value, revision, boot_id, expires_ns]
+    }
+
+    fn lease() -> Lease {
+        Lease {
+            value: LeaseValue {
+                address: "10.0.0.1:7000".into(),
+                incarnation: Incarnation(3),
+            },
+            revision: Revision(5),
+        }
+    }
+
+    fn good(expires_ns: i64) -> Row {
+        let bytes = lease().value.encode().into_bytes();
+        row(
+            Column::Bytes(bytes),
+            Column::Integer(5),
+            Column::Bytes(BOOT.into()),
+            Column::Integer(expires_ns),
+        )
+    }
+
+    #[test]
+    fn a_live_row_reads_back_as_its_lease() {
+        let Judged::Live(stored, left) = judge(KEY, Some(&good(1_001)), NOW).unwrap() else {
+            panic!("live row judged absent");
+        };
+        assert_eq!(stored, Stored::expected(&lease()));
+        assert_eq!(stored.lease(KEY).unwrap(), lease());
+        assert_eq!(left, Duration::from_nanos(1));
+    }
+
+    #[test]
+    fn expired_rows_and_rows_of_another_boot_are_absent() {
+        assert_eq!(judge(KEY, None, NOW).unwrap(), Judged::Absent);
+        assert_eq!(judge(KEY, Some(&good(1_000)), NOW).unwrap(), Judged::Absent);
+        let mut other_boot = good(i64::MAX);
+        other_boot[2] = Column::Bytes(b"boot-b".to_vec());
+        assert_eq!(judge(KEY, Some(&other_boot), NOW).unwrap(), Judged::Absent);
+        // Garbage in an expired row does not matter: it may be overwritten.
+        let expired_garbage = row(
+            Column::Other,
+            Column::Other,
+            Column::Bytes(BOOT.into()),
+            Column::Integer(0),
+        );
+        assert_eq!(
+            judge(KEY, Some(&expired_garbage), NOW).unwrap(),
+            Judged::Absent
+        );
+    }
+
+    #[test]
+    fn unreadable_live_rows_never_match_and_read_as_corrupt() {
+        let live = |value, revision| {
+            row(
+                value,
+                revision,
+                Column::Bytes(BOOT.into()),
+                Column::Integer(i64::MAX),
+            )
+        };
+        for bad in [
+            live(Column::Bytes(b"garbage".to_vec()), Column::Integer(5)),
+            live(Column::Other, Column::Integer(5)),
+            live(Column::Integer(9), Column::Integer(5)),
+            live(
+                Column::Bytes(lease().value.encode().into_bytes()),
+                Column::Integer(-5),
+            ),
+            live(
+                Column::Bytes(lease().value.encode().into_bytes()),
+                Column::Integer(0),
+            ),
+            live(
+                Column::Bytes(lease().value.encode().into_bytes()),
+                Column::Bytes(b"5".to_vec()),
+            ),
+        ] {
+            let Judged::Live(stored, _) = judge(KEY, Some(&bad), NOW).unwrap() else {
+                panic!("{bad:?} judged absent");
+            };
+            assert_ne!(stored, Stored::expected(&lease()), "{bad:?}");
+            assert!(
+                matches!(stored.lease(KEY), Err(StoreError::Corrupt { slot: 7, .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rows_whose_liveness_cannot_be_told_are_corrupt() {
+        let mut no_expiry = good(0);
+        no_expiry[3] = Column::Bytes(b"soon".to_vec());
+        let mut no_boot = good(i64::MAX);
+        no_boot[2] = Column::Integer(1);
+        for bad in [no_expiry, no_boot] {
+            assert!(
+                matches!(
+                    judge(KEY, Some(&bad), NOW),
+                    Err(StoreError::Corrupt { slot: 7, .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn expiry_saturates() {
+        assert_eq!(expiry_ns(10, Duration::from_nanos(5)), 15);
+        assert_eq!(expiry_ns(10, Duration::MAX), i64::MAX);
+        assert_eq!(expiry_ns(i64::MAX - 1, Duration::from_secs(1)), i64::MAX);
+    }
+}

@@ -1,0 +1,263 @@
+//! Opening a database file: recognising it as ours, creating the schema on first use, and
+//! keeping revisions increasing across reboots.
+//!
+//! A file is recognised by its header alone (`PRAGMA application_id` and `user_version`), which
+//! can be read without writing anything: a file that is not ours, or carries a newer schema, is
+//! refused before the first byte could change.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+use super::busy::{is_busy, Backoff};
+use super::clock::StoreClock;
+use super::SqliteStoreError;
+
+/// `PRAGMA application_id` of our files: "vvm1" in ASCII.
+pub const APPLICATION_ID: i32 = 0x7676_6d31;
+
+/// `PRAGMA user_version` this build writes and reads.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// How far the revision counter jumps on the first open under a new boot id.
+///
+/// Commits are synced lazily (`synchronous=NORMAL`), so a power loss may take back the last
+/// commits, and with them revisions already handed out as fencing tokens. Such a loss always
+/// comes with a reboot: the first opener of a new boot moves the counter past anything the
+/// previous boot could have issued without a sync (the WAL between two syncs holds far fewer
+/// than 2^32 commits) and syncs that jump before any revision of the new boot exists.
+pub const REVISION_BOOT_GAP: i64 = 1 << 32;
+
+/// Version 1. `vvm_store` has exactly one row: the revision counter, which survives deletes,
+/// and the boot id of the last opener. `vvm_leases` holds one row per slot ever written and
+/// not deleted; a row is live while its boot id is the host's current one and its expiry (ns of
+/// `CLOCK_BOOTTIME`) is in the future.
+const SCHEMA_V1: &str = "
+CREATE TABLE vvm_store (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL
+) STRICT;
+CREATE TABLE vvm_leases (
+    slot INTEGER PRIMARY KEY,
+    value BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    expires_ns INTEGER NOT NULL
+) STRICT;
+INSERT INTO vvm_store (id, revision, boot_id) VALUES (0, 0, '');
+";
+
+/// What a file's header says it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// A new or empty database: nothing in it, no ids set.
+    Empty,
+    /// Ours, at the version this build knows.
+    Ours,
+    /// Ours, from a later version of this program.
+    Newer(i32),
+    /// Something else's.
+    Foreign {
+        /// Its application id.
+        application_id: i32,
+        /// Its schema version.
+        user_version: i32,
+    },
+}
+
+/// Classifies a file by its header and the number of objects in its schema.
+pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> Identity {
+    match (application_id, user_version) {
+        (0, 0) if objects == 0 => Identity::Empty,
+        (APPLICATION_ID, SCHEMA_VERSION) => Identity::Ours,
+        (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
+        _ => Identity::Foreign {
+            application_id,
+            user_version,
+        },
+    }
+}
+
+fn read_identity(conn: &Connection) -> rusqlite::Result<Identity> {
+    let application_id: i32 = conn.query_row("PRAGMA application_id", [], |row| row.get(0))?;
+    let user_version: i32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let objects: i64 =
+        conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?;
+    Ok(classify(application_id, user_version, objects))
+}
+
+fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
+    match identity {
+        Identity::Empty | Identity::Ours => Ok(()),
+        Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Identity::Foreign {
+            application_id,
+            user_version,
+        } => Err(SqliteStoreError::NotOurs {
+            application_id,
+            user_version,
+        }),
+    }
+}
+
+/// Runs `step` until it stops failing with `SQLITE_BUSY` or the wait is spent.
+fn retry_busy<T>(
+    busy_wait: Duration,
+    what: &'static str,
+    mut step: impl FnMut() -> Result<T, SqliteStoreError>,
+) -> Result<T, SqliteStoreError> {
+    let mut backoff = Backoff::new(busy_wait);
+    loop {
+        match step() {
+            Err(SqliteStoreError::Sqlite { source, .. }) if is_busy(&source) && backoff.wait() => {}
+            Err(SqliteStoreError::Sqlite { source, .. }) if is_busy(&source) => {
+                return Err(SqliteStoreError::Busy { what, busy_wait });
+            }
+            other => return other,
+        }
+    }
+}
+
+fn sqlite(what: &'static str) -> impl FnOnce(rusqlite::Error) -> SqliteStoreError {
+    move |source| match source.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => SqliteStoreError::NotADatabase,
+        _ => SqliteStoreError::Sqlite { what, source },
+    }
+}
+
+/// Opens `path` read-write (creating it when missing), makes sure it is ours (creating the
+/// schema in an empty file) and prepares the connection: WAL, `synchronous=NORMAL`, no SQLite
+/// busy handler (the store retries by itself, see [`super::busy`]).
+pub(crate) fn open(
+    path: &Path,
+    clock: &dyn StoreClock,
+    busy_wait: Duration,
+) -> Result<Connection, SqliteStoreError> {
+    // No URI interpretation: the path is a path.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn =
+        Connection::open_with_flags(path, flags).map_err(|source| SqliteStoreError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+    // rusqlite installs a 5 s busy handler by default: SQLite's own back-off, which starves a
+    // waiter while another process commits in a loop. Ours polls briefly instead.
+    conn.busy_timeout(Duration::ZERO)
+        .map_err(sqlite("clearing the busy handler"))?;
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(true) {
+        return Err(SqliteStoreError::ReadOnly {
+            path: path.to_owned(),
+        });
+    }
+
+    // Only reads until the file is known to be ours or empty.
+    let identity = retry_busy(busy_wait, "reading the file header", || {
+        read_identity(&conn).map_err(sqlite("reading the file header"))
+    })?;
+    refuse(identity)?;
+
+    // WAL: readers never block the writer, and a commit appends to the log instead of
+    // rewriting pages. The mode is stored in the file; setting it again is a no-op.
+    let mode: String = retry_busy(busy_wait, "switching to WAL", || {
+        conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(sqlite("switching to WAL"))
+    })?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteStoreError::JournalMode { found: mode });
+    }
+
+    let mut conn = conn;
+    // Several processes may open an empty file at once: decide again under the write lock.
+    let created = retry_busy(busy_wait, "creating the schema", || {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite("creating the schema"))?;
+        let identity = read_identity(&tx).map_err(sqlite("reading the file header"))?;
+        refuse(identity)?;
+        if identity == Identity::Empty {
+            tx.execute_batch(SCHEMA_V1)
+                .map_err(sqlite("creating the schema"))?;
+            tx.pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(sqlite("creating the schema"))?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(sqlite("creating the schema"))?;
+        }
+        tx.commit().map_err(sqlite("creating the schema"))?;
+        Ok(identity == Identity::Empty)
+    })?;
+
+    // The first open of a boot jumps the counter and syncs that jump (see REVISION_BOOT_GAP).
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(sqlite("setting synchronous"))?;
+    let jumped = retry_busy(busy_wait, "recording the boot", || {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite("recording the boot"))?;
+        let (revision, boot_id): (i64, String) = tx
+            .query_row(
+                "SELECT revision, boot_id FROM vvm_store WHERE id = 0",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(|source| SqliteStoreError::Damaged {
+                reason: format!("the store row cannot be read: {source}"),
+            })?;
+        if revision < 0 {
+            return Err(SqliteStoreError::Damaged {
+                reason: format!("the revision counter is negative ({revision})"),
+            });
+        }
+        let jump = boot_id != clock.boot_id();
+        if jump {
+            let jumped = revision.checked_add(REVISION_BOOT_GAP).ok_or_else(|| {
+                SqliteStoreError::Damaged {
+                    reason: format!("the revision counter ({revision}) is exhausted"),
+                }
+            })?;
+            tx.execute(
+                "UPDATE vvm_store SET revision = ?1, boot_id = ?2 WHERE id = 0",
+                (jumped, clock.boot_id()),
+            )
+            .map_err(sqlite("recording the boot"))?;
+        }
+        tx.commit().map_err(sqlite("recording the boot"))?;
+        Ok(jump)
+    })?;
+    // Every later commit is synced lazily: a process crash loses nothing (the WAL is in the
+    // page cache), a power loss only commits of a boot whose leases are all expired anyway.
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sqlite("setting synchronous"))?;
+
+    tracing::debug!(path = %path.display(), created, new_boot = jumped, "SQLite lease store opened");
+    Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_recognised_by_their_header() {
+        assert_eq!(classify(0, 0, 0), Identity::Empty);
+        assert_eq!(classify(APPLICATION_ID, SCHEMA_VERSION, 3), Identity::Ours);
+        assert_eq!(
+            classify(APPLICATION_ID, SCHEMA_VERSION + 1, 3),
+            Identity::Newer(2)
+        );
+        let foreign = |application_id, user_version| Identity::Foreign {
+            application_id,
+            user_version,
+        };
+        assert_eq!(classify(0, 0, 1), foreign(0, 0), "tables without our id");
+        assert_eq!(classify(0, SCHEMA_VERSION, 0), foreign(0, SCHEMA_VERSION));
+        assert_eq!(classify(7, 0, 0), foreign(7, 0));
+        assert_eq!(classify(APPLICATION_ID, 0, 0), foreign(APPLICATION_ID, 0));
+    }
+}

@@ -1,0 +1,470 @@
+//! The lease contract over a [`TxKv`], with expiry judged by observation.
+//!
+//! # Expiry by observation
+//!
+//! The store keeps no times. A record carries its revision, its holder's TTL and its value;
+//! each write increments the revision. A process judges a record expired only after it has seen
+//! the **same** (value, revision) for a whole TTL on **its own** monotonic clock:
+//! - the first time it reads a record, it notes the record with the time *after* the read
+//!   returned (the record was written before that);
+//! - a later transaction that reads the same (value, revision) and *started* at least a TTL
+//!   after that note knows that nobody renewed the record for a whole TTL: to that process it is
+//!   expired, i.e. absent for every operation, and an insert may replace it (the transaction's
+//!   conflict check refuses the replacement if the record changes before it commits);
+//! - a process that wrote a record notes it with the time *before* its transaction began, so
+//!   it judges its own record expired no later than anyone else.
+//!
+//! Stored times are never compared across processes, so clocks need not agree; only their
+//! rates matter, which the kill deadline at 0.8·L covers. The price: a process that first sees
+//! a record late waits a full TTL from then. Notes are kept per store value (shared by its
+//! clones, so by every VVM of a process that uses one store), at most [`OBSERVATIONS_MAX`];
+//! forgetting one only makes expiry later.
+//!
+//! A record that is no record of this format is corrupt: it is never overwritten and never
+//! expires; an operator has to remove it.
+//!
+//! # Transactions
+//!
+//! Every operation is one transaction (read the slot's key, decide, maybe write), run again on
+//! a conflict at most [`TxOptions::retries_max`] times, with the whole operation bounded by
+//! [`TxOptions::timeout`]. A read that fails or times out is [`StoreError::Failed`]; a commit
+//! whose outcome is unknown, or that times out, is [`StoreError::Unknown`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use vvm_core::{Instant, Revision, Slot};
+use vvm_runtime::{Clock, Lease, LeaseStore, LeaseValue, StoreError, TimeSource, ValueError};
+
+use super::record::Record;
+use super::{KvTx, TxError, TxKv};
+
+/// Most records a store value keeps notes about; beyond it the oldest note is forgotten.
+pub const OBSERVATIONS_MAX: usize = 4096;
+/// Default number of times a conflicting transaction is run again.
+pub const RETRIES_MAX_DEFAULT: u32 = 5;
+/// Default bound of one operation, retries included.
+pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// Longest key prefix, in bytes.
+pub const PREFIX_MAX_BYTES: usize = 256;
+/// First pause before running a conflicting transaction again; doubles up to 100 ms.
+const BACKOFF_FIRST: Duration = Duration::from_millis(2);
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+
+/// Retry limit, timeout and key prefix of a [`TxLeaseStore`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxOptions {
+    retries_max: u32,
+    timeout: Duration,
+    prefix: Vec<u8>,
+}
+
+impl Default for TxOptions {
+    fn default() -> Self {
+        TxOptions {
+            retries_max: RETRIES_MAX_DEFAULT,
+            timeout: TIMEOUT_DEFAULT,
+            prefix: b"vvm/slot/".to_vec(),
+        }
+    }
+}
+
+/// A bad [`TxOptions`] value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TxOptionsError {
+    /// The timeout is zero.
+    #[error("the transaction timeout must be above zero")]
+    TimeoutZero,
+    /// The retry limit is above 100.
+    #[error("at most 100 retries, not {0}")]
+    TooManyRetries(u32),
+    /// The key prefix is longer than [`PREFIX_MAX_BYTES`].
+    #[error("key prefix of {0} bytes is longer than {PREFIX_MAX_BYTES}")]
+    PrefixTooLong(usize),
+}
+
+impl TxOptions {
+    /// How often a conflicting transaction is run again (default [`RETRIES_MAX_DEFAULT`],
+    /// at most 100).
+    pub fn retries_max(mut self, retries: u32) -> Result<Self, TxOptionsError> {
+        if retries > 100 {
+            return Err(TxOptionsError::TooManyRetries(retries));
+        }
+        self.retries_max = retries;
+        Ok(self)
+    }
+
+    /// Bound of one operation, retries included (default [`TIMEOUT_DEFAULT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Result<Self, TxOptionsError> {
+        if timeout.is_zero() {
+            return Err(TxOptionsError::TimeoutZero);
+        }
+        self.timeout = timeout;
+        Ok(self)
+    }
+
+    /// Keys are `<prefix><slot number>` (default `vvm/slot/`).
+    pub fn prefix(mut self, prefix: impl Into<Vec<u8>>) -> Result<Self, TxOptionsError> {
+        let prefix = prefix.into();
+        if prefix.len() > PREFIX_MAX_BYTES {
+            return Err(TxOptionsError::PrefixTooLong(prefix.len()));
+        }
+        self.prefix = prefix;
+        Ok(self)
+    }
+
+    /// The bound of one operation.
+    pub fn operation_timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// One note: this (value, revision) was seen, first at `since`, with the holder's TTL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Observation {
+    revision: u64,
+    value: Vec<u8>,
+    ttl: Duration,
+    since: Instant,
+}
+
+/// What the slot holds, as far as this process can tell.
+#[derive(Debug)]
+enum State {
+    /// No live record; the next write takes `revision + 1`.
+    Absent { revision: u64 },
+    /// A live record.
+    Live { revision: u64, value: Vec<u8> },
+    /// Bytes that are no record: live forever, never overwritten.
+    Unreadable,
+}
+
+/// What an operation does once it knows the state.
+enum Decision<T> {
+    /// Answer without writing.
+    Done(T),
+    /// Write `record` (or clear the key for `None`), then answer; `own` is the note the
+    /// writer keeps about its own record.
+    Write {
+        record: Option<Record>,
+        answer: T,
+        own: Option<(u64, Vec<u8>, Duration)>,
+    },
+}
+
+/// A [`LeaseStore`] over any [`TxKv`]; see the [module documentation](self). Cloning shares the
+/// store and the notes.
+pub struct TxLeaseStore<K> {
+    kv: Arc<K>,
+    options: Arc<TxOptions>,
+    notes: Arc<Mutex<HashMap<Slot, Observation>>>,
+    time: Arc<dyn TimeSource>,
+}
+
+impl<K> Clone for TxLeaseStore<K> {
+    fn clone(&self) -> Self {
+        TxLeaseStore {
+            kv: self.kv.clone(),
+            options: self.options.clone(),
+            notes: self.notes.clone(),
+            time: self.time.clone(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for TxLeaseStore<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxLeaseStore")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn malformed(slot: Slot) -> StoreError {
+    StoreError::Corrupt {
+        slot: slot.0,
+        source: ValueError::Malformed("not a lease record of the transactional store"),
+    }
+}
+
+impl<K: TxKv> TxLeaseStore<K> {
+    /// A store over `kv` whose notes are timed by the runtime's [`Clock`].
+    pub fn new(kv: K, options: TxOptions) -> Self {
+        TxLeaseStore::with_time(kv, options, Clock)
+    }
+
+    /// A store over `kv` whose notes are timed by `time` (a monotonic clock).
+    pub fn with_time(kv: K, options: TxOptions, time: impl TimeSource) -> Self {
+        TxLeaseStore {
+            kv: Arc::new(kv),
+            options: Arc::new(options),
+            notes: Arc::default(),
+            time: Arc::new(time),
+        }
+    }
+
+    /// Another process's view of the same store: it shares the key-value store but none of
+    /// this one's notes, so it judges expiry from its own sightings only.
+    pub fn other_observer(&self) -> Self {
+        TxLeaseStore {
+            kv: self.kv.clone(),
+            options: self.options.clone(),
+            notes: Arc::default(),
+            time: self.time.clone(),
+        }
+    }
+
+    /// The key-value store.
+    pub fn kv(&self) -> &K {
+        &self.kv
+    }
+
+    /// The key of `slot`.
+    pub fn key(&self, slot: Slot) -> Vec<u8> {
+        let mut key = self.options.prefix.clone();
+        key.extend_from_slice(slot.0.to_string().as_bytes());
+        key
+    }
+
+    fn notes(&self) -> MutexGuard<'_, HashMap<Slot, Observation>> {
+        // Every critical section leaves the map consistent; a poisoned lock is usable.
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Classifies what a transaction that started at `started` read at `read_at`, and updates
+    /// the notes.
+    fn observe(&self, slot: Slot, bytes: Option<&[u8]>, started: Instant, read_at: Instant) -> State {
+        let record = match bytes {
+            None => {
+                self.notes().remove(&slot);
+                return State::Absent { revision: 0 };
+            }
+            Some(bytes) => Record::decode(bytes),
+        };
+        let (revision, ttl, value) = match record {
+            None => return State::Unreadable,
+            Some(Record::Deleted { revision }) => {
+                self.notes().remove(&slot);
+                return State::Absent { revision };
+            }
+            Some(Record::Live {
+                revision,
+                ttl,
+                value,
+            }) => (revision, ttl, value),
+        };
+        let mut notes = self.notes();
+        match notes.get(&slot) {
+            Some(note) if note.revision == revision && note.value == value => {
+                // Unchanged since the note: expired once a whole TTL lies between the note and
+                // the start of this transaction (which sees every write committed before it).
+                if started.saturating_since(note.since) >= note.ttl {
+                    return State::Absent { revision };
+                }
+            }
+            _ => {
+                if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&slot) {
+                    forget_oldest(&mut notes);
+                }
+                notes.insert(
+                    slot,
+                    Observation {
+                        revision,
+                        value: value.clone(),
+                        ttl,
+                        since: read_at,
+                    },
+                );
+            }
+        }
+        State::Live { revision, value }
+    }
+
+    /// Notes a record this process wrote in a transaction that started at `started`.
+    fn note_own(&self, slot: Slot, own: Option<(u64, Vec<u8>, Duration)>, started: Instant) {
+        let mut notes = self.notes();
+        match own {
+            None => {
+                notes.remove(&slot);
+            }
+            Some((revision, value, ttl)) => {
+                if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&slot) {
+                    forget_oldest(&mut notes);
+                }
+                let since = started;
+                notes.insert(
+                    slot,
+                    Observation {
+                        revision,
+                        value,
+                        ttl,
+                        since,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Runs one operation: read, `decide`, maybe write and commit; again on conflicts.
+    async fn transact<T>(&self, slot: Slot, decide: impl Fn(&State) -> Result<Decision<T>, StoreError>) -> Result<T, StoreError> {
+        let key = self.key(slot);
+        let timeout = self.options.timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut backoff = BACKOFF_FIRST;
+        let mut last = String::from("no attempt made");
+        for attempt in 0..=self.options.retries_max {
+            if attempt > 0 {
+                tokio::time::sleep(backoff.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            let started = self.time.now();
+            let mut tx = self.kv.begin().map_err(|error| failed(&error))?;
+            let read = match tokio::time::timeout_at(deadline, tx.get(&key)).await {
+                Err(_) => {
+                    return Err(StoreError::Failed {
+                        reason: format!("reading slot {} took longer than {timeout:?}", slot.0),
+                    })
+                }
+                Ok(Err(TxError::Retryable { reason })) => {
+                    last = reason;
+                    continue;
+                }
+                Ok(Err(error)) => return Err(failed(&error)),
+                Ok(Ok(read)) => read,
+            };
+            let state = self.observe(slot, read.as_deref(), started, self.time.now());
+            let (record, answer, own) = match decide(&state)? {
+                Decision::Done(answer) => return Ok(answer),
+                Decision::Write { record, answer, own } => (record, answer, own),
+            };
+            match &record {
+                Some(record) => tx.set(&key, &record.encode()),
+                None => tx.clear(&key),
+            }
+            match tokio::time::timeout_at(deadline, tx.commit()).await {
+                Err(_) => {
+                    return Err(StoreError::Unknown {
+                        reason: format!("committing slot {} took longer than {timeout:?}", slot.0),
+                    })
+                }
+                Ok(Ok(())) => {
+                    self.note_own(slot, own, started);
+                    return Ok(answer);
+                }
+                Ok(Err(TxError::Retryable { reason })) => last = reason,
+                Ok(Err(TxError::UnknownResult { reason })) => {
+                    // The note may be stale now either way; the next read renews it.
+                    self.notes().remove(&slot);
+                    return Err(StoreError::Unknown { reason });
+                }
+                Ok(Err(TxError::Failed { reason })) => return Err(StoreError::Failed { reason }),
+            }
+        }
+        Err(StoreError::Failed {
+            reason: format!(
+                "slot {} conflicted on {} attempts; last: {last}",
+                slot.0,
+                self.options.retries_max + 1
+            ),
+        })
+    }
+}
+
+fn forget_oldest(notes: &mut HashMap<Slot, Observation>) {
+    if let Some(oldest) = notes.iter().min_by_key(|(_, note)| note.since).map(|(slot, _)| *slot) {
+        notes.remove(&oldest);
+    }
+}
+
+fn failed(error: &TxError) -> StoreError {
+    StoreError::Failed {
+        reason: error.to_string(),
+    }
+}
+
+fn next_revision(slot: Slot, revision: u64) -> Result<u64, StoreError> {
+    revision.checked_add(1).ok_or_else(|| StoreError::Failed {
+        reason: format!("slot {} has run out of revisions", slot.0),
+    })
+}
+
+fn matches(revision: u64, value: &[u8], expected: &Lease) -> bool {
+    revision == expected.revision.0 && value == expected.value.encode().as_bytes()
+}
+
+impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
+    async fn insert_if_not_exists(&self, key: Slot, value: &LeaseValue, ttl: Duration) -> Result<Option<Revision>, StoreError> {
+        let bytes = value.encode().into_bytes();
+        self.transact(key, |state| match state {
+            State::Absent { revision } => {
+                let revision = next_revision(key, *revision)?;
+                Ok(Decision::Write {
+                    record: Some(Record::Live {
+                        revision,
+                        ttl,
+                        value: bytes.clone(),
+                    }),
+                    answer: Some(Revision(revision)),
+                    own: Some((revision, bytes.clone(), ttl)),
+                })
+            }
+            State::Live { .. } | State::Unreadable => Ok(Decision::Done(None)),
+        })
+        .await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        let bytes = new_value.encode().into_bytes();
+        self.transact(key, |state| match state {
+            State::Live { revision, value } if matches(*revision, value, expected) => {
+                let revision = next_revision(key, *revision)?;
+                Ok(Decision::Write {
+                    record: Some(Record::Live {
+                        revision,
+                        ttl,
+                        value: bytes.clone(),
+                    }),
+                    answer: Some(Revision(revision)),
+                    own: Some((revision, bytes.clone(), ttl)),
+                })
+            }
+            _ => Ok(Decision::Done(None)),
+        })
+        .await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.transact(key, |state| match state {
+            State::Live { revision, value } if matches(*revision, value, expected) => Ok(Decision::Write {
+                // The tombstone keeps the revision: a later insert goes higher.
+                record: Some(Record::Deleted { revision: *revision }),
+                answer: true,
+                own: None,
+            }),
+            _ => Ok(Decision::Done(false)),
+        })
+        .await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.transact(key, |state| match state {
+            State::Absent { .. } => Ok(Decision::Done(None)),
+            State::Unreadable => Err(malformed(key)),
+            State::Live { revision, value } => {
+                let value = LeaseValue::decode(value).map_err(|source| StoreError::Corrupt { slot: key.0, source })?;
+                Ok(Decision::Done(Some(Lease {
+                    value,
+                    revision: Revision(*revision),
+                })))
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,68 @@
+//! Leases over a transactional key-value store without TTLs (feature `txkv`).
+//!
+//! A store like FoundationDB offers serializable transactions over keys and values, but no
+//! expiry. [`TxLeaseStore`] builds the [`LeaseStore`](vvm_runtime::LeaseStore) contract on top of
+//! the small [`TxKv`] trait, judging expiry **by observation** (see [`lease`]); the
+//! FoundationDB store is a thin [`TxKv`] mapping of it, and [`MemoryKv`] runs the same logic in
+//! memory, with injectable faults, so that it passes the conformance suite here.
+
+pub mod lease;
+pub mod memory;
+mod record;
+
+use std::future::Future;
+
+pub use lease::{TxLeaseStore, TxOptions, OBSERVATIONS_MAX, RETRIES_MAX_DEFAULT, TIMEOUT_DEFAULT};
+pub use memory::{KvFault, MemoryKv};
+
+/// Why a transaction step did not succeed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TxError {
+    /// A conflict or a transient condition; nothing was committed, and the whole transaction
+    /// may be run again.
+    #[error("transaction must be retried: {reason}")]
+    Retryable {
+        /// What the store said.
+        reason: String,
+    },
+    /// The commit may or may not have been applied (FoundationDB's `commit_unknown_result`).
+    /// Never retried blindly: a conditional write that did apply would then be judged against
+    /// its own result.
+    #[error("transaction outcome unknown: {reason}")]
+    UnknownResult {
+        /// What the store said.
+        reason: String,
+    },
+    /// Failed; nothing was committed.
+    #[error("transaction failed: {reason}")]
+    Failed {
+        /// What the store said.
+        reason: String,
+    },
+}
+
+/// A transactional key-value store: serializable transactions of reads and writes.
+pub trait TxKv: Send + Sync + 'static {
+    /// One transaction.
+    type Tx: KvTx;
+
+    /// Starts a transaction.
+    fn begin(&self) -> Result<Self::Tx, TxError>;
+}
+
+/// One transaction: reads see the writes made in it; [`commit`](KvTx::commit) applies them
+/// atomically, and fails with [`TxError::Retryable`] when a key read in it was changed by a
+/// transaction committed in between.
+pub trait KvTx: Send + 'static {
+    /// The value under `key`, if any.
+    fn get(&mut self, key: &[u8]) -> impl Future<Output = Result<Option<Vec<u8>>, TxError>> + Send;
+
+    /// Writes `value` under `key` when committed.
+    fn set(&mut self, key: &[u8], value: &[u8]);
+
+    /// Removes `key` when committed.
+    fn clear(&mut self, key: &[u8]);
+
+    /// Applies every write of the transaction, or none.
+    fn commit(self) -> impl Future<Output = Result<(), TxError>> + Send;
+}

@@ -1,0 +1,212 @@
+//! The sequence storage contract, checked on every adapter, and a sequencer over SQLite across
+//! a restart.
+
+use std::ops::ControlFlow;
+
+use vvm_adapters::seq_memory::MemorySeqStorage;
+use vvm_core::sequencer::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
+use vvm_runtime::sequencer::SeqStorage;
+
+fn sv(ws: u64, seq: u16, n: u64) -> SeqValue {
+    SeqValue {
+        key: NumberKey {
+            ws_id: WsId(ws),
+            seq_id: SeqId(seq),
+        },
+        value: Number(n),
+    }
+}
+
+type Append = Box<
+    dyn Fn(PLogOffset, Vec<SeqValue>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+>;
+
+/// What every storage must do; `append` writes a PLog event.
+async fn contract<St: SeqStorage>(s: &St, append: Append) {
+    assert_eq!(s.read_next_plog_offset().await.unwrap(), PLogOffset(1));
+    assert_eq!(
+        s.read_numbers(WsId(1), &[SeqId(1)]).await.unwrap(),
+        vec![Number(0)]
+    );
+    s.write_values_and_next_plog_offset(&[sv(1, 1, 10), sv(1, 2, u64::MAX)], PLogOffset(9))
+        .await
+        .unwrap();
+    // Lower values and offset arrive late: nothing decreases.
+    s.write_values_and_next_plog_offset(&[sv(1, 1, 7), sv(1, 2, 5)], PLogOffset(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.read_numbers(WsId(1), &[SeqId(2), SeqId(1), SeqId(3)])
+            .await
+            .unwrap(),
+        vec![Number(u64::MAX), Number(10), Number(0)]
+    );
+    assert_eq!(s.read_next_plog_offset().await.unwrap(), PLogOffset(9));
+    s.write_values_and_next_plog_offset(&[], PLogOffset(12))
+        .await
+        .unwrap();
+    assert_eq!(s.read_next_plog_offset().await.unwrap(), PLogOffset(12));
+
+    for o in 1..=2_100u64 {
+        append(PLogOffset(o), vec![sv(o, 1, o), sv(o, 1, o - 1)]).await;
+    }
+    let mut seen = Vec::new();
+    s.actualize_from_plog(PLogOffset(5), &mut |o, values| {
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0].value.0, o.0);
+        seen.push(o.0);
+        ControlFlow::Continue(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        (5..=2_100).collect::<Vec<_>>(),
+        "in order, across pages"
+    );
+    let mut fed = 0;
+    s.actualize_from_plog(PLogOffset(1), &mut |_, _| {
+        fed += 1;
+        if fed == 3 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(fed, 3, "a break stops the replay");
+}
+
+// covers: Seq.StoredNeverDecreases
+#[tokio::test]
+async fn the_memory_storage_keeps_the_contract() {
+    let s = MemorySeqStorage::default();
+    let plog = s.clone();
+    contract(
+        &s,
+        Box::new(move |o, v| {
+            let plog = plog.clone();
+            Box::pin(async move { plog.append_event(o, &v).unwrap() })
+        }),
+    )
+    .await;
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use std::path::PathBuf;
+    use vvm_adapters::seq_sqlite::{Durability, SqliteSeqError, SqliteSeqStorage};
+    use vvm_core::sequencer::{Params, WsKind};
+    use vvm_runtime::sequencer::{SeqConfig, Sequencer};
+
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str) -> Self {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            TempFile(std::env::temp_dir().join(format!(
+                "vvm-seq-{name}-{}-{nanos}.sqlite",
+                std::process::id()
+            )))
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = self.0.clone().into_os_string();
+                p.push(suffix);
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+
+    // covers: Seq.StoredNeverDecreases
+    #[tokio::test]
+    async fn the_sqlite_storage_keeps_the_contract() {
+        let file = TempFile::new("contract");
+        let s = SqliteSeqStorage::open(&file.0, PLogOffset(1), Durability::Normal).unwrap();
+        let plog = s.clone();
+        contract(
+            &s,
+            Box::new(move |o, v| {
+                let plog = plog.clone();
+                Box::pin(async move { plog.append_event(o, &v).await.unwrap() })
+            }),
+        )
+        .await;
+        assert!(matches!(
+            s.append_event(PLogOffset(1), &[]).await,
+            Err(SqliteSeqError::OffsetTaken(PLogOffset(1)))
+        ));
+    }
+
+    // covers: Seq.SqliteAtomic
+    #[tokio::test]
+    async fn a_write_that_fails_at_the_offset_leaves_no_values_behind() {
+        let file = TempFile::new("atomic");
+        let s = SqliteSeqStorage::open(&file.0, PLogOffset(1), Durability::Full).unwrap();
+        s.write_values_and_next_plog_offset(&[sv(1, 1, 5)], PLogOffset(2))
+            .await
+            .unwrap();
+        // Make the offset statement fail: the values written before it in the same
+        // transaction must roll back with it.
+        let other = rusqlite::Connection::open(&file.0).unwrap();
+        other
+            .execute_batch(
+                "CREATE TRIGGER no_offset BEFORE UPDATE ON seq_offset
+                 BEGIN SELECT RAISE(ABORT, 'offset refused'); END;",
+            )
+            .unwrap();
+        let err = s
+            .write_values_and_next_plog_offset(&[sv(1, 1, 9), sv(2, 1, 9)], PLogOffset(3))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("offset refused"), "{err}");
+        assert_eq!(
+            s.read_numbers(WsId(1), &[SeqId(1)]).await.unwrap(),
+            vec![Number(5)]
+        );
+        assert_eq!(
+            s.read_numbers(WsId(2), &[SeqId(1)]).await.unwrap(),
+            vec![Number(0)]
+        );
+        assert_eq!(s.read_next_plog_offset().await.unwrap(), PLogOffset(2));
+    }
+
+    // covers: Seq.Gapless
+    #[tokio::test]
+    async fn numbers_continue_across_a_restart_on_the_same_file() {
+        let file = TempFile::new("restart");
+        let params = Params::builder()
+            .sequence(WsKind(1), SeqId(1), Number(1_000))
+            .build()
+            .unwrap();
+        let mut expected = 1_000u64;
+        for life in 0..3 {
+            let s = SqliteSeqStorage::open(&file.0, PLogOffset(1), Durability::Normal).unwrap();
+            let mut seq = Sequencer::new(params.clone(), s.clone(), SeqConfig::default())
+                .unwrap()
+                .ready()
+                .await;
+            for _ in 0..20 {
+                let mut tx = seq.start(WsKind(1), WsId(7)).unwrap();
+                let n = tx.next(SeqId(1)).await.unwrap();
+                assert_eq!(n, Number(expected), "life {life}");
+                expected += 1;
+                s.append_event(tx.offset(), &[sv(7, 1, n.0)]).await.unwrap();
+                seq = tx.flush();
+            }
+            if life == 1 {
+                drop(seq); // crash: whatever the flusher had not written is replayed
+            } else {
+                seq.shutdown().await.unwrap();
+            }
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The transaction side: which number `next` hands out, from the cache or the transaction
+//! itself; what the caller must look up elsewhere (the backlog, then storage) when neither knows.
+//!
+//! Owned by the one caller that runs transactions; shares nothing, so the cached path of `next`
+//! takes no lock and allocates nothing.
+
+use super::cache::Cache;
+use super::params::Params;
+use super::types::{Number, NumberKey, SeqId, WsId, WsKind};
+
+/// Why a sequencing call failed. The sequencer's state is unchanged by a failed call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SeqError {
+    /// The workspace kind declares no sequences.
+    #[error("workspace kind {0:?} has no sequences")]
+    UnknownWsKind(WsKind),
+    /// The sequence is not declared for the workspace's kind.
+    #[error("sequence {seq_id:?} is not declared for workspace kind {ws_kind:?}")]
+    UnknownSeqId {
+        /// The transaction's workspace kind.
+        ws_kind: WsKind,
+        /// The sequence asked for.
+        seq_id: SeqId,
+    },
+    /// The sequence already handed out `u64::MAX`; there is no next number.
+    #[error("sequence {key:?} is exhausted: u64::MAX was handed out")]
+    Exhausted {
+        /// The sequence.
+        key: NumberKey,
+    },
+    /// A transaction call outside a transaction (the runtime's types rule this out).
+    #[error("no sequencing transaction is in progress")]
+    NotInTransaction,
+    /// `begin` inside a transaction (the runtime's types rule this out).
+    #[error("a sequencing transaction is already in progress")]
+    InTransaction,
+}
+
+/// The number after `last` (0 = nothing issued yet), never below `initial`, never a wrap.
+#[inline]
+pub fn number_after(last: Number, initial: Number, key: NumberKey) -> Result<Number, SeqError> {
+    let after = last.0.checked_add(1).ok_or(SeqError::Exhausted { key })?;
+    Ok(Number(after.max(initial.0)))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tx {
+    Idle,
+    Open {
+        ws_kind: WsKind,
+        kind: usize,
+        ws_id: WsId,
+    },
+}
+
+/// The transaction side of a sequencer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issuer {
+    params: Params,
+    cache: Cache,
+    tx: Tx,
+    /// Numbers the open transaction issued, one entry per sequence touched; empty when idle.
+    /// Kept across transactions (capacity: the largest kind) so that none allocates.
+    issued: Vec<(SeqId, Number)>,
+}
+
+impl Issuer {
+    /// An idle issuer with an empty cache.
+    pub fn new(params: Params) -> Self {
+        let cache = Cache::new(params.cache_capacity());
+        let issued = Vec::with_capacity(params.seqs_per_kind_max());
+        Issuer {
+            params,
+            cache,
+            tx: Tx::Idle,
+            issued,
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The cache of last issued numbers.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// The open transaction's workspace, if any.
+    pub fn transaction(&self) -> Option<(WsKind, WsId)> {
+        match self.tx {
+            Tx::Idle => None,
+            Tx::Open { ws_kind, ws_id, .. } => Some((ws_kind, ws_id)),
+        }
+    }
+
+    /// Opens a transaction for workspace `ws_id` of kind `ws_kind`.
+    pub fn begin(&mut self, ws_kind: WsKind, ws_id: WsId) -> Result<(), SeqError> {
+        if self.tx != Tx::Idle {
+            return Err(SeqError::InTransaction);
+        }
+        let kind = self
+            .params
+            .kind_index(ws_kind)
+            .ok_or(SeqError::UnknownWsKind(ws_kind))?;
+        debug_assert!(self.issued.is_empty(), "an idle issuer holds no numbers");
+        self.tx = Tx::Open {
+            ws_kind,
+            kind,
+            ws_id,
+        };
+        Ok(())
+    }
+
+    fn open(&self, seq_id: SeqId) -> Result<(NumberKey, Number), SeqError> {
+        let Tx::Open {
+            ws_kind,
+            kind,
+            ws_id,
+        } = self.tx
+        else {
+            return Err(SeqError::NotInTransaction);
+        };
+        let initial = self
+            .params
+            .seq_initial(kind, seq_id)
+            .ok_or(SeqError::UnknownSeqId { ws_kind, seq_id })?;
+        Ok((NumberKey { ws_id, seq_id }, initial))
+    }
+
+    /// The key `seq_id` has in the open transaction (checks that the sequence is declared).
+    pub fn key(&self, seq_id: SeqId) -> Result<NumberKey, SeqError> {
+        self.open(seq_id).map(|(key, _)| key)
+    }
+
+    fn record(&mut self, seq_id: SeqId, n: Number) {
+        match self.issued.iter_mut().find(|(s, _)| *s == seq_id) {
+            Some(slot) => slot.1 = n,
+            None => {
+                debug_assert!(
+                    self.issued.len() < self.params.seqs_per_kind_max(),
+                    "a transaction touches at most the sequences of its kind"
+                );
+                self.issued.push((seq_id, n));
+            }
+        }
+    }
+
+    /// Hands out the next number of `seq_id` if the cache or the transaction knows the last
+    /// one; `Ok(None)` when the caller must look it up in the backlog, then in storage, and
+    /// call [`next_after`](Self::next_after).
+    #[inline]
+    pub fn next_cached(&mut self, seq_id: SeqId) -> Result<Option<Number>, SeqError> {
+        let (key, initial) = self.open(seq_id)?;
+        if let Some(last) = self.cache.get_mut(&key) {
+            let n = number_after(*last, initial, key)?;
+            *last = n;
+            self.record(seq_id, n);
+            return Ok(Some(n));
+        }
+        // Evicted during this transaction: the transaction itself still knows.
+        if let Some(&(_, last)) = self.issued.iter().find(|(s, _)| *s == seq_id) {
+            let n = number_after(last, initial, key)?;
+            self.cache.put(key, n);
+            self.record(seq_id, n);
+            return Ok(Some(n));
+        }
+        Ok(None)
+    }
+
+    /// Hands out the number after `last`, the highest number the backlog or storage knows for
+    /// `seq_id` (`Number(0)` when none).
+    pub fn next_after(&mut self, seq_id: SeqId, last: Number) -> Result<Number, SeqError> {
+        let (key, initial) = self.open(seq_id)?;
+        let n = number_after(last, initial, key)?;
+        self.cache.put(key, n);
+        self.record(seq_id, n);
+        Ok(n)
+    }
+
+    /// Caches `last` for `seq_id` unless the cache or the transaction knows it already (their
+    /// values are newer). Used for the sequences read alongside the one asked for.
+    pub fn warm(&mut self, seq_id: SeqId, last: Number) -> Result<(), SeqError> {
+        let (key, _) = self.open(seq_id)?;
+        if last.0 == 0
+            || self.cache.peek(&key).is_some()
+            || self.issued.iter().any(|(s, _)| *s == seq_id)
+        {
+            return Ok(());
+        }
+        self.cache.put(key, last);
+        Ok(())
+    }
+
+    /// The sequences of the open transaction's kind with their initial values.
+    pub fn kind_seqs(&self) -> Result<&[(SeqId, Number)], SeqError> {
+        match self.tx {
+            Tx::Idle => Err(SeqError::NotInTransaction),
+            Tx::Open { kind, .. } => Ok(self.params.kind_seqs(kind)),
+        }
+    }
+
+    /// The open transaction's workspace and the numbers it issued (to commit).
+    pub fn issued(&self) -> Result<(WsId, &[(SeqId, Number)]), SeqError> {
+        match self.tx {
+            Tx::Idle => Err(SeqError::NotInTransaction),
+            Tx::Open { ws_id, .. } => Ok((ws_id, self.issued.as_slice())),
+        }
+    }
+
+    /// Closes the transaction after its numbers were committed; the cache keeps them.
+    pub fn end(&mut self) -> Result<(), SeqError> {
+        if self.tx == Tx::Idle {
+            return Err(SeqError::NotInTransaction);
+        }
+        self.issued.clear();
+        self.tx = Tx::Idle;
+        Ok(())
+    }
+
+    /// Drops the open transaction (if any) and the whole cache: its event was not written, so
+    /// its numbers are handed out again, and the cache may hold them.
+    pub fn abort(&mut self) {
+        self.issued.clear();
+        self.cache.clear();
+        self.tx = Tx::Idle;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(cache: usize) -> Params {
+        Params::builder()
+            .sequence(WsKind(1), SeqId(1), Number(100))
+            .sequence(WsKind(1), SeqId(2), Number(1))
+            .cache_capacity(cache)
+            .build()
+            .unwrap()
+    }
+
+    fn key(ws: u64, seq: u16) -> NumberKey {
+        NumberKey {
+            ws_id: WsId(ws),
+            seq_id: SeqId(seq),
+        }
+    }
+
+    // covers: Seq.Next
+    #[test]
+    fn the_cache_then_the_transaction_answer_and_the_rest_is_left_to_the_caller() {
+        let mut i = Issuer::new(params(1));
+        i.begin(WsKind(1), WsId(7)).unwrap();
+        assert_eq!(i.next_cached(SeqId(1)), Ok(None), "nothing known yet");
+        assert_eq!(i.next_after(SeqId(1), Number(0)), Ok(Number(100)));
+        assert_eq!(i.next_cached(SeqId(1)), Ok(Some(Number(101))), "cache");
+        assert_eq!(i.next_after(SeqId(2), Number(41)), Ok(Number(42)));
+        // Cache of one: SeqId(1) was evicted by SeqId(2); the transaction still knows it.
+        assert_eq!(i.cache().peek(&key(7, 1)), None);
+        assert_eq!(
+            i.next_cached(SeqId(1)),
+            Ok(Some(Number(102))),
+            "transaction"
+        );
+        assert_eq!(
+            i.issued(),
+            Ok((
+                WsId(7),
+                &[(SeqId(1), Number(102)), (SeqId(2), Number(42))][..]
+            ))
+        );
+        i.end().unwrap();
+        assert_eq!(i.transaction(), None);
+        assert_eq!(i.cache().peek(&key(7, 1)), Some(Number(102)));
+    }
+
+    // covers: Seq.UnknownSeq
+    #[test]
+    fn unknown_kinds_and_sequences_are_errors_that_change_nothing() {
+        let mut i = Issuer::new(params(4));
+        assert_eq!(
+            i.begin(WsKind(2), WsId(1)),
+            Err(SeqError::UnknownWsKind(WsKind(2)))
+        );
+        assert_eq!(i.transaction(), None);
+        i.begin(WsKind(1), WsId(1)).unwrap();
+        i.next_after(SeqId(2), Number(0)).unwrap();
+        let before = i.clone();
+        assert_eq!(
+            i.next_cached(SeqId(9)),
+            Err(SeqError::UnknownSeqId {
+                ws_kind: WsKind(1),
+                seq_id: SeqId(9)
+            })
+        );
+        assert!(i.next_after(SeqId(9), Number(5)).is_err());
+        assert!(i.warm(SeqId(9), Number(5)).is_err());
+        assert_eq!(i, before);
+    }
+
+    // covers: Seq.NoWrap
+    #[test]
+    fn a_sequence_at_u64_max_is_exhausted_never_wrapped() {
+        let mut i = Issuer::new(params(4));
+        i.begin(WsKind(1), WsId(1)).unwrap();
+        let k = key(1, 2);
+        assert_eq!(
+            i.next_after(SeqId(2), Number(u64::MAX - 1)),
+            Ok(Number(u64::MAX))
+        );
+        assert_eq!(i.next_cached(SeqId(2)), Err(SeqError::Exhausted { key: k }));
+        assert_eq!(
+            i.next_after(SeqId(2), Number(u64::MAX)),
+            Err(SeqError::Exhausted { key: k })
+        );
+        assert_eq!(i.cache().peek(&k), Some(Number(u64::MAX)), "unchanged");
+    }
+
+    // covers: Seq.InitialFloor
+    #[test]
+    fn numbers_never_go_below_the_initial_value() {
+        let mut i = Issuer::new(params(4));
+        i.begin(WsKind(1), WsId(1)).unwrap();
+        assert_eq!(i.next_after(SeqId(1), Number(5)), Ok(Number(100)));
+        assert_eq!(i.next_cached(SeqId(1)), Ok(Some(Number(101))));
+        assert_eq!(
+            number_after(Number(65_537), Number(200_001), key(1, 1)),
+            Ok(Number(200_001))
+        );
+    }
+
+    #[test]
+    fn calls_outside_a_transaction_are_errors() {
+        let mut i = Issuer::new(params(4));
+        assert_eq!(i.next_cached(SeqId(1)), Err(SeqError::NotInTransaction));
+        assert_eq!(i.end(), Err(SeqError::NotInTransaction));
+        assert!(i.issued().is_err());
+        assert!(i.kind_seqs().is_err());
+        i.begin(WsKind(1), WsId(1)).unwrap();
+        assert_eq!(i.begin(WsKind(1), WsId(2)), Err(SeqError::InTransaction));
+    }
+
+    #[test]
+    fn warming_never_overrides_newer_numbers_and_abort_forgets_everything() {
+        let mut i = Issuer::new(params(4));
+        i.begin(WsKind(1), WsId(1)).unwrap();
+        i.next_after(SeqId(1), Number(0)).unwrap();
+        i.warm(SeqId(1), Number(7)).unwrap();
+        i.warm(SeqId(2), Number(7)).unwrap();
+        assert_eq!(i.cache().peek(&key(1, 1)), Some(Number(100)));
+        assert_eq!(i.cache().peek(&key(1, 2)), Some(Number(7)));
+        i.abort();
+        assert!(i.cache().is_empty());
+        assert_eq!(i.transaction(), None);
+        assert!(i.issued().is_err());
+    }
+}

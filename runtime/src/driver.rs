@@ -1,0 +1,304 @@
+//! The driver task of one VVM: waits for the next timer, store reply, command or service report,
+//! hands it to the [`Lifecycle`] machine and executes what the machine asks for.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
+use vvm_core::{
+    Effect, Effects, FencingToken, Instant, Lifecycle, Phase, Problem, VvmConfig, VvmEvent,
+};
+
+use crate::error::VvmError;
+use crate::executor::{Executor, Wake};
+use crate::pipeline::{Pipeline, Report, Timeouts};
+use crate::services::{ServiceError, Services};
+use crate::store::LeaseStore;
+
+/// Most events the driver queues for itself (only "services stopped" when none ran).
+const QUEUED_MAX: usize = 4;
+
+/// What the handle sees of the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Status {
+    pub(crate) phase: Phase,
+    pub(crate) running: bool,
+    pub(crate) token: Option<FencingToken>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) problem: Option<VvmError>,
+    pub(crate) finished: bool,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            phase: Phase::Provided,
+            running: false,
+            token: None,
+            deadline: None,
+            problem: None,
+            finished: false,
+        }
+    }
+}
+
+pub(crate) struct Driver<S> {
+    machine: Lifecycle,
+    exec: Executor<S>,
+    config: VvmConfig,
+    services: Option<Services>,
+    names: Vec<Arc<str>>,
+    /// The first error message each service reported, by start index.
+    errors: Vec<Option<ServiceError>>,
+    timeouts: Timeouts,
+    pipeline: Option<Pipeline>,
+    shutdown: Option<oneshot::Receiver<()>>,
+    status: watch::Sender<Status>,
+    queued: VecDeque<VvmEvent>,
+    out: Effects,
+    outcome: Option<Result<(), VvmError>>,
+}
+
+/// Resolves when the handle asks for shutdown or goes away; pending once it did.
+async fn shutdown_asked(shutdown: &mut Option<oneshot::Receiver<()>>) {
+    match shutdown.as_mut() {
+        // Sent or dropped: both mean "shut down".
+        Some(rx) => {
+            let _ = rx.await;
+            *shutdown = None;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The next report of the pipeline; pending while there is none.
+async fn report(pipeline: &mut Option<Pipeline>) -> Option<Report> {
+    match pipeline.as_mut() {
+        Some(pipeline) => pipeline.report().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<S: LeaseStore> Driver<S> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        machine: Lifecycle,
+        exec: Executor<S>,
+        config: VvmConfig,
+        services: Services,
+        timeouts: Timeouts,
+        shutdown: oneshot::Receiver<()>,
+        status: watch::Sender<Status>,
+    ) -> Self {
+        let names = services.names();
+        Driver {
+            machine,
+            exec,
+            config,
+            errors: vec![None; names.len()],
+            names,
+            services: Some(services),
+            timeouts,
+            pipeline: None,
+            shutdown: Some(shutdown),
+            status,
+            queued: VecDeque::with_capacity(QUEUED_MAX),
+            out: Effects::new(),
+            outcome: None,
+        }
+    }
+
+    /// Runs the VVM from launch to the end of its shutdown; returns the first problem.
+    pub(crate) async fn run(mut self, span: tracing::Span) -> Result<(), VvmError> {
+        async move {
+            self.feed(VvmEvent::Launch {
+                now: self.exec.now(),
+            });
+            loop {
+                if let Some(outcome) = self.outcome.take() {
+                    self.drain_pipeline().await;
+                    self.status.send_modify(|status| status.finished = true);
+                    return outcome;
+                }
+                let event = match self.queued.pop_front() {
+                    Some(event) => event,
+                    None => self.next_event().await,
+                };
+                self.feed(event);
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The machine stops services before it finishes; should a pipeline still exist anyway, it
+    /// is stopped and awaited here so that no service outlives the driver.
+    async fn drain_pipeline(&mut self) {
+        if let Some(mut pipeline) = self.pipeline.take() {
+            tracing::error!("finished with services still running; stopping them");
+            pipeline.stop();
+            while pipeline.report().await.is_some() {}
+            pipeline.join().await;
+        }
+    }
+
+    async fn next_event(&mut self) -> VvmEvent {
+        tokio::select! {
+            wake = self.exec.next() => match wake {
+                Wake::Reply { op, reply } => VvmEvent::Reply { now: self.exec.now(), op, reply },
+                Wake::Timer(timer) => VvmEvent::Timer { now: self.exec.now(), timer },
+            },
+            () = shutdown_asked(&mut self.shutdown) => VvmEvent::Shutdown { now: self.exec.now() },
+            report = report(&mut self.pipeline) => self.on_report(report).await,
+        }
+    }
+
+    async fn on_report(&mut self, report: Option<Report>) -> VvmEvent {
+        let now = self.exec.now();
+        match report {
+            Some(Report::Started) => VvmEvent::ServicesStarted { now },
+            Some(Report::Failed { index, error }) => {
+                if let Some(slot) = self.errors.get_mut(usize::from(index)) {
+                    slot.get_or_insert(error);
+                }
+                VvmEvent::ServiceFailed { now, index }
+            }
+            // The pipeline only ends after reporting `Stopped`; `None` is that end seen twice.
+            Some(Report::Stopped) | None => {
+                if let Some(pipeline) = self.pipeline.take() {
+                    pipeline.join().await;
+                }
+                VvmEvent::ServicesStopped { now }
+            }
+        }
+    }
+
+    fn feed(&mut self, event: VvmEvent) {
+        self.out.clear();
+        self.machine.handle(&event, &mut self.out);
+        let phase = self.machine.phase();
+        tracing::debug!(?event, ?phase, effects = ?self.out.as_slice(), "transition");
+        let effects = self.out.clone();
+        for effect in &effects {
+            if !self.exec.execute(effect) {
+                self.notify(effect);
+            }
+        }
+        let deadline = self.exec.deadline();
+        self.status.send_modify(|status| {
+            status.phase = phase;
+            status.deadline = deadline.or(status.deadline);
+        });
+    }
+
+    fn notify(&mut self, effect: &Effect) {
+        match *effect {
+            Effect::Acquired { token } => {
+                tracing::Span::current().record("slot", token.slot.0);
+                tracing::info!(
+                    slot = token.slot.0,
+                    revision = token.revision.0,
+                    "leadership acquired"
+                );
+                self.status.send_modify(|status| status.token = Some(token));
+            }
+            Effect::Renewed { token } => {
+                tracing::debug!(revision = token.revision.0, "lease renewed");
+                self.status.send_modify(|status| status.token = Some(token));
+            }
+            Effect::NotAcquired { slot, refusal } => {
+                tracing::debug!(slot = slot.0, ?refusal, "slot not acquired");
+            }
+            Effect::Lost { slot, reason } => {
+                tracing::warn!(slot = slot.0, ?reason, "leadership lost")
+            }
+            Effect::Released { slot, deleted } => {
+                tracing::info!(slot = slot.map(|s| s.0), deleted, "leadership released");
+            }
+            Effect::StartServices { token } => {
+                let services = self.services.take().unwrap_or_default();
+                self.pipeline = Some(Pipeline::start(services, token, self.timeouts));
+            }
+            Effect::StopServices => match self.pipeline.as_mut() {
+                Some(pipeline) => pipeline.stop(),
+                None => self.queue(VvmEvent::ServicesStopped {
+                    now: self.exec.now(),
+                }),
+            },
+            Effect::Running { token } => {
+                tracing::info!(slot = token.slot.0, "running");
+                self.status.send_modify(|status| status.running = true);
+            }
+            Effect::ProblemRaised { problem } => {
+                let error = self.error(problem);
+                tracing::warn!(%error, "problem raised");
+                self.status.send_modify(|status| {
+                    status.problem.get_or_insert(error);
+                });
+            }
+            Effect::MonitorStopped => tracing::debug!("leadership monitor stopped"),
+            Effect::Finished { problem } => {
+                let outcome = match problem {
+                    None => Ok(()),
+                    Some(problem) => Err(self
+                        .status
+                        .borrow()
+                        .problem
+                        .clone()
+                        .unwrap_or_else(|| self.error(problem))),
+                };
+                tracing::info!(?outcome, "shut down");
+                self.outcome = Some(outcome);
+            }
+            _ => tracing::error!(?effect, "effect not executed by the VVM driver"),
+        }
+    }
+
+    fn queue(&mut self, event: VvmEvent) {
+        if self.queued.len() < QUEUED_MAX {
+            self.queued.push_back(event);
+        } else {
+            tracing::error!(?event, "driver queue full; event dropped");
+        }
+    }
+
+    /// The host-facing error of a core problem, with the service's own message where relevant.
+    fn error(&self, problem: Problem) -> VvmError {
+        let service = |index: u16| {
+            let name = self
+                .names
+                .get(usize::from(index))
+                .map_or("?".into(), |n| n.to_string());
+            let message = self
+                .errors
+                .get(usize::from(index))
+                .and_then(|e| e.as_ref().map(|e| e.message().to_owned()))
+                .unwrap_or_default();
+            (name, message)
+        };
+        match problem {
+            Problem::AcquisitionFailed => VvmError::AcquisitionFailed {
+                slots: self.config.slots(),
+                acquisition: self.config.acquisition(),
+            },
+            Problem::LeadershipLost { slot, reason } => VvmError::LeadershipLost { slot, reason },
+            Problem::ServiceStartFailed { index } => {
+                let (name, message) = service(index);
+                VvmError::ServiceStartFailed {
+                    index,
+                    name,
+                    message,
+                }
+            }
+            Problem::ServiceFailed { index } => {
+                let (name, message) = service(index);
+                VvmError::ServiceFailed {
+                    index,
+                    name,
+                    message,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Elections without a VVM around them: one [`Leadership`] machine driven by its own task, for
+//! callers (and tests) that want to acquire, hold and release a single slot directly.
+//!
+//! It shares the store calls, timers and killer with the VVM driver; only the notifications are
+//! handled here. After [`Elections::cleanup`] the handle acquires nothing any more.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
+use vvm_core::{
+    Effect, Effects, FencingToken, Leadership, LeaseConfig, LeaseEvent, LossReason, Refusal, Slot,
+};
+
+use crate::error::ElectionsError;
+use crate::executor::{Executor, Wake};
+use crate::killer::KillerThread;
+use crate::store::{LeaseStore, LeaseValue};
+use crate::vvm::new_incarnation;
+
+/// Commands queued at most; callers wait for replies, so more never pile up.
+const COMMANDS_MAX: usize = 8;
+
+/// What the handle holds right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tenure {
+    /// Nothing held.
+    Idle,
+    /// Leading; the token of the last confirmed write.
+    Held(FencingToken),
+    /// Leadership of `slot` was lost (not released).
+    Lost {
+        /// The slot.
+        slot: Slot,
+        /// Why.
+        reason: LossReason,
+    },
+}
+
+enum Command {
+    Acquire(Slot, oneshot::Sender<Result<FencingToken, ElectionsError>>),
+    Release(oneshot::Sender<()>),
+    Cleanup(oneshot::Sender<()>),
+}
+
+/// Handle of a single-slot election. Dropping it releases what it holds, in the background.
+#[derive(Debug)]
+pub struct Elections {
+    commands: mpsc::Sender<Command>,
+    tenure: watch::Receiver<Tenure>,
+    value: LeaseValue,
+}
+
+impl Elections {
+    /// Starts the election task for `address` on `store`; its deadlines go to `killer`.
+    pub fn start<S: LeaseStore>(
+        store: S,
+        address: &str,
+        lease: LeaseConfig,
+        killer: &KillerThread,
+    ) -> Result<Elections, ElectionsError> {
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| ElectionsError::NoRuntime)?;
+        let incarnation = new_incarnation();
+        let value = LeaseValue {
+            address: address.to_owned(),
+            incarnation,
+        };
+        let (commands, rx) = mpsc::channel(COMMANDS_MAX);
+        let (tenure_tx, tenure) = watch::channel(Tenure::Idle);
+        let exec = Executor::new(
+            Arc::new(store),
+            value.clone(),
+            lease,
+            killer.register(address),
+        );
+        let task = Task {
+            machine: Leadership::new(lease, incarnation),
+            exec,
+            commands: rx,
+            tenure: tenure_tx,
+            acquiring: None,
+            releasing: Vec::new(),
+            cleanup: None,
+            closing: false,
+            out: Effects::new(),
+        };
+        let span = tracing::info_span!("elections", address);
+        runtime.spawn(task.run().instrument(span));
+        Ok(Elections {
+            commands,
+            tenure,
+            value,
+        })
+    }
+
+    /// The value this handle writes (its address and incarnation).
+    pub fn value(&self) -> &LeaseValue {
+        &self.value
+    }
+
+    /// Tries to win `slot` once; returns the first fencing token.
+    pub async fn acquire(&self, slot: Slot) -> Result<FencingToken, ElectionsError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Acquire(slot, reply))
+            .await
+            .map_err(|_| ElectionsError::Closed)?;
+        rx.await.map_err(|_| ElectionsError::Closed)?
+    }
+
+    /// Stops renewing and deletes our record; does nothing when nothing is held.
+    pub async fn release(&self) -> Result<(), ElectionsError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Release(reply))
+            .await
+            .map_err(|_| ElectionsError::Closed)?;
+        rx.await.map_err(|_| ElectionsError::Closed)
+    }
+
+    /// Releases what is held and ends the task; later calls fail with
+    /// [`ElectionsError::Closed`]. Returns once the release is done. Idempotent.
+    pub async fn cleanup(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.commands.send(Command::Cleanup(reply)).await.is_ok() {
+            // An error means the task ended anyway.
+            let _ = rx.await;
+        }
+    }
+
+    /// What is held right now.
+    pub fn tenure(&self) -> Tenure {
+        *self.tenure.borrow()
+    }
+
+    /// A receiver that sees every change of [`Tenure`].
+    pub fn watch(&self) -> watch::Receiver<Tenure> {
+        self.tenure.clone()
+    }
+}
+
+struct Task<S> {
+    machine: Leadership,
+    exec: Executor<S>,
+    commands: mpsc::Receiver<Command>,
+    tenure: watch::Sender<Tenure>,
+    acquiring: Option<oneshot::Sender<Result<FencingToken, ElectionsError>>>,
+    releasing: Vec<oneshot::Sender<()>>,
+    cleanup: Option<oneshot::Sender<()>>,
+    closing: bool,
+    out: Effects,
+}
+
+impl<S: LeaseStore> Task<S> {
+    async fn run(mut self) {
+        while !(self.closing && self.machine.is_idle() && !self.exec.busy()) {
+            let event = tokio::select! {
+                wake = self.exec.next() => match wake {
+                    Wake::Reply { op, reply } => LeaseEvent::Reply { now: self.exec.now(), op, reply },
+                    Wake::Timer(timer) => LeaseEvent::Timer { now: self.exec.now(), timer },
+                },
+                command = self.commands.recv(), if !self.closing => match self.command(command) {
+                    Some(event) => event,
+                    None => continue,
+                },
+            };
+            self.feed(event);
+        }
+        if let Some(reply) = self.cleanup.take() {
+            let _ = reply.send(());
+        }
+        tracing::debug!("elections cleaned up");
+    }
+
+    /// The event a command asks for, if any.
+    fn command(&mut self, command: Option<Command>) -> Option<LeaseEvent> {
+        let now = self.exec.now();
+        match command {
+            Some(Command::Acquire(slot, reply)) => {
+                if self.acquiring.is_some() || !self.machine.is_idle() {
+                    let _ = reply.send(Err(ElectionsError::Busy));
+                    return None;
+                }
+                self.acquiring = Some(reply);
+                Some(LeaseEvent::Acquire { now, slot })
+            }
+            Some(Command::Release(reply)) => {
+                self.releasing.push(reply);
+                Some(LeaseEvent::Release { now })
+            }
+            Some(Command::Cleanup(reply)) => {
+                self.cleanup = Some(reply);
+                self.closing = true;
+                Some(LeaseEvent::Release { now })
+            }
+            // The handle is gone: release what is held, then end.
+            None => {
+                self.closing = true;
+                Some(LeaseEvent::Release { now })
+            }
+        }
+    }
+
+    fn feed(&mut self, event: LeaseEvent) {
+        self.out.clear();
+        self.machine.handle(&event, &mut self.out);
+        tracing::debug!(?event, state = ?self.machine.state(), effects = ?self.out.as_slice(), "transition");
+        let effects = self.out.clone();
+        for effect in &effects {
+            if !self.exec.execute(effect) {
+                self.notify(effect);
+            }
+        }
+    }
+
+    fn notify(&mut self, effect: &Effect) {
+        match *effect {
+            Effect::Acquired { token } => {
+                tracing::info!(
+                    slot = token.slot.0,
+                    revision = token.revision.0,
+                    "leadership acquired"
+                );
+                self.tenure.send_replace(Tenure::Held(token));
+                if let Some(reply) = self.acquiring.take() {
+                    let _ = reply.send(Ok(token));
+                }
+            }
+            Effect::Renewed { token } => {
+                self.tenure.send_replace(Tenure::Held(token));
+            }
+            Effect::NotAcquired { slot, refusal } => {
+                tracing::debug!(slot = slot.0, ?refusal, "slot not acquired");
+                let error = match refusal {
+                    Refusal::Held => ElectionsError::Held(slot),
+                    Refusal::StoreFailed => ElectionsError::StoreFailed(slot),
+                };
+                if let Some(reply) = self.acquiring.take() {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            Effect::Lost { slot, reason } => {
+                tracing::warn!(slot = slot.0, ?reason, "leadership lost");
+                self.tenure.send_replace(Tenure::Lost { slot, reason });
+            }
+            Effect::Released { slot, deleted } => {
+                tracing::info!(slot = slot.map(|s| s.0), deleted, "leadership released");
+                self.tenure.send_if_modified(|tenure| {
+                    let held = matches!(tenure, Tenure::Held(_));
+                    if held {
+                        *tenure = Tenure::Idle;
+                    }
+                    held
+                });
+                if let Some(reply) = self.acquiring.take() {
+                    let _ = reply.send(Err(ElectionsError::Closed));
+                }
+                for reply in self.releasing.drain(..) {
+                    let _ = reply.send(());
+                }
+            }
+            _ => tracing::error!(?effect, "effect not executed by the elections driver"),
+        }
+    }
+}

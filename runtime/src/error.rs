@@ -1,0 +1,110 @@
+//! The errors a VVM hands back to its host.
+
+use std::time::Duration;
+
+use vvm_core::{LossReason, Problem, Slot};
+
+/// The first problem of a VVM, as returned by
+/// [`Vvm::<Launched>::shutdown`](crate::Vvm::shutdown) and resolved by
+/// [`Vvm::<Launched>::problem`](crate::Vvm::problem).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VvmError {
+    /// No slot was won within the acquisition duration.
+    #[error("no slot out of {slots} was acquired within {acquisition:?}")]
+    AcquisitionFailed {
+        /// How many slots were walked.
+        slots: u32,
+        /// How long acquisition kept trying.
+        acquisition: Duration,
+    },
+    /// A service failed to start; the message is the service's own.
+    #[error("service #{index} `{name}` failed to start: {message}")]
+    ServiceStartFailed {
+        /// Position in the start order.
+        index: u16,
+        /// The service's name.
+        name: String,
+        /// What the service reported.
+        message: String,
+    },
+    /// Leadership of the slot was lost while the VVM ran.
+    #[error("leadership of slot {} was lost: {}", .slot.0, describe(*.reason))]
+    LeadershipLost {
+        /// The slot that was held.
+        slot: Slot,
+        /// Why it was lost.
+        reason: LossReason,
+    },
+    /// A running service failed; the message is the service's own.
+    #[error("service #{index} `{name}` failed: {message}")]
+    ServiceFailed {
+        /// Position in the start order.
+        index: u16,
+        /// The service's name.
+        name: String,
+        /// What the service reported.
+        message: String,
+    },
+    /// `launch` was not polled inside a tokio runtime, so nothing could be started.
+    #[error("launch needs a tokio runtime")]
+    NoRuntime,
+    /// The driver task ended without completing the shutdown (it panicked or its runtime was
+    /// shut down); whether the lease was released is unknown.
+    #[error("the VVM's driver ended before its shutdown completed")]
+    DriverGone,
+}
+
+fn describe(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::Overtaken => "the record changed, expired or was deleted",
+        LossReason::RenewalFailed => "every renewal attempt failed",
+    }
+}
+
+impl VvmError {
+    /// The core's view of this error, when it is one of the core's problems.
+    pub fn problem(&self) -> Option<Problem> {
+        match *self {
+            VvmError::AcquisitionFailed { .. } => Some(Problem::AcquisitionFailed),
+            VvmError::ServiceStartFailed { index, .. } => {
+                Some(Problem::ServiceStartFailed { index })
+            }
+            VvmError::LeadershipLost { slot, reason } => {
+                Some(Problem::LeadershipLost { slot, reason })
+            }
+            VvmError::ServiceFailed { index, .. } => Some(Problem::ServiceFailed { index }),
+            VvmError::NoRuntime | VvmError::DriverGone => None,
+        }
+    }
+}
+
+/// A service list that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ServicesError {
+    /// More services than [`SERVICES_MAX`](crate::SERVICES_MAX).
+    #[error("more than {max} services")]
+    TooMany {
+        /// The maximum.
+        max: usize,
+    },
+}
+
+/// Why an [`Elections`](crate::Elections) call did not win or hold a slot.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ElectionsError {
+    /// Another live record holds the slot.
+    #[error("slot {} is held by someone else", .0 .0)]
+    Held(Slot),
+    /// The store failed, or an unknown outcome could not be resolved.
+    #[error("the store failed while acquiring slot {}", .0 .0)]
+    StoreFailed(Slot),
+    /// A slot is already held or being acquired by this handle.
+    #[error("this handle already holds or is acquiring a slot")]
+    Busy,
+    /// The handle was cleaned up; it acquires nothing any more.
+    #[error("the elections were cleaned up")]
+    Closed,
+    /// The handle was not created inside a tokio runtime.
+    #[error("elections need a tokio runtime")]
+    NoRuntime,
+}

@@ -1,0 +1,279 @@
+//! Executes the effects every machine shares: store calls (each under its own timeout),
+//! timers and the kill deadline. Notifications are left to the driver that owns the machine.
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+
+use tokio::time::{error::Elapsed, Sleep};
+use vvm_core::{
+    Effect, Incarnation, LeaseConfig, OpId, Record, Reply, Revision, Slot, TimerId, TimerKind,
+};
+
+use crate::clock::{Clock, TimeSource};
+use crate::killer::KillerEntry;
+use crate::store::{Lease, LeaseStore, LeaseValue, StoreError};
+
+/// Most store calls in flight per machine. The machines keep one; the margin only absorbs a
+/// bug without unbounded growth.
+const STORE_CALLS_MAX: usize = 4;
+
+type Call = Pin<Box<dyn Future<Output = (OpId, Reply)> + Send>>;
+
+/// What woke the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A store call finished.
+    Reply { op: OpId, reply: Reply },
+    /// A timer fired.
+    Timer(TimerId),
+}
+
+struct Timer {
+    id: TimerId,
+    sleep: Pin<Box<Sleep>>,
+}
+
+pub(crate) struct Executor<S> {
+    store: Arc<S>,
+    own: LeaseValue,
+    lease: LeaseConfig,
+    killer: KillerEntry,
+    calls: Vec<Call>,
+    /// One pending timer per [`TimerKind`]: `[Lease, Round]`.
+    timers: [Option<Timer>; 2],
+}
+
+fn timer_index(kind: TimerKind) -> usize {
+    match kind {
+        TimerKind::Lease => 0,
+        TimerKind::Round => 1,
+    }
+}
+
+impl<S: LeaseStore> Executor<S> {
+    pub(crate) fn new(
+        store: Arc<S>,
+        own: LeaseValue,
+        lease: LeaseConfig,
+        killer: KillerEntry,
+    ) -> Self {
+        Executor {
+            store,
+            own,
+            lease,
+            killer,
+            calls: Vec::with_capacity(STORE_CALLS_MAX),
+            timers: [None, None],
+        }
+    }
+
+    /// The current time, as the machines see it.
+    pub(crate) fn now(&self) -> vvm_core::Instant {
+        Clock.now()
+    }
+
+    /// The kill deadline this executor armed last, if it has not fired.
+    pub(crate) fn deadline(&self) -> Option<vvm_core::Instant> {
+        self.killer.deadline()
+    }
+
+    /// Whether a store call is in flight.
+    pub(crate) fn busy(&self) -> bool {
+        !self.calls.is_empty()
+    }
+
+    /// Performs `effect` if it is a store call, a timer or a kill deadline; `false` otherwise.
+    pub(crate) fn execute(&mut self, effect: &Effect) -> bool {
+        match *effect {
+            Effect::SetTimer { timer, at } => {
+                let sleep = Box::pin(tokio::time::sleep_until(Clock.to_tokio(at)));
+                self.timers[timer_index(timer.kind)] = Some(Timer { id: timer, sleep });
+            }
+            Effect::ArmKiller { at } => self.killer.arm(at),
+            Effect::Insert { .. }
+            | Effect::CompareAndSwap { .. }
+            | Effect::CompareAndDelete { .. }
+            | Effect::Get { .. } => self.call(effect),
+            _ => return false,
+        }
+        true
+    }
+
+    fn call(&mut self, effect: &Effect) {
+        let call = store_call(self.store.clone(), self.own.clone(), self.lease, effect);
+        match call {
+            Some(call) if self.calls.len() < STORE_CALLS_MAX => self.calls.push(call),
+            Some(_) => {
+                // More calls in flight than any machine issues: a machine bug. Answering with a
+                // failure keeps the machine moving instead of losing its reply.
+                tracing::error!(?effect, "too many store calls in flight; failing this one");
+                let op = op_of(effect);
+                self.calls
+                    .push(Box::pin(async move { (op, Reply::Failed) }));
+            }
+            None => {}
+        }
+    }
+
+    /// The next store reply or timer firing; pending while there is none. Cancel-safe: nothing
+    /// is consumed unless it is returned.
+    pub(crate) async fn next(&mut self) -> Wake {
+        poll_fn(|cx| {
+            for index in 0..self.calls.len() {
+                if let Poll::Ready((op, reply)) = self.calls[index].as_mut().poll(cx) {
+                    drop(self.calls.swap_remove(index));
+                    return Poll::Ready(Wake::Reply { op, reply });
+                }
+            }
+            for slot in self.timers.iter_mut() {
+                let fired = match slot {
+                    Some(timer) => timer.sleep.as_mut().poll(cx).is_ready(),
+                    None => false,
+                };
+                if fired {
+                    if let Some(timer) = slot.take() {
+                        return Poll::Ready(Wake::Timer(timer.id));
+                    }
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+fn op_of(effect: &Effect) -> OpId {
+    match *effect {
+        Effect::Insert { op, .. }
+        | Effect::CompareAndSwap { op, .. }
+        | Effect::CompareAndDelete { op, .. }
+        | Effect::Get { op, .. } => op,
+        _ => OpId(0),
+    }
+}
+
+/// The store call for a store effect, already mapped to the machines' [`Reply`].
+fn store_call<S: LeaseStore>(
+    store: Arc<S>,
+    own: LeaseValue,
+    lease: LeaseConfig,
+    effect: &Effect,
+) -> Option<Call> {
+    let timeout = lease.store_timeout();
+    let call: Call = match *effect {
+        Effect::Insert { op, slot, ttl } => Box::pin(async move {
+            let result =
+                tokio::time::timeout(timeout, store.insert_if_not_exists(slot, &own, ttl)).await;
+            (op, written(slot, result))
+        }),
+        Effect::CompareAndSwap {
+            op,
+            slot,
+            expected,
+            ttl,
+        } => Box::pin(async move {
+            let expected = Lease {
+                value: own.clone(),
+                revision: expected,
+            };
+            let call = store.compare_and_swap(slot, &expected, &own, ttl);
+            (op, written(slot, tokio::time::timeout(timeout, call).await))
+        }),
+        Effect::CompareAndDelete { op, slot, expected } => Box::pin(async move {
+            let expected = Lease {
+                value: own,
+                revision: expected,
+            };
+            let result =
+                tokio::time::timeout(timeout, store.compare_and_delete(slot, &expected)).await;
+            let reply = match result {
+                Ok(Ok(true)) => Reply::Deleted,
+                Ok(Ok(false)) => Reply::Rejected,
+                Ok(Err(error)) => failure(slot, &error),
+                Err(_) => timed_out(slot),
+            };
+            (op, reply)
+        }),
+        Effect::Get { op, slot } => Box::pin(async move {
+            let reply = match tokio::time::timeout(timeout, store.get(slot)).await {
+                Ok(Ok(lease)) => Reply::Found(lease.map(|lease| record(&own, &lease))),
+                Ok(Err(error)) => failure(slot, &error),
+                Err(_) => timed_out(slot),
+            };
+            (op, reply)
+        }),
+        _ => return None,
+    };
+    Some(call)
+}
+
+fn written(slot: Slot, result: Result<Result<Option<Revision>, StoreError>, Elapsed>) -> Reply {
+    match result {
+        Ok(Ok(Some(revision))) => Reply::Written(revision),
+        Ok(Ok(None)) => Reply::Rejected,
+        Ok(Err(error)) => failure(slot, &error),
+        Err(_) => timed_out(slot),
+    }
+}
+
+fn failure(slot: Slot, error: &StoreError) -> Reply {
+    tracing::warn!(slot = slot.0, %error, "store call failed");
+    match error {
+        StoreError::Unknown { .. } => Reply::Unknown,
+        StoreError::Failed { .. } | StoreError::Corrupt { .. } => Reply::Failed,
+    }
+}
+
+fn timed_out(slot: Slot) -> Reply {
+    tracing::warn!(slot = slot.0, "store call timed out; outcome unknown");
+    Reply::Unknown
+}
+
+/// A live record reduced to what the core compares. Only our address may carry our
+/// incarnation: a foreign record that happens to share it is reported with a different one, so
+/// it can never be mistaken for ours.
+pub(crate) fn record(own: &LeaseValue, lease: &Lease) -> Record {
+    let mut incarnation = lease.value.incarnation;
+    if lease.value.address != own.address && incarnation == own.incarnation {
+        incarnation = Incarnation(!own.incarnation.0);
+    }
+    Record {
+        incarnation,
+        revision: lease.revision,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(address: &str, incarnation: u64) -> LeaseValue {
+        LeaseValue {
+            address: address.into(),
+            incarnation: Incarnation(incarnation),
+        }
+    }
+
+    // covers: Rt.ReplyMapping
+    #[test]
+    fn a_foreign_record_never_carries_our_incarnation() {
+        let own = value("a", 7);
+        let foreign = Lease {
+            value: value("b", 7),
+            revision: Revision(3),
+        };
+        assert_ne!(record(&own, &foreign).incarnation, Incarnation(7));
+        let ours = Lease {
+            value: value("a", 7),
+            revision: Revision(3),
+        };
+        assert_eq!(record(&own, &ours).incarnation, Incarnation(7));
+        let other = Lease {
+            value: value("b", 9),
+            revision: Revision(3),
+        };
+        assert_eq!(record(&own, &other).incarnation, Incarnation(9));
+    }
+}

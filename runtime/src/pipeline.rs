@@ -1,0 +1,251 @@
+//! The service pipeline: one task per launch starts the services one after another, each only
+//! after the previous one reported readiness, then watches them; on stop it signals them from
+//! last to first and waits for each (bounded by the stop timeout, then aborted). It reports to
+//! the driver through a small bounded channel: at most one start outcome, at most one failure
+//! and one "stopped".
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+use vvm_core::FencingToken;
+
+use crate::services::{ServiceContext, ServiceError, Services, ShutdownSignal};
+
+/// How long services get to start and to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    pub(crate) start: Duration,
+    pub(crate) stop: Duration,
+}
+
+/// What the pipeline tells the driver.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// Every service reported readiness.
+    Started,
+    /// Service `index` failed (while starting or later). Only the first failure is reported.
+    Failed { index: u16, error: ServiceError },
+    /// Every started service has ended.
+    Stopped,
+}
+
+/// The driver's side of a running pipeline.
+pub(crate) struct Pipeline {
+    stop: Option<oneshot::Sender<()>>,
+    reports: mpsc::Receiver<Report>,
+    task: JoinHandle<()>,
+}
+
+impl Pipeline {
+    /// Starts `services` in order under `token`.
+    pub(crate) fn start(services: Services, token: FencingToken, timeouts: Timeouts) -> Self {
+        let (stop, stop_rx) = oneshot::channel();
+        let (report_tx, reports) = mpsc::channel(4);
+        // The pipeline and its services log inside the VVM's span (address, slot).
+        let span = tracing::Span::current();
+        let task =
+            tokio::spawn(run(services, token, timeouts, stop_rx, report_tx).instrument(span));
+        Pipeline {
+            stop: Some(stop),
+            reports,
+            task,
+        }
+    }
+
+    /// Asks the services to stop; a [`Report::Stopped`] follows.
+    pub(crate) fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// The next report; `None` once the pipeline task has ended.
+    pub(crate) async fn report(&mut self) -> Option<Report> {
+        self.reports.recv().await
+    }
+
+    /// Waits for the pipeline task itself, after [`Report::Stopped`].
+    pub(crate) async fn join(self) {
+        // The task only sends and returns after `Stopped`; a panic there is already logged.
+        let _ = self.task.await;
+    }
+}
+
+struct Running {
+    index: u16,
+    name: Arc<str>,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<Result<(), ServiceError>>>,
+}
+
+fn outcome(
+    name: &str,
+    joined: Result<Result<(), ServiceError>, tokio::task::JoinError>,
+    early: &str,
+) -> ServiceError {
+    match joined {
+        Ok(Err(error)) => error,
+        Ok(Ok(())) => ServiceError::new(format!("{name} {early}")),
+        Err(join) if join.is_panic() => ServiceError::new(format!("{name} panicked")),
+        Err(_) => ServiceError::new(format!("{name} was cancelled")),
+    }
+}
+
+enum Start {
+    Ready,
+    Failed(ServiceError),
+    Stop,
+}
+
+async fn start_one(
+    running: &mut Running,
+    ready: oneshot::Receiver<()>,
+    stop: &mut oneshot::Receiver<()>,
+    timeout: Duration,
+) -> Start {
+    let Some(task) = running.task.as_mut() else {
+        return Start::Failed(ServiceError::new("not started"));
+    };
+    let ended = tokio::select! {
+        biased;
+        _ = &mut *stop => return Start::Stop,
+        ready = ready => match ready {
+            Ok(()) => return Start::Ready,
+            // The context was dropped without readiness: the task is ending; take its result.
+            Err(_) => task.await,
+        },
+        joined = &mut *task => joined,
+        _ = tokio::time::sleep(timeout) => {
+            return Start::Failed(ServiceError::new(format!("did not report readiness within {timeout:?}")));
+        }
+    };
+    running.task = None;
+    Start::Failed(outcome(
+        &running.name,
+        ended,
+        "ended before reporting readiness",
+    ))
+}
+
+/// Resolves with the first running service whose task ends; pending while none can.
+async fn first_ended(running: &mut [Running]) -> (u16, ServiceError) {
+    poll_fn(|cx| {
+        for service in running.iter_mut() {
+            let Some(task) = service.task.as_mut() else {
+                continue;
+            };
+            if let Poll::Ready(joined) = Pin::new(task).poll(cx) {
+                service.task = None;
+                let error = outcome(&service.name, joined, "ended before it was asked to stop");
+                return Poll::Ready((service.index, error));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+async fn run(
+    services: Services,
+    token: FencingToken,
+    timeouts: Timeouts,
+    mut stop: oneshot::Receiver<()>,
+    reports: mpsc::Sender<Report>,
+) {
+    let mut running: Vec<Running> = Vec::with_capacity(services.len());
+    let mut failed = false;
+    let mut stop_asked = false;
+    for (index, entry) in services.entries.into_iter().enumerate() {
+        // `Services::with` keeps the count within SERVICES_MAX, far below u16::MAX.
+        let index = u16::try_from(index).unwrap_or(u16::MAX);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let context = ServiceContext {
+            token,
+            ready: Some(ready_tx),
+            shutdown: ShutdownSignal { rx: shutdown_rx },
+        };
+        tracing::debug!(index, name = %entry.name, "starting service");
+        let span = tracing::info_span!("service", index, name = %entry.name);
+        let task = tokio::spawn(entry.service.run_boxed(context).instrument(span));
+        running.push(Running {
+            index,
+            name: entry.name,
+            shutdown,
+            task: Some(task),
+        });
+        let Some(current) = running.last_mut() else {
+            break;
+        };
+        match start_one(current, ready_rx, &mut stop, timeouts.start).await {
+            Start::Ready => tracing::info!(index, name = %current.name, "service ready"),
+            Start::Failed(error) => {
+                tracing::warn!(index, name = %current.name, %error, "service failed to start");
+                failed = true;
+                let _ = reports.send(Report::Failed { index, error }).await;
+                break;
+            }
+            Start::Stop => {
+                stop_asked = true;
+                break;
+            }
+        }
+    }
+    if !failed && !stop_asked {
+        let _ = reports.send(Report::Started).await;
+    }
+    while !stop_asked {
+        tokio::select! {
+            _ = &mut stop => stop_asked = true,
+            (index, error) = first_ended(&mut running) => {
+                tracing::warn!(index, %error, "service failed");
+                if !failed {
+                    failed = true;
+                    let _ = reports.send(Report::Failed { index, error }).await;
+                }
+            }
+        }
+    }
+    if let Some((index, error)) = stop_all(&mut running, timeouts.stop).await {
+        if !failed {
+            let _ = reports.send(Report::Failed { index, error }).await;
+        }
+    }
+    let _ = reports.send(Report::Stopped).await;
+}
+
+/// Stops the services from last to first; returns the first that failed while stopping.
+async fn stop_all(running: &mut [Running], timeout: Duration) -> Option<(u16, ServiceError)> {
+    let mut first = None;
+    for service in running.iter_mut().rev() {
+        let _ = service.shutdown.send(true);
+        let Some(task) = service.task.as_mut() else {
+            continue;
+        };
+        match tokio::time::timeout(timeout, &mut *task).await {
+            Ok(Ok(Ok(()))) => {
+                tracing::info!(index = service.index, name = %service.name, "service stopped")
+            }
+            Ok(joined) => {
+                let error = outcome(&service.name, joined, "");
+                tracing::warn!(index = service.index, name = %service.name, %error, "service failed while stopping");
+                first.get_or_insert((service.index, error));
+            }
+            Err(_) => {
+                tracing::error!(index = service.index, name = %service.name, ?timeout, "service did not stop in time; aborting it");
+                task.abort();
+                let _ = task.await;
+                let error = ServiceError::new(format!("did not stop within {timeout:?}"));
+                first.get_or_insert((service.index, error));
+            }
+        }
+        service.task = None;
+    }
+    first
+}

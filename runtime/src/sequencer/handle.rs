@@ -1,0 +1,445 @@
+//! The typestate handle: `Sequencer<Idle>` → `start` → `Sequencer<InTx>` → `flush` (back to
+//! idle) or `actualize` (`Sequencer<Actualizing>`). A call in the wrong state does not compile.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use vvm_core::sequencer::{
+    Backlog, Issuer, Number, PLogOffset, Params, Phase, SeqError, SeqId, StartRefusal, WsId, WsKind,
+};
+
+use super::config::{SeqConfig, SeqConfigError};
+use super::storage::{SeqStorage, SeqStorageError};
+use super::worker::{actualizing, flush_round, run, Shared};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A state of a [`Sequencer`]. Sealed: only [`Idle`], [`InTx`] and [`Actualizing`] exist.
+pub trait SeqState: sealed::Sealed {}
+
+/// No transaction is open: [`start`](Sequencer::start) may open one.
+#[derive(Debug)]
+pub struct Idle {
+    _private: (),
+}
+
+/// A transaction is open for the event at [`offset`](Sequencer::offset).
+#[derive(Debug)]
+pub struct InTx {
+    offset: PLogOffset,
+}
+
+/// An actualization was asked for; `start` is refused until it ends.
+#[derive(Debug)]
+pub struct Actualizing {
+    _private: (),
+}
+
+impl sealed::Sealed for Idle {}
+impl sealed::Sealed for InTx {}
+impl sealed::Sealed for Actualizing {}
+impl SeqState for Idle {}
+impl SeqState for InTx {}
+impl SeqState for Actualizing {}
+
+/// Why a sequencer could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The [`SeqConfig`] is invalid.
+    #[error(transparent)]
+    Config(#[from] SeqConfigError),
+    /// Not called from within a tokio runtime (the background task needs one, with time
+    /// enabled).
+    #[error("a sequencer must be created inside a tokio runtime")]
+    NoRuntime,
+}
+
+/// Why `next` failed. The transaction stays open; after a storage error the caller usually
+/// gives the event up with [`actualize`](Sequencer::actualize).
+#[derive(Debug, thiserror::Error)]
+pub enum NextError {
+    /// Unknown sequence or exhausted sequence.
+    #[error(transparent)]
+    Seq(#[from] SeqError),
+    /// Reading the stored numbers failed.
+    #[error(transparent)]
+    Storage(#[from] SeqStorageError),
+}
+
+/// `start` refused: the reason and the idle sequencer, handed back.
+pub struct Busy<St: SeqStorage> {
+    /// Why. [`StartRefusal::is_transient`] tells whether trying again later can help.
+    pub reason: StartRefusal,
+    sequencer: Sequencer<Idle, St>,
+}
+
+impl<St: SeqStorage> Busy<St> {
+    /// The sequencer, still idle.
+    pub fn into_idle(self) -> Sequencer<Idle, St> {
+        self.sequencer
+    }
+}
+
+impl<St: SeqStorage> fmt::Debug for Busy<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Busy")
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+impl<St: SeqStorage> fmt::Display for Busy<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sequencer busy: {}", self.reason)
+    }
+}
+
+impl<St: SeqStorage> std::error::Error for Busy<St> {}
+
+/// `shutdown` ended with numbers not persisted. Nothing is lost — the PLog has them and the
+/// next actualization replays them — but that recovery will be longer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("sequencer shut down with {unflushed_keys} keys of {unflushed_events} events unflushed")]
+pub struct ShutdownError {
+    /// Keys not written.
+    pub unflushed_keys: usize,
+    /// Events not covered by the stored offset.
+    pub unflushed_events: u64,
+}
+
+/// A snapshot of where a sequencer stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqStatus {
+    /// The backlog's phase.
+    pub phase: Phase,
+    /// Keys waiting to be written.
+    pub unflushed_keys: usize,
+    /// Events not covered by the stored offset.
+    pub unflushed_events: u64,
+    /// Batches written.
+    pub writes_ok: u64,
+    /// Batch writes that failed.
+    pub writes_failed: u64,
+    /// The last storage error, cleared by the next successful write.
+    pub last_error: Option<String>,
+}
+
+struct Inner<St: SeqStorage> {
+    issuer: Issuer,
+    shared: Arc<Shared<St>>,
+    task: Option<JoinHandle<()>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<St: SeqStorage> Inner<St> {
+    /// Aborts the background task and starts a new one that actualizes. The backlog refuses
+    /// `start` from this instant on.
+    fn restart(&mut self) {
+        self.issuer.abort();
+        self.shared.backlog().begin_actualization();
+        if let Some(task) = self.task.take() {
+            // A write it may have in flight either lands whole or not at all; its completion
+            // is ignored (the backlog moved to a new epoch).
+            task.abort();
+        }
+        self.task = Some(self.runtime.spawn(run(Arc::clone(&self.shared))));
+    }
+
+    fn task_gone(&self) -> bool {
+        match &self.task {
+            Some(task) => task.is_finished(),
+            None => true,
+        }
+    }
+}
+
+impl<St: SeqStorage> Drop for Inner<St> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A sequencer in state `S` over storage `St`. See the [module docs](super).
+pub struct Sequencer<S: SeqState, St: SeqStorage> {
+    inner: Box<Inner<St>>,
+    state: S,
+}
+
+impl<S: SeqState, St: SeqStorage> fmt::Debug for Sequencer<S, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sequencer")
+            .field("state", &std::any::type_name::<S>())
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl<St: SeqStorage> Sequencer<Actualizing, St> {
+    /// A sequencer over `storage`, already actualizing (its background task is spawned on the
+    /// current tokio runtime, which must have time enabled).
+    pub fn new(params: Params, storage: St, config: SeqConfig) -> Result<Self, SetupError> {
+        config.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| SetupError::NoRuntime)?;
+        let backlog = Backlog::new(&params);
+        let shared = Arc::new(Shared::new(storage, config, backlog));
+        let mut inner = Box::new(Inner {
+            issuer: Issuer::new(params),
+            shared,
+            task: None,
+            runtime,
+        });
+        inner.restart();
+        Ok(Sequencer {
+            inner,
+            state: Actualizing { _private: () },
+        })
+    }
+
+    /// Waits until the actualization ended (successfully or not; `start` tells which).
+    pub async fn ready(self) -> Sequencer<Idle, St> {
+        const RECHECK: Duration = Duration::from_millis(100);
+        loop {
+            let notified = self.inner.shared.phase_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !actualizing(self.inner.shared.backlog().phase()) || self.inner.task_gone() {
+                break;
+            }
+            // The recheck covers a task that ended without a word (it cannot, short of a bug).
+            let _ = tokio::time::timeout(RECHECK, notified).await;
+        }
+        self.idle()
+    }
+
+    /// Goes idle without waiting; `start` is refused until the actualization ended.
+    pub fn idle(self) -> Sequencer<Idle, St> {
+        Sequencer {
+            inner: self.inner,
+            state: Idle { _private: () },
+        }
+    }
+}
+
+impl<St: SeqStorage> Sequencer<Idle, St> {
+    /// Opens a sequencing transaction for workspace `ws_id` of kind `ws_kind`.
+    ///
+    /// Refused while actualizing, when the unflushed backlog (keys or events) is over its
+    /// limit, or for an unknown kind; the sequencer comes back inside [`Busy`]. A refusal for
+    /// the backlog wakes the flusher; one after a failed actualization starts a new one.
+    pub fn start(mut self, ws_kind: WsKind, ws_id: WsId) -> Result<Sequencer<InTx, St>, Busy<St>> {
+        let admitted = self.inner.shared.backlog().admit();
+        let reason = match admitted {
+            Ok(offset) => match self.inner.issuer.begin(ws_kind, ws_id) {
+                Ok(()) => {
+                    return Ok(Sequencer {
+                        inner: self.inner,
+                        state: InTx { offset },
+                    })
+                }
+                Err(SeqError::UnknownWsKind(kind)) => StartRefusal::UnknownWsKind(kind),
+                Err(e) => {
+                    // An idle handle has an idle issuer by construction; recover, don't trust.
+                    tracing::error!(error = %e, "sequencer issuer out of step; actualizing");
+                    self.inner.restart();
+                    StartRefusal::Actualizing
+                }
+            },
+            Err(reason @ StartRefusal::Backlog { .. }) => {
+                self.inner.shared.flush_signal.notify_one();
+                reason
+            }
+            Err(StartRefusal::ActualizationFailed) => {
+                self.inner.restart();
+                StartRefusal::ActualizationFailed
+            }
+            Err(StartRefusal::Actualizing) if self.inner.task_gone() => {
+                self.inner.restart();
+                StartRefusal::Actualizing
+            }
+            Err(reason) => reason,
+        };
+        Err(Busy {
+            reason,
+            sequencer: self,
+        })
+    }
+}
+
+impl<St: SeqStorage> Sequencer<InTx, St> {
+    /// The PLog offset the transaction's event is to be written at.
+    pub fn offset(&self) -> PLogOffset {
+        self.state.offset
+    }
+
+    /// The next number of sequence `seq_id` for this transaction's workspace.
+    ///
+    /// Looked up in the cache, then the transaction, then the unflushed backlog, then storage
+    /// (one read for all sequences of the kind, which warms the cache).
+    #[inline]
+    pub async fn next(&mut self, seq_id: SeqId) -> Result<Number, NextError> {
+        if let Some(n) = self.inner.issuer.next_cached(seq_id)? {
+            return Ok(n);
+        }
+        self.next_uncached(seq_id).await
+    }
+
+    async fn next_uncached(&mut self, seq_id: SeqId) -> Result<Number, NextError> {
+        let inner = &mut *self.inner;
+        let key = inner.issuer.key(seq_id)?;
+        let seqs: Vec<SeqId> = inner.issuer.kind_seqs()?.iter().map(|&(s, _)| s).collect();
+        // The backlog's numbers for every sequence of the kind, taken *before* reading storage:
+        // an entry leaves the backlog only after it was written, so whatever the read misses
+        // is in this snapshot.
+        let pending: Vec<Number> = {
+            let backlog = inner.shared.backlog();
+            if let Some(last) = backlog.lookup(&key) {
+                drop(backlog);
+                return Ok(inner.issuer.next_after(seq_id, last)?);
+            }
+            seqs.iter()
+                .map(|&s| {
+                    backlog
+                        .lookup(&vvm_core::sequencer::NumberKey {
+                            ws_id: key.ws_id,
+                            seq_id: s,
+                        })
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        let shared = &inner.shared;
+        let read = shared.storage.read_numbers(key.ws_id, &seqs);
+        let stored = shared
+            .call("read_numbers", shared.config.call_timeout_ms, read)
+            .await?;
+        if stored.len() != seqs.len() {
+            return Err(SeqStorageError::Corrupt {
+                reason: format!(
+                    "read_numbers returned {} numbers for {} sequences",
+                    stored.len(),
+                    seqs.len()
+                ),
+            }
+            .into());
+        }
+        let mut issued = None;
+        for ((&s, &stored), &pending) in seqs.iter().zip(&stored).zip(&pending) {
+            let last = stored.max(pending);
+            if s == seq_id {
+                issued = Some(inner.issuer.next_after(seq_id, last)?);
+            } else {
+                inner.issuer.warm(s, last)?;
+            }
+        }
+        // `seq_id` is one of the kind's sequences (checked by `key` above), so this is
+        // reached only if the kind's list and `key` disagree.
+        issued.ok_or(NextError::Seq(SeqError::UnknownSeqId {
+            ws_kind: inner.issuer.transaction().map_or(WsKind(0), |(k, _)| k),
+            seq_id,
+        }))
+    }
+
+    /// Ends the transaction: its event is in the PLog. Its numbers join the backlog and the
+    /// flusher is woken.
+    pub fn flush(mut self) -> Sequencer<Idle, St> {
+        let offset = self.state.offset;
+        let committed = match self.inner.issuer.issued() {
+            Ok((ws_id, issued)) => self
+                .inner
+                .shared
+                .backlog()
+                .commit(offset, ws_id, issued)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match committed.and_then(|()| self.inner.issuer.end().map_err(|e| e.to_string())) {
+            Ok(()) => self.inner.shared.flush_signal.notify_one(),
+            Err(e) => {
+                // Cannot happen while the types hold; the PLog decides, so actualize.
+                tracing::error!(error = %e, "sequencer commit out of step; actualizing");
+                self.inner.restart();
+            }
+        }
+        Sequencer {
+            inner: self.inner,
+            state: Idle { _private: () },
+        }
+    }
+
+    /// Gives the transaction up (its event was not written, or it is unknown whether it was):
+    /// forgets the cache and unflushed numbers and catches up with the PLog again. Numbers the
+    /// event did not commit are handed out again.
+    pub fn actualize(mut self) -> Sequencer<Actualizing, St> {
+        self.inner.restart();
+        Sequencer {
+            inner: self.inner,
+            state: Actualizing { _private: () },
+        }
+    }
+}
+
+impl<S: SeqState, St: SeqStorage> Sequencer<S, St> {
+    /// Where the sequencer stands.
+    pub fn status(&self) -> SeqStatus {
+        let shared = &self.inner.shared;
+        let (phase, unflushed_keys, unflushed_events) = {
+            let b = shared.backlog();
+            (b.phase(), b.unflushed_keys(), b.unflushed_events())
+        };
+        SeqStatus {
+            phase,
+            unflushed_keys,
+            unflushed_events,
+            writes_ok: shared.writes_ok.load(std::sync::atomic::Ordering::Relaxed),
+            writes_failed: shared
+                .writes_failed
+                .load(std::sync::atomic::Ordering::Relaxed),
+            last_error: shared.last_error(),
+        }
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &St {
+        &self.inner.shared.storage
+    }
+
+    /// Stops the background task and makes one last attempt to persist the backlog, all within
+    /// `shutdown_timeout_ms` (and the last write's own call timeout), however storage behaves.
+    /// An open transaction is given up: the PLog decides about its event.
+    pub async fn shutdown(mut self) -> Result<(), ShutdownError> {
+        let inner = &mut *self.inner;
+        inner.issuer.abort();
+        let shared = Arc::clone(&inner.shared);
+        let budget = Duration::from_millis(shared.config.shutdown_timeout_ms);
+        let deadline = tokio::time::Instant::now() + budget;
+        if let Some(task) = inner.task.take() {
+            task.abort();
+            let _ = tokio::time::timeout_at(deadline, task).await;
+        }
+        shared.backlog().abandon_batch();
+        let mut buf = Vec::new();
+        if let Err(elapsed) =
+            tokio::time::timeout_at(deadline, flush_round(&shared, &mut buf)).await
+        {
+            tracing::warn!(%elapsed, "sequencer shutdown: last flush cut short");
+        }
+        let (unflushed_keys, unflushed_events) = {
+            let b = shared.backlog();
+            (b.unflushed_keys(), b.unflushed_events())
+        };
+        if unflushed_keys == 0 && unflushed_events == 0 {
+            Ok(())
+        } else {
+            Err(ShutdownError {
+                unflushed_keys,
+                unflushed_events,
+            })
+        }
+    }
+}

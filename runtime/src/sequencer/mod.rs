@@ -1,0 +1,62 @@
+//! # The sequencer at run time
+//!
+//! [`Sequencer`] wraps the pure [`vvm_core::sequencer`] parts with a background task and a
+//! [`SeqStorage`]. Its states are types, so misuse does not compile:
+//!
+//! ```text
+//!  new ──▶ Sequencer<Actualizing> ──ready / idle──▶ Sequencer<Idle> ──start──▶ Sequencer<InTx>
+//!                 ▲                                   ▲   │ Busy (handed back)     │ next*
+//!                 │                                   │   ▼                        │
+//!                 └──────────────── actualize ────────┼────────────────────────────┤
+//!                                                     └──────────── flush ─────────┘
+//! ```
+//!
+//! One background task per sequencer: the actualizer (read the stored offset, replay the PLog
+//! from it, flushing whenever the replayed backlog is over its limit), then the flusher (write
+//! the whole backlog with the offset it covers whenever signalled). Every storage call has a
+//! timeout, every failed step at most [`SeqConfig::retries_max`] retries with doubling backoff;
+//! [`shutdown`](Sequencer::shutdown) aborts the task and returns within its budget whatever
+//! storage does.
+//!
+//! ```
+//! use vvm_core::sequencer::{Number, PLogOffset, Params, SeqId, WsId, WsKind};
+//! use vvm_runtime::sequencer::{SeqConfig, Sequencer};
+//! # use std::ops::ControlFlow;
+//! # use vvm_core::sequencer::SeqValue;
+//! # use vvm_runtime::sequencer::{ReplaySink, SeqStorage, SeqStorageError};
+//! # struct Empty;
+//! # impl SeqStorage for Empty {
+//! #     async fn read_numbers(&self, _: WsId, s: &[SeqId]) -> Result<Vec<Number>, SeqStorageError> {
+//! #         Ok(vec![Number(0); s.len()])
+//! #     }
+//! #     async fn read_next_plog_offset(&self) -> Result<PLogOffset, SeqStorageError> { Ok(PLogOffset(1)) }
+//! #     async fn write_values_and_next_plog_offset(&self, _: &[SeqValue], _: PLogOffset) -> Result<(), SeqStorageError> { Ok(()) }
+//! #     async fn actualize_from_plog(&self, _: PLogOffset, _: &mut ReplaySink<'_>) -> Result<(), SeqStorageError> { Ok(()) }
+//! # }
+//! # let storage = Empty;
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let params = Params::builder().sequence(WsKind(1), SeqId(1), Number(100)).build().unwrap();
+//! let seq = Sequencer::new(params, storage, SeqConfig::default()).unwrap().ready().await;
+//! let mut tx = seq.start(WsKind(1), WsId(7)).unwrap();
+//! assert_eq!(tx.offset(), PLogOffset(1));
+//! assert_eq!(tx.next(SeqId(1)).await.unwrap(), Number(100));
+//! // ... write the event to the PLog at tx.offset(), then:
+//! let seq = tx.flush();
+//! seq.shutdown().await.unwrap();
+//! # });
+//! ```
+
+mod config;
+mod handle;
+mod storage;
+mod worker;
+
+pub use config::{
+    SeqConfig, SeqConfigError, REPLAY_PAGE_EVENTS_MAX, SEQ_DURATION_MAX_MS, SEQ_RETRIES_LIMIT,
+};
+pub use handle::{
+    Actualizing, Busy, Idle, InTx, NextError, SeqState, SeqStatus, Sequencer, SetupError,
+    ShutdownError,
+};
+pub use storage::{ReplaySink, SeqStorage, SeqStorageError};
+pub use vvm_core::sequencer::StartRefusal;

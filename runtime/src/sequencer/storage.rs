@@ -1,0 +1,75 @@
+//! The storage contract of the sequencer: stored numbers, the stored PLog offset, and a reader
+//! of the PLog for actualization.
+
+use std::future::Future;
+use std::ops::ControlFlow;
+
+use vvm_core::sequencer::{Number, PLogOffset, SeqId, SeqValue, WsId};
+
+/// Why a storage call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SeqStorageError {
+    /// The call failed. For a write, nothing or all of it may have been applied (never a part:
+    /// values and offset are one unit, see [`SeqStorage::write_values_and_next_plog_offset`]).
+    #[error("sequence storage call failed: {reason}")]
+    Failed {
+        /// What the storage said.
+        reason: String,
+    },
+    /// The call did not finish within its timeout (set by the runtime).
+    #[error("sequence storage call {op} timed out after {timeout_ms} ms")]
+    Timeout {
+        /// Which call.
+        op: &'static str,
+        /// The timeout.
+        timeout_ms: u64,
+    },
+    /// The storage answered something that cannot be right.
+    #[error("sequence storage is inconsistent: {reason}")]
+    Corrupt {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The replay sink: called once per PLog event, in offset order, with the event's numbers (keys
+/// may repeat, in any order). Returning [`ControlFlow::Break`] stops the replay early.
+pub type ReplaySink<'a> = dyn FnMut(PLogOffset, &[SeqValue]) -> ControlFlow<()> + Send + 'a;
+
+/// Where a sequencer keeps its numbers, and how it reads the PLog.
+///
+/// Every method is one call under one timeout of the runtime. Implementations must be safe to
+/// call from spawned tasks; a call that is dropped half-way (timeout, shutdown) must leave the
+/// storage as if it either happened entirely or not at all.
+pub trait SeqStorage: Send + Sync + 'static {
+    /// The highest stored number of each of `seq_ids` in workspace `ws_id`, in the same order;
+    /// `Number(0)` where none is stored.
+    fn read_numbers(
+        &self,
+        ws_id: WsId,
+        seq_ids: &[SeqId],
+    ) -> impl Future<Output = Result<Vec<Number>, SeqStorageError>> + Send;
+
+    /// The stored next PLog offset: every event below it has its numbers stored. An empty
+    /// storage answers the first offset of the PLog.
+    fn read_next_plog_offset(
+        &self,
+    ) -> impl Future<Output = Result<PLogOffset, SeqStorageError>> + Send;
+
+    /// Stores `values` (keys unique) and `next_plog_offset` **as one unit**: a reader never
+    /// sees the offset without the values. Both merge by maximum: a stored number or offset
+    /// never decreases, whatever order writes arrive in. `values` may be empty.
+    fn write_values_and_next_plog_offset(
+        &self,
+        values: &[SeqValue],
+        next_plog_offset: PLogOffset,
+    ) -> impl Future<Output = Result<(), SeqStorageError>> + Send;
+
+    /// Feeds `sink` every PLog event at or after `offset`, in offset order, until the log ends
+    /// or `sink` breaks.
+    fn actualize_from_plog(
+        &self,
+        offset: PLogOffset,
+        sink: &mut ReplaySink<'_>,
+    ) -> impl Future<Output = Result<(), SeqStorageError>> + Send;
+}

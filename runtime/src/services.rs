@@ -1,0 +1,172 @@
+//! Services: the work a VVM runs while it leads, started in declaration order and stopped in
+//! reverse order (by the pipeline, see `pipeline.rs`).
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use vvm_core::FencingToken;
+
+use crate::error::ServicesError;
+
+/// Most services one VVM runs; the core numbers them with a `u16`.
+pub const SERVICES_MAX: usize = 1024;
+/// Default time a service has to report readiness.
+pub const START_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// Default time a service has to finish after it was asked to stop; then its task is aborted.
+pub const STOP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// What a service reports when it fails. The message reaches the host unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ServiceError {
+    message: Cow<'static, str>,
+}
+
+impl ServiceError {
+    /// An error with this message.
+    pub fn new(message: impl Into<Cow<'static, str>>) -> Self {
+        ServiceError {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// What a running service is handed: the fencing token, the readiness report and the
+/// shutdown signal.
+#[derive(Debug)]
+pub struct ServiceContext {
+    pub(crate) token: FencingToken,
+    pub(crate) ready: Option<oneshot::Sender<()>>,
+    pub(crate) shutdown: ShutdownSignal,
+}
+
+impl ServiceContext {
+    /// The token of the tenure; pass it with writes so that a stale leader's writes are refused.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Reports that the service is up; the next service starts only after this. Later calls
+    /// do nothing.
+    pub fn ready(&mut self) {
+        if let Some(ready) = self.ready.take() {
+            // The pipeline may have stopped waiting (shutdown during start); nothing to tell.
+            let _ = ready.send(());
+        }
+    }
+
+    /// A signal that resolves once the service is asked to stop; clone it into sub-tasks.
+    pub fn shutdown(&self) -> ShutdownSignal {
+        self.shutdown.clone()
+    }
+}
+
+/// Resolves when the service is asked to stop (also when the VVM is gone).
+#[derive(Clone, Debug)]
+pub struct ShutdownSignal {
+    pub(crate) rx: watch::Receiver<bool>,
+}
+
+impl ShutdownSignal {
+    /// Waits until the stop is asked.
+    pub async fn requested(&mut self) {
+        // An error means the sender is gone, which only happens once stopping is over.
+        let _ = self.rx.wait_for(|stop| *stop).await;
+    }
+
+    /// Whether the stop was asked already.
+    pub fn is_requested(&self) -> bool {
+        *self.rx.borrow()
+    }
+}
+
+/// A unit of work that runs only while its VVM leads.
+///
+/// `run` calls [`ServiceContext::ready`] once it is up, then works until
+/// [`ShutdownSignal::requested`] resolves, and returns. An error before readiness is a start
+/// failure; returning (with or without an error) before the stop was asked is a failure of a
+/// running service. Both become the VVM's problem.
+pub trait Service: Send + 'static {
+    /// Name used in logs and errors.
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed(std::any::type_name::<Self>())
+    }
+
+    /// Runs the service until it is asked to stop.
+    fn run(self, context: ServiceContext) -> impl Future<Output = Result<(), ServiceError>> + Send;
+}
+
+pub(crate) type Run = Pin<Box<dyn Future<Output = Result<(), ServiceError>> + Send>>;
+
+/// Object-safe form of [`Service`], so that one VVM can hold services of different types.
+pub(crate) trait ErasedService: Send {
+    fn run_boxed(self: Box<Self>, context: ServiceContext) -> Run;
+}
+
+impl<S: Service> ErasedService for S {
+    fn run_boxed(self: Box<Self>, context: ServiceContext) -> Run {
+        Box::pin((*self).run(context))
+    }
+}
+
+pub(crate) struct Entry {
+    pub(crate) name: Arc<str>,
+    pub(crate) service: Box<dyn ErasedService>,
+}
+
+/// The services of one VVM, in start order.
+#[derive(Default)]
+pub struct Services {
+    pub(crate) entries: Vec<Entry>,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.entries.iter().map(|e| &e.name))
+            .finish()
+    }
+}
+
+impl Services {
+    /// No services.
+    pub fn new() -> Self {
+        Services::default()
+    }
+
+    /// Appends `service`; it starts after every service added before it.
+    pub fn with(mut self, service: impl Service) -> Result<Self, ServicesError> {
+        if self.entries.len() >= SERVICES_MAX {
+            return Err(ServicesError::TooMany { max: SERVICES_MAX });
+        }
+        let name = Arc::from(service.name().as_ref());
+        self.entries.push(Entry {
+            name,
+            service: Box::new(service),
+        });
+        Ok(self)
+    }
+
+    /// Number of services.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(crate) fn names(&self) -> Vec<Arc<str>> {
+        self.entries.iter().map(|e| e.name.clone()).collect()
+    }
+}

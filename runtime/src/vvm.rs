@@ -1,0 +1,371 @@
+//! The host's handle of one VVM. Its type says what may be done with it:
+//! [`Vvm<Provided>`] can only be launched, [`Vvm<Launched>`] can only be watched and shut down,
+//! and both transitions consume the handle, so "shutdown before launch", "launch twice" and
+//! "use after shutdown" do not compile.
+//!
+//! **Dropping** a [`Vvm<Provided>`] does nothing: nothing was started. **Dropping** a
+//! [`Vvm<Launched>`] starts the same shutdown as [`Vvm::shutdown`] (services, monitor, release)
+//! in the background on the driver task and logs its outcome instead of returning it; the lease
+//! is released as long as the tokio runtime keeps running. Only [`Vvm::shutdown`] lets the host
+//! wait for the end and learn the problem.
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use vvm_core::{
+    ConfigError, FencingToken, Incarnation, Instant, Lifecycle, Phase, VvmConfig, VvmConfigBuilder,
+};
+
+use crate::driver::{Driver, Status};
+use crate::error::VvmError;
+use crate::executor::Executor;
+use crate::killer::KillerThread;
+use crate::pipeline::Timeouts;
+use crate::services::{Services, START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
+use crate::store::{LeaseStore, LeaseValue};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A state of [`Vvm`]. Sealed: only [`Provided`] and [`Launched`] exist.
+pub trait VvmState: sealed::Sealed {}
+
+/// Everything a launch needs, with the store's type erased.
+type Start = Box<dyn FnOnce(Launch) -> JoinHandle<Result<(), VvmError>> + Send>;
+
+struct Launch {
+    config: VvmConfig,
+    services: Services,
+    timeouts: Timeouts,
+    killer: KillerThread,
+    shutdown: oneshot::Receiver<()>,
+    status: watch::Sender<Status>,
+}
+
+/// State of a VVM that is configured and not started.
+pub struct Provided {
+    config: VvmConfig,
+    services: Services,
+    timeouts: Timeouts,
+    killer: Option<KillerThread>,
+    start: Start,
+}
+
+/// State of a VVM whose driver runs: leading with services up, or with a problem raised.
+pub struct Launched {
+    shutdown: oneshot::Sender<()>,
+    status: watch::Receiver<Status>,
+    task: Option<JoinHandle<Result<(), VvmError>>>,
+}
+
+impl sealed::Sealed for Provided {}
+impl sealed::Sealed for Launched {}
+impl VvmState for Provided {}
+impl VvmState for Launched {}
+
+/// One VVM: runs its services only while it holds leadership of one of the configured slots.
+///
+/// # Dropping
+///
+/// Dropping a [`Vvm<Provided>`] does nothing: nothing was started. Dropping a [`Vvm<Launched>`]
+/// (or abandoning `launch` before it returns) starts the same shutdown as [`Vvm::shutdown`] in the
+/// background on the driver task and logs its outcome; the lease is released as long as the tokio
+/// runtime keeps running. Only [`Vvm::shutdown`] lets the host wait for the end and learn the
+/// problem. The kill deadline stays armed either way.
+///
+/// ```no_run
+/// # async fn host(store: impl vvm_runtime::LeaseStore) -> Result<(), Box<dyn std::error::Error>> {
+/// use vvm_runtime::{Services, Vvm};
+/// use vvm_core::VvmConfig;
+///
+/// let config = VvmConfig::builder("10.0.0.7:7000").slots(3);
+/// let vvm = Vvm::provide(config, store, Services::new())?.launch().await;
+/// let problem = vvm.problem();
+/// tokio::select! { _ = problem => {}, _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {} }
+/// vvm.shutdown().await?;
+/// # Ok(()) }
+/// ```
+pub struct Vvm<S: VvmState> {
+    state: S,
+}
+
+/// A configuration, or what builds one.
+pub trait IntoVvmConfig {
+    /// The validated configuration.
+    fn into_vvm_config(self) -> Result<VvmConfig, ConfigError>;
+}
+
+impl IntoVvmConfig for VvmConfig {
+    fn into_vvm_config(self) -> Result<VvmConfig, ConfigError> {
+        Ok(self)
+    }
+}
+
+impl IntoVvmConfig for VvmConfigBuilder {
+    fn into_vvm_config(self) -> Result<VvmConfig, ConfigError> {
+        self.build()
+    }
+}
+
+/// A fresh incarnation: random per process start (the hasher's keys are seeded randomly once per
+/// process), mixed with the time and a per-VVM counter so that two VVMs of one process never
+/// share one either.
+pub fn new_incarnation() -> Incarnation {
+    static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = SEED.get_or_init(Default::default).build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.write_u128(since_epoch.as_nanos());
+    Incarnation(hasher.finish())
+}
+
+impl Vvm<Provided> {
+    /// Validates `config` and wires the VVM; starts nothing.
+    pub fn provide<S: LeaseStore>(
+        config: impl IntoVvmConfig,
+        store: S,
+        services: Services,
+    ) -> Result<Self, ConfigError> {
+        let config = config.into_vvm_config()?;
+        let store = Arc::new(store);
+        let start: Start = Box::new(move |launch: Launch| {
+            let incarnation = new_incarnation();
+            let own = LeaseValue {
+                address: config_address(&launch.config),
+                incarnation,
+            };
+            let span =
+                tracing::info_span!("vvm", address = %own.address, slot = tracing::field::Empty);
+            let entry = launch.killer.register(&own.address);
+            let exec = Executor::new(store, own, *launch.config.lease(), entry);
+            let machine = Lifecycle::new(&launch.config, incarnation);
+            let driver = Driver::new(
+                machine,
+                exec,
+                launch.config,
+                launch.services,
+                launch.timeouts,
+                launch.shutdown,
+                launch.status,
+            );
+            tokio::spawn(driver.run(span))
+        });
+        let timeouts = Timeouts {
+            start: START_TIMEOUT_DEFAULT,
+            stop: STOP_TIMEOUT_DEFAULT,
+        };
+        Ok(Vvm {
+            state: Provided {
+                config,
+                services,
+                timeouts,
+                killer: None,
+                start,
+            },
+        })
+    }
+
+    /// Uses `killer` instead of the process-wide [`KillerThread::global`] one.
+    pub fn with_killer(mut self, killer: KillerThread) -> Self {
+        self.state.killer = Some(killer);
+        self
+    }
+
+    /// How long each service has to report readiness (default 60 s) and to stop (default 30 s).
+    pub fn with_service_timeouts(mut self, start: Duration, stop: Duration) -> Self {
+        self.state.timeouts = Timeouts { start, stop };
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &VvmConfig {
+        &self.state.config
+    }
+
+    /// Starts the VVM and returns once leadership is held and every service is up, or once a
+    /// problem was raised (then [`Vvm::problem`] is resolved already). Must run inside a tokio
+    /// runtime; outside one the VVM is launched with [`VvmError::NoRuntime`] as its problem.
+    pub async fn launch(self) -> Vvm<Launched> {
+        let Provided {
+            config,
+            services,
+            timeouts,
+            killer,
+            start,
+        } = self.state;
+        let (shutdown, shutdown_rx) = oneshot::channel();
+        let (status_tx, mut status) = watch::channel(Status::default());
+        if tokio::runtime::Handle::try_current().is_err() {
+            status_tx.send_modify(|s| {
+                s.problem = Some(VvmError::NoRuntime);
+                s.finished = true;
+            });
+            return Vvm {
+                state: Launched {
+                    shutdown,
+                    status,
+                    task: None,
+                },
+            };
+        }
+        let launch = Launch {
+            config,
+            services,
+            timeouts,
+            killer: killer.unwrap_or_else(KillerThread::global),
+            shutdown: shutdown_rx,
+            status: status_tx,
+        };
+        let task = start(launch);
+        // An error means the driver is gone; `shutdown` reports that.
+        let _ = status
+            .wait_for(|s| s.running || s.problem.is_some() || s.finished)
+            .await;
+        Vvm {
+            state: Launched {
+                shutdown,
+                status,
+                task: Some(task),
+            },
+        }
+    }
+}
+
+fn config_address(config: &VvmConfig) -> String {
+    config.address().to_owned()
+}
+
+impl Vvm<Launched> {
+    /// A future that resolves with the first problem. Cloneable; every clone resolves with the
+    /// same error. It never resolves for a VVM that shuts down without a problem.
+    pub fn problem(&self) -> ProblemFuture {
+        ProblemFuture::new(self.state.status.clone())
+    }
+
+    /// The first problem, if one was raised already.
+    pub fn current_problem(&self) -> Option<VvmError> {
+        self.state.status.borrow().problem.clone()
+    }
+
+    /// The fencing token of the last confirmed write, once leadership was acquired.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.state.status.borrow().token
+    }
+
+    /// Where the VVM is in its life.
+    pub fn phase(&self) -> Phase {
+        self.state.status.borrow().phase
+    }
+
+    /// The kill deadline this VVM armed last, on the clock of [`crate::Clock`].
+    pub fn kill_deadline(&self) -> Option<Instant> {
+        self.state.status.borrow().deadline
+    }
+
+    /// Stops the services (last first), the leadership monitor, releases the lease and returns
+    /// the first problem, if any.
+    pub async fn shutdown(self) -> Result<(), VvmError> {
+        let Launched {
+            shutdown,
+            status,
+            task,
+        } = self.state;
+        // The driver may be gone already; then the join below tells why.
+        let _ = shutdown.send(());
+        let Some(task) = task else {
+            return status.borrow().problem.clone().map_or(Ok(()), Err);
+        };
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(VvmError::DriverGone),
+        }
+    }
+}
+
+/// Resolves with the first problem of a launched VVM; see [`Vvm::problem`].
+pub struct ProblemFuture {
+    status: watch::Receiver<Status>,
+    wait: Option<Pin<Box<dyn Future<Output = Option<VvmError>> + Send>>>,
+    never: bool,
+}
+
+impl ProblemFuture {
+    fn new(status: watch::Receiver<Status>) -> Self {
+        ProblemFuture {
+            status,
+            wait: None,
+            never: false,
+        }
+    }
+}
+
+impl Clone for ProblemFuture {
+    fn clone(&self) -> Self {
+        ProblemFuture::new(self.status.clone())
+    }
+}
+
+impl std::fmt::Debug for ProblemFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProblemFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ProblemFuture {
+    type Output = VvmError;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<VvmError> {
+        if self.never {
+            return Poll::Pending;
+        }
+        let mut status = self.status.clone();
+        let wait = self.wait.get_or_insert_with(|| {
+            Box::pin(async move {
+                let waited = status
+                    .wait_for(|s| s.problem.is_some() || s.finished)
+                    .await
+                    .map(|s| s.problem.clone());
+                match waited {
+                    Ok(problem) => problem,
+                    // The driver vanished without finishing: that is the problem.
+                    Err(_) if !status.borrow().finished => Some(VvmError::DriverGone),
+                    Err(_) => status.borrow().problem.clone(),
+                }
+            })
+        });
+        match wait.as_mut().poll(cx) {
+            Poll::Ready(Some(error)) => Poll::Ready(error),
+            Poll::Ready(None) => {
+                // Finished without a problem: there never will be one.
+                self.never = true;
+                Poll::Pending
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // covers: Rt.Incarnation
+    #[test]
+    fn every_vvm_of_a_process_gets_its_own_incarnation() {
+        let incarnations: std::collections::HashSet<_> =
+            (0..1000).map(|_| new_incarnation()).collect();
+        assert_eq!(incarnations.len(), 1000);
+    }
+}

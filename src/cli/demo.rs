@@ -1,0 +1,286 @@
+//! `vvm demo`: three `vvm run` processes on one temporary SQLite file. Waits for a leader,
+//! SIGKILLs it and measures the failover; then stops the new leader gracefully and measures the
+//! hand-off; then stops the last one. Every wait is bounded; any step that fails ends the demo
+//! with a non-zero exit code.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::DemoArgs;
+
+/// Processes started.
+const PROCESSES: usize = 3;
+/// Longest wait for the first leader.
+const FIRST_LEADER_WAIT: Duration = Duration::from_secs(15);
+/// Longest wait for a process to exit after SIGTERM.
+const EXIT_WAIT: Duration = Duration::from_secs(15);
+
+/// A line a child printed, with when the demo saw it.
+struct Seen {
+    child: usize,
+    at: Instant,
+    line: String,
+}
+
+/// `leading slot=S revision=R ...` → `(slot, revision)`.
+fn parse_leading(line: &str) -> Option<(u32, u64)> {
+    let rest = line.strip_prefix("leading ")?;
+    let mut slot = None;
+    let mut revision = None;
+    for field in rest.split_whitespace() {
+        if let Some(v) = field.strip_prefix("slot=") {
+            slot = v.parse().ok();
+        } else if let Some(v) = field.strip_prefix("revision=") {
+            revision = v.parse().ok();
+        }
+    }
+    Some((slot?, revision?))
+}
+
+struct Demo {
+    dir: PathBuf,
+    children: Vec<Option<Child>>,
+    lines: mpsc::Receiver<Seen>,
+    sender: mpsc::Sender<Seen>,
+    started: Instant,
+}
+
+impl Demo {
+    fn say(&self, text: &str) {
+        println!("[{:6.2}s] {text}", self.started.elapsed().as_secs_f64());
+    }
+
+    fn spawn(&mut self, index: usize, args: &DemoArgs, store: &str) -> Result<(), String> {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the vvm binary: {e}"))?;
+        let log_path = self.dir.join(format!("demo-{index}.log"));
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let mut child = Command::new(exe)
+            .args(["run", "--store", store, "--slots", "1"])
+            .args(["--address", &format!("demo-{index}")])
+            .args(["--lease", &format!("{}ms", args.lease.as_millis())])
+            .args(["--round", &format!("{}ms", args.round.as_millis())])
+            .args(["--acquire", "120s"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("cannot start demo-{index}: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let sender = self.sender.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let seen = Seen {
+                    child: index,
+                    at: Instant::now(),
+                    line,
+                };
+                if sender.send(seen).is_err() {
+                    return;
+                }
+            }
+        });
+        self.say(&format!("started demo-{index} (pid {})", child.id()));
+        self.children[index] = Some(child);
+        Ok(())
+    }
+
+    /// Waits until a child other than `except` prints a leading line with a revision above
+    /// `above`; returns (child, slot, revision, when).
+    fn wait_leader(
+        &self,
+        except: Option<usize>,
+        above: u64,
+        limit: Duration,
+    ) -> Result<(usize, u32, u64, Instant), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let seen = self
+                .lines
+                .recv_timeout(left)
+                .map_err(|_| format!("no new leader within {limit:?}"))?;
+            if Some(seen.child) == except {
+                continue;
+            }
+            if let Some((slot, revision)) = parse_leading(&seen.line) {
+                if revision > above {
+                    return Ok((seen.child, slot, revision, seen.at));
+                }
+            }
+        }
+    }
+
+    fn signal(&mut self, index: usize, signal: rustix::process::Signal) -> Result<(), String> {
+        let child = self.children[index].as_ref().ok_or("child already gone")?;
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).ok_or("bad pid")?;
+        rustix::process::kill_process(pid, signal)
+            .map_err(|e| format!("cannot signal demo-{index}: {e}"))
+    }
+
+    /// Waits for child `index` to exit; returns its exit code.
+    fn wait_exit(&mut self, index: usize, limit: Duration) -> Result<Option<i32>, String> {
+        let deadline = Instant::now() + limit;
+        let child = self.children[index].as_mut().ok_or("child already gone")?;
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                self.children[index] = None;
+                return Ok(status.code());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("demo-{index} did not exit within {limit:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn steps(&mut self, args: &DemoArgs) -> Result<(), String> {
+        let lease = args.lease;
+        let store = format!("sqlite:{}", self.dir.join("vvm.sqlite").display());
+        self.say(&format!(
+            "{PROCESSES} processes share {store}; lease {lease:?}, 1 slot, rounds every {:?}",
+            args.round
+        ));
+        for index in 0..PROCESSES {
+            self.spawn(index, args, &store)?;
+        }
+
+        let (first, slot, revision, _) = self.wait_leader(None, 0, FIRST_LEADER_WAIT)?;
+        self.say(&format!(
+            "demo-{first} leads slot {slot} with fencing token {slot}/{revision}"
+        ));
+
+        self.signal(first, rustix::process::Signal::KILL)?;
+        let killed_at = Instant::now();
+        self.say(&format!(
+            "SIGKILL demo-{first}: no release; the others must wait for the lease to expire"
+        ));
+        self.wait_exit(first, EXIT_WAIT)?;
+
+        let bound = lease.mul_f64(1.10) + args.round;
+        let (second, slot, next_revision, at) =
+            self.wait_leader(Some(first), revision, lease * 3)?;
+        let failover = at.saturating_duration_since(killed_at);
+        self.say(&format!(
+            "demo-{second} leads slot {slot} with token {slot}/{next_revision}: failover {:.2}s = {:.2}·L (bound 1.10·L + one round = {:.2}s)",
+            failover.as_secs_f64(),
+            failover.as_secs_f64() / lease.as_secs_f64(),
+            bound.as_secs_f64()
+        ));
+        if failover > bound {
+            return Err(format!("failover took {failover:?}, more than {bound:?}"));
+        }
+
+        self.signal(second, rustix::process::Signal::TERM)?;
+        let term_at = Instant::now();
+        self.say(&format!(
+            "SIGTERM demo-{second}: services stop, then the lease is released"
+        ));
+        let (third, slot, last_revision, at) =
+            self.wait_leader(Some(second), next_revision, lease * 3)?;
+        let handoff = at.saturating_duration_since(term_at);
+        self.say(&format!(
+            "demo-{third} leads slot {slot} with token {slot}/{last_revision}: graceful hand-off {:.2}s = {:.2}·L",
+            handoff.as_secs_f64(),
+            handoff.as_secs_f64() / lease.as_secs_f64()
+        ));
+        match self.wait_exit(second, EXIT_WAIT)? {
+            Some(0) => self.say(&format!("demo-{second} exited cleanly (code 0)")),
+            code => return Err(format!("demo-{second} exited with {code:?} after SIGTERM")),
+        }
+
+        self.signal(third, rustix::process::Signal::TERM)?;
+        match self.wait_exit(third, EXIT_WAIT)? {
+            Some(0) => self.say(&format!("demo-{third} exited cleanly (code 0)")),
+            code => return Err(format!("demo-{third} exited with {code:?} after SIGTERM")),
+        }
+        Ok(())
+    }
+
+    fn show_logs(&self) {
+        for index in 0..PROCESSES {
+            let path = self.dir.join(format!("demo-{index}.log"));
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                let tail: Vec<&str> = text.lines().rev().take(8).collect();
+                eprintln!("--- last lines of demo-{index} ---");
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        remove_dir(&self.dir);
+    }
+}
+
+fn remove_dir(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        eprintln!("vvm demo: could not remove {}: {e}", dir.display());
+    }
+}
+
+/// Runs `vvm demo`.
+pub fn demo(args: DemoArgs) -> ExitCode {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("vvm-demo-{}-{stamp}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("vvm demo: cannot create {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    let (sender, lines) = mpsc::channel();
+    let mut demo = Demo {
+        dir,
+        children: (0..PROCESSES).map(|_| None).collect(),
+        lines,
+        sender,
+        started: Instant::now(),
+    };
+    match demo.steps(&args) {
+        Ok(()) => {
+            let elapsed = demo.started.elapsed();
+            let dir = demo.dir.clone();
+            drop(demo);
+            println!(
+                "[{:6.2}s] done: failover after a crash, hand-off after a graceful stop; removed {}",
+                elapsed.as_secs_f64(),
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            demo.show_logs();
+            eprintln!("vvm demo failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leading_lines_parse() {
+        assert_eq!(
+            parse_leading("leading slot=2 revision=17 address=a pid=3"),
+            Some((2, 17))
+        );
+        assert_eq!(parse_leading("leading slot=x revision=17"), None);
+        assert_eq!(parse_leading("something else"), None);
+    }
+}

@@ -1,0 +1,39 @@
+//! The subcommands of the host binary.
+
+use std::future::Future;
+use std::process::ExitCode;
+
+pub mod clock;
+pub mod demo;
+pub mod duration;
+pub mod run;
+pub mod status;
+pub mod store;
+
+pub use super::{DemoArgs, RunArgs, StatusArgs};
+
+/// Exit code of a usage error: bad flag, bad value, unknown store scheme.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Prints a one-line usage error and returns exit code 2.
+pub fn usage_error(message: &str) -> ExitCode {
+    eprintln!("vvm: {message}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Prints a one-line failure and returns exit code 1.
+pub fn fail(message: &str) -> ExitCode {
+    eprintln!("vvm: {message}");
+    ExitCode::FAILURE
+}
+
+/// Runs `future` on a multi-threaded tokio runtime.
+pub fn block_on(future: impl Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(future),
+        Err(e) => fail(&format!("cannot start the async runtime: {e}")),
+    }
+}

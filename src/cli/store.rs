@@ -1,0 +1,115 @@
+//! Opening the store named by a URL, and one store type over all of them.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use vvm::{Lease, LeaseConfig, LeaseStore, LeaseValue, Revision, Slot, StoreError};
+use vvm_adapters::etcd::{EtcdOptions, EtcdStore};
+use vvm_adapters::url::StoreUrl;
+use vvm_adapters::{MemoryStore, SqliteStore};
+
+use super::{fail, usage_error};
+
+/// Any store the binary can open; a [`LeaseStore`] by delegation.
+pub enum AnyStore {
+    /// `memory:` — this process only.
+    Memory(MemoryStore),
+    /// `sqlite:PATH`.
+    Sqlite(SqliteStore),
+    /// `etcd:HOST:PORT[,…]`.
+    Etcd(EtcdStore),
+}
+
+/// Why a store could not be opened: a bad URL (exit 2) or a store that failed (exit 1).
+pub enum OpenError {
+    /// The URL or a value in it is wrong.
+    Usage(String),
+    /// The store exists but could not be used.
+    Failed(String),
+}
+
+impl OpenError {
+    /// Prints the error and returns the matching exit code.
+    pub fn exit(self) -> ExitCode {
+        match self {
+            OpenError::Usage(message) => usage_error(&message),
+            OpenError::Failed(message) => fail(&message),
+        }
+    }
+}
+
+/// Opens the store named by `url`, checking that it can honour `lease`.
+pub async fn open_store(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
+    let parsed = StoreUrl::parse(url).map_err(|e| OpenError::Usage(e.to_string()))?;
+    match parsed {
+        StoreUrl::Memory => Ok(AnyStore::Memory(MemoryStore::new())),
+        StoreUrl::Sqlite(path) => SqliteStore::open(&path)
+            .map(AnyStore::Sqlite)
+            .map_err(|e| OpenError::Failed(format!("{}: {e}", path.display()))),
+        StoreUrl::Etcd(endpoints) => {
+            EtcdStore::check_ttl(lease.lease()).map_err(|e| OpenError::Usage(e.to_string()))?;
+            let options =
+                EtcdOptions::new(endpoints).map_err(|e| OpenError::Usage(e.to_string()))?;
+            let store = EtcdStore::connect(options)
+                .await
+                .map_err(|e| OpenError::Failed(e.to_string()))?;
+            Ok(AnyStore::Etcd(store))
+        }
+        StoreUrl::Fdb(_) => Err(OpenError::Usage(
+            "fdb: stores need a build with the `foundationdb` feature and libfdb_c".to_owned(),
+        )),
+    }
+}
+
+impl LeaseStore for AnyStore {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.insert_if_not_exists(key, value, ttl).await,
+            AnyStore::Sqlite(s) => s.insert_if_not_exists(key, value, ttl).await,
+            AnyStore::Etcd(s) => s.insert_if_not_exists(key, value, ttl).await,
+        }
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.compare_and_swap(key, expected, new_value, ttl).await,
+            AnyStore::Sqlite(s) => s.compare_and_swap(key, expected, new_value, ttl).await,
+            AnyStore::Etcd(s) => s.compare_and_swap(key, expected, new_value, ttl).await,
+        }
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.compare_and_delete(key, expected).await,
+            AnyStore::Sqlite(s) => s.compare_and_delete(key, expected).await,
+            AnyStore::Etcd(s) => s.compare_and_delete(key, expected).await,
+        }
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.get(key).await,
+            AnyStore::Sqlite(s) => s.get(key).await,
+            AnyStore::Etcd(s) => s.get(key).await,
+        }
+    }
+
+    async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.time_left(key).await,
+            AnyStore::Sqlite(s) => s.time_left(key).await,
+            AnyStore::Etcd(s) => s.time_left(key).await,
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Helpers shared by the runtime's integration tests: configurations, a manual killer and a few
+//! services that record what happened to them.
+#![allow(dead_code)]
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use vvm::{
+    Clock, Incarnation, KillerThread, LeaseValue, ManualKillerTime, RecordingKiller, Service,
+    ServiceContext, ServiceError, TimeSource, VvmConfig,
+};
+
+/// The lease of every test VVM: renew every 5 s, retry after 1 s, store calls time out after
+/// 0.5 s, kill deadline 16 s after a confirmed write.
+pub const LEASE: Duration = Duration::from_secs(20);
+
+pub fn config(address: &str, slots: u32) -> VvmConfig {
+    VvmConfig::builder(address)
+        .slots(slots)
+        .lease(LEASE)
+        .acquisition(Duration::from_secs(3))
+        .round_interval(Duration::from_secs(1))
+        .build()
+        .expect("test configuration is valid")
+}
+
+/// A killer that only records, on a clock the test moves.
+pub struct TestKiller {
+    pub thread: KillerThread,
+    pub time: ManualKillerTime,
+    pub recorder: RecordingKiller,
+}
+
+impl TestKiller {
+    pub fn new() -> Self {
+        let recorder = RecordingKiller::new();
+        let (thread, time) = KillerThread::manual(recorder.clone());
+        TestKiller {
+            thread,
+            time,
+            recorder,
+        }
+    }
+
+    /// Moves the killer's clock to the driver's present.
+    pub fn catch_up(&self) {
+        self.time.set(Clock.now());
+    }
+}
+
+/// A value written by someone else.
+pub fn foreign(address: &str) -> LeaseValue {
+    LeaseValue {
+        address: address.into(),
+        incarnation: Incarnation(0xdead_beef),
+    }
+}
+
+/// Lets the paused clock run forward by `duration`, with every task acting on the way.
+pub async fn pass(duration: Duration) {
+    tokio::time::sleep(duration).await;
+}
+
+/// What services did, in order.
+#[derive(Clone, Default)]
+pub struct Journal(Arc<Mutex<Vec<String>>>);
+
+impl Journal {
+    pub fn push(&self, entry: String) {
+        self.0.lock().unwrap().push(entry);
+    }
+
+    pub fn entries(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Ready at once, runs until asked to stop.
+pub struct Worker {
+    pub name: &'static str,
+    pub journal: Journal,
+}
+
+impl Service for Worker {
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed(self.name)
+    }
+
+    async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
+        self.journal.push(format!("start {}", self.name));
+        context.ready();
+        context.shutdown().requested().await;
+        self.journal.push(format!("stop {}", self.name));
+        Ok(())
+    }
+}
+
+/// Fails before reporting readiness.
+pub struct FailsToStart {
+    pub message: &'static str,
+    pub journal: Journal,
+}
+
+impl Service for FailsToStart {
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed("fails-to-start")
+    }
+
+    async fn run(self, _context: ServiceContext) -> Result<(), ServiceError> {
+        self.journal.push("start fails-to-start".into());
+        Err(ServiceError::new(self.message))
+    }
+}
+
+/// Ready at once; fails when `trigger` is notified.
+pub struct FailsLater {
+    pub trigger: Arc<Notify>,
+}
+
+impl Service for FailsLater {
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed("fails-later")
+    }
+
+    async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
+        context.ready();
+        let mut shutdown = context.shutdown();
+        tokio::select! {
+            () = shutdown.requested() => Ok(()),
+            () = self.trigger.notified() => Err(ServiceError::new("disk full")),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The store conformance suite: every [`LeaseStore`] must pass it.
+//!
+//! Two parts, both generic over a [`Harness`] (what differs per store):
+//! - [`ttl`]: the four operations on TTL records — conditional writes, expiry, revisions,
+//!   independence of keys, and 1000 concurrent inserts on one key;
+//! - [`elections`]: the runtime's [`Elections`](vvm::Elections) acquiring, holding, losing and
+//!   releasing a slot on the store.
+//!
+//! # Plugging a store in
+//! 1. Implement [`Harness`]: a fresh store per case, extra clients of it, a short TTL and a way
+//!    to let time pass. Stores that judge expiry by tokio's clock (the memory store, or SQLite
+//!    with an injected clock) run under `start_paused` and let time pass with
+//!    `tokio::time::sleep`, which then costs nothing; stores with a real clock (SQLite's boot
+//!    clock, etcd's server-side leases) use a short real TTL and really sleep.
+//! 2. In a test file: `mod conformance;` and one macro call per part, naming the test
+//!    attribute and the harness:
+//!    ```ignore
+//!    conformance::ttl_cases!(#[tokio::test(start_paused = true)] crate::harness());
+//!    conformance::elections_cases!(#[tokio::test(start_paused = true)] crate::harness());
+//!    ```
+//!    Each case becomes its own test named after the case, e.g.
+//!    `cargo test --test conformance_sqlite -- cas_after_expiry`.
+//!
+//! Cases never assert on speed, and never check that a short-TTL record is still alive (a slow
+//! machine may have let it expire): liveness is checked on records with [`LONG_TTL`].
+#![allow(dead_code)]
+
+pub mod elections;
+pub mod ttl;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use vvm::{Incarnation, LeaseStore, LeaseValue};
+
+/// A TTL that outlives every case.
+pub const LONG_TTL: Duration = Duration::from_secs(3600);
+
+/// What the suite needs to know about a store.
+pub trait Harness {
+    /// The store under test. Clones share the store (and its connection, if any).
+    type Store: LeaseStore + Clone;
+
+    /// A store (or a namespace of one) that no other case uses, with no records.
+    fn store(&self) -> impl Future<Output = Self::Store>;
+
+    /// Another client of the same store as `store`, with its own connection where the store
+    /// has connections; `store.clone()` where it has none.
+    fn client(&self, store: &Self::Store) -> impl Future<Output = Self::Store>;
+
+    /// A TTL after which [`expire`](Self::expire) has let a record expire.
+    fn short_ttl(&self) -> Duration;
+
+    /// Lets time pass for the store's expiry by `duration`.
+    fn pass(&self, duration: Duration) -> impl Future<Output = ()>;
+
+    /// Lets every record written with [`short_ttl`](Self::short_ttl) before this call expire.
+    fn expire(&self) -> impl Future<Output = ()> {
+        self.pass(self.short_ttl() + Duration::from_millis(1))
+    }
+
+    /// The lease of the elections cases: at least `vvm::LEASE_MIN`; each case lets up to
+    /// about two leases pass.
+    fn lease(&self) -> Duration;
+}
+
+/// A lease value that differs for every `n`.
+pub fn value(n: u64) -> LeaseValue {
+    LeaseValue {
+        address: format!("10.0.{}.{}:7000", n / 256 % 256, n % 256),
+        incarnation: Incarnation(n),
+    }
+}
+
+/// A directory for file-backed stores, removed (best effort) when dropped.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// A new empty directory under the system's temporary directory.
+    pub fn new(prefix: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            "{prefix}-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&path).expect("temporary directory can be created");
+        ScratchDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A file name in the directory that nothing uses yet.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// One test per TTL case: `ttl_cases!(#[test attribute] harness-expression);`.
+#[allow(unused_macros)]
+macro_rules! ttl_cases {
+    (#[$test:meta] $harness:expr) => {
+        $crate::conformance::ttl_cases!(@cases #[$test] $harness;
+            insert_into_empty,
+            no_insert_over_a_live_record,
+            insert_after_expiry,
+            cas_success_returns_a_higher_revision,
+            cas_on_value_mismatch,
+            cas_on_revision_mismatch,
+            cas_after_expiry,
+            cad_success,
+            cad_on_mismatch,
+            cad_after_expiry,
+            get_returns_value_and_revision_of_the_last_write,
+            get_is_absent_after_expiry,
+            revisions_increase_across_delete_and_reinsert,
+            different_keys_are_independent,
+            one_of_1000_concurrent_inserts_wins,
+        );
+    };
+    (@cases #[$test:meta] $harness:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[$test]
+            async fn $case() {
+                $crate::conformance::ttl::$case(&$harness).await;
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use ttl_cases;
+
+/// One test per elections case: `elections_cases!(#[test attribute] harness-expression);`.
+#[allow(unused_macros)]
+macro_rules! elections_cases {
+    (#[$test:meta] $harness:expr) => {
+        $crate::conformance::elections_cases!(@cases #[$test] $harness;
+            elections_acquire_hold_and_release,
+            elections_acquire_fails_while_another_holds,
+            elections_a_changed_record_loses_leadership_and_stays,
+            elections_a_deleted_record_loses_leadership,
+            elections_release_without_acquire_does_nothing,
+            elections_acquire_after_cleanup_fails,
+            elections_cleanup_after_renewals_releases,
+            elections_a_released_slot_passes_to_the_next_contender,
+        );
+    };
+    (@cases #[$test:meta] $harness:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[$test]
+            async fn $case() {
+                $crate::conformance::elections::$case(&$harness).await;
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use elections_cases;

@@ -1,0 +1,44 @@
+//! The store conformance suite on the memory store, on tokio's paused clock (which is also the
+//! store's clock): letting time pass costs nothing.
+
+mod conformance;
+
+use std::time::Duration;
+
+use conformance::Harness;
+use vvm_adapters::MemoryStore;
+
+struct Memory;
+
+impl Harness for Memory {
+    type Store = MemoryStore;
+
+    async fn store(&self) -> MemoryStore {
+        MemoryStore::new()
+    }
+
+    async fn client(&self, store: &MemoryStore) -> MemoryStore {
+        store.clone()
+    }
+
+    fn short_ttl(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    async fn pass(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_secs(20)
+    }
+}
+
+conformance::ttl_cases!(
+    #[tokio::test(start_paused = true)]
+    Memory
+);
+conformance::elections_cases!(
+    #[tokio::test(start_paused = true)]
+    Memory
+);

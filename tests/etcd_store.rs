@@ -1,0 +1,363 @@
+//! The etcd store against real etcd processes on loopback: what only a real server shows
+//! (server-side expiry, `mod_revision`, lease bookkeeping, refused TTLs, error mapping,
+//! authentication). The store contract itself is checked by `conformance_etcd.rs`.
+
+#[path = "support/etcd.rs"]
+mod etcd_support;
+
+use std::time::{Duration, Instant};
+
+use etcd_support::{single, store};
+use vvm::{Incarnation, Lease, LeaseConfig, LeaseStore, LeaseValue, Slot, StoreError};
+use vvm_adapters::etcd::cluster::ClusterOptions;
+use vvm_adapters::etcd::cluster::EtcdCluster;
+use vvm_adapters::etcd::{Credentials, EtcdError, EtcdOptions, EtcdStore};
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn value(address: &str) -> LeaseValue {
+    LeaseValue {
+        address: address.into(),
+        incarnation: Incarnation(7),
+    }
+}
+
+async fn raw_client(cluster: &EtcdCluster) -> etcd_client::Client {
+    etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("a plain client connects")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_return_the_mod_revision_that_reads_report() {
+    let Some(cluster) = single("writes_return_the_mod_revision_that_reads_report").await else {
+        return;
+    };
+    let store = store(&cluster, "revisions/").await;
+    let a = value("a");
+    let first = store
+        .insert_if_not_exists(Slot(1), &a, TTL * 5)
+        .await
+        .unwrap()
+        .unwrap();
+    let read = store.get(Slot(1)).await.unwrap().unwrap();
+    assert_eq!(
+        read,
+        Lease {
+            value: a.clone(),
+            revision: first
+        }
+    );
+
+    let b = value("b");
+    let swapped = store
+        .compare_and_swap(Slot(1), &read, &b, TTL * 5)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(swapped > first);
+    assert_eq!(store.get(Slot(1)).await.unwrap().unwrap().revision, swapped);
+    let mut raw = raw_client(&cluster).await;
+    let kv = raw.get("revisions/1", None).await.unwrap();
+    assert_eq!(
+        kv.kvs()[0].mod_revision() as u64,
+        swapped.0,
+        "the key is <prefix><slot>"
+    );
+
+    let held = Lease {
+        value: b,
+        revision: swapped,
+    };
+    assert!(store.compare_and_delete(Slot(1), &held).await.unwrap());
+    let again = store
+        .insert_if_not_exists(Slot(1), &a, TTL * 5)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        again > swapped,
+        "revisions increase across delete and re-insert"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_expire_on_the_server_after_their_ttl() {
+    let Some(cluster) = single("records_expire_on_the_server_after_their_ttl").await else {
+        return;
+    };
+    let store = store(&cluster, "expiry/").await;
+    let sent = Instant::now();
+    let revision = store
+        .insert_if_not_exists(Slot(1), &value("a"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    // Half the TTL after the request was sent the record certainly lives.
+    tokio::time::sleep_until((sent + TTL / 2).into()).await;
+    assert_eq!(
+        store.get(Slot(1)).await.unwrap().map(|l| l.revision),
+        Some(revision)
+    );
+    // etcd checks leases every 0.5 s; the record is gone soon after its TTL.
+    let limit = sent + TTL * 3;
+    while store.get(Slot(1)).await.unwrap().is_some() {
+        assert!(Instant::now() < limit, "the record outlived three TTLs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(sent.elapsed() >= TTL, "the record vanished before its TTL");
+    assert!(store
+        .insert_if_not_exists(Slot(1), &value("b"), TTL)
+        .await
+        .unwrap()
+        .is_some());
+}
+
+/// Counts the leases the server holds, waiting (bounded) for background revocations.
+async fn leases_settle_at_most(cluster: &EtcdCluster, most: usize) -> usize {
+    let mut raw = raw_client(cluster).await;
+    let limit = Instant::now() + Duration::from_secs(5);
+    loop {
+        let count = raw.leases().await.unwrap().leases().len();
+        if count <= most || Instant::now() > limit {
+            return count;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaced_and_unused_leases_are_revoked() {
+    let Some(cluster) = single("replaced_and_unused_leases_are_revoked").await else {
+        return;
+    };
+    let store = store(&cluster, "leases/").await;
+    let (a, b) = (value("a"), value("b"));
+    let long = Duration::from_secs(60);
+    let mut held = Lease {
+        value: a.clone(),
+        revision: store
+            .insert_if_not_exists(Slot(1), &a, long)
+            .await
+            .unwrap()
+            .unwrap(),
+    };
+    for _ in 0..20 {
+        // A renewal replaces the record's lease; a refused insert and a refused swap leave
+        // their fresh leases unused.
+        let revision = store
+            .compare_and_swap(Slot(1), &held, &a, long)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            store.insert_if_not_exists(Slot(1), &b, long).await.unwrap(),
+            None
+        );
+        let stale = Lease {
+            value: b.clone(),
+            revision,
+        };
+        assert_eq!(
+            store
+                .compare_and_swap(Slot(1), &stale, &b, long)
+                .await
+                .unwrap(),
+            None
+        );
+        held.revision = revision;
+    }
+    assert_eq!(
+        leases_settle_at_most(&cluster, 1).await,
+        1,
+        "only the record's own lease stays"
+    );
+    assert!(store.compare_and_delete(Slot(1), &held).await.unwrap());
+    assert_eq!(
+        leases_settle_at_most(&cluster, 0).await,
+        0,
+        "a deleted record's lease is revoked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_the_cluster_cannot_honour_is_refused_not_rounded() {
+    let test = "a_ttl_the_cluster_cannot_honour_is_refused_not_rounded";
+    if !etcd_support::available(test) {
+        return;
+    }
+    // An election timeout of 2 s makes etcd's own minimum lease TTL 3 s.
+    let options = ClusterOptions::new(1)
+        .unwrap()
+        .timing(Duration::from_millis(200), Duration::from_millis(2000))
+        .unwrap();
+    let cluster = EtcdCluster::start(options).await.unwrap();
+    let store = store(&cluster, "ttl/").await;
+
+    let two = LeaseConfig::new(Duration::from_secs(2)).unwrap();
+    assert_eq!(
+        store.validate(&two).await,
+        Err(EtcdError::TtlNotHonoured {
+            asked_secs: 2,
+            granted_secs: 3
+        })
+    );
+    let insert = store
+        .insert_if_not_exists(Slot(1), &value("a"), Duration::from_secs(2))
+        .await;
+    assert!(
+        matches!(&insert, Err(StoreError::Failed { reason }) if reason.contains("granted")),
+        "{insert:?}"
+    );
+    assert_eq!(
+        store.get(Slot(1)).await.unwrap(),
+        None,
+        "nothing was written"
+    );
+
+    let fractional = LeaseConfig::new(Duration::from_millis(3500)).unwrap();
+    assert!(matches!(
+        store.validate(&fractional).await,
+        Err(EtcdError::TtlNotWholeSeconds { .. })
+    ));
+    let insert = store
+        .insert_if_not_exists(Slot(1), &value("a"), Duration::from_millis(3500))
+        .await;
+    assert!(matches!(insert, Err(StoreError::Failed { .. })));
+
+    let three = LeaseConfig::new(Duration::from_secs(3)).unwrap();
+    assert_eq!(store.validate(&three).await, Ok(()));
+    assert_eq!(
+        leases_settle_at_most(&cluster, 0).await,
+        0,
+        "probe and refused leases are revoked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_fails_and_writes_nothing() {
+    // A port nobody listens on: bound, read and closed again.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let options = EtcdOptions::new([format!("127.0.0.1:{port}")])
+        .unwrap()
+        .connect_timeout(Duration::from_millis(200))
+        .unwrap()
+        .request_timeout(Duration::from_millis(500))
+        .unwrap();
+    let store = EtcdStore::connect(options)
+        .await
+        .expect("connecting is lazy without credentials");
+    let held = Lease {
+        value: value("a"),
+        revision: vvm::Revision(3),
+    };
+    let outcomes = [
+        store.compare_and_delete(Slot(1), &held).await.map(|_| ()),
+        store
+            .insert_if_not_exists(Slot(1), &value("a"), TTL)
+            .await
+            .map(|_| ()),
+        store
+            .compare_and_swap(Slot(1), &held, &value("a"), TTL)
+            .await
+            .map(|_| ()),
+        store.get(Slot(1)).await.map(|_| ()),
+    ];
+    for outcome in outcomes {
+        assert!(
+            matches!(&outcome, Err(StoreError::Failed { .. })),
+            "{outcome:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_record_that_is_not_a_lease_is_corrupt_and_never_overwritten() {
+    let Some(cluster) =
+        single("a_live_record_that_is_not_a_lease_is_corrupt_and_never_overwritten").await
+    else {
+        return;
+    };
+    let store = store(&cluster, "corrupt/").await;
+    let mut raw = raw_client(&cluster).await;
+    let put = raw.put("corrupt/4", "garbage", None).await.unwrap();
+    let revision = vvm::Revision(put.header().unwrap().revision() as u64);
+    assert!(matches!(
+        store.get(Slot(4)).await,
+        Err(StoreError::Corrupt { slot: 4, .. })
+    ));
+    assert_eq!(
+        store
+            .insert_if_not_exists(Slot(4), &value("a"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
+    let guess = Lease {
+        value: value("a"),
+        revision,
+    };
+    assert_eq!(
+        store
+            .compare_and_swap(Slot(4), &guess, &value("a"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(!store.compare_and_delete(Slot(4), &guess).await.unwrap());
+    assert_eq!(
+        raw.get("corrupt/4", None).await.unwrap().kvs()[0].value(),
+        b"garbage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_authenticate_the_store() {
+    let Some(cluster) = single("credentials_authenticate_the_store").await else {
+        return;
+    };
+    let mut raw = raw_client(&cluster).await;
+    raw.user_add("root", "root-secret", None).await.unwrap();
+    raw.user_grant_role("root", "root").await.unwrap();
+    raw.user_add("vvm", "vvm-secret", None).await.unwrap();
+    raw.role_add("vvm").await.unwrap();
+    let permission = etcd_client::Permission::read_write("auth/").with_prefix();
+    raw.role_grant_permission("vvm", permission).await.unwrap();
+    raw.user_grant_role("vvm", "vvm").await.unwrap();
+    raw.auth_enable().await.unwrap();
+
+    let options = cluster.store_options().unwrap().prefix("auth/").unwrap();
+    let wrong = options
+        .clone()
+        .credentials(Credentials::new("vvm", "wrong"));
+    let refused = EtcdStore::connect(wrong).await.unwrap_err();
+    assert!(matches!(&refused, EtcdError::Connect { .. }), "{refused:?}");
+    assert!(!refused.to_string().contains("wrong"));
+
+    let anonymous = EtcdStore::connect(options.clone()).await.unwrap();
+    let outcome = anonymous
+        .insert_if_not_exists(Slot(1), &value("a"), TTL)
+        .await;
+    assert!(
+        matches!(outcome, Err(StoreError::Failed { .. })),
+        "{outcome:?}"
+    );
+
+    let store = EtcdStore::connect(options.credentials(Credentials::new("vvm", "vvm-secret")))
+        .await
+        .unwrap();
+    assert!(!format!("{store:?}").contains("vvm-secret"));
+    let revision = store
+        .insert_if_not_exists(Slot(1), &value("a"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.get(Slot(1)).await.unwrap().unwrap().revision,
+        revision
+    );
+}

@@ -1,0 +1,768 @@
+//! Model checking the real core machines with stateright.
+//!
+//! The model holds three real [`Lifecycle`] values (each embedding the real `Leadership`), one
+//! atomic store of two slots and the messages in flight. Every step is one of:
+//!
+//! - deliver a request (the store applies it atomically at that instant) or a reply;
+//! - fail a request, or lose it or its answer (the caller hears `Unknown`, the write applied or
+//!   not) — within a fault budget;
+//! - fire a due timer of a process — at any later instant, which is how pauses and a slow
+//!   runtime appear;
+//! - advance true time to the next instant where something is due (a timer, a kill deadline, a
+//!   record's expiry). Process clocks run at fixed rates of 0.9, 1.0 and 1.1 of true time (the
+//!   extremes of the ±10 % the protocol is checked for); a process whose local clock reaches its
+//!   kill deadline dies at that instant and restarts as a new incarnation;
+//! - crash and restart a process with a new incarnation, or shut one down (the host's call).
+//!
+//! Because time only moves to instants where something is due, whether a process acts can only
+//! change at a state, so checking states checks every instant.
+//!
+//! Properties: at most one acting leader per slot; fencing tokens never go back; shutdown effects
+//! in the fixed order; and, under fair scheduling, every slot is taken.
+
+use core::time::Duration;
+use std::time::Instant as WallInstant;
+
+use stateright::{Checker, Model, Property, UniformChooser};
+use vvm_core::{
+    Effect, Effects, FencingToken, Incarnation, Instant, Lifecycle, OpId, Reply, Slot, TimerId,
+    VvmConfig, VvmEvent,
+};
+
+const PROCESSES: usize = 3;
+const SLOTS: usize = 2;
+const SECOND_NS: u64 = 1_000_000_000;
+const LEASE: Duration = Duration::from_secs(20);
+const LEASE_NS: u64 = 20 * SECOND_NS;
+/// Clock rates in parts per million of true time: slow, exact, fast.
+const RATES_PPM: [u64; PROCESSES] = [900_000, 1_000_000, 1_100_000];
+
+/// How much the adversary may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Mode {
+    /// Safety: faults, crashes and a shutdown anywhere, any interleaving, timers as late as
+    /// wished, messages as slow as wished; bounded by depth.
+    Safety,
+    /// Liveness: faults and crashes only before `FAULTS_UNTIL_NS`; after it the scheduler is fair
+    /// and prompt (messages delivered and due timers fired before time moves on).
+    Liveness,
+}
+
+/// Faults (failed, lost or unknown calls) the adversary may inject per run.
+const FAULTS_MAX: u8 = 2;
+/// Crashes per run.
+const CRASHES_MAX: u8 = 1;
+/// Host shutdowns per run.
+const SHUTDOWNS_MAX: u8 = 1;
+/// Process pauses per run.
+const PAUSES_MAX: u8 = 1;
+/// Liveness: faults only before this instant.
+const FAULTS_UNTIL_NS: u64 = 6 * SECOND_NS;
+/// Liveness: by then every slot must have had a leader after the faults (`L` for a crashed
+/// holder's record to expire, plus rounds).
+const LIVENESS_HORIZON_NS: u64 = FAULTS_UNTIL_NS + LEASE_NS + 12 * SECOND_NS;
+/// Safety: runs end here (depth bounds them earlier in practice).
+const SAFETY_HORIZON_NS: u64 = 3 * LEASE_NS;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Msg {
+    /// A store call on its way; `answered` when its caller already heard `Unknown` (the call
+    /// timed out) and the store may still apply it later.
+    Request {
+        p: u8,
+        generation: u8,
+        effect: Effect,
+        answered: bool,
+    },
+    /// A slow answer, or one waiting for its paused process.
+    Answer {
+        p: u8,
+        generation: u8,
+        op: OpId,
+        reply: Reply,
+    },
+}
+
+impl Msg {
+    fn process(&self) -> usize {
+        match *self {
+            Msg::Request { p, .. } | Msg::Answer { p, .. } => p as usize,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Proc {
+    machine: Lifecycle,
+    generation: u8,
+    timers: [Option<(TimerId, u64)>; 2],
+    /// Local kill deadline.
+    killer: Option<u64>,
+    /// Paused (handles nothing, fires no timer) until this true instant.
+    paused_until_ns: Option<u64>,
+    /// Shutdown-order bookkeeping of this incarnation.
+    stop_services: bool,
+    services_stopped: bool,
+    monitor_stopped: bool,
+    released: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Record {
+    writer: (u8, u8),
+    revision: u64,
+    expires_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct World {
+    now_ns: u64,
+    procs: Vec<Proc>,
+    store: [Option<Record>; SLOTS],
+    revision: u64,
+    msgs: Vec<Msg>,
+    faults: u8,
+    crashes: u8,
+    shutdowns: u8,
+    pauses: u8,
+    /// Highest revision any acting leader used, per slot.
+    highest: [u64; SLOTS],
+    /// Slots that changed hands (a new incarnation acted on a slot someone else acted on).
+    handovers: u8,
+    last_actor: [Option<(u8, u8)>; SLOTS],
+    token_went_back: bool,
+    order_broken: bool,
+}
+
+/// What the adversary does to the oldest message of a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Fault {
+    /// The call fails; nothing written.
+    Fail,
+    /// The call is lost; the caller hears `Unknown`; nothing written.
+    Lose,
+    /// The call is applied; its answer is lost; the caller hears `Unknown`.
+    LoseAnswer,
+    /// The caller hears `Unknown` (timeout) but the request is still on its way and may be
+    /// applied later.
+    Late,
+    /// The call is applied; its answer is slow (time may pass before it arrives).
+    SlowAnswer,
+}
+
+const FAULTS: [Fault; 5] = [
+    Fault::Fail,
+    Fault::Lose,
+    Fault::LoseAnswer,
+    Fault::Late,
+    Fault::SlowAnswer,
+];
+
+/// Pause lengths: inside the margin, just past the kill threshold, longer than the lease.
+const PAUSES_NS: [u64; 3] = [LEASE_NS / 2, LEASE_NS * 17 / 20, LEASE_NS * 3 / 2];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Action {
+    /// The oldest message of process `p` arrives (a request is applied by the store and, unless
+    /// the process is paused, its answer handled at once).
+    Deliver(usize),
+    /// A fault hits the oldest message of process `p`, a request.
+    Fault(usize, Fault),
+    /// True time moves to the next instant where something is due; due timers fire; processes
+    /// past their kill deadline die and restart.
+    Advance,
+    Crash(usize),
+    Shutdown(usize),
+    Pause(usize, u64),
+}
+
+struct LeaseModel {
+    mode: Mode,
+    config: VvmConfig,
+}
+
+fn local(p: usize, true_ns: u64) -> u64 {
+    (u128::from(true_ns) * u128::from(RATES_PPM[p]) / 1_000_000) as u64
+}
+
+fn true_at(p: usize, local_ns: u64) -> u64 {
+    (u128::from(local_ns) * 1_000_000).div_ceil(u128::from(RATES_PPM[p])) as u64
+}
+
+fn incarnation(p: usize, generation: u8) -> Incarnation {
+    Incarnation(1000 * p as u64 + u64::from(generation))
+}
+
+impl LeaseModel {
+    fn new(mode: Mode) -> Self {
+        let config = VvmConfig::builder("10.0.0.1:7000")
+            .slots(SLOTS as u32)
+            .lease(LEASE)
+            .round_interval(LEASE / 2)
+            .acquisition(Duration::from_secs(600))
+            .build()
+            .expect("valid");
+        LeaseModel { mode, config }
+    }
+
+    fn horizon_ns(&self) -> u64 {
+        match self.mode {
+            Mode::Safety => SAFETY_HORIZON_NS,
+            Mode::Liveness => LIVENESS_HORIZON_NS,
+        }
+    }
+
+    fn fresh(&self, p: usize, generation: u8) -> Proc {
+        Proc {
+            machine: Lifecycle::new(&self.config, incarnation(p, generation)),
+            generation,
+            timers: [None; 2],
+            killer: None,
+            paused_until_ns: None,
+            stop_services: false,
+            services_stopped: false,
+            monitor_stopped: false,
+            released: false,
+        }
+    }
+
+    /// Starts process `p` as a new incarnation and launches it.
+    fn start(&self, world: &mut World, p: usize, generation: u8) {
+        world.procs[p] = self.fresh(p, generation);
+        world.msgs.retain(|m| m.process() != p || matches!(m, Msg::Request { .. }));
+        self.handle(world, p, |now| VvmEvent::Launch { now });
+    }
+
+    fn faults_allowed(&self, world: &World) -> bool {
+        match self.mode {
+            Mode::Safety => true,
+            Mode::Liveness => world.now_ns < FAULTS_UNTIL_NS,
+        }
+    }
+
+    /// Runs one event through process `p`'s machine and performs the effects; the host's
+    /// answers (services started or stopped, shutdown on a problem) follow at once.
+    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> VvmEvent) {
+        let now = Instant::from_nanos(local(p, world.now_ns));
+        let mut queue = vec![event(now)];
+        while let Some(event) = queue.pop() {
+            let proc = &mut world.procs[p];
+            if matches!(event, VvmEvent::ServicesStopped { .. }) {
+                proc.services_stopped = true;
+            }
+            let mut out = Effects::new();
+            proc.machine.handle(&event, &mut out);
+            let generation = proc.generation;
+            let mut finished = false;
+            for effect in out.iter().copied() {
+                let proc = &mut world.procs[p];
+                match effect {
+                    Effect::Insert { .. }
+                    | Effect::CompareAndSwap { .. }
+                    | Effect::CompareAndDelete { .. }
+                    | Effect::Get { .. } => {
+                        let write = matches!(
+                            effect,
+                            Effect::Insert { .. } | Effect::CompareAndSwap { .. }
+                        );
+                        world.order_broken |= write && proc.monitor_stopped;
+                        world.msgs.push(Msg::Request {
+                            p: p as u8,
+                            generation,
+                            effect,
+                            answered: false,
+                        });
+                    }
+                    Effect::SetTimer { timer, at } => {
+                        proc.timers[timer.kind as usize] = Some((timer, at.as_nanos()))
+                    }
+                    Effect::ArmKiller { at } => proc.killer = Some(at.as_nanos()),
+                    Effect::StartServices { .. } => {
+                        queue.insert(0, VvmEvent::ServicesStarted { now })
+                    }
+                    Effect::StopServices => {
+                        proc.stop_services = true;
+                        queue.insert(0, VvmEvent::ServicesStopped { now });
+                    }
+                    Effect::MonitorStopped => {
+                        world.order_broken |= proc.stop_services && !proc.services_stopped;
+                        proc.monitor_stopped = true;
+                    }
+                    Effect::Released { .. } => {
+                        world.order_broken |= !proc.monitor_stopped;
+                        proc.released = true;
+                    }
+                    Effect::Finished { .. } => {
+                        world.order_broken |= !(proc.monitor_stopped && proc.released);
+                        finished = true;
+                    }
+                    Effect::ProblemRaised { .. } => queue.insert(0, VvmEvent::Shutdown { now }),
+                    _ => {}
+                }
+            }
+            if finished {
+                // The process exits; its supervisor starts it again.
+                let generation = world.procs[p].generation + 1;
+                self.start(world, p, generation);
+                return;
+            }
+        }
+    }
+
+    /// The store applies `effect` of process `p` atomically now.
+    fn apply(world: &mut World, p: usize, generation: u8, effect: &Effect) -> (OpId, Reply) {
+        let now_ns = world.now_ns;
+        let who = (p as u8, generation);
+        let index = |slot: Slot| slot.0 as usize - 1;
+        let live = |world: &World, slot: Slot| {
+            world.store[index(slot)]
+                .clone()
+                .filter(|r| now_ns < r.expires_ns)
+        };
+        let write = |world: &mut World, slot: Slot| {
+            world.revision += 1;
+            world.store[index(slot)] = Some(Record {
+                writer: who,
+                revision: world.revision,
+                expires_ns: now_ns + LEASE_NS,
+            });
+            Reply::Written(vvm_core::Revision(world.revision))
+        };
+        match *effect {
+            Effect::Insert { op, slot, .. } => match live(world, slot) {
+                Some(_) => (op, Reply::Rejected),
+                None => (op, write(world, slot)),
+            },
+            Effect::CompareAndSwap {
+                op, slot, expected, ..
+            } => match live(world, slot) {
+                Some(r) if r.writer == who && r.revision == expected.0 => (op, write(world, slot)),
+                _ => (op, Reply::Rejected),
+            },
+            Effect::CompareAndDelete { op, slot, expected } => match live(world, slot) {
+                Some(r) if r.writer == who && r.revision == expected.0 => {
+                    world.store[index(slot)] = None;
+                    (op, Reply::Deleted)
+                }
+                _ => (op, Reply::Rejected),
+            },
+            Effect::Get { op, slot } => {
+                let found = live(world, slot).map(|r| vvm_core::Record {
+                    incarnation: incarnation(r.writer.0 as usize, r.writer.1),
+                    revision: vvm_core::Revision(r.revision),
+                });
+                (op, Reply::Found(found))
+            }
+            ref other => unreachable!("not a store call: {other:?}"),
+        }
+    }
+
+    /// An answer reaches process `p`: handled now, or kept while `p` is paused.
+    fn answer(&self, world: &mut World, p: usize, generation: u8, op: OpId, reply: Reply) {
+        if world.procs[p].generation != generation {
+            return;
+        }
+        if world.procs[p].paused_until_ns.is_some() {
+            world.msgs.push(Msg::Answer {
+                p: p as u8,
+                generation,
+                op,
+                reply,
+            });
+            return;
+        }
+        self.handle(world, p, |now| VvmEvent::Reply { now, op, reply });
+    }
+
+    /// Acting leaders: holding a slot, before the kill deadline.
+    fn acting(world: &World) -> impl Iterator<Item = (usize, FencingToken)> + '_ {
+        world.procs.iter().enumerate().filter_map(|(p, proc)| {
+            let token = proc.machine.token()?;
+            let deadline = proc.killer?;
+            (local(p, world.now_ns) < deadline).then_some((p, token))
+        })
+    }
+
+    /// The next instant after now at which something is due.
+    fn next_instant(world: &World) -> Option<u64> {
+        let now_ns = world.now_ns;
+        let due = world.procs.iter().enumerate().flat_map(|(p, proc)| {
+            proc.timers
+                .iter()
+                .flatten()
+                .map(move |&(_, at)| true_at(p, at))
+                .chain(proc.killer.map(|at| true_at(p, at)))
+                .chain(proc.paused_until_ns)
+        });
+        let expiries = world.store.iter().flatten().map(|r| r.expires_ns);
+        due.chain(expiries)
+            .chain([FAULTS_UNTIL_NS])
+            .filter(|&at| at > now_ns)
+            .min()
+    }
+
+    /// The oldest message of process `p` that may move now.
+    fn oldest(world: &World, p: usize) -> Option<usize> {
+        let paused = world.procs[p].paused_until_ns.is_some();
+        world
+            .msgs
+            .iter()
+            .position(|m| m.process() == p && (matches!(m, Msg::Request { .. }) || !paused))
+    }
+
+    /// After any step: record the tokens acting leaders use, so that going back is seen.
+    fn observe(world: &mut World) {
+        let acting: Vec<(usize, FencingToken)> = Self::acting(world).collect();
+        for (p, token) in acting {
+            let slot = token.slot.0 as usize - 1;
+            world.token_went_back |= token.revision.0 < world.highest[slot];
+            world.highest[slot] = world.highest[slot].max(token.revision.0);
+            let actor = (p as u8, world.procs[p].generation);
+            if world.last_actor[slot].is_some_and(|last| last != actor) {
+                world.handovers = world.handovers.saturating_add(1);
+            }
+            world.last_actor[slot] = Some(actor);
+        }
+    }
+}
+
+impl Model for LeaseModel {
+    type State = World;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<World> {
+        let mut world = World {
+            now_ns: 0,
+            procs: (0..PROCESSES).map(|p| self.fresh(p, 0)).collect(),
+            store: [None, None],
+            revision: 0,
+            msgs: Vec::new(),
+            faults: 0,
+            crashes: 0,
+            shutdowns: 0,
+            pauses: 0,
+            highest: [0; SLOTS],
+            handovers: 0,
+            last_actor: [None; SLOTS],
+            token_went_back: false,
+            order_broken: false,
+        };
+        for p in 0..PROCESSES {
+            self.start(&mut world, p, 0);
+        }
+        vec![world]
+    }
+
+    fn actions(&self, world: &World, actions: &mut Vec<Action>) {
+        let adversary = self.faults_allowed(world);
+        for p in 0..PROCESSES {
+            let Some(i) = Self::oldest(world, p) else {
+                continue;
+            };
+            actions.push(Action::Deliver(p));
+            if !adversary {
+                // Fair and prompt: one process at a time, in order.
+                return;
+            }
+            let fresh_request = matches!(world.msgs[i], Msg::Request { answered: false, .. });
+            if fresh_request && world.faults < FAULTS_MAX {
+                actions.extend(FAULTS.iter().map(|&fault| Action::Fault(p, fault)));
+            }
+        }
+        // Time moves on only once every request has been answered (stragglers aside).
+        let waiting = world.msgs.iter().any(|m| {
+            let p = m.process();
+            let paused = world.procs[p].paused_until_ns.is_some();
+            matches!(m, Msg::Request { answered: false, .. })
+                || (matches!(m, Msg::Answer { .. }) && !paused && !adversary)
+        });
+        if !waiting && Self::next_instant(world).is_some() {
+            actions.push(Action::Advance);
+        }
+        if !adversary {
+            return;
+        }
+        for p in 0..PROCESSES {
+            if world.crashes < CRASHES_MAX {
+                actions.push(Action::Crash(p));
+            }
+            if self.mode == Mode::Safety && world.shutdowns < SHUTDOWNS_MAX {
+                actions.push(Action::Shutdown(p));
+            }
+            if world.pauses < PAUSES_MAX && world.procs[p].paused_until_ns.is_none() {
+                actions.extend(PAUSES_NS.iter().map(|&d| Action::Pause(p, d)));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &World, action: Action) -> Option<World> {
+        let mut world = last.clone();
+        match action {
+            Action::Deliver(p) => {
+                let i = Self::oldest(&world, p)?;
+                match world.msgs.remove(i) {
+                    Msg::Request {
+                        generation,
+                        effect,
+                        answered,
+                        ..
+                    } => {
+                        let (op, reply) = Self::apply(&mut world, p, generation, &effect);
+                        if !answered {
+                            self.answer(&mut world, p, generation, op, reply);
+                        }
+                    }
+                    Msg::Answer {
+                        generation,
+                        op,
+                        reply,
+                        ..
+                    } => self.answer(&mut world, p, generation, op, reply),
+                }
+            }
+            Action::Fault(p, fault) => {
+                let i = Self::oldest(&world, p)?;
+                let Msg::Request {
+                    generation, effect, ..
+                } = world.msgs.remove(i)
+                else {
+                    return None;
+                };
+                world.faults += 1;
+                let op = store_op(&effect);
+                match fault {
+                    Fault::Fail => self.answer(&mut world, p, generation, op, Reply::Failed),
+                    Fault::Lose => self.answer(&mut world, p, generation, op, Reply::Unknown),
+                    Fault::LoseAnswer => {
+                        Self::apply(&mut world, p, generation, &effect);
+                        self.answer(&mut world, p, generation, op, Reply::Unknown);
+                    }
+                    Fault::Late => {
+                        world.msgs.push(Msg::Request {
+                            p: p as u8,
+                            generation,
+                            effect,
+                            answered: true,
+                        });
+                        self.answer(&mut world, p, generation, op, Reply::Unknown);
+                    }
+                    Fault::SlowAnswer => {
+                        let (op, reply) = Self::apply(&mut world, p, generation, &effect);
+                        world.msgs.push(Msg::Answer {
+                            p: p as u8,
+                            generation,
+                            op,
+                            reply,
+                        });
+                    }
+                }
+            }
+            Action::Advance => {
+                world.now_ns = Self::next_instant(&world)?;
+                for p in 0..PROCESSES {
+                    let proc = &world.procs[p];
+                    if proc.killer.is_some_and(|at| local(p, world.now_ns) >= at) {
+                        // Killed at its deadline, paused or not; its supervisor restarts it.
+                        let generation = proc.generation + 1;
+                        self.start(&mut world, p, generation);
+                        continue;
+                    }
+                    if proc.paused_until_ns.is_some_and(|until| until <= world.now_ns) {
+                        world.procs[p].paused_until_ns = None;
+                    }
+                    if world.procs[p].paused_until_ns.is_some() {
+                        continue;
+                    }
+                    for kind in 0..2 {
+                        let due = world.procs[p].timers[kind]
+                            .filter(|&(_, at)| local(p, world.now_ns) >= at);
+                        if let Some((timer, _)) = due {
+                            world.procs[p].timers[kind] = None;
+                            self.handle(&mut world, p, |now| VvmEvent::Timer { now, timer });
+                        }
+                    }
+                }
+            }
+            Action::Crash(p) => {
+                world.crashes += 1;
+                let generation = world.procs[p].generation + 1;
+                self.start(&mut world, p, generation);
+            }
+            Action::Shutdown(p) => {
+                world.shutdowns += 1;
+                self.handle(&mut world, p, |now| VvmEvent::Shutdown { now });
+            }
+            Action::Pause(p, duration_ns) => {
+                world.pauses += 1;
+                world.procs[p].paused_until_ns = Some(world.now_ns + duration_ns);
+            }
+        }
+        Self::observe(&mut world);
+        Some(world)
+    }
+
+    fn within_boundary(&self, world: &World) -> bool {
+        world.now_ns <= self.horizon_ns()
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut properties = vec![
+            Property::always("at most one acting leader per slot", |_, world: &World| {
+                (1..=SLOTS as u32).all(|slot| {
+                    LeaseModel::acting(world)
+                        .filter(|(_, token)| token.slot == Slot(slot))
+                        .count()
+                        <= 1
+                })
+            }),
+            Property::always("fencing tokens never go back", |_, world: &World| {
+                !world.token_went_back
+            }),
+            Property::always("shutdown effects in order", |_, world: &World| {
+                !world.order_broken
+            }),
+        ];
+        match self.mode {
+            Mode::Safety => properties.extend([
+                Property::sometimes("a slot changes hands", |_, world: &World| {
+                    world.handovers > 0
+                }),
+                Property::sometimes("a process is shut down and replaced", |_, world: &World| {
+                    world.shutdowns > 0 && world.procs.iter().any(|p| p.generation > 0)
+                }),
+            ]),
+            Mode::Liveness => properties.push(Property::eventually(
+                "every slot is taken after the faults",
+                |_, world: &World| {
+                    world.now_ns >= FAULTS_UNTIL_NS
+                        && (1..=SLOTS as u32).all(|slot| {
+                            LeaseModel::acting(world).any(|(_, t)| t.slot == Slot(slot))
+                        })
+                },
+            )),
+        }
+        properties
+    }
+}
+
+fn store_op(effect: &Effect) -> OpId {
+    match *effect {
+        Effect::Insert { op, .. }
+        | Effect::CompareAndSwap { op, .. }
+        | Effect::CompareAndDelete { op, .. }
+        | Effect::Get { op, .. } => op,
+        ref other => unreachable!("not a store call: {other:?}"),
+    }
+}
+
+/// How the state space is walked.
+#[derive(Clone, Copy, Debug)]
+enum Search {
+    /// Every run up to this many steps (breadth first).
+    Exhaustive(Option<usize>),
+    /// Random runs of up to this many steps from a fixed seed, until this many states.
+    Random { depth: usize, states: usize },
+}
+
+/// Runs the checker; fails with the steps of every counterexample, and when a `sometimes`
+/// property has no example (the search would be too shallow to mean anything).
+fn check(mode: Mode, search: Search) {
+    let wall = WallInstant::now();
+    let builder = LeaseModel::new(mode).checker();
+    match search {
+        Search::Exhaustive(depth) => {
+            let builder = builder.threads(2);
+            let builder = match depth {
+                Some(depth) => builder.target_max_depth(depth),
+                None => builder,
+            };
+            report(mode, search, wall, builder.spawn_bfs().join());
+        }
+        Search::Random { depth, states } => {
+            let checker = builder
+                .threads(1)
+                .target_max_depth(depth)
+                .target_state_count(states)
+                .spawn_simulation(0x5EED, UniformChooser)
+                .join();
+            report(mode, search, wall, checker);
+        }
+    }
+}
+
+fn report(mode: Mode, search: Search, wall: WallInstant, checker: impl Checker<LeaseModel>) {
+    println!(
+        "model check ({mode:?}, {search:?}): {} states explored, {} unique, max depth {}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        wall.elapsed().as_secs_f64()
+    );
+    let model = checker.model();
+    let mut failures = Vec::new();
+    for property in model.properties() {
+        let found = checker.discovery(property.name);
+        let is_failure = property.expectation.discovery_is_failure();
+        match (found, is_failure) {
+            (Some(path), true) => {
+                let mut text = format!("property \"{}\" violated by:\n", property.name);
+                for action in path.clone().into_actions() {
+                    text.push_str(&format!("  {action:?}\n"));
+                }
+                text.push_str(&format!("final state: {:#?}", path.last_state()));
+                failures.push(text);
+            }
+            (None, false) if matches!(search, Search::Random { .. }) => failures.push(format!(
+                "no run reached \"{}\": the model explores too little",
+                property.name
+            )),
+            _ => {}
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    let text = std::env::var(name).ok()?;
+    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
+}
+
+// covers: Lease.Invariants, processKillThreshold, Lease.DeadlineOnlyLaterOnConfirm
+// covers: Lease.FencingToken, Lease.UnknownOutcome, Lease.Incarnation, VVM.Shutdown
+/// Safety over every interleaving up to the depth bound (`VVM_MODEL_DEPTH`): faults, a crash, a
+/// shutdown, a pause, slow and late messages, clocks 10 % slow and fast.
+#[test]
+fn safety_every_run_to_a_depth() {
+    let depth = env_usize("VVM_MODEL_DEPTH").unwrap_or(SAFETY_DEPTH);
+    check(Mode::Safety, Search::Exhaustive(Some(depth)));
+}
+
+/// Depth of the exhaustive safety check: every run of this many steps is explored.
+const SAFETY_DEPTH: usize = 10;
+
+// covers: Lease.Invariants, LeadershipMonitor
+/// Safety over long random runs (past kill deadlines and expiries, which the exhaustive check
+/// does not reach): the same adversary, seeded, `VVM_MODEL_STATES` states.
+#[test]
+fn safety_random_long_runs() {
+    let states = env_usize("VVM_MODEL_STATES").unwrap_or(SAFETY_RANDOM_STATES);
+    check(
+        Mode::Safety,
+        Search::Random {
+            depth: 400,
+            states,
+        },
+    );
+}
+
+/// States visited by the random safety check.
+const SAFETY_RANDOM_STATES: usize = 300_000;
+
+// covers: VVM.tryToAcquireLeadership
+/// Liveness under fair scheduling: whatever faults, crash and pause happen before
+/// `FAULTS_UNTIL_NS`, once the store and the processes are prompt again every slot gets an
+/// acting leader. Every run to the horizon is explored.
+#[test]
+fn liveness() {
+    check(Mode::Liveness, Search::Exhaustive(None));
+}

@@ -1,0 +1,7 @@
+use vvm_runtime::sequencer::{Idle, SeqStorage, Sequencer};
+
+fn misuse<St: SeqStorage>(seq: Sequencer<Idle, St>) {
+    let _ = seq.actualize();
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use vvm_core::sequencer::SeqId;
+use vvm_runtime::sequencer::{Idle, SeqStorage, Sequencer};
+
+async fn misuse<St: SeqStorage>(mut seq: Sequencer<Idle, St>) {
+    let _ = seq.next(SeqId(1)).await;
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use vvm_runtime::sequencer::{Idle, SeqStorage, Sequencer};
+
+async fn misuse<St: SeqStorage>(seq: Sequencer<Idle, St>) {
+    let _ = seq.shutdown().await;
+    let _ = seq.shutdown().await;
+}
+
+fn main() {}

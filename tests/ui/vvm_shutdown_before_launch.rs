@@ -1,0 +1,12 @@
+use vvm::{Services, Vvm, VvmConfig};
+use vvm_adapters::MemoryStore;
+
+async fn host() {
+    let config = VvmConfig::builder("10.0.0.1:7000");
+    let vvm = Vvm::provide(config, MemoryStore::new(), Services::new()).unwrap();
+    let _ = vvm.shutdown().await;
+}
+
+fn main() {
+    let _ = host();
+}
