@@ -310,6 +310,16 @@ mod states {
             Transition(State::cleaning_elections())
         }
 
+        /// Shutdown in progress: a second shutdown is a no-op; a service failing while it is
+        /// being stopped is still a problem. (A plain helper rather than a statig superstate:
+        /// the hierarchy walk on every transition costs more than the event's own work.)
+        fn while_shutting_down(&mut self, event: &VvmEvent, out: &mut Effects) -> Outcome<State> {
+            if let VvmEvent::ServiceFailed { index, .. } = *event {
+                self.raise(Problem::ServiceFailed { index }, out);
+            }
+            Handled
+        }
+
         fn finish(&mut self, out: &mut Effects) -> Outcome<State> {
             out.push(Effect::Finished {
                 problem: self.problem,
@@ -320,8 +330,7 @@ mod states {
 
     #[state_machine(
         initial = "State::provided()",
-        state(derive(Clone, Copy, Debug, PartialEq, Eq, Hash)),
-        superstate(derive(Debug))
+        state(derive(Clone, Copy, Debug, PartialEq, Eq, Hash))
     )]
     impl Shared {
         /// Not launched.
@@ -336,7 +345,7 @@ mod states {
         }
 
         /// Trying `slot`; acquisition ends at `until`.
-        #[state(superstate = "launching")]
+        #[state]
         fn acquiring(
             &mut self,
             context: &mut Effects,
@@ -361,7 +370,7 @@ mod states {
         }
 
         /// Every slot was tried; waiting for the next round.
-        #[state(superstate = "launching")]
+        #[state]
         fn round_wait(
             &mut self,
             context: &mut Effects,
@@ -379,7 +388,7 @@ mod states {
         }
 
         /// Leadership held; services starting.
-        #[state(superstate = "launching")]
+        #[state]
         fn starting_services(
             &mut self,
             context: &mut Effects,
@@ -406,13 +415,6 @@ mod states {
                     Handled
                 }
             }
-        }
-
-        /// Acquiring leadership or starting services.
-        #[superstate]
-        fn launching(event: &VvmEvent) -> Outcome<State> {
-            let _ = event;
-            Handled
         }
 
         /// Services started (or failed to start: see the problem).
@@ -447,7 +449,7 @@ mod states {
         }
 
         /// Waiting for the services to stop.
-        #[state(superstate = "shutting_down")]
+        #[state]
         fn stopping_services(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
             match *event {
                 VvmEvent::ServicesStopped { now } => self.stop_monitor(now, context),
@@ -455,12 +457,12 @@ mod states {
                     self.forward_vvm(event, context);
                     Handled
                 }
-                _ => Super,
+                _ => self.while_shutting_down(event, context),
             }
         }
 
         /// Waiting for an in-flight lease operation before releasing.
-        #[state(superstate = "shutting_down")]
+        #[state]
         fn stopping_monitor(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
             match *event {
                 VvmEvent::Reply { now, .. } | VvmEvent::Timer { now, .. } => {
@@ -471,12 +473,12 @@ mod states {
                         self.stop_monitor(now, context)
                     }
                 }
-                _ => Super,
+                _ => self.while_shutting_down(event, context),
             }
         }
 
         /// Compare-and-delete of our record in flight.
-        #[state(superstate = "shutting_down")]
+        #[state]
         fn cleaning_elections(
             &mut self,
             context: &mut Effects,
@@ -489,18 +491,8 @@ mod states {
                     }
                     Handled
                 }
-                _ => Super,
+                _ => self.while_shutting_down(event, context),
             }
-        }
-
-        /// Shutdown in progress: a second shutdown is a no-op; a service failing while it is
-        /// being stopped is still a problem.
-        #[superstate]
-        fn shutting_down(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
-            if let VvmEvent::ServiceFailed { index, .. } = *event {
-                self.raise(Problem::ServiceFailed { index }, context);
-            }
-            Handled
         }
 
         /// Done; every event is ignored.

@@ -212,7 +212,9 @@ impl World {
         if self.backlog.is_writing() || self.backlog.clone().take_batch(&mut Vec::new()).is_none() {
             return Ok(None);
         }
-        self.forks(&WRITE_BOUNDARIES, |w| w.flush_begin().map(|r| r.is_some_and(|r| r.is_some())));
+        self.forks(&WRITE_BOUNDARIES, |w| {
+            w.flush_begin().map(|r| r.is_some_and(|r| r.is_some()))
+        });
         let Some(ticket) = self.backlog.take_batch(&mut self.batch) else {
             return Ok(None);
         };
