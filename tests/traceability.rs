@@ -39,13 +39,16 @@ fn covered_ids(text: &str) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     for line in text.lines() {
         let line = line.trim_start();
-        if !(line.starts_with("//") || line.starts_with("///")) {
+        if !line.starts_with("//") {
             continue;
         }
-        let Some(at) = line.find(COVERS) else {
+        // Only a comment whose text starts with the marker counts, so that prose that merely
+        // mentions the convention is not mistaken for a coverage claim.
+        let comment = line.trim_start_matches('/').trim_start_matches('!').trim_start();
+        let Some(rest) = comment.strip_prefix(COVERS) else {
             continue;
         };
-        for id in line[at + COVERS.len()..].split(',') {
+        for id in rest.split(',') {
             let id = id.trim().trim_end_matches('.');
             if !id.is_empty() {
                 ids.insert(id.to_owned());
@@ -127,8 +130,9 @@ fn every_spec_id_is_covered_by_a_test() {
 fn the_check_itself_reports_what_is_missing() {
     let specs = spec_ids("a `~A.One~` b `~A.Two~` c `~ not an id ~` `~`");
     assert_eq!(specs, BTreeSet::from(["A.One".into(), "A.Two".into()]));
-    let covered =
-        covered_ids("// covers: A.One, B.Three.\nlet x = 1; // covers: A.Two\n  /// covers: A.One");
+    let covered = covered_ids(
+        "// covers: A.One, B.Three.\nlet x = 1; // covers: A.Two\n  /// covers: A.One\n//! a `// covers: A.Two` line",
+    );
     assert_eq!(covered, BTreeSet::from(["A.One".into(), "B.Three".into()]));
     let (uncovered, unknown) = check(&specs, &covered);
     assert_eq!(uncovered, vec!["A.Two".to_owned()]);

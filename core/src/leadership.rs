@@ -11,7 +11,7 @@
 //! | L1 | Idle | Acquire(slot) | | Inserting | Insert(slot, L) |
 //! | L2 | Idle | Release | | Idle | Released(none) |
 //! | L3 | Inserting | Written(r) | no release asked | Holding | ArmKiller(t_send+0.8L), Acquired(slot,r), SetTimer(t_send+L/4) |
-//! | L4 | Inserting, Renewing | Written(r) | release asked | Releasing | ArmKiller(t_send+0.8L), CompareAndDelete(r) |
+//! | L4 | Inserting, Renewing | Written(r) | release asked | Releasing | CompareAndDelete(r) (no ArmKiller: nobody acts under a lease being released) |
 //! | L5 | Inserting | Rejected | | Idle | NotAcquired(Held) [+ Released if release asked] |
 //! | L6 | Inserting | Failed | | Idle | NotAcquired(StoreFailed) [+ Released if release asked] |
 //! | L7 | Inserting | Unknown | | InsertResolving | Get |
@@ -37,7 +37,7 @@
 //! statig performs on every transition cost a quarter of the instructions per event, and the group
 //! shares only one rule (release while nothing is in flight, L22), written out in two states.
 //!
-//! Kill-deadline rules: it moves later only on a confirmed write (L3, L4, L9, L13, L19), to the
+//! Kill-deadline rules: it moves later only on a confirmed write (L3, L9, L13, L19), to the
 //! send time of that write + 0.8·L; before each renewal (L12) it may only move earlier. "Ours"
 //! means the record carries this process's [`Incarnation`]; an address alone never counts.
 
@@ -312,11 +312,13 @@ mod states {
             first: bool,
             out: &mut Ctx<'_>,
         ) -> Outcome<State> {
-            let deadline = pending.sent_at + self.lease.kill_after();
-            out.push(Effect::ArmKiller { at: deadline });
             if pending.release {
+                // A release was asked before this write was confirmed: nobody acts under this
+                // lease any more, so the deadline is not extended (an earlier one, if any, stays).
                 return self.delete(slot, revision, true, out);
             }
+            let deadline = pending.sent_at + self.lease.kill_after();
+            out.push(Effect::ArmKiller { at: deadline });
             let token = FencingToken { slot, revision };
             if first {
                 out.notices.acquired = Some(token);

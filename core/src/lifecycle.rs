@@ -10,16 +10,16 @@
 //! | V4 | Acquiring(N) | reply → NotAcquired | now < until | RoundWait | NotAcquired, SetTimer(Round, min(now+round, until)) |
 //! | V5 | Acquiring(N) | reply → NotAcquired | now ≥ until | Idle | NotAcquired, ProblemRaised(AcquisitionFailed) |
 //! | V6 | RoundWait | Timer(Round) | | Acquiring(1) | Insert(1) |
-//! | V7 | StartingServices | ServicesStarted | | Running | Running(token) |
+//! | V7 | StartingServices | ServicesStarted | | Running | Running(token) if still leading |
 //! | V8 | StartingServices | ServiceFailed(i) | | Running | ProblemRaised(ServiceStartFailed(i)) |
 //! | V9 | Running | ServiceFailed(i) | | Running | ProblemRaised(ServiceFailed(i)) |
 //! | V10 | any launched | reply / lease timer → Lost | | same | Lost, CompareAndDelete, ProblemRaised(LeadershipLost) (first problem only) |
 //! | V11 | StartingServices, Running | Shutdown | | StoppingServices | StopServices |
-//! | V12 | Acquiring, RoundWait, Idle | Shutdown | | as V13 | |
-//! | V13 | StoppingServices | ServicesStopped | leadership quiescent | CleaningElections | MonitorStopped, CompareAndDelete |
-//! | V14 | StoppingServices | ServicesStopped | nothing held | Shutdown | MonitorStopped, Released, Finished(problem) |
-//! | V15 | StoppingServices | ServicesStopped | store op in flight | StoppingMonitor | — |
-//! | V16 | StoppingMonitor | reply | leadership now quiescent | as V13 / V14 | |
+//! | V12 | Acquiring, RoundWait, Idle | Shutdown | | as V13 / V14 / V15 | |
+//! | V13 | StoppingServices | ServicesStopped | lease held, nothing in flight | CleaningElections | MonitorStopped, CompareAndDelete |
+//! | V14 | StoppingServices | ServicesStopped | nothing held, nothing in flight | Shutdown | MonitorStopped, Released, Finished(problem) |
+//! | V15 | StoppingServices | ServicesStopped | store op in flight | StoppingMonitor | MonitorStopped (the leadership releases after the reply) |
+//! | V16 | StoppingMonitor | reply | | CleaningElections, or Shutdown | the leadership's release: CompareAndDelete, or Released + Finished(problem) |
 //! | V17 | CleaningElections | reply → Released | | Shutdown | Released, Finished(problem) |
 //! | V18 | ShuttingDown, Shutdown | Shutdown | | same | — |
 //!
@@ -34,7 +34,7 @@ use crate::config::VvmConfig;
 use crate::effect::{
     Effect, Effects, FencingToken, Incarnation, OpId, Problem, Reply, Slot, TimerId, TimerKind,
 };
-use crate::leadership::{Leadership, LeaseEvent, Notices};
+use crate::leadership::{Leadership, LeaseEvent, LeaseState, Notices};
 use crate::time::Instant;
 
 /// An input of [`Lifecycle`].
@@ -300,14 +300,24 @@ mod states {
 
         /// Services are down: stop renewing once nothing is in flight, then release.
         fn stop_monitor(&mut self, now: Instant, out: &mut Effects) -> Outcome<State> {
-            if self.leadership.in_flight() {
-                return Transition(State::stopping_monitor());
-            }
             out.push(Effect::MonitorStopped);
-            if self.forward(&LeaseEvent::Release { now }, out).released {
+            let notices = self.forward(&LeaseEvent::Release { now }, out);
+            self.releasing(notices, out)
+        }
+
+        /// Where shutdown stands once the release was asked: finished when the leadership
+        /// reported `Released`; cleaning the elections while its compare-and-delete is in
+        /// flight; otherwise still waiting for the monitor's last operation (an insert or a
+        /// renewal sent before the shutdown), after which the leadership releases by itself.
+        fn releasing(&mut self, notices: Notices, out: &mut Effects) -> Outcome<State> {
+            if notices.released {
                 return self.finish(out);
             }
-            Transition(State::cleaning_elections())
+            if matches!(self.leadership.state(), LeaseState::Releasing { .. }) {
+                Transition(State::cleaning_elections())
+            } else {
+                Transition(State::stopping_monitor())
+            }
         }
 
         /// Shutdown in progress: a second shutdown is a no-op; a service failing while it is
@@ -397,9 +407,12 @@ mod states {
         ) -> Outcome<State> {
             match *event {
                 VvmEvent::ServicesStarted { .. } => {
-                    // The tenure may have moved on (renewals) while services started.
-                    let token = self.leadership.token().unwrap_or(*token);
-                    context.push(Effect::Running { token });
+                    // The tenure may have moved on (renewals) while services started; if it was
+                    // lost meanwhile, the problem is already raised and launch is not "running".
+                    let _ = token;
+                    if let Some(token) = self.leadership.token() {
+                        context.push(Effect::Running { token });
+                    }
                     Transition(State::running())
                 }
                 VvmEvent::ServiceFailed { index, .. } => {
@@ -461,17 +474,14 @@ mod states {
             }
         }
 
-        /// Waiting for an in-flight lease operation before releasing.
+        /// The monitor is stopped (no new renewal will be sent) but an operation it sent before
+        /// is still in flight; the release follows its reply.
         #[state]
         fn stopping_monitor(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
             match *event {
-                VvmEvent::Reply { now, .. } | VvmEvent::Timer { now, .. } => {
-                    self.forward_vvm(event, context);
-                    if self.leadership.in_flight() {
-                        Handled
-                    } else {
-                        self.stop_monitor(now, context)
-                    }
+                VvmEvent::Reply { .. } | VvmEvent::Timer { .. } => {
+                    let notices = self.forward_vvm(event, context);
+                    self.releasing(notices, context)
                 }
                 _ => self.while_shutting_down(event, context),
             }
@@ -486,10 +496,8 @@ mod states {
         ) -> Outcome<State> {
             match *event {
                 VvmEvent::Reply { .. } => {
-                    if self.forward_vvm(event, context).released {
-                        return self.finish(context);
-                    }
-                    Handled
+                    let notices = self.forward_vvm(event, context);
+                    self.releasing(notices, context)
                 }
                 _ => self.while_shutting_down(event, context),
             }

@@ -327,25 +327,20 @@ fn v11_shutdown_stops_the_services_first() {
 fn v12_shutdown_during_acquisition_waits_for_the_insert_and_releases_a_win() {
     let mut h = Harness::new(&config(1));
     h.on(VvmEvent::Launch { now: t0() });
-    assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), []);
+    // No services ran; the monitor stops at once and the release waits for the insert's reply.
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [Effect::MonitorStopped]
+    );
     assert_eq!(h.vvm.phase(), Phase::StoppingMonitor);
+    // The insert won after all: deleted at once, no services, no killer armed.
     assert_eq!(
         h.reply(t0() + ms(2), 1, Reply::Written(Revision(5))),
-        [
-            Effect::ArmKiller {
-                at: t0() + secs(16)
-            },
-            Effect::Acquired { token: token(1, 5) },
-            Effect::SetTimer {
-                timer: lease_timer(2),
-                at: t0() + secs(5)
-            },
-            Effect::MonitorStopped,
-            cad(3, 5),
-        ]
+        [cad(2, 5)]
     );
+    assert_eq!(h.vvm.phase(), Phase::CleaningElections);
     assert_eq!(
-        h.reply(t0() + ms(4), 3, Reply::Deleted),
+        h.reply(t0() + ms(4), 2, Reply::Deleted),
         [
             Effect::Released {
                 slot: Some(Slot(1)),
@@ -355,6 +350,29 @@ fn v12_shutdown_during_acquisition_waits_for_the_insert_and_releases_a_win() {
         ]
     );
     assert_eq!(h.vvm.phase(), Phase::Shutdown);
+}
+
+// covers: VVM.ShutdownAnyState
+#[test]
+fn v12_shutdown_during_acquisition_finishes_when_the_insert_loses() {
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    h.on(VvmEvent::Shutdown { now: t0() });
+    // Slot 1 was held: no next slot is tried during shutdown.
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Rejected),
+        [
+            Effect::NotAcquired {
+                slot: Slot(1),
+                refusal: Refusal::Held
+            },
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: false
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
 }
 
 // covers: VVM.ShutdownAnyState
@@ -441,21 +459,26 @@ fn v15_v16_a_renewal_in_flight_is_waited_for_before_the_release() {
         timer: lease_timer(2),
     });
     h.on(VvmEvent::Shutdown { now: renew });
-    assert_eq!(h.on(VvmEvent::ServicesStopped { now: renew }), []);
+    // The monitor stops: no new renewal will be sent; the one in flight is waited for.
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped { now: renew }),
+        [Effect::MonitorStopped]
+    );
     assert_eq!(h.vvm.phase(), Phase::StoppingMonitor);
+    // It committed: the release deletes the new revision (no new deadline, no new timer).
     assert_eq!(
         h.reply(renew + ms(1), 3, Reply::Written(Revision(6))),
+        [cad(4, 6)]
+    );
+    assert_eq!(h.vvm.phase(), Phase::CleaningElections);
+    assert_eq!(
+        h.reply(renew + ms(2), 4, Reply::Deleted),
         [
-            Effect::ArmKiller {
-                at: renew + secs(16)
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
             },
-            Effect::Renewed { token: token(1, 6) },
-            Effect::SetTimer {
-                timer: lease_timer(4),
-                at: renew + secs(5)
-            },
-            Effect::MonitorStopped,
-            cad(5, 6),
+            Effect::Finished { problem: None }
         ]
     );
 }
@@ -471,8 +494,12 @@ fn v17_shutdown_after_a_loss_returns_the_loss() {
     });
     h.reply(renew, 3, Reply::Rejected);
     h.on(VvmEvent::Shutdown { now: renew });
-    // The cleanup delete of the loss is still in flight: wait for it.
-    assert_eq!(h.on(VvmEvent::ServicesStopped { now: renew }), []);
+    // The cleanup delete of the loss is still in flight: it becomes the release.
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped { now: renew }),
+        [Effect::MonitorStopped]
+    );
+    assert_eq!(h.vvm.phase(), Phase::CleaningElections);
     let lost = Problem::LeadershipLost {
         slot: Slot(1),
         reason: LossReason::Overtaken,
@@ -480,9 +507,8 @@ fn v17_shutdown_after_a_loss_returns_the_loss() {
     assert_eq!(
         h.reply(renew, 4, Reply::Rejected),
         [
-            Effect::MonitorStopped,
             Effect::Released {
-                slot: None,
+                slot: Some(Slot(1)),
                 deleted: false
             },
             Effect::Finished {
@@ -490,6 +516,20 @@ fn v17_shutdown_after_a_loss_returns_the_loss() {
             }
         ]
     );
+}
+
+// covers: LeadershipMonitor
+#[test]
+fn v7_services_started_after_a_loss_is_not_reported_as_running() {
+    let mut h = Harness::starting();
+    let renew = t0() + secs(5);
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    h.reply(renew, 3, Reply::Rejected);
+    assert_eq!(h.on(VvmEvent::ServicesStarted { now: renew }), []);
+    assert_eq!(h.vvm.phase(), Phase::Running);
 }
 
 // covers: VVM.ShutdownAnyState

@@ -5,7 +5,14 @@ use std::fs;
 use std::path::Path;
 
 /// What must not appear in the core's sources.
-const FORBIDDEN: &[&str] = &["tokio", "Instant::now", "SystemTime", "std::thread", "std::fs", "std::net"];
+const FORBIDDEN: &[&str] = &[
+    "tokio",
+    "Instant::now",
+    "SystemTime",
+    "std::thread",
+    "std::fs",
+    "std::net",
+];
 
 fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
     for entry in fs::read_dir(dir).expect("readable source folder") {
@@ -13,7 +20,10 @@ fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
         if path.is_dir() {
             sources(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push((path.display().to_string(), fs::read_to_string(&path).expect("readable source")));
+            out.push((
+                path.display().to_string(),
+                fs::read_to_string(&path).expect("readable source"),
+            ));
         }
     }
 }
@@ -51,6 +61,9 @@ fn core_sources_read_no_clock_spawn_no_thread_and_use_no_runtime() {
 // covers: Core.Pure
 #[test]
 fn the_check_sees_a_clock_read() {
-    let files = vec![("x.rs".to_owned(), "let t = std::time::Instant::now();".to_owned())];
+    let files = vec![(
+        "x.rs".to_owned(),
+        "let t = std::time::Instant::now();".to_owned(),
+    )];
     assert_eq!(violations(&files), vec!["x.rs:1: Instant::now".to_owned()]);
 }

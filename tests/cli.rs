@@ -1,0 +1,128 @@
+//! The host binary's contract: one-line usage errors with exit code 2, exit 0 after a clean
+//! shutdown, a printed problem and exit 1 otherwise.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn vvm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the vvm binary runs")
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("vvm-cli-{name}-{}-{stamp}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+// covers: Cli.Errors
+#[test]
+fn bad_flags_and_values_are_one_line_errors_with_exit_code_2() {
+    let cases: &[&[&str]] = &[
+        &["run", "--bogus"],
+        &["run", "--store", "nosuch:thing"],
+        &["run", "--store", "memory:", "--lease", "1s"],
+        &["run", "--store", "memory:", "--lease", "3x"],
+        &["run", "--store", "memory:", "--slots", "0"],
+        &["run", "--store", "memory:", "--address", ""],
+        &["status", "--store", "sqlite:"],
+        &["nosuchcommand"],
+    ];
+    for args in cases {
+        let output = vvm(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("vvm: "), "{args:?}: {stderr}");
+    }
+}
+
+// covers: Cli.Errors
+#[test]
+fn help_describes_every_flag() {
+    for (command, flags) in [
+        ("run", &["--store", "--slots", "--address", "--lease", "--acquire", "--round", "--acting-log", "--log-level"][..]),
+        ("status", &["--store", "--slots"][..]),
+        ("demo", &["--lease", "--round"][..]),
+    ] {
+        let output = vvm(&[command, "--help"]);
+        assert_eq!(output.status.code(), Some(0));
+        let help = String::from_utf8_lossy(&output.stdout);
+        for flag in flags {
+            let line = help.lines().find(|l| l.trim_start().starts_with(flag));
+            let line = line.unwrap_or_else(|| panic!("`vvm {command} --help` lacks {flag}"));
+            assert!(line.len() > flag.len() + 20, "{flag} has no description: {line}");
+        }
+    }
+}
+
+// covers: Cli.Errors
+#[test]
+fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
+    let dir = temp_dir("term");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s", "--address", "cli-a"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    assert!(first.starts_with("leading slot=1 "), "{first}");
+
+    let status = vvm(&["status", "--store", &store]);
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(table.contains("cli-a"), "{table}");
+
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "no exit within 10 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(0));
+
+    let status = vvm(&["status", "--store", &store]);
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(table.contains("(free)") && !table.contains("cli-a"), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.Errors
+#[test]
+fn a_failed_acquisition_is_printed_and_exits_1() {
+    let dir = temp_dir("busy");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s", "--address", "holder"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("leading"));
+
+    let output = vvm(&["--log-level", "error", "run", "--store", &store, "--lease", "2s", "--acquire", "500ms", "--round", "100ms"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no slot out of 1 was acquired"), "{stderr}");
+
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
