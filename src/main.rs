@@ -73,10 +73,22 @@ pub struct StatusArgs {
     slots: u32,
 }
 
+/// Which store the demo runs on.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemoStore {
+    /// A temporary SQLite file shared by the processes.
+    Sqlite,
+    /// A 3-member etcd cluster on loopback that the demo starts and stops (needs `etcd`).
+    Etcd,
+}
+
 /// Arguments of `vvm demo`.
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
-    /// Lease duration of the demo processes.
+    /// The store the demo processes share.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    store: DemoStore,
+    /// Lease duration of the demo processes (etcd needs whole seconds, at least 2).
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     lease: Duration,
     /// Pause between acquisition rounds of the demo processes (the "poll").

@@ -49,7 +49,19 @@ fn bad_flags_and_values_are_one_line_errors_with_exit_code_2() {
 #[test]
 fn help_describes_every_flag() {
     for (command, flags) in [
-        ("run", &["--store", "--slots", "--address", "--lease", "--acquire", "--round", "--acting-log", "--log-level"][..]),
+        (
+            "run",
+            &[
+                "--store",
+                "--slots",
+                "--address",
+                "--lease",
+                "--acquire",
+                "--round",
+                "--acting-log",
+                "--log-level",
+            ][..],
+        ),
         ("status", &["--store", "--slots"][..]),
         ("demo", &["--lease", "--round"][..]),
     ] {
@@ -59,7 +71,10 @@ fn help_describes_every_flag() {
         for flag in flags {
             let line = help.lines().find(|l| l.trim_start().starts_with(flag));
             let line = line.unwrap_or_else(|| panic!("`vvm {command} --help` lacks {flag}"));
-            assert!(line.len() > flag.len() + 20, "{flag} has no description: {line}");
+            assert!(
+                line.len() > flag.len() + 20,
+                "{flag} has no description: {line}"
+            );
         }
     }
 }
@@ -70,7 +85,17 @@ fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
     let dir = temp_dir("term");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s", "--address", "cli-a"])
+        .args([
+            "--log-level",
+            "warn",
+            "run",
+            "--store",
+            &store,
+            "--lease",
+            "2s",
+            "--address",
+            "cli-a",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -98,7 +123,10 @@ fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
 
     let status = vvm(&["status", "--store", &store]);
     let table = String::from_utf8_lossy(&status.stdout);
-    assert!(table.contains("(free)") && !table.contains("cli-a"), "{table}");
+    assert!(
+        table.contains("(free)") && !table.contains("cli-a"),
+        "{table}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -108,7 +136,17 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
     let dir = temp_dir("busy");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let mut holder = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s", "--address", "holder"])
+        .args([
+            "--log-level",
+            "warn",
+            "run",
+            "--store",
+            &store,
+            "--lease",
+            "2s",
+            "--address",
+            "holder",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -117,7 +155,19 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
     let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().starts_with("leading"));
 
-    let output = vvm(&["--log-level", "error", "run", "--store", &store, "--lease", "2s", "--acquire", "500ms", "--round", "100ms"]);
+    let output = vvm(&[
+        "--log-level",
+        "error",
+        "run",
+        "--store",
+        &store,
+        "--lease",
+        "2s",
+        "--acquire",
+        "500ms",
+        "--round",
+        "100ms",
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("no slot out of 1 was acquired"), "{stderr}");

@@ -105,6 +105,7 @@ mod paused_clock {
     );
 }
 
+// covers: Sq.BootClock, Sq.Atomic
 mod boot_clock {
     use super::*;
 

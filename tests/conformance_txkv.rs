@@ -35,5 +35,11 @@ impl Harness for Txkv {
     }
 }
 
-conformance::ttl_cases!(#[tokio::test(start_paused = true)] Txkv);
-conformance::elections_cases!(#[tokio::test(start_paused = true)] Txkv);
+conformance::ttl_cases!(
+    #[tokio::test(start_paused = true)]
+    Txkv
+);
+conformance::elections_cases!(
+    #[tokio::test(start_paused = true)]
+    Txkv
+);

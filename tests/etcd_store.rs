@@ -28,6 +28,7 @@ async fn raw_client(cluster: &EtcdCluster) -> etcd_client::Client {
         .expect("a plain client connects")
 }
 
+// covers: Et.Lease
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_return_the_mod_revision_that_reads_report() {
     let Some(cluster) = single("writes_return_the_mod_revision_that_reads_report").await else {
@@ -81,6 +82,7 @@ async fn writes_return_the_mod_revision_that_reads_report() {
     );
 }
 
+// covers: Et.Lease
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_expire_on_the_server_after_their_ttl() {
     let Some(cluster) = single("records_expire_on_the_server_after_their_ttl").await else {
@@ -126,6 +128,7 @@ async fn leases_settle_at_most(cluster: &EtcdCluster, most: usize) -> usize {
     }
 }
 
+// covers: Et.NoLeak
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaced_and_unused_leases_are_revoked() {
     let Some(cluster) = single("replaced_and_unused_leases_are_revoked").await else {
@@ -180,6 +183,7 @@ async fn replaced_and_unused_leases_are_revoked() {
     );
 }
 
+// covers: Et.Ttl, Et.NoLeak
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ttl_the_cluster_cannot_honour_is_refused_not_rounded() {
     let test = "a_ttl_the_cluster_cannot_honour_is_refused_not_rounded";
@@ -234,6 +238,7 @@ async fn a_ttl_the_cluster_cannot_honour_is_refused_not_rounded() {
     );
 }
 
+// covers: Et.Errors
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_fails_and_writes_nothing() {
     // A port nobody listens on: bound, read and closed again.
@@ -275,6 +280,7 @@ async fn a_refused_connection_fails_and_writes_nothing() {
     }
 }
 
+// covers: Et.Corrupt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_record_that_is_not_a_lease_is_corrupt_and_never_overwritten() {
     let Some(cluster) =
@@ -315,6 +321,7 @@ async fn a_live_record_that_is_not_a_lease_is_corrupt_and_never_overwritten() {
     );
 }
 
+// covers: Et.Options
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_authenticate_the_store() {
     let Some(cluster) = single("credentials_authenticate_the_store").await else {

@@ -26,7 +26,7 @@ fn lease() -> LeaseConfig {
     LeaseConfig::new(LEASE).unwrap()
 }
 
-// covers: Rt.Killer, Rt.KillerNeverDisarmed
+// covers: Rt.Killer
 #[tokio::test(start_paused = true)]
 async fn the_killer_fires_at_the_deadline_of_a_vvm_whose_renewals_hang() {
     let (store, killer) = (MemoryStore::new(), TestKiller::new());
@@ -64,6 +64,26 @@ async fn the_killer_fires_at_the_deadline_of_a_vvm_whose_renewals_hang() {
     store.clear_fault(SLOT);
     assert!(vvm.shutdown().await.is_err(), "the lease was lost");
     assert_eq!(killer.recorder.reports().len(), 1);
+}
+
+// covers: Rt.KillerNeverDisarmed
+#[tokio::test(start_paused = true)]
+async fn a_clean_shutdown_leaves_the_last_deadline_armed() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    let vvm = Vvm::provide(config("10.0.0.1:7000", 1), store.clone(), Services::new())
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let deadline = vvm.kill_deadline().unwrap();
+    assert_eq!(vvm.shutdown().await, Ok(()));
+    assert_eq!(store.record(SLOT).unwrap(), None);
+
+    assert_eq!(killer.thread.armed().len(), 1, "shutdown did not disarm");
+    killer.time.set(deadline);
+    let reports = killer.recorder.reports();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].deadline, deadline);
 }
 
 // covers: Rt.DeadlineMovesOnConfirm

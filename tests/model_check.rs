@@ -48,14 +48,34 @@ enum Mode {
     Liveness,
 }
 
-/// Faults (failed, lost or unknown calls) the adversary may inject per run.
-const FAULTS_MAX: u8 = 2;
-/// Crashes per run.
-const CRASHES_MAX: u8 = 1;
-/// Host shutdowns per run.
-const SHUTDOWNS_MAX: u8 = 1;
-/// Process pauses per run.
-const PAUSES_MAX: u8 = 1;
+/// What the adversary may do per run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Budget {
+    /// Failed, lost, late or slow store calls.
+    faults: u8,
+    /// Crashes (SIGKILL, restart as a new incarnation).
+    crashes: u8,
+    /// Host shutdowns (safety only).
+    shutdowns: u8,
+    /// Process pauses.
+    pauses: u8,
+}
+
+/// The full adversary.
+const FULL: Budget = Budget {
+    faults: 2,
+    crashes: 1,
+    shutdowns: 1,
+    pauses: 1,
+};
+
+/// A smaller adversary, for checking liveness over every run.
+const SMALL: Budget = Budget {
+    faults: 1,
+    crashes: 1,
+    shutdowns: 0,
+    pauses: 1,
+};
 /// Liveness: faults only before this instant.
 const FAULTS_UNTIL_NS: u64 = 6 * SECOND_NS;
 /// Liveness: by then every slot must have had a leader after the faults (`L` for a crashed
@@ -178,6 +198,7 @@ enum Action {
 
 struct LeaseModel {
     mode: Mode,
+    budget: Budget,
     config: VvmConfig,
 }
 
@@ -194,7 +215,7 @@ fn incarnation(p: usize, generation: u8) -> Incarnation {
 }
 
 impl LeaseModel {
-    fn new(mode: Mode) -> Self {
+    fn new(mode: Mode, budget: Budget) -> Self {
         let config = VvmConfig::builder("10.0.0.1:7000")
             .slots(SLOTS as u32)
             .lease(LEASE)
@@ -202,7 +223,11 @@ impl LeaseModel {
             .acquisition(Duration::from_secs(600))
             .build()
             .expect("valid");
-        LeaseModel { mode, config }
+        LeaseModel {
+            mode,
+            budget,
+            config,
+        }
     }
 
     fn horizon_ns(&self) -> u64 {
@@ -229,7 +254,9 @@ impl LeaseModel {
     /// Starts process `p` as a new incarnation and launches it.
     fn start(&self, world: &mut World, p: usize, generation: u8) {
         world.procs[p] = self.fresh(p, generation);
-        world.msgs.retain(|m| m.process() != p || matches!(m, Msg::Request { .. }));
+        world
+            .msgs
+            .retain(|m| m.process() != p || matches!(m, Msg::Request { .. }));
         self.handle(world, p, |now| VvmEvent::Launch { now });
     }
 
@@ -464,8 +491,14 @@ impl Model for LeaseModel {
                 // Fair and prompt: one process at a time, in order.
                 return;
             }
-            let fresh_request = matches!(world.msgs[i], Msg::Request { answered: false, .. });
-            if fresh_request && world.faults < FAULTS_MAX {
+            let fresh_request = matches!(
+                world.msgs[i],
+                Msg::Request {
+                    answered: false,
+                    ..
+                }
+            );
+            if fresh_request && world.faults < self.budget.faults {
                 actions.extend(FAULTS.iter().map(|&fault| Action::Fault(p, fault)));
             }
         }
@@ -473,8 +506,13 @@ impl Model for LeaseModel {
         let waiting = world.msgs.iter().any(|m| {
             let p = m.process();
             let paused = world.procs[p].paused_until_ns.is_some();
-            matches!(m, Msg::Request { answered: false, .. })
-                || (matches!(m, Msg::Answer { .. }) && !paused && !adversary)
+            matches!(
+                m,
+                Msg::Request {
+                    answered: false,
+                    ..
+                }
+            ) || (matches!(m, Msg::Answer { .. }) && !paused && !adversary)
         });
         if !waiting && Self::next_instant(world).is_some() {
             actions.push(Action::Advance);
@@ -483,13 +521,13 @@ impl Model for LeaseModel {
             return;
         }
         for p in 0..PROCESSES {
-            if world.crashes < CRASHES_MAX {
+            if world.crashes < self.budget.crashes {
                 actions.push(Action::Crash(p));
             }
-            if self.mode == Mode::Safety && world.shutdowns < SHUTDOWNS_MAX {
+            if self.mode == Mode::Safety && world.shutdowns < self.budget.shutdowns {
                 actions.push(Action::Shutdown(p));
             }
-            if world.pauses < PAUSES_MAX && world.procs[p].paused_until_ns.is_none() {
+            if world.pauses < self.budget.pauses && world.procs[p].paused_until_ns.is_none() {
                 actions.extend(PAUSES_NS.iter().map(|&d| Action::Pause(p, d)));
             }
         }
@@ -567,7 +605,10 @@ impl Model for LeaseModel {
                         self.start(&mut world, p, generation);
                         continue;
                     }
-                    if proc.paused_until_ns.is_some_and(|until| until <= world.now_ns) {
+                    if proc
+                        .paused_until_ns
+                        .is_some_and(|until| until <= world.now_ns)
+                    {
                         world.procs[p].paused_until_ns = None;
                     }
                     if world.procs[p].paused_until_ns.is_some() {
@@ -666,9 +707,9 @@ enum Search {
 
 /// Runs the checker; fails with the steps of every counterexample, and when a `sometimes`
 /// property has no example (the search would be too shallow to mean anything).
-fn check(mode: Mode, search: Search) {
+fn check(mode: Mode, budget: Budget, search: Search) {
     let wall = WallInstant::now();
-    let builder = LeaseModel::new(mode).checker();
+    let builder = LeaseModel::new(mode, budget).checker();
     match search {
         Search::Exhaustive(depth) => {
             let builder = builder.threads(2);
@@ -676,7 +717,7 @@ fn check(mode: Mode, search: Search) {
                 Some(depth) => builder.target_max_depth(depth),
                 None => builder,
             };
-            report(mode, search, wall, builder.spawn_bfs().join());
+            report(mode, budget, search, wall, builder.spawn_bfs().join());
         }
         Search::Random { depth, states } => {
             let checker = builder
@@ -685,14 +726,20 @@ fn check(mode: Mode, search: Search) {
                 .target_state_count(states)
                 .spawn_simulation(0x5EED, UniformChooser)
                 .join();
-            report(mode, search, wall, checker);
+            report(mode, budget, search, wall, checker);
         }
     }
 }
 
-fn report(mode: Mode, search: Search, wall: WallInstant, checker: impl Checker<LeaseModel>) {
+fn report(
+    mode: Mode,
+    budget: Budget,
+    search: Search,
+    wall: WallInstant,
+    checker: impl Checker<LeaseModel>,
+) {
     println!(
-        "model check ({mode:?}, {search:?}): {} states explored, {} unique, max depth {}, {:.1} s",
+        "model check ({mode:?}, {budget:?}, {search:?}): {} states explored, {} unique, max depth {}, {:.1} s",
         checker.state_count(),
         checker.unique_state_count(),
         checker.max_depth(),
@@ -727,6 +774,7 @@ fn env_usize(name: &str) -> Option<usize> {
     Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
 }
 
+// covers: Verify.Safety, Verify.TokenOrder, Verify.ShutdownOrder
 // covers: Lease.Invariants, processKillThreshold, Lease.DeadlineOnlyLaterOnConfirm
 // covers: Lease.FencingToken, Lease.UnknownOutcome, Lease.Incarnation, VVM.Shutdown
 /// Safety over every interleaving up to the depth bound (`VVM_MODEL_DEPTH`): faults, a crash, a
@@ -734,11 +782,11 @@ fn env_usize(name: &str) -> Option<usize> {
 #[test]
 fn safety_every_run_to_a_depth() {
     let depth = env_usize("VVM_MODEL_DEPTH").unwrap_or(SAFETY_DEPTH);
-    check(Mode::Safety, Search::Exhaustive(Some(depth)));
+    check(Mode::Safety, FULL, Search::Exhaustive(Some(depth)));
 }
 
 /// Depth of the exhaustive safety check: every run of this many steps is explored.
-const SAFETY_DEPTH: usize = 10;
+const SAFETY_DEPTH: usize = 7;
 
 // covers: Lease.Invariants, LeadershipMonitor
 /// Safety over long random runs (past kill deadlines and expiries, which the exhaustive check
@@ -746,23 +794,29 @@ const SAFETY_DEPTH: usize = 10;
 #[test]
 fn safety_random_long_runs() {
     let states = env_usize("VVM_MODEL_STATES").unwrap_or(SAFETY_RANDOM_STATES);
-    check(
-        Mode::Safety,
-        Search::Random {
-            depth: 400,
-            states,
-        },
-    );
+    check(Mode::Safety, FULL, Search::Random { depth: 400, states });
 }
 
 /// States visited by the random safety check.
 const SAFETY_RANDOM_STATES: usize = 300_000;
 
-// covers: VVM.tryToAcquireLeadership
-/// Liveness under fair scheduling: whatever faults, crash and pause happen before
+// covers: Verify.Liveness, VVM.tryToAcquireLeadership
+/// Liveness under fair scheduling: whatever one fault and one crash do before
 /// `FAULTS_UNTIL_NS`, once the store and the processes are prompt again every slot gets an
 /// acting leader. Every run to the horizon is explored.
 #[test]
-fn liveness() {
-    check(Mode::Liveness, Search::Exhaustive(None));
+fn liveness_every_run() {
+    check(Mode::Liveness, SMALL, Search::Exhaustive(None));
 }
+
+// covers: Verify.Liveness, VVM.tryToAcquireLeadership
+/// Liveness against the full adversary (two faults, a crash, a pause) over random runs; each run
+/// ends at the horizon, where the property is judged.
+#[test]
+fn liveness_random_runs() {
+    let states = env_usize("VVM_MODEL_STATES").unwrap_or(LIVENESS_RANDOM_STATES);
+    check(Mode::Liveness, FULL, Search::Random { depth: 400, states });
+}
+
+/// States visited by the random liveness check.
+const LIVENESS_RANDOM_STATES: usize = 200_000;

@@ -222,7 +222,9 @@ fn sigkilled_leaders_never_overlap_and_tokens_increase() {
             failover_ms.push(at.elapsed().as_millis() as u64);
         }
         revision = next;
-        lcg = lcg.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        lcg = lcg
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         std::thread::sleep(Duration::from_millis((lcg >> 33) % 600));
         // SIGKILL: no release, no shutdown; the others must wait out the lease.
         fleet.children[leader].kill().unwrap();

@@ -105,11 +105,12 @@ fn successor(intervals: &[Interval], slot: Slot, from_ns: u64, not: ProcessId) -
         .unwrap_or_else(|| panic!("nobody took {slot:?} after {from_ns} ns: {intervals:#?}"))
 }
 
-/// Store time + L of the last write that `writer` made to `slot`, from the trace.
+/// When the last record `process` wrote expires: store time of its last write + L.
 fn record_expiry(sim: &Sim, process: ProcessId) -> u64 {
     sim.trace()
         .iter()
-        .filter_map(|note| match note {
+        .rev()
+        .find_map(|note| match note {
             Note::Store {
                 at_ns,
                 process: p,
@@ -118,10 +119,10 @@ fn record_expiry(sim: &Sim, process: ProcessId) -> u64 {
             } if *p == process => Some(*at_ns + L),
             _ => None,
         })
-        .last()
         .expect("the process wrote")
 }
 
+// covers: Verify.Scenarios
 // covers: Lease.Acquire, Lease.Incarnation
 /// A leader SIGKILLed without a release: nobody takes over before its record expires; a successor
 /// acts within `L` + one acquisition round of the kill.
@@ -145,6 +146,7 @@ fn leader_killed_without_release_is_replaced_after_its_lease_only() {
     );
 }
 
+// covers: Verify.Scenarios
 // covers: VVM.Shutdown, Lease.Release, Lease.ReleaseDuringOp
 /// A graceful stop: services stop first, then the monitor, then the release; never the release
 /// first. The release frees the slot at once, so a successor does not wait for expiry. Once with
@@ -218,6 +220,7 @@ fn graceful_stop_stops_services_then_the_monitor_then_releases() {
     }
 }
 
+// covers: Verify.Scenarios
 // covers: LeadershipMonitor, processKillThreshold
 /// A holder cut off from the store: its renewals hang and time out, it loses the slot, keeps its
 /// services (the host does not react) and is killed at its deadline — strictly before anyone
@@ -250,6 +253,7 @@ fn holder_cut_off_from_the_store_dies_before_a_successor_acquires() {
     );
 }
 
+// covers: Verify.Scenarios
 // covers: Lease.StoreTimeout, processKillThreshold
 /// A renewal that hangs forever while the process itself stalls (its runtime blocked on the
 /// call): the killer does not wait for the renewal path and fires at the deadline.
@@ -273,6 +277,7 @@ fn renew_call_that_hangs_forever_cannot_delay_the_killer() {
     assert_eq!(intervals.last().map(|i| i.end_ns), Some(26 * S));
 }
 
+// covers: Verify.Scenarios
 // covers: Lease.UnknownOutcome, Lease.Incarnation
 /// An insert that timed out but committed is resolved by reading it back, anchored to the
 /// insert's send time. A restarted process (same address, new incarnation) whose insert outcome
@@ -350,6 +355,7 @@ fn at_local(sim: &Sim, process: ProcessId, true_ns: u64) -> vvm_core::Instant {
     vvm_core::Instant::from_nanos(started.1.as_nanos() + true_ns - started.0)
 }
 
+// covers: Verify.Scenarios
 // covers: Lease.LostOnReject
 /// The lease taken away underneath (overwritten by someone else, or deleted): the next renewal
 /// is rejected and leadership is lost at once — no retry, and the cleanup cannot delete the
@@ -396,6 +402,7 @@ fn lease_taken_away_underneath_is_lost_at_once_without_retries() {
     }
 }
 
+// covers: Verify.Scenarios
 // covers: processKillThreshold, Lease.DeadlineOnlyLaterOnConfirm
 /// A pause longer than `L`, once while holding and once right after a renewal was sent (which the
 /// store applied): the killer fires during the pause at the old deadline, and no service ever
@@ -426,6 +433,7 @@ fn pause_longer_than_the_lease_ends_in_the_killer_before_any_renewed_token() {
     }
 }
 
+// covers: Verify.Scenarios
 // covers: Lease.PreRenewalGuard
 /// A pause shorter than the margin (here `0.5·L`, the margin being `0.8·L − L/4`), on clocks 10 %
 /// slow and 10 % fast: leadership is kept without a gap, nobody is killed, nothing is lost.
@@ -453,6 +461,7 @@ fn pause_shorter_than_the_margin_keeps_leadership() {
     }
 }
 
+// covers: Verify.Scenarios
 // covers: VVM.tryToAcquireLeadership, LeadershipMonitor
 /// The store down for longer than `L`: every leader loses its slot and ends; after the store is
 /// back, every slot has one leader within `L` + one round, and they stay (no crash loop).
@@ -500,6 +509,7 @@ fn store_down_longer_than_the_lease_then_one_leader_per_slot() {
     }
 }
 
+// covers: Verify.Scenarios
 // covers: Lease.Retry, Lease.UnknownOutcome
 /// One slow renewal, slower than the store timeout but well inside the margin: it counts as
 /// failed (or is read back), is retried after `L/20`, and leadership is kept — once with the
@@ -546,6 +556,7 @@ fn one_slow_renewal_shorter_than_the_margin_is_retried_without_abdication() {
     }
 }
 
+// covers: Verify.Scenarios, Verify.Liveness
 // covers: VVM.tryToAcquireLeadership, Lease.FencingToken
 /// `N` slots, `M > N` processes, holders crashed at random: every slot is refilled each time and
 /// never has two holders; at the end every slot has exactly one.
@@ -579,6 +590,7 @@ fn holders_killed_at_random_every_slot_is_refilled_with_one_holder() {
     }
 }
 
+// covers: Verify.Scenarios
 // covers: VVMConfig.Orch, Config.Validation
 /// Every invalid configuration is rejected, each kind of mistake with its own error.
 #[test]
@@ -661,4 +673,40 @@ fn every_invalid_configuration_is_rejected_with_its_own_error() {
         .build()
         .is_ok());
     assert!(VvmConfig::builder("a".repeat(255)).build().is_ok());
+}
+
+// covers: Verify.Scenarios
+// covers: processKillThreshold
+/// Answers that arrive late — held back by a pause of the process, or slower than usual but inside
+/// the store timeout — still confirm the write, and the deadline counts from the send, never from
+/// the answer.
+#[test]
+fn late_answers_keep_the_deadline_anchored_to_the_send() {
+    let mut sim = sim(1, 1, |_| {});
+    sim.set_fate_hook(Box::new(|_| {
+        Some(Fate {
+            to_store_ns: 0,
+            outcome: Outcome::Apply,
+            back_ns: 400 * MS,
+        })
+    }));
+    // The insert goes out at 0; the process pauses at once and handles its answer at 10 s.
+    sim.run_until(0);
+    let (process, _) = sim.process(0).expect("started");
+    sim.pause(0, 10 * S);
+    run_checked(&mut sim, 20 * S);
+    let arms: Vec<(u64, Effect)> = effects_of(&sim, process)
+        .into_iter()
+        .filter(|(_, e)| matches!(e, Effect::ArmKiller { .. }))
+        .collect();
+    let arm = |at_ns: u64, deadline_ns: u64| {
+        let at = at_local(&sim, process, deadline_ns);
+        (at_ns, Effect::ArmKiller { at })
+    };
+    // Insert sent at 0, answered at 10 s: deadline 16 s. The renewal that was due at 5 s goes out
+    // on resume at 10 s and is answered at 10.4 s: deadline 26 s.
+    assert_eq!(
+        arms[..2],
+        [arm(10 * S, 16 * S), arm(10 * S + 400 * MS, 26 * S)]
+    );
 }

@@ -208,6 +208,7 @@ fn run_seeds(strictness: Strictness) {
     );
 }
 
+// covers: Verify.Safety, Verify.TokenOrder, Verify.KillerTracksDeadline
 // covers: Lease.Invariants, processKillThreshold, Lease.DeadlineOnlyLaterOnConfirm
 // covers: Lease.FencingToken, Lease.UnknownOutcome, Lease.StoreTimeout, LeadershipMonitor
 /// At most one acting leader per slot at every instant, fencing tokens strictly increasing per
@@ -227,6 +228,7 @@ fn late_tokens() {
     run_seeds(Strictness::NoLateToken);
 }
 
+// covers: Verify.Replay
 /// Replays `VVM_SIM_SEED` (default: seed 0) with a trace, printing the trace around the first
 /// violation.
 #[test]

@@ -66,7 +66,7 @@ fn raw(path: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).expect("raw connection opens")
 }
 
-// covers: the write lock serialises connections of one file
+// covers: Sq.Atomic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_connections_on_one_file_let_exactly_one_insert_per_slot_win() {
     const SLOTS: u32 = 40;
@@ -119,7 +119,7 @@ async fn two_connections_on_one_file_let_exactly_one_insert_per_slot_win() {
     }
 }
 
-// covers: revisions from one counter, whichever connection writes
+// covers: Sq.Atomic
 #[tokio::test]
 async fn connections_taking_turns_see_each_others_writes_and_revisions_increase() {
     let dir = ScratchDir::new("vvm-sqlite-turns");
@@ -170,7 +170,7 @@ fn assert_unchanged(path: &Path, before: &[u8]) {
     }
 }
 
-// covers: a file of another program is refused before anything is written
+// covers: Sq.Identity
 #[test]
 fn a_foreign_sqlite_file_is_refused_and_left_unchanged() {
     let dir = ScratchDir::new("vvm-sqlite-foreign");
@@ -200,7 +200,7 @@ fn a_foreign_sqlite_file_is_refused_and_left_unchanged() {
     assert_unchanged(&path, &before);
 }
 
-// covers: a file written by a later version is refused before anything is written
+// covers: Sq.Identity
 #[test]
 fn a_newer_schema_is_refused_and_left_unchanged() {
     let dir = ScratchDir::new("vvm-sqlite-newer");
@@ -220,7 +220,7 @@ fn a_newer_schema_is_refused_and_left_unchanged() {
     assert_unchanged(&path, &before);
 }
 
-// covers: bytes that are no database at all are refused untouched
+// covers: Sq.Identity
 #[test]
 fn a_file_that_is_not_a_database_is_refused_and_left_unchanged() {
     let dir = ScratchDir::new("vvm-sqlite-text");
@@ -236,7 +236,7 @@ fn a_file_that_is_not_a_database_is_refused_and_left_unchanged() {
     assert_unchanged(&path, &before);
 }
 
-// covers: bad paths and options are typed errors
+// covers: Sq.Identity
 #[test]
 fn bad_paths_and_options_are_clear_errors() {
     let dir = ScratchDir::new("vvm-sqlite-bad");
@@ -259,7 +259,7 @@ fn bad_paths_and_options_are_clear_errors() {
     );
 }
 
-// covers: the schema is created once, marked as ours, and records survive reopening
+// covers: Sq.Identity
 #[tokio::test]
 async fn a_new_file_gets_our_schema_and_records_survive_reopening() {
     let dir = ScratchDir::new("vvm-sqlite-reopen");
@@ -306,7 +306,7 @@ async fn a_new_file_gets_our_schema_and_records_survive_reopening() {
     );
 }
 
-// covers: records of an earlier boot are expired; revisions jump past that boot's
+// covers: Sq.BootClock
 #[tokio::test]
 async fn a_new_boot_expires_every_record_and_moves_revisions_past_the_old_ones() {
     let dir = ScratchDir::new("vvm-sqlite-boot");
@@ -346,7 +346,7 @@ async fn a_new_boot_expires_every_record_and_moves_revisions_past_the_old_ones()
     assert_eq!(next.0, revision.0 + 1);
 }
 
-// covers: a corrupt live record is reported, never matched, kept until it expires
+// covers: Sq.Corrupt
 #[tokio::test]
 async fn a_corrupt_live_record_is_reported_and_kept_until_it_expires() {
     let dir = ScratchDir::new("vvm-sqlite-corrupt");
@@ -406,7 +406,7 @@ async fn a_corrupt_live_record_is_reported_and_kept_until_it_expires() {
     );
 }
 
-// covers: lock waits are bounded; a lock held elsewhere fails writes with nothing written
+// covers: Sq.Busy
 #[tokio::test]
 async fn a_lock_held_elsewhere_fails_writes_after_the_wait_and_writes_nothing() {
     let dir = ScratchDir::new("vvm-sqlite-locked");
@@ -439,7 +439,7 @@ async fn a_lock_held_elsewhere_fails_writes_after_the_wait_and_writes_nothing() 
         .is_some());
 }
 
-// covers: time left is told by the store's clock, for display
+// covers: Sq.BootClock
 #[tokio::test]
 async fn time_left_follows_the_store_clock() {
     let dir = ScratchDir::new("vvm-sqlite-left");

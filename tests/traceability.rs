@@ -44,7 +44,10 @@ fn covered_ids(text: &str) -> BTreeSet<String> {
         }
         // Only a comment whose text starts with the marker counts, so that prose that merely
         // mentions the convention is not mistaken for a coverage claim.
-        let comment = line.trim_start_matches('/').trim_start_matches('!').trim_start();
+        let comment = line
+            .trim_start_matches('/')
+            .trim_start_matches('!')
+            .trim_start();
         let Some(rest) = comment.strip_prefix(COVERS) else {
             continue;
         };

@@ -26,28 +26,47 @@ async fn pass(duration: Duration) {
     tokio::time::sleep(duration).await;
 }
 
+// covers: Tx.Observation
 #[tokio::test(start_paused = true)]
 async fn a_process_that_first_sees_a_record_late_waits_a_whole_ttl_from_then() {
     let holder = store();
     let contender = holder.other_observer();
-    let revision = holder.insert_if_not_exists(SLOT, &value("a"), TTL).await.unwrap().unwrap();
+    let revision = holder
+        .insert_if_not_exists(SLOT, &value("a"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
 
     pass(TTL * 8 / 10).await;
     // First sighting, 8 s in: the contender starts counting now.
-    assert_eq!(contender.get(SLOT).await.unwrap().unwrap().revision, revision);
+    assert_eq!(
+        contender.get(SLOT).await.unwrap().unwrap().revision,
+        revision
+    );
     pass(TTL * 3 / 10).await;
     // 11 s after the write the writer itself counts it expired; the contender, 3 s after first
     // seeing it, does not.
     assert_eq!(holder.get(SLOT).await.unwrap(), None);
-    assert_eq!(contender.insert_if_not_exists(SLOT, &value("b"), TTL).await.unwrap(), None);
+    assert_eq!(
+        contender
+            .insert_if_not_exists(SLOT, &value("b"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
     pass(TTL * 7 / 10).await;
     // A whole TTL after its first sighting, unchanged: expired, and replaced at a higher revision.
     assert_eq!(contender.get(SLOT).await.unwrap(), None);
-    let taken = contender.insert_if_not_exists(SLOT, &value("b"), TTL).await.unwrap().unwrap();
+    let taken = contender
+        .insert_if_not_exists(SLOT, &value("b"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(taken > revision);
     assert_eq!(holder.get(SLOT).await.unwrap().unwrap().value, value("b"));
 }
 
+// covers: Tx.Observation
 #[tokio::test(start_paused = true)]
 async fn a_renewal_restarts_every_observers_wait() {
     let holder = store();
@@ -55,23 +74,51 @@ async fn a_renewal_restarts_every_observers_wait() {
     let a = value("a");
     let mut held = Lease {
         value: a.clone(),
-        revision: holder.insert_if_not_exists(SLOT, &a, TTL).await.unwrap().unwrap(),
+        revision: holder
+            .insert_if_not_exists(SLOT, &a, TTL)
+            .await
+            .unwrap()
+            .unwrap(),
     };
     assert!(contender.get(SLOT).await.unwrap().is_some());
     // Renewed every 5 s for a minute: the contender never sees it unchanged for a whole TTL.
     for _ in 0..12 {
         pass(TTL / 2).await;
-        held.revision = holder.compare_and_swap(SLOT, &held, &a, TTL).await.unwrap().unwrap();
-        assert_eq!(contender.insert_if_not_exists(SLOT, &value("b"), TTL).await.unwrap(), None);
+        held.revision = holder
+            .compare_and_swap(SLOT, &held, &a, TTL)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            contender
+                .insert_if_not_exists(SLOT, &value("b"), TTL)
+                .await
+                .unwrap(),
+            None
+        );
     }
     // The holder stops: a whole TTL after the contender first saw the last write, it is free.
     pass(TTL / 2).await;
-    assert_eq!(contender.insert_if_not_exists(SLOT, &value("b"), TTL).await.unwrap(), None);
+    assert_eq!(
+        contender
+            .insert_if_not_exists(SLOT, &value("b"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
     pass(TTL / 2).await;
-    assert!(contender.insert_if_not_exists(SLOT, &value("b"), TTL).await.unwrap().is_some());
-    assert_eq!(holder.compare_and_swap(SLOT, &held, &a, TTL).await.unwrap(), None);
+    assert!(contender
+        .insert_if_not_exists(SLOT, &value("b"), TTL)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        holder.compare_and_swap(SLOT, &held, &a, TTL).await.unwrap(),
+        None
+    );
 }
 
+// covers: Tx.Transactions
 #[tokio::test(start_paused = true)]
 async fn an_unknown_commit_outcome_is_unknown_and_never_retried() {
     let store = store();
@@ -84,58 +131,97 @@ async fn an_unknown_commit_outcome_is_unknown_and_never_retried() {
     assert_eq!(written.value, a, "the write applied");
 
     store.kv().inject(KvFault::UnknownNotApplied);
-    let outcome = store.compare_and_swap(SLOT, &written, &value("b"), TTL).await;
+    let outcome = store
+        .compare_and_swap(SLOT, &written, &value("b"), TTL)
+        .await;
     assert!(outcome.unwrap_err().is_unknown());
     assert_eq!(store.get(SLOT).await.unwrap(), Some(written));
 }
 
+// covers: Tx.Transactions
 #[tokio::test(start_paused = true)]
 async fn conflicts_are_retried_up_to_the_limit_then_fail() {
-    let store = TxLeaseStore::new(MemoryKv::new(), TxOptions::default().retries_max(2).unwrap());
+    let store = TxLeaseStore::new(
+        MemoryKv::new(),
+        TxOptions::default().retries_max(2).unwrap(),
+    );
     for _ in 0..2 {
         store.kv().inject(KvFault::Conflict);
     }
-    assert!(store.insert_if_not_exists(SLOT, &value("a"), TTL).await.unwrap().is_some());
+    assert!(store
+        .insert_if_not_exists(SLOT, &value("a"), TTL)
+        .await
+        .unwrap()
+        .is_some());
     assert_eq!(store.kv().commits(), 1);
 
     for _ in 0..3 {
         store.kv().inject(KvFault::Conflict);
     }
     let outcome = store.insert_if_not_exists(Slot(2), &value("a"), TTL).await;
-    assert!(matches!(&outcome, Err(StoreError::Failed { reason }) if reason.contains("3 attempts")), "{outcome:?}");
+    assert!(
+        matches!(&outcome, Err(StoreError::Failed { reason }) if reason.contains("3 attempts")),
+        "{outcome:?}"
+    );
     assert_eq!(store.get(Slot(2)).await.unwrap(), None);
 
     store.kv().inject(KvFault::Fail);
     let outcome = store.insert_if_not_exists(Slot(2), &value("a"), TTL).await;
-    assert!(matches!(outcome, Err(StoreError::Failed { .. })), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(StoreError::Failed { .. })),
+        "{outcome:?}"
+    );
 }
 
+// covers: Tx.Transactions
 #[tokio::test(start_paused = true)]
 async fn a_hung_read_fails_and_a_hung_commit_is_unknown_after_the_timeout() {
     let timeout = Duration::from_millis(300);
-    let store = TxLeaseStore::new(MemoryKv::new(), TxOptions::default().timeout(timeout).unwrap());
+    let store = TxLeaseStore::new(
+        MemoryKv::new(),
+        TxOptions::default().timeout(timeout).unwrap(),
+    );
     store.kv().inject(KvFault::HangRead);
     let started = tokio::time::Instant::now();
     let outcome = store.insert_if_not_exists(SLOT, &value("a"), TTL).await;
-    assert!(matches!(outcome, Err(StoreError::Failed { .. })), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(StoreError::Failed { .. })),
+        "{outcome:?}"
+    );
     assert_eq!(started.elapsed(), timeout);
 
     store.kv().inject(KvFault::HangCommit);
     let outcome = store.insert_if_not_exists(SLOT, &value("a"), TTL).await;
     assert!(outcome.unwrap_err().is_unknown());
     store.kv().inject(KvFault::FailRead);
-    assert!(matches!(store.get(SLOT).await, Err(StoreError::Failed { .. })));
+    assert!(matches!(
+        store.get(SLOT).await,
+        Err(StoreError::Failed { .. })
+    ));
 }
 
+// covers: Tx.Observation
 #[tokio::test(start_paused = true)]
 async fn an_unreadable_record_is_corrupt_and_never_overwritten_or_expired() {
     let store = store();
     let key = store.key(SLOT);
     assert!(store.kv().put(&key, b"garbage"));
-    assert!(matches!(store.get(SLOT).await, Err(StoreError::Corrupt { slot: 1, .. })));
+    assert!(matches!(
+        store.get(SLOT).await,
+        Err(StoreError::Corrupt { slot: 1, .. })
+    ));
     pass(TTL * 100).await;
-    assert!(matches!(store.get(SLOT).await, Err(StoreError::Corrupt { slot: 1, .. })));
-    assert_eq!(store.insert_if_not_exists(SLOT, &value("a"), TTL).await.unwrap(), None);
+    assert!(matches!(
+        store.get(SLOT).await,
+        Err(StoreError::Corrupt { slot: 1, .. })
+    ));
+    assert_eq!(
+        store
+            .insert_if_not_exists(SLOT, &value("a"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!(store.kv().value(&key), Some(b"garbage".to_vec()));
 }
 

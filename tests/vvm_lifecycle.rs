@@ -6,7 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, foreign, pass, FailsLater, FailsToStart, Journal, TestKiller, Worker, LEASE};
+use common::{
+    config, foreign, pass, FailsLater, FailsToStart, IgnoresStop, Journal, NeverReady, TestKiller,
+    Worker, LEASE,
+};
 use tokio::sync::Notify;
 use vvm::{leaders, LossReason, Phase, Services, Slot, Vvm, VvmError};
 use vvm_adapters::MemoryStore;
@@ -305,5 +308,60 @@ async fn abandoning_a_launch_mid_acquisition_ends_the_vvm_without_a_trace() {
     assert_eq!(
         store.record(SLOT).unwrap().unwrap().value.address,
         "10.0.0.9:7000"
+    );
+}
+
+// covers: Rt.ServiceProblem
+#[tokio::test(start_paused = true)]
+async fn a_service_that_never_reports_readiness_fails_after_the_start_timeout() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    let services = Services::new().with(NeverReady).unwrap();
+    let vvm = Vvm::provide(config("10.0.0.1:7000", 1), store.clone(), services)
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .with_service_timeouts(Duration::from_secs(2), Duration::from_secs(1))
+        .launch()
+        .await;
+
+    let problem = vvm.current_problem();
+    assert!(
+        matches!(&problem, Some(VvmError::ServiceStartFailed { index: 0, message, .. }) if message.contains("readiness")),
+        "{problem:?}"
+    );
+    assert!(vvm.shutdown().await.is_err());
+    assert_eq!(store.record(SLOT).unwrap(), None);
+}
+
+// covers: Rt.ServiceProblem, Rt.NoLeak
+#[tokio::test(start_paused = true)]
+async fn a_service_that_ignores_the_stop_is_aborted_and_reported() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    let services = Services::new().with(IgnoresStop).unwrap();
+    let before = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let vvm = Vvm::provide(config("10.0.0.1:7000", 1), store.clone(), services)
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .with_service_timeouts(Duration::from_secs(2), Duration::from_secs(1))
+        .launch()
+        .await;
+    assert_eq!(vvm.current_problem(), None);
+
+    let outcome = vvm.shutdown().await;
+    assert!(
+        matches!(&outcome, Err(VvmError::ServiceFailed { index: 0, message, .. }) if message.contains("did not stop")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+        before
+    );
+    assert_eq!(
+        store.record(SLOT).unwrap(),
+        None,
+        "the lease is released anyway"
     );
 }

@@ -19,11 +19,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use foundationdb::api::NetworkAutoStop;
+pub use foundationdb::api::NetworkAutoStop;
 use foundationdb::options::TransactionOption;
 use foundationdb::{Database, FdbError, Transaction};
 
 use crate::txkv::{KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
+
+/// Starts FoundationDB's network thread (`unsafe`: at most once per process, and the returned
+/// guard must be dropped before the process exits). Re-exported so that hosts need no direct
+/// dependency on the client crate.
+pub use foundationdb::boot;
 
 /// The FoundationDB lease store.
 pub type FdbStore = TxLeaseStore<FdbKv>;
@@ -41,7 +46,11 @@ pub enum FdbOpenError {
 
 /// Opens the database of `cluster_file` (FoundationDB's default cluster file when `None`) as a
 /// lease store. `_network` proves that the network thread runs.
-pub fn open(_network: &NetworkAutoStop, cluster_file: Option<&Path>, options: TxOptions) -> Result<FdbStore, FdbOpenError> {
+pub fn open(
+    _network: &NetworkAutoStop,
+    cluster_file: Option<&Path>,
+    options: TxOptions,
+) -> Result<FdbStore, FdbOpenError> {
     let path = match cluster_file {
         None => None,
         Some(path) => match path.to_str() {
@@ -91,7 +100,10 @@ impl TxKv for FdbKv {
     type Tx = FdbTx;
 
     fn begin(&self) -> Result<FdbTx, TxError> {
-        let transaction = self.database.create_trx().map_err(|error| map_error(&error))?;
+        let transaction = self
+            .database
+            .create_trx()
+            .map_err(|error| map_error(&error))?;
         transaction
             .set_option(TransactionOption::Timeout(self.timeout_ms))
             .map_err(|error| map_error(&error))?;
@@ -104,7 +116,11 @@ impl TxKv for FdbKv {
 
 impl KvTx for FdbTx {
     async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, TxError> {
-        let value = self.0.get(key, false).await.map_err(|error| map_error(&error))?;
+        let value = self
+            .0
+            .get(key, false)
+            .await
+            .map_err(|error| map_error(&error))?;
         Ok(value.map(|slice| slice.to_vec()))
     }
 
@@ -141,12 +157,22 @@ fn map_error(error: &FdbError) -> TxError {
 mod tests {
     use super::*;
 
-    // Pure mapping of error codes; needs no client library at run time only if it links,
-    // so this test, like every FoundationDB test, runs only where libfdb_c is installed.
+    // covers: Tx.Fdb
+    // The error predicates call into libfdb_c: like every FoundationDB test, this one only
+    // links and runs where the client library is installed.
     #[test]
     fn commit_unknown_result_is_unknown_and_conflicts_are_retried() {
-        assert!(matches!(map_error(&FdbError::from_code(1021)), TxError::UnknownResult { .. }));
-        assert!(matches!(map_error(&FdbError::from_code(1020)), TxError::Retryable { .. }));
-        assert!(matches!(map_error(&FdbError::from_code(2000)), TxError::Failed { .. }));
+        assert!(matches!(
+            map_error(&FdbError::from_code(1021)),
+            TxError::UnknownResult { .. }
+        ));
+        assert!(matches!(
+            map_error(&FdbError::from_code(1020)),
+            TxError::Retryable { .. }
+        ));
+        assert!(matches!(
+            map_error(&FdbError::from_code(2000)),
+            TxError::Failed { .. }
+        ));
     }
 }

@@ -200,6 +200,7 @@ fn check_endpoint(endpoint: &str) -> Result<(), UrlError> {
 mod tests {
     use super::*;
 
+    // covers: Url.Parse
     #[test]
     fn every_store_form_parses_and_prints_back() {
         for (url, parsed) in [
@@ -233,6 +234,7 @@ mod tests {
         }
     }
 
+    // covers: Url.Parse
     #[test]
     fn every_bad_url_gets_its_own_error() {
         assert_eq!(StoreUrl::parse(""), Err(UrlError::Empty));

@@ -10,7 +10,7 @@ pub mod run;
 pub mod status;
 pub mod store;
 
-pub use super::{DemoArgs, RunArgs, StatusArgs};
+pub use super::{DemoArgs, DemoStore, RunArgs, StatusArgs};
 
 /// Exit code of a usage error: bad flag, bad value, unknown store scheme.
 pub const EXIT_USAGE: u8 = 2;

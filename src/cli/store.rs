@@ -16,8 +16,8 @@ pub enum AnyStore {
     Memory(MemoryStore),
     /// `sqlite:PATH`.
     Sqlite(SqliteStore),
-    /// `etcd:HOST:PORT[,…]`.
-    Etcd(EtcdStore),
+    /// `etcd:HOST:PORT[,…]` (boxed: the client is large next to the others).
+    Etcd(Box<EtcdStore>),
 }
 
 /// Why a store could not be opened: a bad URL (exit 2) or a store that failed (exit 1).
@@ -53,7 +53,13 @@ pub async fn open_store(url: &str, lease: &LeaseConfig) -> Result<AnyStore, Open
             let store = EtcdStore::connect(options)
                 .await
                 .map_err(|e| OpenError::Failed(e.to_string()))?;
-            Ok(AnyStore::Etcd(store))
+            // A server that would lengthen the lease (its minimum TTL is above ours) is refused
+            // before launch, never silently rounded.
+            store
+                .validate(lease)
+                .await
+                .map_err(|e| OpenError::Failed(e.to_string()))?;
+            Ok(AnyStore::Etcd(Box::new(store)))
         }
         StoreUrl::Fdb(_) => Err(OpenError::Usage(
             "fdb: stores need a build with the `foundationdb` feature and libfdb_c".to_owned(),

@@ -133,3 +133,30 @@ impl Service for FailsLater {
         }
     }
 }
+
+/// Never reports readiness and never ends by itself.
+pub struct NeverReady;
+
+impl Service for NeverReady {
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed("never-ready")
+    }
+
+    async fn run(self, _context: ServiceContext) -> Result<(), ServiceError> {
+        std::future::pending().await
+    }
+}
+
+/// Ready at once; ignores the request to stop.
+pub struct IgnoresStop;
+
+impl Service for IgnoresStop {
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed("ignores-stop")
+    }
+
+    async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
+        context.ready();
+        std::future::pending().await
+    }
+}

@@ -87,6 +87,7 @@ fn overtaken() -> Tenure {
 }
 
 /// A slot is acquired, kept through renewals well past its TTL, and released.
+// covers: St.Elections
 pub async fn elections_acquire_hold_and_release<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
@@ -115,6 +116,7 @@ pub async fn elections_acquire_hold_and_release<H: Harness>(harness: &H) {
 }
 
 /// A slot with a live record of someone else is not acquired, and the record stays.
+// covers: St.Elections
 pub async fn elections_acquire_fails_while_another_holds<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let other = value(9);
@@ -141,6 +143,7 @@ pub async fn elections_acquire_fails_while_another_holds<H: Harness>(harness: &H
 }
 
 /// A record replaced underneath is noticed at the next renewal; the other value is kept.
+// covers: St.Elections
 pub async fn elections_a_changed_record_loses_leadership_and_stays<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
@@ -170,6 +173,7 @@ pub async fn elections_a_changed_record_loses_leadership_and_stays<H: Harness>(h
 }
 
 /// A record deleted underneath is noticed at the next renewal and not written again.
+// covers: St.Elections
 pub async fn elections_a_deleted_record_loses_leadership<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
@@ -186,6 +190,7 @@ pub async fn elections_a_deleted_record_loses_leadership<H: Harness>(harness: &H
 }
 
 /// Releasing with nothing held writes nothing; the handle still acquires afterwards.
+// covers: St.Elections
 pub async fn elections_release_without_acquire_does_nothing<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
@@ -201,6 +206,7 @@ pub async fn elections_release_without_acquire_does_nothing<H: Harness>(harness:
 }
 
 /// Cleanup releases what is held; afterwards nothing is acquired any more.
+// covers: St.Elections
 pub async fn elections_acquire_after_cleanup_fails<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
@@ -221,6 +227,7 @@ pub async fn elections_acquire_after_cleanup_fails<H: Harness>(harness: &H) {
 }
 
 /// Cleanup after a renewal deletes the renewed record, not a stale one.
+// covers: St.Elections
 pub async fn elections_cleanup_after_renewals_releases<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
@@ -241,6 +248,7 @@ pub async fn elections_cleanup_after_renewals_releases<H: Harness>(harness: &H) 
 
 /// Of two contenders only one holds the slot; once it releases, the other wins it with a
 /// higher revision (a larger fencing token).
+// covers: St.Elections
 pub async fn elections_a_released_slot_passes_to_the_next_contender<H: Harness>(harness: &H) {
     let setup = Setup::new(harness).await;
     let first = setup.elections("10.1.0.1:7000");

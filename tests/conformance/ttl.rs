@@ -54,6 +54,7 @@ fn at(lease: &Lease, revision: Revision) -> Lease {
 }
 
 /// An insert into an empty key wins, and the record reads back.
+// covers: St.Contract
 pub async fn insert_into_empty<H: Harness>(harness: &H) {
     let store = harness.store().await;
     assert_eq!(get(&store, KEY).await, None, "a fresh store is empty");
@@ -63,6 +64,7 @@ pub async fn insert_into_empty<H: Harness>(harness: &H) {
 }
 
 /// A live record is never replaced by an insert, whoever tries.
+// covers: St.Contract
 pub async fn no_insert_over_a_live_record<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let lease = insert(&store, KEY, &value(1)).await;
@@ -87,6 +89,7 @@ pub async fn no_insert_over_a_live_record<H: Harness>(harness: &H) {
 }
 
 /// Once a record expired, an insert wins again, with a higher revision.
+// covers: St.Contract
 pub async fn insert_after_expiry<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let first = insert_short(harness, &store, KEY, &value(1)).await;
@@ -101,6 +104,7 @@ pub async fn insert_after_expiry<H: Harness>(harness: &H) {
 
 /// A swap of the exact live record wins, with a higher revision; the old lease no longer
 /// matches anything.
+// covers: St.Contract
 pub async fn cas_success_returns_a_higher_revision<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let first = insert(&store, KEY, &value(1)).await;
@@ -130,6 +134,7 @@ pub async fn cas_success_returns_a_higher_revision<H: Harness>(harness: &H) {
 }
 
 /// A swap whose expected value differs is refused and changes nothing.
+// covers: St.Contract
 pub async fn cas_on_value_mismatch<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let lease = insert(&store, KEY, &value(1)).await;
@@ -161,6 +166,7 @@ pub async fn cas_on_value_mismatch<H: Harness>(harness: &H) {
 }
 
 /// A swap whose expected revision differs is refused and changes nothing.
+// covers: St.Contract
 pub async fn cas_on_revision_mismatch<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let lease = insert(&store, KEY, &value(1)).await;
@@ -179,6 +185,7 @@ pub async fn cas_on_revision_mismatch<H: Harness>(harness: &H) {
 }
 
 /// A swap of an expired record is refused and writes nothing.
+// covers: St.Contract
 pub async fn cas_after_expiry<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let lease = insert_short(harness, &store, KEY, &value(1)).await;
@@ -197,6 +204,7 @@ pub async fn cas_after_expiry<H: Harness>(harness: &H) {
 }
 
 /// Deleting the exact live record succeeds once.
+// covers: St.Contract
 pub async fn cad_success<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let lease = insert(&store, KEY, &value(1)).await;
@@ -210,6 +218,7 @@ pub async fn cad_success<H: Harness>(harness: &H) {
 }
 
 /// A delete whose expected value or revision differs is refused and changes nothing.
+// covers: St.Contract
 pub async fn cad_on_mismatch<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let lease = insert(&store, KEY, &value(1)).await;
@@ -229,6 +238,7 @@ pub async fn cad_on_mismatch<H: Harness>(harness: &H) {
 }
 
 /// An expired record cannot be deleted by comparison; the key is free anyway.
+// covers: St.Contract
 pub async fn cad_after_expiry<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let lease = insert_short(harness, &store, KEY, &value(1)).await;
@@ -239,6 +249,7 @@ pub async fn cad_after_expiry<H: Harness>(harness: &H) {
 }
 
 /// `get` returns the value and revision of the last write, also seen by another client.
+// covers: St.Contract
 pub async fn get_returns_value_and_revision_of_the_last_write<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let other = harness.client(&store).await;
@@ -258,6 +269,7 @@ pub async fn get_returns_value_and_revision_of_the_last_write<H: Harness>(harnes
 }
 
 /// An expired record reads as absent.
+// covers: St.Contract
 pub async fn get_is_absent_after_expiry<H: Harness>(harness: &H) {
     let store = harness.store().await;
     insert_short(harness, &store, KEY, &value(1)).await;
@@ -267,6 +279,7 @@ pub async fn get_is_absent_after_expiry<H: Harness>(harness: &H) {
 
 /// Revisions of one key strictly increase through insert, swap, delete, re-insert and expiry,
 /// so that no old lease ever matches again.
+// covers: St.Contract
 pub async fn revisions_increase_across_delete_and_reinsert<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let a = value(1);
@@ -310,6 +323,7 @@ pub async fn revisions_increase_across_delete_and_reinsert<H: Harness>(harness: 
 }
 
 /// Writes to one key do not touch another.
+// covers: St.Contract
 pub async fn different_keys_are_independent<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let one = insert(&store, KEY, &value(1)).await;
@@ -342,6 +356,7 @@ const CONTENDERS: u64 = 1000;
 
 /// 1000 concurrent inserts of different values on one key: exactly one wins, and the record
 /// is the winner's.
+// covers: St.Contract
 pub async fn one_of_1000_concurrent_inserts_wins<H: Harness>(harness: &H) {
     let store = harness.store().await;
     let mut clients = vec![store.clone()];

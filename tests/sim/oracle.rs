@@ -240,6 +240,7 @@ mod tests {
         }
     }
 
+    // covers: Verify.CanFail
     #[test]
     fn the_oracle_sees_overlaps_and_token_reversals() {
         assert!(check_intervals(&[at(0, 1, 0, 10), at(0, 2, 10, 20), at(1, 3, 20, 30)]).is_empty());

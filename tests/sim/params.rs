@@ -128,7 +128,7 @@ impl Params {
     /// A run whose size, timing and fault mix are all drawn from `seed`: some seeds are calm,
     /// some are storms, most are in between.
     pub fn random(seed: u64) -> Self {
-        let mut rng = Rng::new(seed ^ 0x5EED_0F_F417_5A11);
+        let mut rng = Rng::new(seed ^ 0x5E_ED0F_F417_5A11);
         let lease_ns = rng.between(2, 30) * SECOND_NS;
         let l = lease_ns;
         let slots = rng.between(1, 3) as u32;

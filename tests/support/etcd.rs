@@ -26,8 +26,16 @@ pub fn available(test: &str) -> bool {
         !ci,
         "{test}: etcd is not installed, and under CI the etcd tests must run (scripts/test.sh installs etcd-server)"
     );
-    println!("skipped {test}: etcd is not installed (apt-get install etcd-server, or run scripts/test.sh as root)");
+    skipped(&format!(
+        "skipped {test}: etcd is not installed (apt-get install etcd-server, or run scripts/test.sh as root)"
+    ));
     false
+}
+
+/// Prints `line` past the test harness's output capture, so that a skip shows in every run.
+pub fn skipped(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// A started cluster of `members`, or `None` (after the skip line) without etcd.

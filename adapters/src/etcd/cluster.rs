@@ -376,6 +376,12 @@ impl EtcdCluster {
             .collect()
     }
 
+    /// The store URL naming every member, `etcd:127.0.0.1:<port>,...`, for processes that take
+    /// one (see `crate::url`).
+    pub fn store_url(&self) -> String {
+        format!("etcd:{}", self.endpoints().join(","))
+    }
+
     /// Options for an [`EtcdStore`](super::EtcdStore) on every member of this cluster.
     pub fn store_options(&self) -> Result<EtcdOptions, ClusterError> {
         Ok(EtcdOptions::new(self.endpoints())?)

@@ -532,6 +532,7 @@ impl LeaseStore for EtcdStore {
 mod tests {
     use super::*;
 
+    // covers: Et.Ttl
     #[test]
     fn ttls_etcd_cannot_honour_are_refused_not_rounded() {
         assert_eq!(EtcdStore::check_ttl(Duration::from_secs(2)), Ok(2));
@@ -555,6 +556,7 @@ mod tests {
         assert_eq!(EtcdStore::check_ttl(TTL_MAX), Ok(9_000_000_000));
     }
 
+    // covers: Et.Errors
     #[test]
     fn refused_requests_fail_and_lost_ones_are_unknown() {
         use tonic::{Code, Status};

@@ -292,6 +292,7 @@ fn check_endpoint(endpoint: &str) -> Result<(), EtcdError> {
 mod tests {
     use super::*;
 
+    // covers: Et.Options
     #[test]
     fn bad_options_are_refused_with_their_reason() {
         let none: [&str; 0] = [];
@@ -327,6 +328,7 @@ mod tests {
         ));
     }
 
+    // covers: Et.Options
     #[test]
     fn debug_output_never_shows_the_password() {
         let options = EtcdOptions::new(["h:1"])

@@ -1,12 +1,13 @@
 //! Waiting for the write lock: short polls, bounded in time and in count.
 //!
-//! SQLite's own busy handler sleeps 1, 2, 5, 10 … 100 ms between attempts. Against a process
-//! that commits in a loop, the waiter keeps waking up while the lock is taken again and can
-//! starve for hundreds of milliseconds — longer than a lease renewal may take. The store
-//! installs no handler; on `SQLITE_BUSY` it polls again after at most [`POLL_MAX`], so it gets
-//! the lock within one transaction (tens of microseconds) of its release, and gives up when
-//! the wait is spent: the caller then sees [`StoreError::Failed`](vvm_runtime::StoreError),
-//! since nothing was written.
+//! SQLite's own busy handler sleeps 1, 2, 5, 10 … 100 ms between attempts: once a few attempts
+//! have failed, the waiter sleeps through many free moments of the lock, and a lease renewal may
+//! wait longer than its call may take. The store installs no handler; on `SQLITE_BUSY` it tries
+//! again after at most [`POLL_MAX`], so it takes the lock soon after an ordinary writer releases
+//! it. No polling wins against a writer that commits back to back without pause (there the lock
+//! is free for a microsecond at a time); the bound turns that into
+//! [`StoreError::Failed`](vvm_runtime::StoreError) — nothing was written — and the runtime's
+//! retry takes over instead of a call hanging.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +71,7 @@ impl Backoff {
 mod tests {
     use super::*;
 
+    // covers: Sq.Busy
     #[test]
     fn a_zero_wait_allows_no_retry() {
         let mut backoff = Backoff::new(Duration::ZERO);
@@ -77,6 +79,7 @@ mod tests {
         assert_eq!(backoff.attempts(), 0);
     }
 
+    // covers: Sq.Busy
     #[test]
     fn the_wait_ends() {
         let mut backoff = Backoff::new(Duration::from_millis(5));

@@ -126,6 +126,7 @@ fn negative() -> ClockError {
 mod tests {
     use super::*;
 
+    // covers: Sq.BootClock
     #[test]
     fn boot_ids_are_trimmed_and_checked() {
         let id = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
@@ -144,6 +145,7 @@ mod tests {
     }
 
     #[cfg(target_os = "linux")]
+    // covers: Sq.BootClock
     #[test]
     fn the_boot_clock_reads_and_does_not_go_back() {
         let clock = BootClock::new().unwrap();

@@ -25,19 +25,21 @@
 //! increase per key (and across keys), also across delete and re-insert and across reboots
 //! (see [`REVISION_BOOT_GAP`]).
 //!
-//! **Durability.** `journal_mode=WAL` with `synchronous=NORMAL`: a commit costs about 13 µs
-//! instead of about 170 µs with a disk sync per commit (`FULL`). A crashed *process* loses
-//! nothing; a power loss or kernel crash may lose the last commits, but it also reboots the
-//! host, and records of an earlier boot are expired anyway. What must survive — revisions never
-//! being handed out twice — is guarded by the synced counter jump of a new boot.
+//! **Durability.** `journal_mode=WAL` with `synchronous=NORMAL`: a commit appends to the log
+//! without a disk sync — tens of microseconds, where `FULL` adds one sync per commit (0.17 ms on
+//! a quiet disk, several milliseconds on a busy one; see `BENCHMARKS.md`). A renewal must not
+//! wait on the disk. A crashed *process* loses nothing; a power loss or kernel crash may lose the
+//! last commits, but it also reboots the host, and records of an earlier boot are expired
+//! anyway. What must survive — a revision is never handed out twice — is guarded by the synced
+//! counter jump of a new boot.
 //!
 //! **Lock waits** are bounded ([`BUSY_WAIT_DEFAULT`]) and polled at most [`POLL_MAX`] apart instead
 //! of SQLite's growing sleeps, which starve a waiter; a wait that runs out is
 //! [`StoreError::Failed`]. An error at `COMMIT` of a transaction that wrote is
 //! [`StoreError::Unknown`]; every error before it is `Failed`.
 //!
-//! **Blocking.** A transaction takes 13–170 µs of blocking I/O, longer while waiting for the
-//! lock. Each call takes the store's connection (a `tokio` mutex: waiting callers queue in
+//! **Blocking.** A transaction is tens of microseconds of blocking I/O, longer while waiting
+//! for the lock. Each call takes the store's connection (a `tokio` mutex: waiting callers queue in
 //! order without occupying threads) and runs on tokio's blocking pool with
 //! `spawn_blocking`, so the async worker threads never block. A caller that gives up (its
 //! timeout) does not interrupt a transaction: it finishes or rolls back on its own. Clones of a

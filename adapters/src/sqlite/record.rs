@@ -250,6 +250,7 @@ mod tests {
         )
     }
 
+    // covers: Sq.Corrupt
     #[test]
     fn a_live_row_reads_back_as_its_lease() {
         let Judged::Live(stored, left) = judge(KEY, Some(&good(1_001)), NOW).unwrap() else {
@@ -260,6 +261,7 @@ mod tests {
         assert_eq!(left, Duration::from_nanos(1));
     }
 
+    // covers: Sq.Corrupt
     #[test]
     fn expired_rows_and_rows_of_another_boot_are_absent() {
         assert_eq!(judge(KEY, None, NOW).unwrap(), Judged::Absent);
@@ -280,6 +282,7 @@ mod tests {
         );
     }
 
+    // covers: Sq.Corrupt
     #[test]
     fn unreadable_live_rows_never_match_and_read_as_corrupt() {
         let live = |value, revision| {
@@ -318,6 +321,7 @@ mod tests {
         }
     }
 
+    // covers: Sq.Corrupt
     #[test]
     fn rows_whose_liveness_cannot_be_told_are_corrupt() {
         let mut no_expiry = good(0);
@@ -335,6 +339,7 @@ mod tests {
         }
     }
 
+    // covers: Sq.Corrupt
     #[test]
     fn expiry_saturates() {
         assert_eq!(expiry_ns(10, Duration::from_nanos(5)), 15);

@@ -243,6 +243,7 @@ pub(crate) fn open(
 mod tests {
     use super::*;
 
+    // covers: Sq.Identity
     #[test]
     fn files_are_recognised_by_their_header() {
         assert_eq!(classify(0, 0, 0), Identity::Empty);

@@ -234,7 +234,13 @@ impl<K: TxKv> TxLeaseStore<K> {
 
     /// Classifies what a transaction that started at `started` read at `read_at`, and updates
     /// the notes.
-    fn observe(&self, slot: Slot, bytes: Option<&[u8]>, started: Instant, read_at: Instant) -> State {
+    fn observe(
+        &self,
+        slot: Slot,
+        bytes: Option<&[u8]>,
+        started: Instant,
+        read_at: Instant,
+    ) -> State {
         let record = match bytes {
             None => {
                 self.notes().remove(&slot);
@@ -307,7 +313,11 @@ impl<K: TxKv> TxLeaseStore<K> {
     }
 
     /// Runs one operation: read, `decide`, maybe write and commit; again on conflicts.
-    async fn transact<T>(&self, slot: Slot, decide: impl Fn(&State) -> Result<Decision<T>, StoreError>) -> Result<T, StoreError> {
+    async fn transact<T>(
+        &self,
+        slot: Slot,
+        decide: impl Fn(&State) -> Result<Decision<T>, StoreError>,
+    ) -> Result<T, StoreError> {
         let key = self.key(slot);
         let timeout = self.options.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -315,7 +325,10 @@ impl<K: TxKv> TxLeaseStore<K> {
         let mut last = String::from("no attempt made");
         for attempt in 0..=self.options.retries_max {
             if attempt > 0 {
-                tokio::time::sleep(backoff.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+                tokio::time::sleep(
+                    backoff.min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+                )
+                .await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
             let started = self.time.now();
@@ -336,7 +349,11 @@ impl<K: TxKv> TxLeaseStore<K> {
             let state = self.observe(slot, read.as_deref(), started, self.time.now());
             let (record, answer, own) = match decide(&state)? {
                 Decision::Done(answer) => return Ok(answer),
-                Decision::Write { record, answer, own } => (record, answer, own),
+                Decision::Write {
+                    record,
+                    answer,
+                    own,
+                } => (record, answer, own),
             };
             match &record {
                 Some(record) => tx.set(&key, &record.encode()),
@@ -372,7 +389,11 @@ impl<K: TxKv> TxLeaseStore<K> {
 }
 
 fn forget_oldest(notes: &mut HashMap<Slot, Observation>) {
-    if let Some(oldest) = notes.iter().min_by_key(|(_, note)| note.since).map(|(slot, _)| *slot) {
+    if let Some(oldest) = notes
+        .iter()
+        .min_by_key(|(_, note)| note.since)
+        .map(|(slot, _)| *slot)
+    {
         notes.remove(&oldest);
     }
 }
@@ -394,7 +415,12 @@ fn matches(revision: u64, value: &[u8], expected: &Lease) -> bool {
 }
 
 impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
-    async fn insert_if_not_exists(&self, key: Slot, value: &LeaseValue, ttl: Duration) -> Result<Option<Revision>, StoreError> {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
         let bytes = value.encode().into_bytes();
         self.transact(key, |state| match state {
             State::Absent { revision } => {
@@ -442,12 +468,16 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
 
     async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
         self.transact(key, |state| match state {
-            State::Live { revision, value } if matches(*revision, value, expected) => Ok(Decision::Write {
-                // The tombstone keeps the revision: a later insert goes higher.
-                record: Some(Record::Deleted { revision: *revision }),
-                answer: true,
-                own: None,
-            }),
+            State::Live { revision, value } if matches(*revision, value, expected) => {
+                Ok(Decision::Write {
+                    // The tombstone keeps the revision: a later insert goes higher.
+                    record: Some(Record::Deleted {
+                        revision: *revision,
+                    }),
+                    answer: true,
+                    own: None,
+                })
+            }
             _ => Ok(Decision::Done(false)),
         })
         .await
@@ -458,7 +488,10 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
             State::Absent { .. } => Ok(Decision::Done(None)),
             State::Unreadable => Err(malformed(key)),
             State::Live { revision, value } => {
-                let value = LeaseValue::decode(value).map_err(|source| StoreError::Corrupt { slot: key.0, source })?;
+                let value = LeaseValue::decode(value).map_err(|source| StoreError::Corrupt {
+                    slot: key.0,
+                    source,
+                })?;
                 Ok(Decision::Done(Some(Lease {
                     value,
                     revision: Revision(*revision),

@@ -130,7 +130,8 @@ impl KvTx for MemoryTx {
         if let Some(written) = self.writes.get(key) {
             return Ok(written.clone());
         }
-        let fault = lock(&self.inner).take_fault(|f| matches!(f, KvFault::HangRead | KvFault::FailRead));
+        let fault =
+            lock(&self.inner).take_fault(|f| matches!(f, KvFault::HangRead | KvFault::FailRead));
         match fault {
             Some(KvFault::HangRead) => std::future::pending().await,
             Some(_) => {
@@ -141,7 +142,9 @@ impl KvTx for MemoryTx {
             None => {}
         }
         let inner = lock(&self.inner);
-        self.reads.entry(key.to_vec()).or_insert_with(|| inner.version_of(key));
+        self.reads
+            .entry(key.to_vec())
+            .or_insert_with(|| inner.version_of(key));
         Ok(inner.data.get(key).cloned())
     }
 
@@ -154,7 +157,8 @@ impl KvTx for MemoryTx {
     }
 
     async fn commit(self) -> Result<(), TxError> {
-        let fault = lock(&self.inner).take_fault(|f| !matches!(f, KvFault::HangRead | KvFault::FailRead));
+        let fault =
+            lock(&self.inner).take_fault(|f| !matches!(f, KvFault::HangRead | KvFault::FailRead));
         let reason = |what: &str| format!("injected {what}");
         match fault {
             Some(KvFault::Conflict) => {
@@ -176,7 +180,11 @@ impl KvTx for MemoryTx {
             _ => {}
         }
         let mut inner = lock(&self.inner);
-        if let Some((key, _)) = self.reads.iter().find(|(key, seen)| inner.version_of(key) != **seen) {
+        if let Some((key, _)) = self
+            .reads
+            .iter()
+            .find(|(key, seen)| inner.version_of(key) != **seen)
+        {
             return Err(TxError::Retryable {
                 reason: format!("conflict on key {}", String::from_utf8_lossy(key)),
             });
@@ -226,7 +234,10 @@ mod tests {
         assert_eq!(second.get(b"k").await.unwrap(), None);
         second.set(b"k", b"2");
         first.commit().await.unwrap();
-        assert!(matches!(second.commit().await, Err(TxError::Retryable { .. })));
+        assert!(matches!(
+            second.commit().await,
+            Err(TxError::Retryable { .. })
+        ));
         assert_eq!(kv.value(b"k"), Some(b"1".to_vec()));
 
         // Clearing a key is a change too.
@@ -235,9 +246,16 @@ mod tests {
         reader.set(b"other", b"x");
         let mut clearer = kv.begin().unwrap();
         clearer.clear(b"k");
-        assert_eq!(clearer.get(b"k").await.unwrap(), None, "reads see the transaction's writes");
+        assert_eq!(
+            clearer.get(b"k").await.unwrap(),
+            None,
+            "reads see the transaction's writes"
+        );
         clearer.commit().await.unwrap();
-        assert!(matches!(reader.commit().await, Err(TxError::Retryable { .. })));
+        assert!(matches!(
+            reader.commit().await,
+            Err(TxError::Retryable { .. })
+        ));
         assert_eq!(kv.value(b"other"), None);
     }
 
@@ -247,12 +265,18 @@ mod tests {
         assert!(kv.inject(KvFault::UnknownNotApplied));
         let mut tx = kv.begin().unwrap();
         tx.set(b"k", b"1");
-        assert!(matches!(tx.commit().await, Err(TxError::UnknownResult { .. })));
+        assert!(matches!(
+            tx.commit().await,
+            Err(TxError::UnknownResult { .. })
+        ));
         assert_eq!(kv.value(b"k"), None);
         assert!(kv.inject(KvFault::UnknownApplied));
         let mut tx = kv.begin().unwrap();
         tx.set(b"k", b"1");
-        assert!(matches!(tx.commit().await, Err(TxError::UnknownResult { .. })));
+        assert!(matches!(
+            tx.commit().await,
+            Err(TxError::UnknownResult { .. })
+        ));
         assert_eq!(kv.value(b"k"), Some(b"1".to_vec()));
     }
 }

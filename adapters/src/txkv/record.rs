@@ -97,7 +97,14 @@ mod tests {
         wrong_version[0] = 2;
         let mut trailing = deleted.encode();
         trailing.push(0);
-        for bad in [&b""[..], b"\x01", b"\x01L\x00", &wrong_version, &trailing, b"\x01X\x00\x00\x00\x00\x00\x00\x00\x01"] {
+        for bad in [
+            &b""[..],
+            b"\x01",
+            b"\x01L\x00",
+            &wrong_version,
+            &trailing,
+            b"\x01X\x00\x00\x00\x00\x00\x00\x00\x01",
+        ] {
             assert_eq!(Record::decode(bad), None, "{bad:?}");
         }
         assert_eq!(Record::decode(&live.encode()[..HEADER_BYTES + 7]), None);

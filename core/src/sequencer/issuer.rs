@@ -43,6 +43,9 @@ pub fn number_after(last: Number, initial: Number, key: NumberKey) -> Result<Num
     Ok(Number(after.max(initial.0)))
 }
 
+/// The open transaction's workspace and the numbers it issued, one per sequence touched.
+pub type Issued<'a> = (WsId, &'a [(SeqId, Number)]);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tx {
     Idle,
@@ -202,7 +205,7 @@ impl Issuer {
     }
 
     /// The open transaction's workspace and the numbers it issued (to commit).
-    pub fn issued(&self) -> Result<(WsId, &[(SeqId, Number)]), SeqError> {
+    pub fn issued(&self) -> Result<Issued<'_>, SeqError> {
         match self.tx {
             Tx::Idle => Err(SeqError::NotInTransaction),
             Tx::Open { ws_id, .. } => Ok((ws_id, self.issued.as_slice())),

@@ -68,7 +68,7 @@ mod types;
 
 pub use backlog::{Backlog, BacklogError, BatchTicket, Offsets, Phase, ReplayStep, StartRefusal};
 pub use cache::Cache;
-pub use issuer::{number_after, Issuer, SeqError};
+pub use issuer::{number_after, Issued, Issuer, SeqError};
 pub use params::{
     Params, ParamsBuilder, ParamsError, CACHE_CAPACITY_DEFAULT, CACHE_CAPACITY_MAX, KINDS_MAX,
     SEQS_PER_KIND_MAX, UNFLUSHED_EVENTS_DEFAULT, UNFLUSHED_EVENTS_LIMIT, UNFLUSHED_KEYS_DEFAULT,

@@ -1,6 +1,6 @@
 //! The identifiers and values the sequencer deals in, and the hasher of its maps.
 
-use core::hash::{BuildHasherDefault, Hasher};
+use core::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// Names a sequence within a workspace kind (for example "record IDs" or "WLog offsets").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -31,12 +31,21 @@ impl PLogOffset {
 }
 
 /// One sequence of one workspace: the unit the cache, the backlog and storage are keyed by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NumberKey {
     /// The workspace.
     pub ws_id: WsId,
     /// The sequence.
     pub seq_id: SeqId,
+}
+
+impl Hash for NumberKey {
+    /// One 128-bit write (workspace above sequence), so that [`KeyHasher`] mixes a key with a
+    /// single multiplication.
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u128((u128::from(self.ws_id.0) << 16) | u128::from(self.seq_id.0));
+    }
 }
 
 /// A number used by an event (when replayed or written), or the highest number known to be
@@ -71,7 +80,7 @@ fn fold_mul(a: u64, b: u64) -> u64 {
 impl Hasher for KeyHasher {
     #[inline]
     fn finish(&self) -> u64 {
-        fold_mul(self.state, MIX_B)
+        self.state
     }
 
     #[inline]
@@ -88,7 +97,14 @@ impl Hasher for KeyHasher {
 
     #[inline]
     fn write_u64(&mut self, i: u64) {
-        self.state = fold_mul(self.state ^ i, MIX_A);
+        self.state = fold_mul(self.state ^ i ^ MIX_A, MIX_B);
+    }
+
+    #[inline]
+    fn write_u128(&mut self, i: u128) {
+        // Truncations split the key into its halves on purpose.
+        let (lo, hi) = (i as u64, (i >> 64) as u64);
+        self.state = fold_mul(self.state ^ lo ^ MIX_A, hi ^ MIX_B);
     }
 }
 
@@ -98,13 +114,11 @@ pub type KeyBuildHasher = BuildHasherDefault<KeyHasher>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::hash::{BuildHasher, Hash};
+    use core::hash::BuildHasher;
     use std::collections::HashSet;
 
     fn hash(key: NumberKey) -> u64 {
-        let mut h = KeyBuildHasher::default().build_hasher();
-        key.hash(&mut h);
-        h.finish()
+        KeyBuildHasher::default().hash_one(key)
     }
 
     #[test]

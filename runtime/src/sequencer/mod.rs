@@ -47,6 +47,7 @@
 //! ```
 
 mod config;
+mod errors;
 mod handle;
 mod storage;
 mod worker;
@@ -54,9 +55,7 @@ mod worker;
 pub use config::{
     SeqConfig, SeqConfigError, REPLAY_PAGE_EVENTS_MAX, SEQ_DURATION_MAX_MS, SEQ_RETRIES_LIMIT,
 };
-pub use handle::{
-    Actualizing, Busy, Idle, InTx, NextError, SeqState, SeqStatus, Sequencer, SetupError,
-    ShutdownError,
-};
+pub use errors::{Busy, NextError, SeqStatus, SetupError, ShutdownError};
+pub use handle::{Actualizing, Idle, InTx, SeqState, Sequencer};
 pub use storage::{ReplaySink, SeqStorage, SeqStorageError};
 pub use vvm_core::sequencer::StartRefusal;

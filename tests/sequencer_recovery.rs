@@ -1,0 +1,141 @@
+//! The sequencer's bounded behaviour when storage misbehaves: timeouts, shutdown in bounded
+//! time, and recovery after crashes between a write's values and its offset.
+
+mod sequencer_support;
+
+use std::time::{Duration, Instant};
+
+use sequencer_support::*;
+use vvm_adapters::seq_memory::{MemorySeqStorage, SeqFault, SeqOp};
+use vvm_core::sequencer::{Number, PLogOffset};
+use vvm_runtime::sequencer::{NextError, SeqStorageError, Sequencer};
+
+// covers: Seq.Timeouts
+#[tokio::test]
+async fn a_hanging_storage_read_times_out_and_the_transaction_can_be_given_up() {
+    let storage = MemorySeqStorage::default();
+    let seq = ready(params(1, 1).build().unwrap(), &storage).await;
+    storage.inject(SeqOp::ReadNumbers, SeqFault::Hang, Some(1));
+    let mut tx = start(seq, 1).await;
+    let started = Instant::now();
+    let err = tx.next(A).await.unwrap_err();
+    assert!(
+        matches!(err, NextError::Storage(SeqStorageError::Timeout { .. })),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let mut tx = Tx::begin(tx.actualize().ready().await, 1).await;
+    assert_eq!(tx.next(1, A).await, Number(1));
+}
+
+// covers: Seq.ShutdownBounded
+#[tokio::test]
+async fn shutdown_returns_in_bounded_time_when_storage_hangs_forever() {
+    let storage = MemorySeqStorage::default();
+    let seq = ready(params(1, 1).build().unwrap(), &storage).await;
+    storage.inject(SeqOp::Write, SeqFault::Hang, None);
+    storage.inject(SeqOp::Replay, SeqFault::Hang, None);
+    let mut tx = Tx::begin(seq, 1).await;
+    tx.next(1, A).await;
+    let seq = tx.commit(&storage);
+    tokio::time::sleep(Duration::from_millis(20)).await; // the flusher is now stuck in a write
+    let started = Instant::now();
+    let err = seq.shutdown().await.unwrap_err();
+    assert_eq!((err.unflushed_keys, err.unflushed_events), (1, 1));
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1_000),
+        "shutdown took {took:?}"
+    );
+
+    // Also while actualizing against a hanging replay, and inside a transaction.
+    let seq = Sequencer::new(
+        params(1, 1).build().unwrap(),
+        storage.clone(),
+        fast_config(),
+    )
+    .unwrap();
+    let started = Instant::now();
+    seq.shutdown().await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(1_000));
+}
+
+// covers: Seq.Shutdown
+#[tokio::test]
+async fn shutdown_persists_the_backlog_and_stops_the_task_and_a_successor_continues() {
+    let storage = MemorySeqStorage::default();
+    let seq = ready(params(1, 1).build().unwrap(), &storage).await;
+    // Slow writes: the flusher cannot have written before shutdown begins.
+    storage.inject(
+        SeqOp::Write,
+        SeqFault::Delay(Duration::from_millis(30)),
+        Some(1),
+    );
+    let mut tx = Tx::begin(seq, 1).await;
+    tx.next(1, A).await;
+    let seq = tx.commit(&storage);
+    seq.shutdown().await.unwrap();
+    assert_eq!(storage.stored_next_plog_offset(), PLogOffset(2));
+    let writes = storage.calls(SeqOp::Write);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        storage.calls(SeqOp::Write),
+        writes,
+        "no task survived shutdown"
+    );
+
+    // Cleanup twice: a successor over the same storage starts and stops cleanly too; an open
+    // transaction is simply given up.
+    let seq = ready(params(1, 1).build().unwrap(), &storage).await;
+    let mut tx = Tx::begin(seq, 1).await;
+    assert_eq!(tx.next(1, A).await, Number(2));
+    tx.seq.shutdown().await.unwrap();
+    let seq = ready(params(1, 1).build().unwrap(), &storage).await;
+    let mut tx = Tx::begin(seq, 1).await;
+    assert_eq!(
+        tx.next(1, A).await,
+        Number(2),
+        "the given-up event never reached the PLog"
+    );
+    drop(tx);
+}
+
+// covers: Seq.FlushAtomic, Seq.Gapless
+#[tokio::test]
+async fn a_crash_between_values_and_offset_never_hands_a_committed_number_out_again() {
+    // Deterministic walk: transactions on three workspaces, crashes (the write dies after the
+    // values, before the offset; or the process dies with a backlog) and recoveries.
+    let storage = MemorySeqStorage::default();
+    let p = params(1, 1_000)
+        .unflushed_keys_max(4)
+        .unflushed_events_max(3);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut roll = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut crashes = 0;
+    for _life in 0..30 {
+        let mut seq = ready(p.clone().build().unwrap(), &storage).await;
+        for _ in 0..(1 + roll(8)) {
+            let ws = roll(3);
+            let mut tx = Tx::begin(seq, ws).await;
+            for s in [A, B] {
+                let expected = storage.plog_highest(key(ws, s)).0 + 1;
+                let expected = expected.max(if s == A { 1 } else { 1_000 });
+                assert_eq!(tx.next(ws, s).await, Number(expected), "ws {ws} {s:?}");
+            }
+            if roll(4) == 0 {
+                storage.inject(SeqOp::Write, SeqFault::FailHalfway, Some(1));
+            }
+            seq = tx.commit(&storage);
+            tokio::time::sleep(Duration::from_millis(roll(2))).await;
+        }
+        crashes += 1;
+        drop(seq); // a crash: no last flush, the task is aborted wherever it is
+        storage.clear_faults();
+    }
+    assert_eq!(crashes, 30);
+}
