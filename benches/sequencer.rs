@@ -3,6 +3,11 @@
 //!
 //! Run: `cargo bench --bench sequencer`. Allocations per call are checked by
 //! `tests/sequencer_alloc.rs` (zero in the steady state).
+//!
+//! Instructions per call: with `SEQ_CALLGRIND_ITERS=<n>` set, the binary skips criterion and
+//! runs `n` cached `next` calls, then `n` transactions, each loop in its own function, so that
+//! `valgrind --tool=callgrind --toggle-collect='sequencer::callgrind_*'` counts only them
+//! (divide the collected instructions by `n`; see `BENCHMARKS.md`).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -11,13 +16,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use vvm_adapters::seq_memory::MemorySeqStorage;
 use vvm_core::sequencer::{
     Number, NumberKey, PLogOffset, Params, SeqId, SeqValue, WsId, WsKind, UNFLUSHED_EVENTS_LIMIT,
     UNFLUSHED_KEYS_LIMIT,
 };
-use vvm_runtime::sequencer::{Idle, SeqConfig, Sequencer};
+use vvm_runtime::sequencer::{Idle, InTx, SeqConfig, Sequencer};
 
 const KIND: WsKind = WsKind(1);
 const WORKSPACES: u64 = 40_000; // × 2 sequences = 80 000 keys
@@ -203,5 +208,59 @@ fn replay(c: &mut Criterion) {
     g.finish();
 }
 
+/// The loop of `next_cached_80k_keys`, uninlined so that callgrind can count it alone.
+#[inline(never)]
+fn callgrind_next(tx: &mut Sequencer<InTx, MemorySeqStorage>, iters: u64) {
+    let mut flip = 0u16;
+    for _ in 0..iters {
+        flip ^= 1;
+        black_box(now(tx.next(SeqId(1 + flip))).expect("next"));
+    }
+}
+
+/// The loop of `transaction_start_2next_flush` (one chunk), uninlined for callgrind.
+#[inline(never)]
+fn callgrind_transaction(
+    mut s: Sequencer<Idle, MemorySeqStorage>,
+    iters: u64,
+) -> Sequencer<Idle, MemorySeqStorage> {
+    for i in 0..iters {
+        let mut tx = s.start(KIND, WsId(i % HOT)).expect("start");
+        black_box(now(tx.next(SeqId(1))).expect("next"));
+        black_box(now(tx.next(SeqId(2))).expect("next"));
+        s = tx.flush();
+    }
+    s
+}
+
+/// Runs both loops `iters` times each, outside criterion (see the module docs).
+fn callgrind(iters: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let seq = loaded(&rt);
+    let mut tx = seq.start(KIND, WsId(7)).expect("start");
+    callgrind_next(&mut tx, iters);
+    let seq = tx.flush();
+    rt.block_on(drain(&seq));
+    // Within one chunk: the backlog's event limit is never reached.
+    let seq = callgrind_transaction(seq, iters.min(CHUNK));
+    rt.block_on(drain(&seq));
+    let _enter = rt.enter();
+    rt.block_on(seq.shutdown()).expect("shutdown");
+}
+
 criterion_group!(benches, next_cached, transaction, replay);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(iters) = std::env::var("SEQ_CALLGRIND_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        callgrind(iters);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -30,7 +30,8 @@ enum Command {
     Run(RunArgs),
     /// Show who holds each slot: holder, incarnation, fencing revision, time left.
     Status(StatusArgs),
-    /// Start 3 `vvm run` processes on a temporary SQLite file, SIGKILL the leader, measure the
+    /// Start 3 `vvm run` processes on a temporary SQLite file (or a 3-member etcd cluster it starts),
+    /// SIGKILL the leader, measure the
     /// failover, stop the next leader gracefully, measure the hand-off, and clean up.
     Demo(DemoArgs),
 }

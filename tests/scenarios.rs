@@ -279,8 +279,9 @@ fn renew_call_that_hangs_forever_cannot_delay_the_killer() {
 
 // covers: Verify.Scenarios
 // covers: Lease.UnknownOutcome, Lease.Incarnation
-/// An insert that timed out but committed is resolved by reading it back, anchored to the
-/// insert's send time. A restarted process (same address, new incarnation) whose insert outcome
+/// An insert that timed out but committed is resolved by reading it back and claimed with a
+/// compare-and-swap: the deadline counts from the claim's send time, never from an attempt whose
+/// record may have landed earlier. A restarted process (same address, new incarnation) whose insert outcome
 /// is unknown reads back its predecessor's record and does not adopt it.
 #[test]
 fn insert_timed_out_but_committed_is_resolved_by_reading_back() {
@@ -310,10 +311,14 @@ fn insert_timed_out_but_committed_is_resolved_by_reading_back() {
         matches!(effects[1], (at, Effect::Get { .. }) if at == timeout),
         "{effects:?}"
     );
+    assert!(
+        matches!(effects[2], (at, Effect::CompareAndSwap { .. }) if at == timeout),
+        "{effects:?}"
+    );
     assert!(effects.contains(&(
         timeout,
         Effect::ArmKiller {
-            at: at_local(&sim, first, 16 * S)
+            at: at_local(&sim, first, timeout + 16 * S)
         }
     )));
 
@@ -709,4 +714,37 @@ fn late_answers_keep_the_deadline_anchored_to_the_send() {
         arms[..2],
         [arm(10 * S, 16 * S), arm(10 * S + 400 * MS, 26 * S)]
     );
+}
+
+// covers: Verify.Scenarios
+/// An insert of this incarnation that timed out and landed late (after the slot came free) leaves
+/// a record of ours nobody waits for. A later attempt whose outcome is unknown reads that record
+/// back; adopting it with the later attempt's send time as the anchor would put the deadline past
+/// the record's expiry, and a contender would act while the adopter still does. The core claims
+/// such a record with a compare-and-swap instead.
+#[test]
+fn stale_insert_of_the_same_incarnation_is_not_adopted_as_fresh() {
+    let mut sim = sim(3, 1, |p| p.duration_ns = 3 * L);
+    // p0 holds from 0 and stops at 8 s. p1's insert sent at 4 s is slow and lands at 9 s, on the
+    // free slot; its inserts in between fail. p2 (the contender) fails until 29 s.
+    sim.at(8 * S, |sim| sim.shutdown(0));
+    sim.set_fate_hook(Box::new(|call| {
+        let insert = matches!(call.effect, Effect::Insert { .. });
+        match (call.process.index, call.at_ns) {
+            (1, at) if insert && at == 4 * S => Some(Fate {
+                to_store_ns: 5 * S,
+                outcome: Outcome::Apply,
+                back_ns: 0,
+            }),
+            (1, at) if insert && (4 * S..9 * S).contains(&at) => Some(Fate::now(Outcome::Fail)),
+            // Its own orphan record lives until 29 s; its attempt at 24.5 s hangs, and the
+            // read-back finds the orphan: adopted, it would be renewed only at 29.5 s.
+            (1, at) if insert && (24 * S..25 * S).contains(&at) => {
+                Some(Fate::now(Outcome::Hang { commit: false }))
+            }
+            (2, at) if insert && at < 29 * S => Some(Fate::now(Outcome::Fail)),
+            _ => None,
+        }
+    }));
+    run_checked(&mut sim, 3 * L);
 }

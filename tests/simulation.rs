@@ -218,12 +218,10 @@ fn seeds() {
     run_seeds(Strictness::Safety);
 }
 
-/// Stricter: no process hands a token to its services once its kill deadline has passed. Fails
-/// today: an insert confirmed only after a pause longer than `0.8·L` still yields `Acquired` and
-/// `StartServices` with the deadline already behind (the killer fires at once, racing the
-/// services). Run with `cargo test --test simulation -- --ignored late_tokens`.
+/// Stricter: no process hands a token to its services once its kill deadline has passed (an
+/// insert or renewal confirmed only after a pause longer than `0.8·L` yields no token).
+// covers: Lease.NoTokenAfterDeadline
 #[test]
-#[ignore = "the core still confirms an insert whose deadline has passed; see the doc comment"]
 fn late_tokens() {
     run_seeds(Strictness::NoLateToken);
 }

@@ -60,6 +60,9 @@ pub enum LossReason {
     Overtaken,
     /// The renewal failed on every attempt (1 + retries).
     RenewalFailed,
+    /// A renewal was confirmed only after the deadline it would set had passed (the process
+    /// was paused): the lease may still be ours in the store, but must not be acted on.
+    DeadlinePassed,
 }
 
 /// Why a slot was not acquired.
@@ -69,6 +72,9 @@ pub enum Refusal {
     Held,
     /// The store failed, or the outcome stayed unknown after reading it back.
     StoreFailed,
+    /// The insert was confirmed only after the deadline it would set had passed (the process
+    /// was paused); the record is left to expire.
+    DeadlinePassed,
 }
 
 /// The first thing that went wrong in a VVM. Write-once: later problems are dropped.

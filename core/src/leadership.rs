@@ -16,7 +16,11 @@
 //! | L6 | Inserting | Failed | | Idle | NotAcquired(StoreFailed) [+ Released if release asked] |
 //! | L7 | Inserting | Unknown | | InsertResolving | Get |
 //! | L8 | Inserting, InsertResolving, Renewing, RenewResolving, Releasing | Release | | same, release asked | — |
-//! | L9 | InsertResolving | Found(ours) | | as L3 / L4, anchored to the insert's send time | |
+//! | L9 | InsertResolving | Found(ours, r) | no release asked | Claiming | CompareAndSwap(r): ours, but maybe an earlier attempt that landed late, so it is claimed afresh |
+//! | L9r | InsertResolving | Found(ours, r) | release asked | Releasing | CompareAndDelete(r) |
+//! | L9a | Claiming | Written(r' > r) | | as L3 / L4, anchored to the claim's send time | |
+//! | L9b | Claiming | Rejected | | Idle | NotAcquired(Held) [+ Released] |
+//! | L9c | Claiming | Failed, Unknown, other | | Idle | NotAcquired(StoreFailed) [+ Released] |
 //! | L10 | InsertResolving | Found(other) | | Idle | NotAcquired(Held) [+ Released] |
 //! | L11 | InsertResolving | Found(none), Failed, Unknown | | Idle | NotAcquired(StoreFailed) [+ Released] |
 //! | L12 | Holding, RetryWait | Timer | | Renewing | [ArmKiller(now+0.75L) if earlier], CompareAndSwap(r) |
@@ -26,18 +30,21 @@
 //! | L16 | Renewing | Failed | attempt = 2 | Releasing | Lost(RenewalFailed), CompareAndDelete(r) |
 //! | L17 | Renewing, RenewResolving | Failed | release asked | Releasing | CompareAndDelete(r) |
 //! | L18 | Renewing | Unknown | | RenewResolving | Get |
-//! | L19 | RenewResolving | Found(ours, revision > r) | | as L13 / L4, anchored to the renewal's send time | |
+//! | L19 | RenewResolving | Found(ours, r' > r) | attempt < 2, no release asked | Renewing | [ArmKiller(now+0.75L) if earlier], CompareAndSwap(r') at once: committed, but when is unknown, so nothing is confirmed |
+//! | L19a | RenewResolving | Found(ours, r' > r) | attempt = 2 / release asked | Releasing | Lost(RenewalFailed), CompareAndDelete(r') / CompareAndDelete(r') |
 //! | L20 | RenewResolving | Found(ours, revision ≤ r), Failed, Unknown | | as L15 / L16 / L17 | |
 //! | L21 | RenewResolving | Found(other or none) | | Releasing | Lost(Overtaken), CompareAndDelete(r) |
 //! | L22 | Holding, RetryWait | Release | | Releasing | CompareAndDelete(r) |
 //! | L23 | Releasing | any reply | | Idle | Released(slot, deleted) if release asked |
+//! | L24 | Inserting, Claiming | Written(r) | now ≥ t_send+0.8L | Idle | NotAcquired(DeadlinePassed): no token after the deadline |
+//! | L25 | Renewing | Written(r') | now ≥ t_send+0.8L | Releasing | Lost(DeadlinePassed), CompareAndDelete(r') |
 //!
 //! Holding, Renewing, RenewResolving and RetryWait are the *leading* states: each carries the
 //! [`Held`] lease. They are not grouped under a statig superstate on purpose — the hierarchy walk
 //! statig performs on every transition cost a quarter of the instructions per event, and the group
 //! shares only one rule (release while nothing is in flight, L22), written out in two states.
 //!
-//! Kill-deadline rules: it moves later only on a confirmed write (L3, L9, L13, L19), to the
+//! Kill-deadline rules: it moves later only on a confirmed write (L3, L9a, L13), to the
 //! send time of that write + 0.8·L; before each renewal (L12) it may only move earlier. "Ours"
 //! means the record carries this process's [`Incarnation`]; an address alone never counts.
 
@@ -261,6 +268,7 @@ impl Leadership {
             self.machine.state(),
             State::Inserting { .. }
                 | State::InsertResolving { .. }
+                | State::Claiming { .. }
                 | State::Renewing { .. }
                 | State::RenewResolving { .. }
                 | State::Releasing { .. }
@@ -304,12 +312,14 @@ mod states {
         }
 
         /// A write was confirmed at `sent_at`: the only place the deadline moves later.
+        #[allow(clippy::too_many_arguments)]
         fn confirmed(
             &mut self,
             slot: Slot,
             revision: Revision,
             pending: Pending,
             first: bool,
+            now: Instant,
             out: &mut Ctx<'_>,
         ) -> Outcome<State> {
             if pending.release {
@@ -318,6 +328,21 @@ mod states {
                 return self.delete(slot, revision, true, out);
             }
             let deadline = pending.sent_at + self.lease.kill_after();
+            if now >= deadline {
+                // The confirmation came too late (the process was paused): the lease it proves
+                // must not be acted on any more, so no token is handed out. A won insert is left
+                // to expire (less than 0.2·L); a renewed lease is given up.
+                if first {
+                    return self.not_acquired(slot, Refusal::DeadlinePassed, pending, out);
+                }
+                let held = Held {
+                    slot,
+                    revision,
+                    anchor: pending.sent_at,
+                    deadline,
+                };
+                return self.lose(held, LossReason::DeadlinePassed, false, out);
+            }
             out.push(Effect::ArmKiller { at: deadline });
             let token = FencingToken { slot, revision };
             if first {
@@ -435,6 +460,25 @@ mod states {
             self.lose(held, LossReason::RenewalFailed, false, out)
         }
 
+        /// The record is ours at a newer revision than the last confirmed one, with unknown
+        /// timing: swap again right away (an attempt of the budget), or give up.
+        fn refresh(
+            &mut self,
+            held: Held,
+            pending: Pending,
+            attempt: u8,
+            now: Instant,
+            out: &mut Ctx<'_>,
+        ) -> Outcome<State> {
+            if pending.release {
+                return self.delete(held.slot, held.revision, true, out);
+            }
+            if attempt < RENEW_RETRIES_MAX {
+                return self.renew(held, attempt + 1, now, out);
+            }
+            self.lose(held, LossReason::RenewalFailed, false, out)
+        }
+
         fn get(&mut self, slot: Slot, out: &mut Ctx<'_>) -> OpId {
             let op = self.next_op();
             out.push(Effect::Get { op, slot });
@@ -491,9 +535,9 @@ mod states {
                     pending.release = true;
                     Handled
                 }
-                LeaseEvent::Reply { op, reply, .. } if op == pending.op => match reply {
+                LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
                     Reply::Written(revision) => {
-                        self.confirmed(*slot, revision, *pending, true, context)
+                        self.confirmed(*slot, revision, *pending, true, now, context)
                     }
                     Reply::Rejected => self.not_acquired(*slot, Refusal::Held, *pending, context),
                     Reply::Unknown => {
@@ -522,13 +566,60 @@ mod states {
                     pending.release = true;
                     Handled
                 }
-                LeaseEvent::Reply { op, reply, .. } if op == pending.op => match reply {
+                LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                    // Ours, but not necessarily from this attempt: an earlier insert of this
+                    // process may have landed late, earlier than this one was sent, and so expire
+                    // earlier. Claim it with a compare-and-swap and count from that send.
                     Reply::Found(Some(record)) if record.incarnation == self.incarnation => {
-                        self.confirmed(*slot, record.revision, *pending, true, context)
+                        if pending.release {
+                            // Nobody will act under it: delete exactly that record.
+                            return self.delete(*slot, record.revision, true, context);
+                        }
+                        let op = self.next_op();
+                        context.push(Effect::CompareAndSwap {
+                            op,
+                            slot: *slot,
+                            expected: record.revision,
+                            ttl: self.lease.lease(),
+                        });
+                        let claim = Pending {
+                            op,
+                            sent_at: now,
+                            release: false,
+                        };
+                        Transition(State::claiming(*slot, record.revision, claim))
                     }
                     Reply::Found(Some(_)) => {
                         self.not_acquired(*slot, Refusal::Held, *pending, context)
                     }
+                    _ => self.not_acquired(*slot, Refusal::StoreFailed, *pending, context),
+                },
+                _ => Handled,
+            }
+        }
+
+        /// Insert read back as ours: compare-and-swap in flight to claim it.
+        #[state]
+        fn claiming(
+            &mut self,
+            context: &mut Ctx<'_>,
+            slot: &Slot,
+            found: &Revision,
+            pending: &mut Pending,
+            event: &LeaseEvent,
+        ) -> Outcome<State> {
+            match *event {
+                LeaseEvent::Release { .. } => {
+                    pending.release = true;
+                    Handled
+                }
+                LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                    Reply::Written(revision) if revision > *found => {
+                        self.confirmed(*slot, revision, *pending, true, now, context)
+                    }
+                    Reply::Rejected => self.not_acquired(*slot, Refusal::Held, *pending, context),
+                    // Failed, unknown again, or a store breaking its contract: give up this try;
+                    // a record of ours, if any, expires by itself.
                     _ => self.not_acquired(*slot, Refusal::StoreFailed, *pending, context),
                 },
                 _ => Handled,
@@ -571,7 +662,7 @@ mod states {
                 }
                 LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
                     Reply::Written(revision) if revision > held.revision => {
-                        self.confirmed(held.slot, revision, *pending, false, context)
+                        self.confirmed(held.slot, revision, *pending, false, now, context)
                     }
                     Reply::Rejected => {
                         self.lose(*held, LossReason::Overtaken, pending.release, context)
@@ -612,7 +703,14 @@ mod states {
                 LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
                     Reply::Found(Some(record)) if record.incarnation == self.incarnation => {
                         if record.revision > held.revision {
-                            self.confirmed(held.slot, record.revision, *pending, false, context)
+                            // A renewal of ours committed, but which one and when is unknown: an
+                            // earlier attempt may have landed late. Nothing is confirmed; the
+                            // next attempt swaps from the revision found, at once.
+                            let held = Held {
+                                revision: record.revision,
+                                ..*held
+                            };
+                            self.refresh(held, *pending, *attempt, now, context)
                         } else {
                             self.renewal_failed(*held, *pending, *attempt, now, context)
                         }

@@ -89,7 +89,7 @@ fn full_life(vvm: &mut Lifecycle, out: &mut Effects, rounds: u64) -> u64 {
     handle(vvm, out, VvmEvent::ServicesStarted { now: ms(now) });
     for round in 0..rounds {
         now += 5_000;
-        let revision = Revision(round + 2);
+        let revision = Revision(2 * round + 2);
         handle(
             vvm,
             out,
@@ -153,6 +153,17 @@ fn full_life(vvm: &mut Lifecycle, out: &mut Effects, rounds: u64) -> u64 {
                         now: ms(now),
                         op: get,
                         reply: Reply::Found(Some(record)),
+                    },
+                );
+                // Read back as ours: swapped again at once, and that swap is confirmed.
+                let swap = op_of(out);
+                handle(
+                    vvm,
+                    out,
+                    VvmEvent::Reply {
+                        now: ms(now),
+                        op: swap,
+                        reply: Reply::Written(Revision(revision.0 + 1)),
                     },
                 );
             }

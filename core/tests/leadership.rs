@@ -298,7 +298,7 @@ fn l8_release_while_in_flight_waits_for_the_reply() {
 
 // covers: Lease.UnknownOutcome, Lease.Incarnation, processKillThreshold
 #[test]
-fn l9_unknown_insert_found_ours_is_won_anchored_to_the_insert_send_time() {
+fn l9_unknown_insert_found_ours_is_claimed_and_anchored_to_the_claim() {
     let mut h = Harness::new();
     h.on(LeaseEvent::Acquire {
         now: t0(),
@@ -309,20 +309,74 @@ fn l9_unknown_insert_found_ours_is_won_anchored_to_the_insert_send_time() {
         incarnation: ME,
         revision: Revision(7),
     };
-    let effects = h.reply(t0() + secs(2), 2, Reply::Found(Some(record)));
+    // Ours — but possibly an earlier insert of this process that landed late: not adopted,
+    // claimed with a compare-and-swap on the revision found.
+    let found = t0() + secs(2);
+    assert_eq!(h.reply(found, 2, Reply::Found(Some(record))), [cas(3, 7)]);
+    assert_eq!(h.machine.held(), None);
+    assert!(h.machine.in_flight());
     assert_eq!(
-        effects,
+        h.reply(found + ms(3), 3, Reply::Written(Revision(8))),
         [
             Effect::ArmKiller {
-                at: t0() + secs(16)
+                at: found + secs(16)
             },
-            Effect::Acquired { token: token(7) },
+            Effect::Acquired { token: token(8) },
             Effect::SetTimer {
-                timer: timer(3),
-                at: t0() + secs(5)
+                timer: timer(4),
+                at: found + secs(5)
             },
         ]
     );
+}
+
+// covers: Lease.ReleaseDuringOp, Lease.UnknownOutcome
+#[test]
+fn l9r_a_record_read_back_as_ours_after_a_release_was_asked_is_deleted() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
+    h.reply(t0(), 1, Reply::Unknown);
+    h.release(t0());
+    let record = Record {
+        incarnation: ME,
+        revision: Revision(7),
+    };
+    assert_eq!(h.reply(t0(), 2, Reply::Found(Some(record))), [cad(3, 7)]);
+}
+
+// covers: Lease.UnknownOutcome
+#[test]
+fn l9b_l9c_a_claim_that_does_not_confirm_is_not_acquired() {
+    for (reply, refusal) in [
+        (Reply::Rejected, Refusal::Held),
+        (Reply::Failed, Refusal::StoreFailed),
+        (Reply::Unknown, Refusal::StoreFailed),
+        (Reply::Written(Revision(7)), Refusal::StoreFailed),
+    ] {
+        let mut h = Harness::new();
+        h.on(LeaseEvent::Acquire {
+            now: t0(),
+            slot: SLOT,
+        });
+        h.reply(t0(), 1, Reply::Unknown);
+        let record = Record {
+            incarnation: ME,
+            revision: Revision(7),
+        };
+        h.reply(t0(), 2, Reply::Found(Some(record)));
+        assert_eq!(
+            h.reply(t0(), 3, reply),
+            [Effect::NotAcquired {
+                slot: SLOT,
+                refusal
+            }],
+            "{reply:?}"
+        );
+        assert!(h.machine.is_idle());
+    }
 }
 
 // covers: Lease.Incarnation
@@ -509,7 +563,7 @@ fn l18_renewal_with_unknown_outcome_is_read_back() {
 
 // covers: Lease.UnknownOutcome, Lease.DeadlineOnlyLaterOnConfirm
 #[test]
-fn l19_unknown_renewal_found_committed_is_anchored_to_its_send_time() {
+fn l19_unknown_renewal_found_committed_swaps_again_and_confirms_nothing() {
     let mut h = Harness::renewing();
     let sent = t0() + secs(5);
     h.reply(sent + ms(250), 3, Reply::Unknown);
@@ -517,19 +571,89 @@ fn l19_unknown_renewal_found_committed_is_anchored_to_its_send_time() {
         incarnation: ME,
         revision: Revision(6),
     };
+    // Committed — but maybe by an earlier attempt that landed late: nothing is confirmed and
+    // the deadline stays; the next swap starts from the revision found, at once.
+    let found = sent + secs(1);
+    assert_eq!(h.reply(found, 4, Reply::Found(Some(record))), [cas(5, 6)]);
+    assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
+    assert_eq!(h.machine.token(), Some(token(6)));
     assert_eq!(
-        h.reply(sent + secs(3), 4, Reply::Found(Some(record))),
+        h.reply(found + ms(2), 5, Reply::Written(Revision(7))),
         [
             Effect::ArmKiller {
-                at: sent + secs(16)
+                at: found + secs(16)
             },
-            Effect::Renewed { token: token(6) },
+            Effect::Renewed { token: token(7) },
             Effect::SetTimer {
-                timer: timer(5),
-                at: sent + secs(5)
+                timer: timer(6),
+                at: found + secs(5)
             },
         ]
     );
+}
+
+// covers: Lease.UnknownOutcome, Lease.Retry
+#[test]
+fn l19a_a_committed_read_back_on_the_last_attempt_gives_up() {
+    let mut h = Harness::renewing();
+    let mut now = t0() + secs(5);
+    h.reply(now, 3, Reply::Failed);
+    now = now + secs(1);
+    h.fire(now, 4);
+    h.reply(now, 5, Reply::Failed);
+    now = now + secs(1);
+    h.fire(now, 6);
+    h.reply(now, 7, Reply::Unknown);
+    let record = Record {
+        incarnation: ME,
+        revision: Revision(9),
+    };
+    assert_eq!(
+        h.reply(now, 8, Reply::Found(Some(record))),
+        [
+            Effect::Lost {
+                slot: SLOT,
+                reason: LossReason::RenewalFailed
+            },
+            cad(9, 9)
+        ]
+    );
+}
+
+// covers: Lease.NoTokenAfterDeadline
+#[test]
+fn l24_an_insert_confirmed_after_its_deadline_hands_out_no_token() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
+    assert_eq!(
+        h.reply(t0() + secs(16), 1, Reply::Written(Revision(5))),
+        [Effect::NotAcquired {
+            slot: SLOT,
+            refusal: Refusal::DeadlinePassed
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.NoTokenAfterDeadline
+#[test]
+fn l25_a_renewal_confirmed_after_its_deadline_loses_leadership() {
+    let mut h = Harness::renewing();
+    let sent = t0() + secs(5);
+    assert_eq!(
+        h.reply(sent + secs(16), 3, Reply::Written(Revision(6))),
+        [
+            Effect::Lost {
+                slot: SLOT,
+                reason: LossReason::DeadlinePassed
+            },
+            cad(4, 6)
+        ]
+    );
+    assert_eq!(h.machine.held(), None);
 }
 
 // covers: Lease.UnknownOutcome, Lease.Retry

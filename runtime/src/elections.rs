@@ -235,6 +235,7 @@ impl<S: LeaseStore> Task<S> {
                 let error = match refusal {
                     Refusal::Held => ElectionsError::Held(slot),
                     Refusal::StoreFailed => ElectionsError::StoreFailed(slot),
+                    Refusal::DeadlinePassed => ElectionsError::TooLate(slot),
                 };
                 if let Some(reply) = self.acquiring.take() {
                     let _ = reply.send(Err(error));

@@ -58,6 +58,9 @@ fn describe(reason: LossReason) -> &'static str {
     match reason {
         LossReason::Overtaken => "the record changed, expired or was deleted",
         LossReason::RenewalFailed => "every renewal attempt failed",
+        LossReason::DeadlinePassed => {
+            "a renewal was confirmed only after its kill deadline (the process was paused)"
+        }
     }
 }
 
@@ -98,6 +101,10 @@ pub enum ElectionsError {
     /// The store failed, or an unknown outcome could not be resolved.
     #[error("the store failed while acquiring slot {}", .0 .0)]
     StoreFailed(Slot),
+    /// The insert was confirmed only after the kill deadline it would set (the process was
+    /// paused); the record is left to expire.
+    #[error("slot {} was won too late to be used (the process was paused)", .0 .0)]
+    TooLate(Slot),
     /// A slot is already held or being acquired by this handle.
     #[error("this handle already holds or is acquiring a slot")]
     Busy,
