@@ -1,5 +1,6 @@
 //! The `vvm` host binary: run a VVM with a demo service, show who leads, or watch a failover.
-#![forbid(unsafe_code)]
+// Unsafe only where FoundationDB's network thread is started (`cli::store`, feature `foundationdb`).
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

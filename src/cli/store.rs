@@ -18,6 +18,9 @@ pub enum AnyStore {
     Sqlite(SqliteStore),
     /// `etcd:HOST:PORT[,…]` (boxed: the client is large next to the others).
     Etcd(Box<EtcdStore>),
+    /// `fdb:[CLUSTER-FILE]`, in builds with the `foundationdb` feature.
+    #[cfg(feature = "foundationdb")]
+    Fdb(Box<fdb::FdbHandle>),
 }
 
 /// Why a store could not be opened: a bad URL (exit 2) or a store that failed (exit 1).
@@ -61,8 +64,12 @@ pub async fn open_store(url: &str, lease: &LeaseConfig) -> Result<AnyStore, Open
                 .map_err(|e| OpenError::Failed(e.to_string()))?;
             Ok(AnyStore::Etcd(Box::new(store)))
         }
+        #[cfg(feature = "foundationdb")]
+        StoreUrl::Fdb(cluster_file) => fdb::open(cluster_file.as_deref()).map(|h| AnyStore::Fdb(Box::new(h))),
+        #[cfg(not(feature = "foundationdb"))]
         StoreUrl::Fdb(_) => Err(OpenError::Usage(
-            "fdb: stores need a build with the `foundationdb` feature and libfdb_c".to_owned(),
+            "fdb: stores need a build with `--features foundationdb` and the FoundationDB client library (libfdb_c)"
+                .to_owned(),
         )),
     }
 }
@@ -78,6 +85,8 @@ impl LeaseStore for AnyStore {
             AnyStore::Memory(s) => s.insert_if_not_exists(key, value, ttl).await,
             AnyStore::Sqlite(s) => s.insert_if_not_exists(key, value, ttl).await,
             AnyStore::Etcd(s) => s.insert_if_not_exists(key, value, ttl).await,
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => h.store.insert_if_not_exists(key, value, ttl).await,
         }
     }
 
@@ -92,6 +101,12 @@ impl LeaseStore for AnyStore {
             AnyStore::Memory(s) => s.compare_and_swap(key, expected, new_value, ttl).await,
             AnyStore::Sqlite(s) => s.compare_and_swap(key, expected, new_value, ttl).await,
             AnyStore::Etcd(s) => s.compare_and_swap(key, expected, new_value, ttl).await,
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => {
+                h.store
+                    .compare_and_swap(key, expected, new_value, ttl)
+                    .await
+            }
         }
     }
 
@@ -100,6 +115,8 @@ impl LeaseStore for AnyStore {
             AnyStore::Memory(s) => s.compare_and_delete(key, expected).await,
             AnyStore::Sqlite(s) => s.compare_and_delete(key, expected).await,
             AnyStore::Etcd(s) => s.compare_and_delete(key, expected).await,
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => h.store.compare_and_delete(key, expected).await,
         }
     }
 
@@ -108,6 +125,8 @@ impl LeaseStore for AnyStore {
             AnyStore::Memory(s) => s.get(key).await,
             AnyStore::Sqlite(s) => s.get(key).await,
             AnyStore::Etcd(s) => s.get(key).await,
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => h.store.get(key).await,
         }
     }
 
@@ -116,6 +135,42 @@ impl LeaseStore for AnyStore {
             AnyStore::Memory(s) => s.time_left(key).await,
             AnyStore::Sqlite(s) => s.time_left(key).await,
             AnyStore::Etcd(s) => s.time_left(key).await,
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => h.store.time_left(key).await,
         }
+    }
+}
+
+/// FoundationDB: its client needs a network thread, started once per process.
+#[cfg(feature = "foundationdb")]
+mod fdb {
+    use std::path::Path;
+
+    use vvm_adapters::foundationdb::{FdbStore, NetworkAutoStop};
+    use vvm_adapters::txkv::TxOptions;
+
+    use super::OpenError;
+
+    /// The store and the network thread it runs on. Fields drop in order: the store first.
+    pub struct FdbHandle {
+        pub store: FdbStore,
+        _network: NetworkAutoStop,
+    }
+
+    /// Starts the network thread and opens the database named by `cluster_file` (or the
+    /// default cluster file).
+    #[allow(unsafe_code)]
+    pub fn open(cluster_file: Option<&Path>) -> Result<FdbHandle, OpenError> {
+        // SAFETY: the network may be booted once per process, and its guard must be dropped
+        // before the process exits. This binary opens exactly one store per process (one `run`
+        // or `status`), and the guard lives inside that store, which is dropped when the command
+        // returns and its runtime shuts down, before `main` returns.
+        let network = unsafe { vvm_adapters::foundationdb::boot() };
+        let store = vvm_adapters::foundationdb::open(&network, cluster_file, TxOptions::default())
+            .map_err(|e| OpenError::Failed(e.to_string()))?;
+        Ok(FdbHandle {
+            store,
+            _network: network,
+        })
     }
 }
