@@ -11,7 +11,7 @@ run() { # machine events out-file
   valgrind --tool=callgrind --callgrind-out-file="$3" "$bin" "$1" "$2" >/dev/null 2>&1
 }
 total() { awk '/^summary:/ {print $2}' "$1"; }
-for pair in "renewal Leadership::handle" "lifecycle Lifecycle::handle"; do
+for pair in "renewal Leadership::handle" "running Lifecycle::handle" "lifecycle Lifecycle::handle"; do
   set -- $pair
   a=$(mktemp); b=$(mktemp)
   run "$1" "$n" "$a"; run "$1" $((2 * n)) "$b"

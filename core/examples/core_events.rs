@@ -2,6 +2,7 @@
 //! (`valgrind --tool=callgrind`), where setup cost cancels out between two values of `N`.
 //!
 //! `cargo run --release -p vvm-core --example core_events -- renewal 100000`
+//! `cargo run --release -p vvm-core --example core_events -- running 100000`
 //! `cargo run --release -p vvm-core --example core_events -- lifecycle 100000`
 
 use std::process::ExitCode;
@@ -69,6 +70,41 @@ fn renewal(events: u64) -> Option<u64> {
     machine.token().map(|token| token.revision.0)
 }
 
+/// `events / 2` renewals (timer + confirmed reply) of a running VVM: the steady state of the
+/// runtime's driver, every event passing through the lifecycle into the leadership.
+fn running(events: u64) -> Option<u64> {
+    let config = VvmConfig::builder("10.0.0.1:7000").build().ok()?;
+    let mut vvm = Lifecycle::new(&config, Incarnation(1));
+    let mut out = Effects::new();
+    let start = Instant::ZERO;
+    vvm.handle(&VvmEvent::Launch { now: start }, &mut out);
+    let op = store_op(&out)?;
+    out.clear();
+    let written = Reply::Written(Revision(1));
+    vvm.handle(
+        &VvmEvent::Reply {
+            now: start,
+            op,
+            reply: written,
+        },
+        &mut out,
+    );
+    let mut next = timer(&out)?;
+    out.clear();
+    vvm.handle(&VvmEvent::ServicesStarted { now: start }, &mut out);
+    for round in 1..=events / 2 {
+        let now = Instant::from_nanos(round * 5_000_000_000);
+        out.clear();
+        vvm.handle(&VvmEvent::Timer { now, timer: next }, &mut out);
+        let op = store_op(&out)?;
+        out.clear();
+        let reply = Reply::Written(Revision(round + 1));
+        vvm.handle(&VvmEvent::Reply { now, op, reply }, &mut out);
+        next = timer(&out)?;
+    }
+    vvm.token().map(|token| token.revision.0)
+}
+
 /// `events / 6` whole lifecycles (launch, won, services up, shutdown, services down, released).
 fn lifecycle(events: u64) -> Option<u64> {
     let config = VvmConfig::builder("10.0.0.1:7000").build().ok()?;
@@ -116,8 +152,9 @@ fn main() -> ExitCode {
     let result = match (args.get(1).map(String::as_str), events) {
         (Some("renewal"), Some(n)) => renewal(n),
         (Some("lifecycle"), Some(n)) => lifecycle(n),
+        (Some("running"), Some(n)) => running(n),
         _ => {
-            eprintln!("usage: core_events renewal|lifecycle EVENTS");
+            eprintln!("usage: core_events renewal|running|lifecycle EVENTS");
             return ExitCode::from(2);
         }
     };

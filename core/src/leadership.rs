@@ -327,7 +327,7 @@ mod states {
                 // lease any more, so the deadline is not extended (an earlier one, if any, stays).
                 return self.delete(slot, revision, true, out);
             }
-            let deadline = pending.sent_at + self.lease.kill_after();
+            let deadline = pending.sent_at.saturating_add_nanos(self.lease.kill_ns());
             if now >= deadline {
                 // The confirmation came too late (the process was paused): the lease it proves
                 // must not be acted on any more, so no token is handed out. A won insert is left
@@ -352,7 +352,7 @@ mod states {
                 out.push(Effect::Renewed { token });
             }
             let timer = self.next_timer();
-            let at = pending.sent_at + self.lease.renew_interval();
+            let at = pending.sent_at.saturating_add_nanos(self.lease.renew_ns());
             out.push(Effect::SetTimer { timer, at });
             let held = Held {
                 slot,
@@ -418,7 +418,7 @@ mod states {
         ) -> Outcome<State> {
             let mut held = held;
             // The guard may only lower the deadline: an unconfirmed attempt never extends it.
-            let guard = now + self.lease.guard_after();
+            let guard = now.saturating_add_nanos(self.lease.guard_ns());
             if guard < held.deadline {
                 held.deadline = guard;
                 out.push(Effect::ArmKiller { at: guard });

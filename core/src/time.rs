@@ -53,6 +53,12 @@ impl Instant {
         Instant(self.0.saturating_add(add_ns))
     }
 
+    /// `self + nanos` nanoseconds, or [`Instant::MAX`] when that does not fit.
+    #[inline]
+    pub const fn saturating_add_nanos(self, nanos: u64) -> Self {
+        Instant(self.0.saturating_add(nanos))
+    }
+
     /// How long after `earlier` this instant is; zero when `earlier` is later.
     #[inline]
     pub const fn saturating_since(self, earlier: Instant) -> Duration {
