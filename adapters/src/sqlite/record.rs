@@ -347,3 +347,78 @@ mod tests {
         assert_eq!(expiry_ns(i64::MAX - 1, Duration::from_secs(1)), i64::MAX);
     }
 }
+
+/// Arbitrary rows — any column types, any bytes, any integers — into the row decoder: it never
+/// panics, and a row that does not decode never equals the lease a writer expects, so it is never
+/// swapped or deleted while it lives.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use vvm_core::Incarnation;
+
+    use super::*;
+
+    const BOOT: &str = "4c1e59a3-0000-4000-8000-000000000001";
+
+    fn column() -> impl Strategy<Value = Column> {
+        prop_oneof![
+            any::<i64>().prop_map(Column::Integer),
+            prop::collection::vec(any::<u8>(), 0..600).prop_map(Column::Bytes),
+            // Bytes that look almost right: a real encoding with a few bytes flipped.
+            (
+                any::<u64>(),
+                prop::collection::vec((0usize..64, any::<u8>()), 1..4)
+            )
+                .prop_map(|(incarnation, flips)| {
+                    let value = LeaseValue {
+                        address: "10.0.0.1:7000".into(),
+                        incarnation: Incarnation(incarnation),
+                    };
+                    let mut bytes = value.encode().into_bytes();
+                    for (at, byte) in flips {
+                        let at = at % bytes.len();
+                        bytes[at] = byte;
+                    }
+                    Column::Bytes(bytes)
+                }),
+            Just(Column::Other),
+        ]
+    }
+
+    fn boot_id() -> impl Strategy<Value = Column> {
+        prop_oneof![Just(Column::Bytes(BOOT.into())), column()]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+        // covers: Verify.Decoders, Sq.Corrupt
+        #[test]
+        fn any_row_is_judged_without_panic_and_a_corrupt_one_never_matches(
+            value in column(),
+            revision in column(),
+            boot_id in boot_id(),
+            expires_ns in prop_oneof![any::<i64>().prop_map(Column::Integer), column()],
+            now_ns in any::<i64>(),
+            incarnation in any::<u64>(),
+            expected_revision in 1u64..u64::MAX,
+        ) {
+            let row: Row = [value, revision, boot_id, expires_ns];
+            let now = Now { boot_id: BOOT, ns: now_ns };
+            if let Ok(Judged::Live(stored, _)) = judge(Slot(1), Some(&row), now) {
+                let expected = Lease {
+                    value: LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(incarnation) },
+                    revision: Revision(expected_revision),
+                };
+                match stored.lease(Slot(1)) {
+                    Ok(lease) => prop_assert_eq!(stored == Stored::expected(&expected), lease == expected),
+                    Err(error) => {
+                        let is_corrupt = matches!(error, StoreError::Corrupt { .. });
+                        prop_assert!(is_corrupt, "{:?}", error);
+                        prop_assert!(stored != Stored::expected(&expected));
+                    }
+                }
+            }
+        }
+    }
+}
