@@ -99,6 +99,9 @@ impl World {
         }
         let (op, _) = self.ops[index % self.ops.len()];
         let ours = |bump: u8, world: &mut World| {
+            // A stale revision (bump 0) only makes sense for a swap of a held lease; a store
+            // always gives an insert a revision above every earlier one.
+            let bump = if held.is_some() { bump } else { bump.max(1) };
             let base = held.map_or(world.revision, |h| h.revision.0);
             let revision = if bump == 0 {
                 base

@@ -178,6 +178,7 @@ impl Backlog {
     }
 
     /// Events not yet covered by the stored offset.
+    #[inline]
     pub fn unflushed_events(&self) -> u64 {
         match self.phase {
             Phase::Replaying(o) | Phase::Ready(o) => o.unflushed_events(),
@@ -195,10 +196,12 @@ impl Backlog {
         self.pending.get(key).copied()
     }
 
+    #[inline]
     fn over_limit(&self) -> bool {
         self.pending.len() > self.keys_max || self.unflushed_events() > self.events_max
     }
 
+    #[inline]
     fn merge(&mut self, key: NumberKey, value: Number) {
         let slot = self.pending.entry(key).or_insert(value);
         // Max, not overwrite: numbers of one key only grow, whatever order they arrive in.
@@ -208,6 +211,7 @@ impl Backlog {
     }
 
     /// May a transaction start? `Ok(offset)`: the PLog offset its event is to be written at.
+    #[inline]
     pub fn admit(&self) -> Result<PLogOffset, StartRefusal> {
         match self.phase {
             Phase::Loading | Phase::Replaying(_) => Err(StartRefusal::Actualizing),
@@ -229,6 +233,7 @@ impl Backlog {
 
     /// The event at `offset` (handed out by [`admit`](Self::admit)) was written to the PLog
     /// with the numbers `issued` for workspace `ws_id`.
+    #[inline]
     pub fn commit(
         &mut self,
         offset: PLogOffset,

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 
 use super::types::{KeyBuildHasher, Number, NumberKey};
 
+/// No node. Never a valid index (the capacity stays below it), so `nodes.get(NIL)` is `None`:
+/// one check covers both "no neighbour" and the bounds.
 const NIL: u32 = u32::MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,17 +83,49 @@ impl Cache {
     /// The cached value of `key`, marked most recently used, for reading and updating.
     #[inline]
     pub fn get_mut(&mut self, key: &NumberKey) -> Option<&mut Number> {
+        self.get_mut_slot(key).map(|(_, last)| last)
+    }
+
+    /// As [`get_mut`](Self::get_mut), with the slot `key` occupies (see
+    /// [`get_mut_at`](Self::get_mut_at)).
+    #[inline]
+    pub(crate) fn get_mut_slot(&mut self, key: &NumberKey) -> Option<(u32, &mut Number)> {
         let i = *self.index.get(key)?;
         self.touch(i);
-        self.nodes.get_mut(i as usize).map(|n| &mut n.last)
+        self.nodes.get_mut(i as usize).map(|n| (i, &mut n.last))
+    }
+
+    /// As [`get_mut`](Self::get_mut) without hashing, when `key` is still in `slot` (a slot an
+    /// earlier call returned for it); `None` when it is not there (any more), whether or not it
+    /// is cached elsewhere.
+    #[inline]
+    pub(crate) fn get_mut_at(&mut self, slot: u32, key: &NumberKey) -> Option<&mut Number> {
+        // Every node below `len` holds a cached key, each key in one node only: a node holding
+        // `key` is its entry.
+        let node = self.nodes.get(slot as usize)?;
+        if node.key != *key {
+            return None;
+        }
+        if self.head != slot {
+            let (prev, next) = (node.prev, node.next);
+            self.unlink_between(prev, next);
+            self.link_front(slot);
+        }
+        self.nodes.get_mut(slot as usize).map(|n| &mut n.last)
     }
 
     /// Sets `key` to `last` and marks it most recently used; evicts the least recently used
     /// key when full.
+    #[inline]
     pub fn put(&mut self, key: NumberKey, last: Number) {
-        if let Some(v) = self.get_mut(&key) {
+        self.put_slot(key, last);
+    }
+
+    /// As [`put`](Self::put); returns the slot `key` now occupies.
+    pub(crate) fn put_slot(&mut self, key: NumberKey, last: Number) -> u32 {
+        if let Some((i, v)) = self.get_mut_slot(&key) {
             *v = last;
-            return;
+            return i;
         }
         let i = if self.nodes.len() < self.capacity {
             self.nodes.push(Node {
@@ -116,6 +150,7 @@ impl Cache {
             self.index.len() == self.nodes.len(),
             "index and nodes agree"
         );
+        i
     }
 
     /// Forgets everything; keeps the memory.
@@ -136,6 +171,7 @@ impl Cache {
         })
     }
 
+    /// Marks node `i` (a linked node) most recently used.
     #[inline]
     fn touch(&mut self, i: u32) {
         if self.head != i {
@@ -144,31 +180,36 @@ impl Cache {
         }
     }
 
+    #[inline]
     fn unlink(&mut self, i: u32) {
-        let (prev, next) = {
-            let n = &self.nodes[i as usize];
-            (n.prev, n.next)
-        };
-        match prev {
-            NIL => self.head = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.nodes[n as usize].prev = prev,
+        if let Some(&Node { prev, next, .. }) = self.nodes.get(i as usize) {
+            self.unlink_between(prev, next);
         }
     }
 
+    /// Links `prev` and `next`, the neighbours of a node being taken out of the list.
+    #[inline]
+    fn unlink_between(&mut self, prev: u32, next: u32) {
+        match self.nodes.get_mut(prev as usize) {
+            Some(p) => p.next = next,
+            None => self.head = next, // prev is NIL
+        }
+        match self.nodes.get_mut(next as usize) {
+            Some(n) => n.prev = prev,
+            None => self.tail = prev, // next is NIL
+        }
+    }
+
+    #[inline]
     fn link_front(&mut self, i: u32) {
         let old = self.head;
-        {
-            let n = &mut self.nodes[i as usize];
+        if let Some(n) = self.nodes.get_mut(i as usize) {
             n.prev = NIL;
             n.next = old;
         }
-        match old {
-            NIL => self.tail = i,
-            o => self.nodes[o as usize].prev = i,
+        match self.nodes.get_mut(old as usize) {
+            Some(o) => o.prev = i,
+            None => self.tail = i, // old is NIL: the list was empty
         }
         self.head = i;
     }
@@ -203,6 +244,24 @@ mod tests {
         c.clear();
         assert!(c.is_empty());
         assert_eq!(c.peek(&k(3)), None);
+    }
+
+    #[test]
+    fn a_slot_answers_only_for_the_key_it_still_holds() {
+        let mut c = Cache::new(2);
+        let s1 = c.put_slot(k(1), Number(10));
+        let s2 = c.put_slot(k(2), Number(20));
+        assert_eq!(c.get_mut_at(s1, &k(1)).copied(), Some(Number(10)));
+        assert_eq!(c.get_mut_at(s1, &k(2)), None, "k(2) lives elsewhere");
+        // k(2) is now least recently used: k(3) takes its slot.
+        assert_eq!(c.put_slot(k(3), Number(30)), s2);
+        assert_eq!(c.get_mut_at(s2, &k(2)), None, "evicted");
+        *c.get_mut_at(s2, &k(3)).unwrap() = Number(31);
+        let order: Vec<_> = c.iter().collect();
+        assert_eq!(order, vec![(k(3), Number(31)), (k(1), Number(10))]);
+        assert_eq!(c.get_mut_at(7, &k(1)), None, "no such slot");
+        c.clear();
+        assert_eq!(c.get_mut_at(s1, &k(1)), None, "cleared");
     }
 
     #[test]

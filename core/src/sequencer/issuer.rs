@@ -57,7 +57,7 @@ enum Tx {
 }
 
 /// The transaction side of a sequencer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Issuer {
     params: Params,
     cache: Cache,
@@ -65,18 +65,37 @@ pub struct Issuer {
     /// Numbers the open transaction issued, one entry per sequence touched; empty when idle.
     /// Kept across transactions (capacity: the largest kind) so that none allocates.
     issued: Vec<(SeqId, Number)>,
+    /// For each entry of `issued`, the cache slot its key was given when last issued: a hint
+    /// that spares the hash lookup when a transaction uses a sequence again (checked before
+    /// use; the key may have been evicted since).
+    slots: Vec<u32>,
 }
+
+/// Equal when their parameters, caches, transactions and issued numbers are; the slot hints
+/// are how, not what.
+impl PartialEq for Issuer {
+    fn eq(&self, other: &Self) -> bool {
+        self.params == other.params
+            && self.cache == other.cache
+            && self.tx == other.tx
+            && self.issued == other.issued
+    }
+}
+
+impl Eq for Issuer {}
 
 impl Issuer {
     /// An idle issuer with an empty cache.
     pub fn new(params: Params) -> Self {
         let cache = Cache::new(params.cache_capacity());
         let issued = Vec::with_capacity(params.seqs_per_kind_max());
+        let slots = Vec::with_capacity(params.seqs_per_kind_max());
         Issuer {
             params,
             cache,
             tx: Tx::Idle,
             issued,
+            slots,
         }
     }
 
@@ -99,6 +118,7 @@ impl Issuer {
     }
 
     /// Opens a transaction for workspace `ws_id` of kind `ws_kind`.
+    #[inline]
     pub fn begin(&mut self, ws_kind: WsKind, ws_id: WsId) -> Result<(), SeqError> {
         if self.tx != Tx::Idle {
             return Err(SeqError::InTransaction);
@@ -116,6 +136,7 @@ impl Issuer {
         Ok(())
     }
 
+    #[inline]
     fn open(&self, seq_id: SeqId) -> Result<(NumberKey, Number), SeqError> {
         let Tx::Open {
             ws_kind,
@@ -137,17 +158,37 @@ impl Issuer {
         self.open(seq_id).map(|(key, _)| key)
     }
 
-    fn record(&mut self, seq_id: SeqId, n: Number) {
-        match self.issued.iter_mut().find(|(s, _)| *s == seq_id) {
-            Some(slot) => slot.1 = n,
-            None => {
-                debug_assert!(
-                    self.issued.len() < self.params.seqs_per_kind_max(),
-                    "a transaction touches at most the sequences of its kind"
-                );
-                self.issued.push((seq_id, n));
-            }
+    /// Where `seq_id` is in `issued`, if the open transaction issued it.
+    #[inline]
+    fn issued_at(&self, seq_id: SeqId) -> Option<usize> {
+        self.issued.iter().position(|(s, _)| *s == seq_id)
+    }
+
+    /// Records `n` (cached in `slot`) as the open transaction's number of `seq_id`.
+    #[inline]
+    fn record(&mut self, seq_id: SeqId, n: Number, slot: u32) {
+        match self.issued_at(seq_id) {
+            Some(at) => self.set_issued(at, n, slot),
+            None => self.push_issued(seq_id, n, slot),
         }
+    }
+
+    #[inline]
+    fn set_issued(&mut self, at: usize, n: Number, slot: u32) {
+        if let (Some(entry), Some(hint)) = (self.issued.get_mut(at), self.slots.get_mut(at)) {
+            entry.1 = n;
+            *hint = slot;
+        }
+    }
+
+    #[inline]
+    fn push_issued(&mut self, seq_id: SeqId, n: Number, slot: u32) {
+        debug_assert!(
+            self.issued.len() < self.params.seqs_per_kind_max(),
+            "a transaction touches at most the sequences of its kind"
+        );
+        self.issued.push((seq_id, n));
+        self.slots.push(slot);
     }
 
     /// Hands out the next number of `seq_id` if the cache or the transaction knows the last
@@ -155,18 +196,37 @@ impl Issuer {
     /// call [`next_after`](Self::next_after).
     #[inline]
     pub fn next_cached(&mut self, seq_id: SeqId) -> Result<Option<Number>, SeqError> {
+        // Used before in this transaction: its number is the newest (the cache, when it still
+        // has the key, holds the same), and the slot hint spares the hash lookup. The sequence
+        // was checked then, and its number is at or above the initial value already.
+        if let Tx::Open { ws_id, kind, .. } = self.tx {
+            let used = self.issued.iter_mut().zip(self.slots.iter_mut());
+            if let Some(((_, last), hint)) = used.into_iter().find(|((s, _), _)| *s == seq_id) {
+                let key = NumberKey { ws_id, seq_id };
+                debug_assert!(
+                    self.params
+                        .seq_initial(kind, seq_id)
+                        .is_some_and(|initial| *last >= initial),
+                    "issued numbers are declared and at or above their initial value"
+                );
+                let n = number_after(*last, Number(0), key)?;
+                match self.cache.get_mut_at(*hint, &key) {
+                    Some(cached) => {
+                        debug_assert_eq!(*cached, *last, "cache and transaction agree");
+                        *cached = n;
+                    }
+                    // Evicted during this transaction: the transaction itself still knew.
+                    None => *hint = self.cache.put_slot(key, n),
+                }
+                *last = n;
+                return Ok(Some(n));
+            }
+        }
         let (key, initial) = self.open(seq_id)?;
-        if let Some(last) = self.cache.get_mut(&key) {
+        if let Some((slot, last)) = self.cache.get_mut_slot(&key) {
             let n = number_after(*last, initial, key)?;
             *last = n;
-            self.record(seq_id, n);
-            return Ok(Some(n));
-        }
-        // Evicted during this transaction: the transaction itself still knows.
-        if let Some(&(_, last)) = self.issued.iter().find(|(s, _)| *s == seq_id) {
-            let n = number_after(last, initial, key)?;
-            self.cache.put(key, n);
-            self.record(seq_id, n);
+            self.push_issued(seq_id, n, slot);
             return Ok(Some(n));
         }
         Ok(None)
@@ -177,8 +237,8 @@ impl Issuer {
     pub fn next_after(&mut self, seq_id: SeqId, last: Number) -> Result<Number, SeqError> {
         let (key, initial) = self.open(seq_id)?;
         let n = number_after(last, initial, key)?;
-        self.cache.put(key, n);
-        self.record(seq_id, n);
+        let slot = self.cache.put_slot(key, n);
+        self.record(seq_id, n, slot);
         Ok(n)
     }
 
@@ -205,6 +265,7 @@ impl Issuer {
     }
 
     /// The open transaction's workspace and the numbers it issued (to commit).
+    #[inline]
     pub fn issued(&self) -> Result<Issued<'_>, SeqError> {
         match self.tx {
             Tx::Idle => Err(SeqError::NotInTransaction),
@@ -213,11 +274,13 @@ impl Issuer {
     }
 
     /// Closes the transaction after its numbers were committed; the cache keeps them.
+    #[inline]
     pub fn end(&mut self) -> Result<(), SeqError> {
         if self.tx == Tx::Idle {
             return Err(SeqError::NotInTransaction);
         }
         self.issued.clear();
+        self.slots.clear();
         self.tx = Tx::Idle;
         Ok(())
     }
@@ -226,6 +289,7 @@ impl Issuer {
     /// its numbers are handed out again, and the cache may hold them.
     pub fn abort(&mut self) {
         self.issued.clear();
+        self.slots.clear();
         self.cache.clear();
         self.tx = Tx::Idle;
     }
@@ -277,6 +341,46 @@ mod tests {
         i.end().unwrap();
         assert_eq!(i.transaction(), None);
         assert_eq!(i.cache().peek(&key(7, 1)), Some(Number(102)));
+    }
+
+    // covers: Seq.Next
+    #[test]
+    fn numbers_used_again_in_a_transaction_survive_evictions_of_their_cache_slot() {
+        let mut i = Issuer::new(params(1));
+        i.begin(WsKind(1), WsId(7)).unwrap();
+        assert_eq!(i.next_after(SeqId(1), Number(0)), Ok(Number(100)));
+        assert_eq!(i.next_after(SeqId(2), Number(0)), Ok(Number(1)));
+        // Each call evicts the other sequence from the one slot there is.
+        for round in 1..=3 {
+            assert_eq!(i.next_cached(SeqId(1)), Ok(Some(Number(100 + round))));
+            assert_eq!(i.cache().peek(&key(7, 2)), None);
+            assert_eq!(i.next_cached(SeqId(2)), Ok(Some(Number(1 + round))));
+            assert_eq!(i.cache().peek(&key(7, 1)), None);
+        }
+        assert_eq!(
+            i.next_cached(SeqId(2)),
+            Ok(Some(Number(5))),
+            "slot still its own"
+        );
+        assert_eq!(
+            i.issued(),
+            Ok((
+                WsId(7),
+                &[(SeqId(1), Number(103)), (SeqId(2), Number(5))][..]
+            ))
+        );
+        i.end().unwrap();
+        i.begin(WsKind(1), WsId(7)).unwrap();
+        assert_eq!(
+            i.next_cached(SeqId(2)),
+            Ok(Some(Number(6))),
+            "from the cache"
+        );
+        assert_eq!(
+            i.next_cached(SeqId(1)),
+            Ok(None),
+            "evicted, and new to this transaction"
+        );
     }
 
     // covers: Seq.UnknownSeq

@@ -15,7 +15,7 @@
 //!   flusher and the merge of a replayed PLog.
 //!
 //! ```text
-//!   start ──admit──▶ Backlog            next ──▶ Issuer: cache → transaction
+//!   start ──admit──▶ Backlog            next ──▶ Issuer: transaction → cache
 //!   flush ──commit─▶ Backlog                       └─▶ (caller) Backlog → storage
 //!   flusher: take_batch → write(values, next offset) → batch_written / batch_failed
 //!   actualizer: begin_actualization → loaded(stored offset) → replay(event)* → actualized

@@ -139,12 +139,14 @@ impl Params {
         self.seqs_per_kind_max
     }
 
+    #[inline]
     pub(crate) fn kind_index(&self, ws_kind: WsKind) -> Option<usize> {
         self.kinds
             .binary_search_by_key(&ws_kind, |k| k.ws_kind)
             .ok()
     }
 
+    #[inline]
     pub(crate) fn kind_seqs(&self, kind: usize) -> &[(SeqId, Number)] {
         self.kinds.get(kind).map_or(&[], |k| k.seqs.as_slice())
     }

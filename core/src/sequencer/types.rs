@@ -25,6 +25,7 @@ pub struct PLogOffset(pub u64);
 
 impl PLogOffset {
     /// The offset after this one, or `None` at `u64::MAX`.
+    #[inline]
     pub fn next(self) -> Option<PLogOffset> {
         self.0.checked_add(1).map(PLogOffset)
     }

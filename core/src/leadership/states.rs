@@ -1,0 +1,482 @@
+//! The statig machine. Its generated `State` enum is re-exported as [`LeaseState`]; each
+//! variant is the state of the same name in the table above, carrying that state's data.
+#![allow(missing_docs)] // statig generates the `State` enum; its variants are the states documented above.
+
+use super::*;
+
+impl Shared {
+    fn next_op(&mut self) -> OpId {
+        self.seq += 1;
+        OpId(self.seq)
+    }
+
+    fn next_timer(&mut self) -> TimerId {
+        self.seq += 1;
+        TimerId {
+            kind: TimerKind::Lease,
+            seq: self.seq,
+        }
+    }
+
+    /// A write was confirmed at `sent_at`: the only place the deadline moves later.
+    #[allow(clippy::too_many_arguments)]
+    fn confirmed(
+        &mut self,
+        slot: Slot,
+        revision: Revision,
+        pending: Pending,
+        first: bool,
+        now: Instant,
+        out: &mut Ctx<'_>,
+    ) -> Outcome<State> {
+        if pending.release {
+            // A release was asked before this write was confirmed: nobody acts under this
+            // lease any more, so the deadline is not extended (an earlier one, if any, stays).
+            return self.delete(slot, revision, true, out);
+        }
+        let deadline = pending.sent_at.saturating_add_nanos(self.lease.kill_ns());
+        if now >= deadline {
+            // The confirmation came too late (the process was paused): the lease it proves
+            // must not be acted on any more, so no token is handed out. A won insert is left
+            // to expire (less than 0.2·L); a renewed lease is given up.
+            if first {
+                return self.not_acquired(slot, Refusal::DeadlinePassed, pending, out);
+            }
+            let held = Held {
+                slot,
+                revision,
+                anchor: pending.sent_at,
+                deadline,
+            };
+            return self.lose(held, LossReason::DeadlinePassed, false, out);
+        }
+        out.push(Effect::ArmKiller { at: deadline });
+        let token = FencingToken { slot, revision };
+        if first {
+            out.notices.acquired = Some(token);
+            out.push(Effect::Acquired { token });
+        } else {
+            out.push(Effect::Renewed { token });
+        }
+        let timer = self.next_timer();
+        let at = pending.sent_at.saturating_add_nanos(self.lease.renew_ns());
+        out.push(Effect::SetTimer { timer, at });
+        let held = Held {
+            slot,
+            revision,
+            anchor: pending.sent_at,
+            deadline,
+        };
+        Transition(State::holding(held, timer))
+    }
+
+    fn delete(
+        &mut self,
+        slot: Slot,
+        expected: Revision,
+        notify: bool,
+        out: &mut Ctx<'_>,
+    ) -> Outcome<State> {
+        let op = self.next_op();
+        out.push(Effect::CompareAndDelete { op, slot, expected });
+        Transition(State::releasing(slot, op, notify))
+    }
+
+    fn not_acquired(
+        &mut self,
+        slot: Slot,
+        refusal: Refusal,
+        pending: Pending,
+        out: &mut Ctx<'_>,
+    ) -> Outcome<State> {
+        out.notices.not_acquired = true;
+        out.push(Effect::NotAcquired { slot, refusal });
+        if pending.release {
+            out.notices.released = true;
+            out.push(Effect::Released {
+                slot: Some(slot),
+                deleted: false,
+            });
+        }
+        Transition(State::idle())
+    }
+
+    fn lose(
+        &mut self,
+        held: Held,
+        reason: LossReason,
+        notify: bool,
+        out: &mut Ctx<'_>,
+    ) -> Outcome<State> {
+        out.notices.lost = Some((held.slot, reason));
+        out.push(Effect::Lost {
+            slot: held.slot,
+            reason,
+        });
+        self.delete(held.slot, held.revision, notify, out)
+    }
+
+    fn renew(
+        &mut self,
+        held: Held,
+        attempt: u8,
+        now: Instant,
+        out: &mut Ctx<'_>,
+    ) -> Outcome<State> {
+        let mut held = held;
+        // The guard may only lower the deadline: an unconfirmed attempt never extends it.
+        let guard = now.saturating_add_nanos(self.lease.guard_ns());
+        if guard < held.deadline {
+            held.deadline = guard;
+            out.push(Effect::ArmKiller { at: guard });
+        }
+        let op = self.next_op();
+        out.push(Effect::CompareAndSwap {
+            op,
+            slot: held.slot,
+            expected: held.revision,
+            ttl: self.lease.lease(),
+        });
+        let pending = Pending {
+            op,
+            sent_at: now,
+            release: false,
+        };
+        Transition(State::renewing(held, pending, attempt))
+    }
+
+    fn renewal_failed(
+        &mut self,
+        held: Held,
+        pending: Pending,
+        attempt: u8,
+        now: Instant,
+        out: &mut Ctx<'_>,
+    ) -> Outcome<State> {
+        if pending.release {
+            return self.delete(held.slot, held.revision, true, out);
+        }
+        if attempt < RENEW_RETRIES_MAX {
+            let timer = self.next_timer();
+            out.push(Effect::SetTimer {
+                timer,
+                at: now + self.lease.retry_interval(),
+            });
+            return Transition(State::retry_wait(held, timer, attempt + 1));
+        }
+        self.lose(held, LossReason::RenewalFailed, false, out)
+    }
+
+    /// The record is ours at a newer revision than the last confirmed one, with unknown
+    /// timing: swap again right away (an attempt of the budget), or give up.
+    fn refresh(
+        &mut self,
+        held: Held,
+        pending: Pending,
+        attempt: u8,
+        now: Instant,
+        out: &mut Ctx<'_>,
+    ) -> Outcome<State> {
+        if pending.release {
+            return self.delete(held.slot, held.revision, true, out);
+        }
+        if attempt < RENEW_RETRIES_MAX {
+            return self.renew(held, attempt + 1, now, out);
+        }
+        self.lose(held, LossReason::RenewalFailed, false, out)
+    }
+
+    fn get(&mut self, slot: Slot, out: &mut Ctx<'_>) -> OpId {
+        let op = self.next_op();
+        out.push(Effect::Get { op, slot });
+        op
+    }
+}
+
+#[state_machine(
+    initial = "State::idle()",
+    state(derive(Clone, Copy, Debug, PartialEq, Eq, Hash))
+)]
+impl Shared {
+    /// Nothing held, tried or in flight.
+    #[state]
+    fn idle(&mut self, context: &mut Ctx<'_>, event: &LeaseEvent) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Acquire { now, slot } => {
+                let op = self.next_op();
+                context.push(Effect::Insert {
+                    op,
+                    slot,
+                    ttl: self.lease.lease(),
+                });
+                let pending = Pending {
+                    op,
+                    sent_at: now,
+                    release: false,
+                };
+                Transition(State::inserting(slot, pending))
+            }
+            LeaseEvent::Release { .. } => {
+                context.notices.released = true;
+                context.push(Effect::Released {
+                    slot: None,
+                    deleted: false,
+                });
+                Handled
+            }
+            _ => Handled,
+        }
+    }
+
+    /// Insert in flight.
+    #[state]
+    fn inserting(
+        &mut self,
+        context: &mut Ctx<'_>,
+        slot: &Slot,
+        pending: &mut Pending,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Release { .. } => {
+                pending.release = true;
+                Handled
+            }
+            LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                Reply::Written(revision) => {
+                    self.confirmed(*slot, revision, *pending, true, now, context)
+                }
+                Reply::Rejected => self.not_acquired(*slot, Refusal::Held, *pending, context),
+                Reply::Unknown => {
+                    let op = self.get(*slot, context);
+                    Transition(State::insert_resolving(*slot, Pending { op, ..*pending }))
+                }
+                Reply::Failed | Reply::Deleted | Reply::Found(_) => {
+                    self.not_acquired(*slot, Refusal::StoreFailed, *pending, context)
+                }
+            },
+            _ => Handled,
+        }
+    }
+
+    /// Insert outcome unknown; `Get` in flight to read it back.
+    #[state]
+    fn insert_resolving(
+        &mut self,
+        context: &mut Ctx<'_>,
+        slot: &Slot,
+        pending: &mut Pending,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Release { .. } => {
+                pending.release = true;
+                Handled
+            }
+            LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                // Ours, but not necessarily from this attempt: an earlier insert of this
+                // process may have landed late, earlier than this one was sent, and so expire
+                // earlier. Claim it with a compare-and-swap and count from that send.
+                Reply::Found(Some(record)) if record.incarnation == self.incarnation => {
+                    if pending.release {
+                        // Nobody will act under it: delete exactly that record.
+                        return self.delete(*slot, record.revision, true, context);
+                    }
+                    let op = self.next_op();
+                    context.push(Effect::CompareAndSwap {
+                        op,
+                        slot: *slot,
+                        expected: record.revision,
+                        ttl: self.lease.lease(),
+                    });
+                    let claim = Pending {
+                        op,
+                        sent_at: now,
+                        release: false,
+                    };
+                    Transition(State::claiming(*slot, record.revision, claim))
+                }
+                Reply::Found(Some(_)) => self.not_acquired(*slot, Refusal::Held, *pending, context),
+                _ => self.not_acquired(*slot, Refusal::StoreFailed, *pending, context),
+            },
+            _ => Handled,
+        }
+    }
+
+    /// Insert read back as ours: compare-and-swap in flight to claim it.
+    #[state]
+    fn claiming(
+        &mut self,
+        context: &mut Ctx<'_>,
+        slot: &Slot,
+        found: &Revision,
+        pending: &mut Pending,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Release { .. } => {
+                pending.release = true;
+                Handled
+            }
+            LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                Reply::Written(revision) if revision > *found => {
+                    self.confirmed(*slot, revision, *pending, true, now, context)
+                }
+                Reply::Rejected => self.not_acquired(*slot, Refusal::Held, *pending, context),
+                // Failed, unknown again, or a store breaking its contract: give up this try;
+                // a record of ours, if any, expires by itself.
+                _ => self.not_acquired(*slot, Refusal::StoreFailed, *pending, context),
+            },
+            _ => Handled,
+        }
+    }
+
+    /// Leading, waiting for the renew timer.
+    #[state]
+    fn holding(
+        &mut self,
+        context: &mut Ctx<'_>,
+        held: &Held,
+        timer: &TimerId,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Timer { now, timer: fired } if fired == *timer => {
+                self.renew(*held, 0, now, context)
+            }
+            // Nothing in flight: a release deletes our record at once.
+            LeaseEvent::Release { .. } => self.delete(held.slot, held.revision, true, context),
+            _ => Handled,
+        }
+    }
+
+    /// Leading, compare-and-swap in flight.
+    #[state]
+    fn renewing(
+        &mut self,
+        context: &mut Ctx<'_>,
+        held: &Held,
+        pending: &mut Pending,
+        attempt: &u8,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Release { .. } => {
+                pending.release = true;
+                Handled
+            }
+            LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                Reply::Written(revision) if revision > held.revision => {
+                    self.confirmed(held.slot, revision, *pending, false, now, context)
+                }
+                Reply::Rejected => {
+                    self.lose(*held, LossReason::Overtaken, pending.release, context)
+                }
+                Reply::Unknown => {
+                    let op = self.get(held.slot, context);
+                    Transition(State::renew_resolving(
+                        *held,
+                        Pending { op, ..*pending },
+                        *attempt,
+                    ))
+                }
+                // A store that returns a revision not above ours broke its contract: nothing
+                // about the write can be trusted, so it counts as a failed attempt.
+                Reply::Written(_) | Reply::Failed | Reply::Deleted | Reply::Found(_) => {
+                    self.renewal_failed(*held, *pending, *attempt, now, context)
+                }
+            },
+            _ => Handled,
+        }
+    }
+
+    /// Leading, renewal outcome unknown; `Get` in flight to read it back.
+    #[state]
+    fn renew_resolving(
+        &mut self,
+        context: &mut Ctx<'_>,
+        held: &Held,
+        pending: &mut Pending,
+        attempt: &u8,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Release { .. } => {
+                pending.release = true;
+                Handled
+            }
+            LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
+                Reply::Found(Some(record)) if record.incarnation == self.incarnation => {
+                    if record.revision > held.revision {
+                        // A renewal of ours committed, but which one and when is unknown: an
+                        // earlier attempt may have landed late. Nothing is confirmed; the
+                        // next attempt swaps from the revision found, at once.
+                        let held = Held {
+                            revision: record.revision,
+                            ..*held
+                        };
+                        self.refresh(held, *pending, *attempt, now, context)
+                    } else {
+                        self.renewal_failed(*held, *pending, *attempt, now, context)
+                    }
+                }
+                Reply::Found(_) => {
+                    self.lose(*held, LossReason::Overtaken, pending.release, context)
+                }
+                _ => self.renewal_failed(*held, *pending, *attempt, now, context),
+            },
+            _ => Handled,
+        }
+    }
+
+    /// Leading, waiting to retry a failed renewal.
+    #[state]
+    fn retry_wait(
+        &mut self,
+        context: &mut Ctx<'_>,
+        held: &Held,
+        timer: &TimerId,
+        attempt: &u8,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Timer { now, timer: fired } if fired == *timer => {
+                self.renew(*held, *attempt, now, context)
+            }
+            // Nothing in flight: a release deletes our record at once.
+            LeaseEvent::Release { .. } => self.delete(held.slot, held.revision, true, context),
+            _ => Handled,
+        }
+    }
+
+    /// Compare-and-delete in flight (a release, or cleanup after a loss).
+    #[state]
+    fn releasing(
+        &mut self,
+        context: &mut Ctx<'_>,
+        slot: &Slot,
+        op: &OpId,
+        notify: &mut bool,
+        event: &LeaseEvent,
+    ) -> Outcome<State> {
+        match *event {
+            LeaseEvent::Release { .. } => {
+                *notify = true;
+                Handled
+            }
+            LeaseEvent::Reply {
+                op: replied, reply, ..
+            } if replied == *op => {
+                if *notify {
+                    context.notices.released = true;
+                    context.push(Effect::Released {
+                        slot: Some(*slot),
+                        deleted: reply == Reply::Deleted,
+                    });
+                }
+                Transition(State::idle())
+            }
+            _ => Handled,
+        }
+    }
+}

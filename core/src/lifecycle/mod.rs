@@ -1,0 +1,231 @@
+//! The lifecycle of one VVM: acquisition over slots `1..=N`, services, the write-once problem
+//! and the fixed shutdown order. It embeds a [`Leadership`] and forwards store replies and lease
+//! timers to it. The table is the same as in `specs/lifecycle.md`.
+//!
+//! | # | state | event | guard | next | effects |
+//! |---|---|---|---|---|---|
+//! | V1 | Provided | Launch | | Acquiring(1) | Insert(1) |
+//! | V2 | Acquiring(k) | reply → Acquired(token) | | StartingServices | …, StartServices(token) |
+//! | V3 | Acquiring(k) | reply → NotAcquired | k < N | Acquiring(k+1) | NotAcquired, Insert(k+1) |
+//! | V4 | Acquiring(N) | reply → NotAcquired | now < until | RoundWait | NotAcquired, SetTimer(Round, min(now+round, until)) |
+//! | V5 | Acquiring(N) | reply → NotAcquired | now ≥ until | Idle | NotAcquired, ProblemRaised(AcquisitionFailed) |
+//! | V6 | RoundWait | Timer(Round) | | Acquiring(1) | Insert(1) |
+//! | V7 | StartingServices | ServicesStarted | | Running | Running(token) if still leading |
+//! | V8 | StartingServices | ServiceFailed(i) | | Running | ProblemRaised(ServiceStartFailed(i)) |
+//! | V9 | Running | ServiceFailed(i) | | Running | ProblemRaised(ServiceFailed(i)) |
+//! | V10 | any launched | reply / lease timer → Lost | | same | Lost, CompareAndDelete, ProblemRaised(LeadershipLost) (first problem only) |
+//! | V11 | StartingServices, Running | Shutdown | | StoppingServices | StopServices |
+//! | V12 | Acquiring, RoundWait, Idle | Shutdown | | as V13 / V14 / V15 | |
+//! | V13 | StoppingServices | ServicesStopped | lease held, nothing in flight | CleaningElections | MonitorStopped, CompareAndDelete |
+//! | V14 | StoppingServices | ServicesStopped | nothing held, nothing in flight | Shutdown | MonitorStopped, Released, Finished(problem) |
+//! | V15 | StoppingServices | ServicesStopped | store op in flight | StoppingMonitor | MonitorStopped (the leadership releases after the reply) |
+//! | V16 | StoppingMonitor | reply | | CleaningElections, or Shutdown | the leadership's release: CompareAndDelete, or Released + Finished(problem) |
+//! | V17 | CleaningElections | reply → Released | | Shutdown | Released, Finished(problem) |
+//! | V18 | ShuttingDown, Shutdown | Shutdown | | same | — |
+//!
+//! Only the first problem is kept ([`Problem`] is write-once); services keep running after a
+//! loss until the host shuts the VVM down — the killer ends the process at the deadline anyway.
+
+use core::time::Duration;
+
+use statig::prelude::*;
+
+use crate::config::VvmConfig;
+use crate::effect::{
+    Effect, Effects, FencingToken, Incarnation, OpId, Problem, Reply, Slot, TimerId, TimerKind,
+};
+use crate::leadership::{Leadership, LeaseEvent, LeaseState, Notices};
+use crate::time::Instant;
+
+/// An input of [`Lifecycle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VvmEvent {
+    /// Start acquiring leadership. Only the first is acted on.
+    Launch {
+        /// Current time.
+        now: Instant,
+    },
+    /// Shut down: services, then the leadership monitor, then the release.
+    Shutdown {
+        /// Current time.
+        now: Instant,
+    },
+    /// A timer set by [`Effect::SetTimer`] fired.
+    Timer {
+        /// Current time.
+        now: Instant,
+        /// Which timer.
+        timer: TimerId,
+    },
+    /// A store operation finished.
+    Reply {
+        /// Current time.
+        now: Instant,
+        /// The operation.
+        op: OpId,
+        /// Its outcome.
+        reply: Reply,
+    },
+    /// Every service started and reported ready.
+    ServicesStarted {
+        /// Current time.
+        now: Instant,
+    },
+    /// Service `index` (in start order) failed, while starting or later.
+    ServiceFailed {
+        /// Current time.
+        now: Instant,
+        /// Position in the start order.
+        index: u16,
+    },
+    /// Every service has stopped.
+    ServicesStopped {
+        /// Current time.
+        now: Instant,
+    },
+}
+
+impl VvmEvent {
+    /// The time the event carries.
+    pub const fn now(&self) -> Instant {
+        match *self {
+            VvmEvent::Launch { now }
+            | VvmEvent::Shutdown { now }
+            | VvmEvent::Timer { now, .. }
+            | VvmEvent::Reply { now, .. }
+            | VvmEvent::ServicesStarted { now }
+            | VvmEvent::ServiceFailed { now, .. }
+            | VvmEvent::ServicesStopped { now } => now,
+        }
+    }
+}
+
+/// Where a VVM is in its life, for callers that only need a summary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Not launched.
+    Provided,
+    /// Walking the slots (or waiting between rounds).
+    AcquiringLeadership,
+    /// Leadership held; services starting.
+    StartingServices,
+    /// Leadership held (or lost, see the problem) and services started.
+    Running,
+    /// Launch ended without services (acquisition failed).
+    Idle,
+    /// Shutdown: waiting for the services to stop.
+    StoppingServices,
+    /// Shutdown: waiting for an in-flight lease operation before releasing.
+    StoppingMonitor,
+    /// Shutdown: compare-and-delete of our record in flight.
+    CleaningElections,
+    /// Done.
+    Shutdown,
+}
+
+/// Shared storage of the statig machine.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Shared {
+    slots: u32,
+    acquisition: Duration,
+    round_interval: Duration,
+    leadership: Leadership,
+    problem: Option<Problem>,
+    seq: u64,
+}
+
+/// The lifecycle of one VVM. Pure: feed it [`VvmEvent`]s, execute the [`Effect`]s it writes.
+///
+/// ```
+/// use vvm_core::*;
+///
+/// let config = VvmConfig::builder("10.0.0.1:7000").build().unwrap();
+/// let mut vvm = Lifecycle::new(&config, Incarnation(3));
+/// let mut out = Effects::new();
+/// vvm.handle(&VvmEvent::Launch { now: Instant::ZERO }, &mut out);
+/// out.clear();
+/// vvm.handle(&VvmEvent::Shutdown { now: Instant::ZERO }, &mut out);
+/// // The insert is still in flight: the release waits for its reply.
+/// assert_eq!(vvm.phase(), Phase::StoppingMonitor);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    machine: InitializedStateMachine<Shared>,
+}
+
+// Model checkers fingerprint states by hash; equal machines (same shared data, same state) hash
+// equally, which is all `Hash` must agree with `Eq` on.
+impl core::hash::Hash for Lifecycle {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.machine.inner().hash(state);
+        self.machine.state().hash(state);
+    }
+}
+
+impl Lifecycle {
+    /// A provided, not yet launched VVM of `incarnation`.
+    pub fn new(config: &VvmConfig, incarnation: Incarnation) -> Self {
+        let shared = Shared {
+            slots: config.slots(),
+            acquisition: config.acquisition(),
+            round_interval: config.round_interval(),
+            leadership: Leadership::new(*config.lease(), incarnation),
+            problem: None,
+            seq: 0,
+        };
+        let machine = shared
+            .uninitialized_state_machine()
+            .init_with_context(&mut Effects::new());
+        Lifecycle { machine }
+    }
+
+    /// Handles one event, appending the resulting effects to `out`.
+    // Never inlined: one copy of the machine, and a clear boundary for instruction counts.
+    #[inline(never)]
+    pub fn handle(&mut self, event: &VvmEvent, out: &mut Effects) {
+        let problem_before = self.problem();
+        self.machine.handle_with_context(event, out);
+        // Write-once: a problem, once set, never changes.
+        debug_assert!(problem_before.is_none() || problem_before == self.problem());
+    }
+
+    /// The first problem, if any.
+    pub fn problem(&self) -> Option<Problem> {
+        self.machine.inner().problem
+    }
+
+    /// The embedded leadership machine.
+    pub fn leadership(&self) -> &Leadership {
+        &self.machine.inner().leadership
+    }
+
+    /// The current fencing token, while leading.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.leadership().token()
+    }
+
+    /// The current state.
+    pub fn state(&self) -> &VvmState {
+        self.machine.state()
+    }
+
+    /// A summary of the current state.
+    pub fn phase(&self) -> Phase {
+        match self.machine.state() {
+            State::Provided {} => Phase::Provided,
+            State::Acquiring { .. } | State::RoundWait { .. } => Phase::AcquiringLeadership,
+            State::StartingServices { .. } => Phase::StartingServices,
+            State::Running {} => Phase::Running,
+            State::Idle {} => Phase::Idle,
+            State::StoppingServices {} => Phase::StoppingServices,
+            State::StoppingMonitor {} => Phase::StoppingMonitor,
+            State::CleaningElections {} => Phase::CleaningElections,
+            State::Shutdown {} => Phase::Shutdown,
+        }
+    }
+}
+
+mod states;
+
+pub use states::State as VvmState;
+use states::State;

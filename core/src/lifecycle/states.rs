@@ -1,0 +1,279 @@
+//! The statig machine. Its generated `State` enum is re-exported as [`VvmState`]; each variant
+//! is the state of the same name in the table above.
+#![allow(missing_docs)] // statig generates the `State` enum; its variants are the states documented above.
+
+use super::*;
+
+impl Shared {
+    fn raise(&mut self, problem: Problem, out: &mut Effects) {
+        if self.problem.is_none() {
+            self.problem = Some(problem);
+            out.push(Effect::ProblemRaised { problem });
+        }
+    }
+
+    /// Hands an event to the leadership machine and reads what it reported. A loss becomes
+    /// the problem here, whatever state the lifecycle is in.
+    fn forward(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
+        let notices = self.leadership.handle_noting(event, out);
+        if let Some((slot, reason)) = notices.lost {
+            self.raise(Problem::LeadershipLost { slot, reason }, out);
+        }
+        notices
+    }
+
+    /// Forwards replies and lease timers; everything else is not for the leadership.
+    fn forward_vvm(&mut self, event: &VvmEvent, out: &mut Effects) -> Notices {
+        match *event {
+            VvmEvent::Reply { now, op, reply } => {
+                self.forward(&LeaseEvent::Reply { now, op, reply }, out)
+            }
+            VvmEvent::Timer { now, timer } if timer.kind == TimerKind::Lease => {
+                self.forward(&LeaseEvent::Timer { now, timer }, out)
+            }
+            _ => Notices::default(),
+        }
+    }
+
+    fn acquire(
+        &mut self,
+        slot: Slot,
+        until: Instant,
+        now: Instant,
+        out: &mut Effects,
+    ) -> Outcome<State> {
+        self.forward(&LeaseEvent::Acquire { now, slot }, out);
+        Transition(State::acquiring(slot, until))
+    }
+
+    /// Slot `slot` was not won: try the next one, wait for the next round, or give up.
+    fn next_slot(
+        &mut self,
+        slot: Slot,
+        until: Instant,
+        now: Instant,
+        out: &mut Effects,
+    ) -> Outcome<State> {
+        if slot.0 < self.slots {
+            return self.acquire(Slot(slot.0 + 1), until, now, out);
+        }
+        if now >= until {
+            self.raise(Problem::AcquisitionFailed, out);
+            return Transition(State::idle());
+        }
+        self.seq += 1;
+        let timer = TimerId {
+            kind: TimerKind::Round,
+            seq: self.seq,
+        };
+        let at = core::cmp::min(now + self.round_interval, until);
+        out.push(Effect::SetTimer { timer, at });
+        Transition(State::round_wait(until, timer))
+    }
+
+    /// Services are down: stop renewing once nothing is in flight, then release.
+    fn stop_monitor(&mut self, now: Instant, out: &mut Effects) -> Outcome<State> {
+        out.push(Effect::MonitorStopped);
+        let notices = self.forward(&LeaseEvent::Release { now }, out);
+        self.releasing(notices, out)
+    }
+
+    /// Where shutdown stands once the release was asked: finished when the leadership
+    /// reported `Released`; cleaning the elections while its compare-and-delete is in
+    /// flight; otherwise still waiting for the monitor's last operation (an insert or a
+    /// renewal sent before the shutdown), after which the leadership releases by itself.
+    fn releasing(&mut self, notices: Notices, out: &mut Effects) -> Outcome<State> {
+        if notices.released {
+            return self.finish(out);
+        }
+        if matches!(self.leadership.state(), LeaseState::Releasing { .. }) {
+            Transition(State::cleaning_elections())
+        } else {
+            Transition(State::stopping_monitor())
+        }
+    }
+
+    /// Shutdown in progress: a second shutdown is a no-op; a service failing while it is
+    /// being stopped is still a problem. (A plain helper rather than a statig superstate:
+    /// the hierarchy walk on every transition costs more than the event's own work.)
+    fn while_shutting_down(&mut self, event: &VvmEvent, out: &mut Effects) -> Outcome<State> {
+        if let VvmEvent::ServiceFailed { index, .. } = *event {
+            self.raise(Problem::ServiceFailed { index }, out);
+        }
+        Handled
+    }
+
+    fn finish(&mut self, out: &mut Effects) -> Outcome<State> {
+        out.push(Effect::Finished {
+            problem: self.problem,
+        });
+        Transition(State::shutdown())
+    }
+}
+
+#[state_machine(
+    initial = "State::provided()",
+    state(derive(Clone, Copy, Debug, PartialEq, Eq, Hash))
+)]
+impl Shared {
+    /// Not launched.
+    #[state]
+    fn provided(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+        match *event {
+            VvmEvent::Launch { now } => self.acquire(Slot(1), now + self.acquisition, now, context),
+            _ => Handled,
+        }
+    }
+
+    /// Trying `slot`; acquisition ends at `until`.
+    #[state]
+    fn acquiring(
+        &mut self,
+        context: &mut Effects,
+        slot: &Slot,
+        until: &Instant,
+        event: &VvmEvent,
+    ) -> Outcome<State> {
+        match *event {
+            VvmEvent::Shutdown { now } => self.stop_monitor(now, context),
+            _ => {
+                let notices = self.forward_vvm(event, context);
+                if let Some(token) = notices.acquired {
+                    context.push(Effect::StartServices { token });
+                    return Transition(State::starting_services(token));
+                }
+                if notices.not_acquired {
+                    return self.next_slot(*slot, *until, event.now(), context);
+                }
+                Handled
+            }
+        }
+    }
+
+    /// Every slot was tried; waiting for the next round.
+    #[state]
+    fn round_wait(
+        &mut self,
+        context: &mut Effects,
+        until: &Instant,
+        timer: &TimerId,
+        event: &VvmEvent,
+    ) -> Outcome<State> {
+        match *event {
+            VvmEvent::Shutdown { now } => self.stop_monitor(now, context),
+            VvmEvent::Timer { now, timer: fired } if fired == *timer => {
+                self.acquire(Slot(1), *until, now, context)
+            }
+            _ => Handled,
+        }
+    }
+
+    /// Leadership held; services starting.
+    #[state]
+    fn starting_services(
+        &mut self,
+        context: &mut Effects,
+        token: &FencingToken,
+        event: &VvmEvent,
+    ) -> Outcome<State> {
+        match *event {
+            VvmEvent::ServicesStarted { .. } => {
+                // The tenure may have moved on (renewals) while services started; if it was
+                // lost meanwhile, the problem is already raised and launch is not "running".
+                let _ = token;
+                if let Some(token) = self.leadership.token() {
+                    context.push(Effect::Running { token });
+                }
+                Transition(State::running())
+            }
+            VvmEvent::ServiceFailed { index, .. } => {
+                self.raise(Problem::ServiceStartFailed { index }, context);
+                Transition(State::running())
+            }
+            VvmEvent::Shutdown { .. } => {
+                context.push(Effect::StopServices);
+                Transition(State::stopping_services())
+            }
+            _ => {
+                self.forward_vvm(event, context);
+                Handled
+            }
+        }
+    }
+
+    /// Services started (or failed to start: see the problem).
+    #[state]
+    fn running(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+        match *event {
+            VvmEvent::ServiceFailed { index, .. } => {
+                self.raise(Problem::ServiceFailed { index }, context);
+                Handled
+            }
+            VvmEvent::Shutdown { .. } => {
+                context.push(Effect::StopServices);
+                Transition(State::stopping_services())
+            }
+            _ => {
+                self.forward_vvm(event, context);
+                Handled
+            }
+        }
+    }
+
+    /// Launch ended without leadership; nothing runs.
+    #[state]
+    fn idle(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+        match *event {
+            VvmEvent::Shutdown { now } => self.stop_monitor(now, context),
+            _ => {
+                self.forward_vvm(event, context);
+                Handled
+            }
+        }
+    }
+
+    /// Waiting for the services to stop.
+    #[state]
+    fn stopping_services(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+        match *event {
+            VvmEvent::ServicesStopped { now } => self.stop_monitor(now, context),
+            VvmEvent::Reply { .. } | VvmEvent::Timer { .. } => {
+                self.forward_vvm(event, context);
+                Handled
+            }
+            _ => self.while_shutting_down(event, context),
+        }
+    }
+
+    /// The monitor is stopped (no new renewal will be sent) but an operation it sent before
+    /// is still in flight; the release follows its reply.
+    #[state]
+    fn stopping_monitor(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+        match *event {
+            VvmEvent::Reply { .. } | VvmEvent::Timer { .. } => {
+                let notices = self.forward_vvm(event, context);
+                self.releasing(notices, context)
+            }
+            _ => self.while_shutting_down(event, context),
+        }
+    }
+
+    /// Compare-and-delete of our record in flight.
+    #[state]
+    fn cleaning_elections(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+        match *event {
+            VvmEvent::Reply { .. } => {
+                let notices = self.forward_vvm(event, context);
+                self.releasing(notices, context)
+            }
+            _ => self.while_shutting_down(event, context),
+        }
+    }
+
+    /// Done; every event is ignored.
+    #[state]
+    fn shutdown(event: &VvmEvent) -> Outcome<State> {
+        let _ = event;
+        Handled
+    }
+}
