@@ -36,19 +36,19 @@ impl Wake for NoWake {
     fn wake(self: Arc<Self>) {}
 }
 
-thread_local! {
-    static WAKER: Waker = Waker::from(Arc::new(NoWake));
+/// A waker that does nothing, made once per measurement (outside the timed loop).
+fn no_wake() -> Waker {
+    Waker::from(Arc::new(NoWake))
 }
 
-/// Polls a future that must be ready at once (the cached path never waits).
-fn now<F: Future>(f: F) -> F::Output {
-    WAKER.with(|waker| {
-        let mut cx = Context::from_waker(waker);
-        match pin!(f).poll(&mut cx) {
-            Poll::Ready(v) => v,
-            Poll::Pending => panic!("the cached path waited"),
-        }
-    })
+/// Polls a future that must be ready at once (the cached path never waits). Inlined into the
+/// timed loop, as an `.await` is into the caller's own future.
+#[inline(always)]
+fn now<F: Future>(cx: &mut Context<'_>, f: F) -> F::Output {
+    match pin!(f).poll(cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the cached path waited"),
+    }
 }
 
 fn params(cache: usize) -> Params {
@@ -106,10 +106,12 @@ fn next_cached(c: &mut Criterion) {
     let mut g = c.benchmark_group("sequencer");
     g.throughput(Throughput::Elements(1));
     let mut flip = 0u16;
+    let waker = no_wake();
+    let mut cx = Context::from_waker(&waker);
     g.bench_function("next_cached_80k_keys", |b| {
         b.iter(|| {
             flip ^= 1;
-            black_box(now(tx.next(SeqId(1 + flip))).expect("next"))
+            black_box(now(&mut cx, tx.next(SeqId(1 + flip))).expect("next"))
         })
     });
     g.finish();
@@ -127,6 +129,8 @@ fn transaction(c: &mut Criterion) {
     let mut g = c.benchmark_group("sequencer");
     g.throughput(Throughput::Elements(1));
     let mut i = 0u64;
+    let waker = no_wake();
+    let mut cx = Context::from_waker(&waker);
     g.bench_function("transaction_start_2next_flush", |b| {
         b.iter_custom(|iters| {
             let mut s = seq.take().expect("sequencer");
@@ -139,8 +143,8 @@ fn transaction(c: &mut Criterion) {
                 for _ in 0..chunk {
                     let mut tx = s.start(KIND, WsId(i % HOT)).expect("start");
                     i += 1;
-                    black_box(now(tx.next(SeqId(1))).expect("next"));
-                    black_box(now(tx.next(SeqId(2))).expect("next"));
+                    black_box(now(&mut cx, tx.next(SeqId(1))).expect("next"));
+                    black_box(now(&mut cx, tx.next(SeqId(2))).expect("next"));
                     s = tx.flush();
                 }
                 took += started.elapsed();
@@ -210,24 +214,25 @@ fn replay(c: &mut Criterion) {
 
 /// The loop of `next_cached_80k_keys`, uninlined so that callgrind can count it alone.
 #[inline(never)]
-fn callgrind_next(tx: &mut Sequencer<InTx, MemorySeqStorage>, iters: u64) {
+fn callgrind_next(cx: &mut Context<'_>, tx: &mut Sequencer<InTx, MemorySeqStorage>, iters: u64) {
     let mut flip = 0u16;
     for _ in 0..iters {
         flip ^= 1;
-        black_box(now(tx.next(SeqId(1 + flip))).expect("next"));
+        black_box(now(cx, tx.next(SeqId(1 + flip))).expect("next"));
     }
 }
 
 /// The loop of `transaction_start_2next_flush` (one chunk), uninlined for callgrind.
 #[inline(never)]
 fn callgrind_transaction(
+    cx: &mut Context<'_>,
     mut s: Sequencer<Idle, MemorySeqStorage>,
     iters: u64,
 ) -> Sequencer<Idle, MemorySeqStorage> {
     for i in 0..iters {
         let mut tx = s.start(KIND, WsId(i % HOT)).expect("start");
-        black_box(now(tx.next(SeqId(1))).expect("next"));
-        black_box(now(tx.next(SeqId(2))).expect("next"));
+        black_box(now(cx, tx.next(SeqId(1))).expect("next"));
+        black_box(now(cx, tx.next(SeqId(2))).expect("next"));
         s = tx.flush();
     }
     s
@@ -240,12 +245,14 @@ fn callgrind(iters: u64) {
         .build()
         .expect("runtime");
     let seq = loaded(&rt);
+    let waker = no_wake();
+    let mut cx = Context::from_waker(&waker);
     let mut tx = seq.start(KIND, WsId(7)).expect("start");
-    callgrind_next(&mut tx, iters);
+    callgrind_next(&mut cx, &mut tx, iters);
     let seq = tx.flush();
     rt.block_on(drain(&seq));
     // Within one chunk: the backlog's event limit is never reached.
-    let seq = callgrind_transaction(seq, iters.min(CHUNK));
+    let seq = callgrind_transaction(&mut cx, seq, iters.min(CHUNK));
     rt.block_on(drain(&seq));
     let _enter = rt.enter();
     rt.block_on(seq.shutdown()).expect("shutdown");

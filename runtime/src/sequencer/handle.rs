@@ -2,7 +2,10 @@
 //! idle) or `actualize` (`Sequencer<Actualizing>`). A call in the wrong state does not compile.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -198,14 +201,40 @@ impl<St: SeqStorage> Sequencer<InTx, St> {
 
     /// The next number of sequence `seq_id` for this transaction's workspace.
     ///
-    /// Looked up in the cache, then the transaction, then the unflushed backlog, then storage
-    /// (one read for all sequences of the kind, which warms the cache).
+    /// Looked up in the transaction (when it used the sequence already), then the cache, then
+    /// the unflushed backlog, then storage (one read for all sequences of the kind, which warms
+    /// the cache). Nothing happens until the future is polled.
+    ///
+    /// The future is small and its cached path a plain function of the issuer; the path that
+    /// reads storage is boxed (it allocates anyway), so that callers embedding this future in
+    /// their own do not carry the storage read's state along.
     #[inline]
-    pub async fn next(&mut self, seq_id: SeqId) -> Result<Number, NextError> {
-        if let Some(n) = self.inner.issuer.next_cached(seq_id)? {
-            return Ok(n);
-        }
-        self.next_uncached(seq_id).await
+    pub fn next(&mut self, seq_id: SeqId) -> impl Future<Output = Result<Number, NextError>> + '_ {
+        let mut this = Some(self);
+        let mut uncached = None;
+        std::future::poll_fn(move |cx| {
+            if let Some(this) = this.take() {
+                match this.inner.issuer.next_cached(seq_id) {
+                    Ok(Some(n)) => return Poll::Ready(Ok(n)),
+                    Err(e) => return Poll::Ready(Err(e.into())),
+                    Ok(None) => uncached = Some(this.next_uncached_boxed(seq_id)),
+                }
+            }
+            match uncached.as_mut() {
+                Some(fut) => fut.as_mut().poll(cx),
+                None => panic!("`Sequencer::next` polled after it completed"),
+            }
+        })
+    }
+
+    /// Kept out of line so that the cached path of [`next`](Self::next) stays small.
+    #[cold]
+    #[inline(never)]
+    fn next_uncached_boxed(
+        &mut self,
+        seq_id: SeqId,
+    ) -> Pin<Box<impl Future<Output = Result<Number, NextError>> + '_>> {
+        Box::pin(self.next_uncached(seq_id))
     }
 
     async fn next_uncached(&mut self, seq_id: SeqId) -> Result<Number, NextError> {
