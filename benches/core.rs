@@ -9,26 +9,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use vvm_core::*;
 
-fn store_op(out: &Effects) -> OpId {
-    out.iter()
-        .find_map(|e| match *e {
-            Effect::Insert { op, .. }
-            | Effect::CompareAndSwap { op, .. }
-            | Effect::CompareAndDelete { op, .. }
-            | Effect::Get { op, .. } => Some(op),
-            _ => None,
-        })
-        .expect("a store operation")
-}
+mod workloads;
 
-fn timer(out: &Effects) -> TimerId {
-    out.iter()
-        .find_map(|e| match *e {
-            Effect::SetTimer { timer, .. } => Some(timer),
-            _ => None,
-        })
-        .expect("a timer")
-}
+use workloads::{full_lifecycle, store_op, timer};
 
 fn renewals(c: &mut Criterion) {
     let lease = LeaseConfig::new(Duration::from_secs(20)).unwrap();
@@ -42,7 +25,7 @@ fn renewals(c: &mut Criterion) {
         },
         &mut out,
     );
-    let op = store_op(&out);
+    let op = store_op(&out).expect("a store operation");
     out.clear();
     machine.handle(
         &LeaseEvent::Reply {
@@ -52,7 +35,7 @@ fn renewals(c: &mut Criterion) {
         },
         &mut out,
     );
-    let mut next_timer = timer(&out);
+    let mut next_timer = timer(&out).expect("a timer");
     let mut revision = 1;
 
     let mut group = c.benchmark_group("leadership");
@@ -70,7 +53,7 @@ fn renewals(c: &mut Criterion) {
                 }),
                 &mut out,
             );
-            let op = store_op(&out);
+            let op = store_op(&out).expect("a store operation");
             out.clear();
             machine.handle(
                 black_box(&LeaseEvent::Reply {
@@ -80,45 +63,10 @@ fn renewals(c: &mut Criterion) {
                 }),
                 &mut out,
             );
-            next_timer = timer(&out);
+            next_timer = timer(&out).expect("a timer");
         })
     });
     group.finish();
-}
-
-/// Provide, launch, win slot 1, services up, shut down, release: 6 events.
-fn full_lifecycle(config: &VvmConfig) -> Lifecycle {
-    let mut vvm = Lifecycle::new(config, Incarnation(1));
-    let mut out = Effects::new();
-    let now = Instant::from_nanos(1);
-    vvm.handle(&VvmEvent::Launch { now }, &mut out);
-    let op = store_op(&out);
-    out.clear();
-    vvm.handle(
-        &VvmEvent::Reply {
-            now,
-            op,
-            reply: Reply::Written(Revision(1)),
-        },
-        &mut out,
-    );
-    out.clear();
-    vvm.handle(&VvmEvent::ServicesStarted { now }, &mut out);
-    out.clear();
-    vvm.handle(&VvmEvent::Shutdown { now }, &mut out);
-    out.clear();
-    vvm.handle(&VvmEvent::ServicesStopped { now }, &mut out);
-    let op = store_op(&out);
-    out.clear();
-    vvm.handle(
-        &VvmEvent::Reply {
-            now,
-            op,
-            reply: Reply::Deleted,
-        },
-        &mut out,
-    );
-    vvm
 }
 
 fn lifecycle(c: &mut Criterion) {
@@ -127,7 +75,7 @@ fn lifecycle(c: &mut Criterion) {
     group.throughput(Throughput::Elements(6));
     group.bench_function("provide→launch→lead→shutdown (6 events)", |b| {
         b.iter(|| {
-            let vvm = full_lifecycle(black_box(&config));
+            let vvm = full_lifecycle(black_box(&config)).expect("the workload's life");
             assert_eq!(vvm.phase(), Phase::Shutdown);
             vvm
         })

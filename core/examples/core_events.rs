@@ -10,22 +10,10 @@ use std::time::Duration;
 
 use vvm_core::*;
 
-fn store_op(out: &Effects) -> Option<OpId> {
-    out.iter().find_map(|e| match *e {
-        Effect::Insert { op, .. }
-        | Effect::CompareAndSwap { op, .. }
-        | Effect::CompareAndDelete { op, .. }
-        | Effect::Get { op, .. } => Some(op),
-        _ => None,
-    })
-}
+#[path = "../../benches/workloads/mod.rs"]
+mod workloads;
 
-fn timer(out: &Effects) -> Option<TimerId> {
-    out.iter().find_map(|e| match *e {
-        Effect::SetTimer { timer, .. } => Some(timer),
-        _ => None,
-    })
-}
+use workloads::{full_lifecycle, store_op, timer};
 
 /// `events / 2` renewals (timer + confirmed reply) of one lease.
 fn renewal(events: u64) -> Option<u64> {
@@ -109,39 +97,8 @@ fn running(events: u64) -> Option<u64> {
 fn lifecycle(events: u64) -> Option<u64> {
     let config = VvmConfig::builder("10.0.0.1:7000").build().ok()?;
     let mut done = 0;
-    let mut out = Effects::new();
     for _ in 0..events / 6 {
-        let mut vvm = Lifecycle::new(&config, Incarnation(1));
-        let now = Instant::from_nanos(1);
-        out.clear();
-        vvm.handle(&VvmEvent::Launch { now }, &mut out);
-        let op = store_op(&out)?;
-        out.clear();
-        vvm.handle(
-            &VvmEvent::Reply {
-                now,
-                op,
-                reply: Reply::Written(Revision(1)),
-            },
-            &mut out,
-        );
-        out.clear();
-        vvm.handle(&VvmEvent::ServicesStarted { now }, &mut out);
-        out.clear();
-        vvm.handle(&VvmEvent::Shutdown { now }, &mut out);
-        out.clear();
-        vvm.handle(&VvmEvent::ServicesStopped { now }, &mut out);
-        let op = store_op(&out)?;
-        out.clear();
-        vvm.handle(
-            &VvmEvent::Reply {
-                now,
-                op,
-                reply: Reply::Deleted,
-            },
-            &mut out,
-        );
-        done += u64::from(vvm.phase() == Phase::Shutdown);
+        done += u64::from(full_lifecycle(&config)?.phase() == Phase::Shutdown);
     }
     Some(done)
 }
