@@ -41,7 +41,16 @@ impl<S: LeaseStore + Clone> Setup<S> {
     async fn new<H: Harness<Store = S>>(harness: &H) -> Self {
         Setup {
             store: harness.store().await,
-            lease: LeaseConfig::new(harness.lease()).expect("the harness's lease is valid"),
+            lease: {
+                let lease =
+                    LeaseConfig::new(harness.lease()).expect("the harness's lease is valid");
+                match harness.store_timeout() {
+                    Some(timeout) => lease
+                        .with_store_timeout(timeout)
+                        .expect("the harness's store timeout is valid"),
+                    None => lease,
+                }
+            },
             killer: Killer::new(),
         }
     }

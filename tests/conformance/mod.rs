@@ -64,6 +64,12 @@ pub trait Harness {
     /// The lease of the elections cases: at least `vvm::LEASE_MIN`; each case lets up to
     /// about two leases pass.
     fn lease(&self) -> Duration;
+
+    /// The store-call timeout of the elections cases, when the lease's default (`L/40`) is too
+    /// short for the store on a loaded test machine; it must stay below the retry interval.
+    fn store_timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A lease value that differs for every `n`.
