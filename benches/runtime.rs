@@ -3,12 +3,20 @@
 //! renewals costs no wall time; what is measured is the work per renewal (timer firing, core
 //! transition, compare-and-swap on the store, reply, core transition, re-armed timer and killer).
 //!
+//! Graceful hand-off on the memory store, in real time: a holder shuts down while a candidate
+//! waits between rounds (rounds of 100 ms); measured from the call of `shutdown` to the
+//! candidate's services started. Once with the store's change feed, once through a wrapper that
+//! hides it (what every store did before feeds: the candidate waits for its next round).
+//!
 //! Run: `cargo bench --bench runtime`.
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use vvm::{KillerThread, RecordingKiller, Services, Vvm, VvmConfig};
+use vvm::{
+    KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Revision, Services, Slot,
+    StoreError, Vvm, VvmConfig,
+};
 use vvm_adapters::MemoryStore;
 
 const LEASE: Duration = Duration::from_secs(20);
@@ -53,5 +61,98 @@ fn renewals(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, renewals);
+/// The memory store without its change feed: candidates fall back to rounds.
+#[derive(Clone, Default)]
+struct NoFeed(MemoryStore);
+
+impl LeaseStore for NoFeed {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.insert_if_not_exists(key, value, ttl).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.compare_and_swap(key, expected, new_value, ttl).await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.0.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.0.get(key).await
+    }
+}
+
+const ROUND: Duration = Duration::from_millis(100);
+
+/// Wall time from the holder's `shutdown` to the candidate's services started.
+async fn handoff<S: LeaseStore + Clone>(store: S, pause: Duration) -> Duration {
+    let (killer, _time) = KillerThread::manual(RecordingKiller::new());
+    let config = |address: &str| {
+        VvmConfig::builder(address)
+            .lease(LEASE)
+            .round_interval(ROUND)
+            .build()
+            .expect("valid configuration")
+    };
+    let holder = Vvm::provide(config("bench:1"), store.clone(), Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.clone())
+        .launch()
+        .await;
+    let candidate = Vvm::provide(config("bench:2"), store, Services::new())
+        .expect("valid configuration")
+        .with_killer(killer)
+        .launch();
+    let candidate = tokio::spawn(candidate);
+    // Somewhere in the candidate's round.
+    tokio::time::sleep(pause).await;
+    let started = std::time::Instant::now();
+    holder.shutdown().await.expect("clean shutdown");
+    let candidate = candidate.await.expect("the candidate's task");
+    let elapsed = started.elapsed();
+    assert!(candidate.token().is_some(), "the candidate leads");
+    candidate.shutdown().await.expect("clean shutdown");
+    elapsed
+}
+
+fn handoffs(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a tokio runtime");
+    let mut group = c.benchmark_group("handoff");
+    group.sample_size(30);
+    // Pauses spread over the round, so that the fallback's wait is sampled across it.
+    let pause = |i: u64| ROUND / 10 * (1 + (i % 9) as u32) + Duration::from_millis(5);
+    group.bench_function("memory, change feed", |b| {
+        b.iter_custom(|iterations| {
+            (0..iterations)
+                .map(|i| runtime.block_on(handoff(MemoryStore::new(), pause(i))))
+                .sum()
+        })
+    });
+    group.bench_function("memory, rounds of 100 ms (no feed)", |b| {
+        b.iter_custom(|iterations| {
+            (0..iterations)
+                .map(|i| runtime.block_on(handoff(NoFeed::default(), pause(i))))
+                .sum()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, renewals, handoffs);
 criterion_main!(benches);

@@ -11,7 +11,9 @@ struct Heartbeat;
 
 impl Service for Heartbeat {
     async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
-        let token = context.token();
+        let Some(token) = context.token() else {
+            return Err(ServiceError::new("started without a valid fencing token"));
+        };
         context.ready();
         let mut shutdown = context.shutdown();
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -1,40 +1,80 @@
 #!/usr/bin/env bash
 # The one test command: installs what the tests need when it is missing, then checks formatting,
 # lints and runs every test of the workspace.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#
+# Sourcing it (`source scripts/test.sh`) only defines its functions; tests/test_script.rs does
+# that to check find_libclang against fake directory trees.
 
-# System packages the tests use. Installed only when missing and only when we can (root + apt-get);
-# tests that need a missing tool say so in one line and are skipped.
-need=()
-command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
-command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
-command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
-# libclang: the FoundationDB client crate generates its bindings at build time.
-if [ -z "${LIBCLANG_PATH:-}" ] && ! ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/*/libclang*.so* >/dev/null 2>&1; then
-  need+=(libclang-dev)
-fi
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing: ${need[*]}"
-    apt-get update -qq >/dev/null || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null || echo "could not install ${need[*]}"
-  else
-    echo "missing and not installable here: ${need[*]}"
+# Prints the libclang that bindgen (through clang-sys) would load, found under ROOT (default: /),
+# and succeeds; fails printing nothing when there is none. clang-sys loads `libclang.so`,
+# `libclang-NN.so`, `libclang.so.NN` or `libclang-NN.so.NN` from LLVM's and the multiarch library
+# folders. `libclang-cpp.so.NN` is another library (the C++ API) that bindgen cannot use: it
+# never counts. Runs in a subshell so that the glob option does not leak to the caller.
+find_libclang() (
+  root="${1:-}"
+  shopt -s nullglob
+  dirs=()
+  if [ -z "$root" ] && [ -n "${LIBCLANG_PATH:-}" ]; then
+    dirs+=("$LIBCLANG_PATH")
   fi
-fi
+  if [ -z "$root" ] && command -v llvm-config >/dev/null 2>&1; then
+    dirs+=("$(llvm-config --libdir)")
+  fi
+  dirs+=("$root"/usr/lib/llvm-*/lib "$root"/usr/lib/*-linux-gnu* "$root"/usr/lib64 \
+    "$root"/usr/lib "$root"/usr/local/lib "$root"/usr/local/llvm*/lib)
+  for dir in "${dirs[@]}"; do
+    for file in "$dir"/libclang.so "$dir"/libclang-[0-9]*.so "$dir"/libclang.so.[0-9]* \
+      "$dir"/libclang-[0-9]*.so.[0-9]*; do
+      if [ -e "$file" ]; then
+        echo "$file"
+        exit 0
+      fi
+    done
+  done
+  exit 1
+)
 
-cargo fmt --all --check
-cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+main() {
+  set -euo pipefail
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# FoundationDB: its client library cannot be installed here, so the feature (store and tests) is
-# type-checked and linted (the store, its tests and the host binary's `fdb:` URLs), together with the
-# etcd TLS feature that no other step builds; the live
-# conformance suite runs only against a cluster named by FDB_CLUSTER_FILE (with libfdb_c installed).
-cargo clippy -p vvm -p vvm-adapters --no-default-features --features vvm/cli,vvm/foundationdb,vvm-adapters/foundationdb,vvm-adapters/etcd-tls --tests --bins -- -D warnings
-if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
-  cargo test -p vvm --no-default-features --features foundationdb --test conformance_fdb
-else
-  echo "skipped the FoundationDB conformance suite: FDB_CLUSTER_FILE is not set"
+  # System packages the tests use. Installed only when missing and only when we can (root + apt-get);
+  # tests that need a missing tool say so in one line and are skipped.
+  need=()
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+  command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+  command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+  # libclang: the FoundationDB client crate generates its bindings at build time.
+  if ! find_libclang >/dev/null; then
+    need+=(libclang-dev)
+  fi
+  if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "installing: ${need[*]}"
+      apt-get update -qq >/dev/null || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null || echo "could not install ${need[*]}"
+    else
+      echo "missing and not installable here: ${need[*]}"
+    fi
+  fi
+
+  cargo fmt --all --check
+  cargo clippy --workspace --all-targets -- -D warnings
+  cargo test --workspace
+
+  # FoundationDB: its client library cannot be installed here, so the feature (store and tests) is
+  # type-checked and linted (the store, its tests and the host binary's `fdb:` URLs), together with the
+  # etcd TLS feature that no other step builds; the live
+  # conformance suite runs only against a cluster named by FDB_CLUSTER_FILE (with libfdb_c installed).
+  cargo clippy -p vvm -p vvm-adapters --no-default-features --features vvm/cli,vvm/foundationdb,vvm-adapters/foundationdb,vvm-adapters/etcd-tls --tests --bins -- -D warnings
+  if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
+    cargo test -p vvm --no-default-features --features foundationdb --test conformance_fdb
+  else
+    echo "skipped the FoundationDB conformance suite: FDB_CLUSTER_FILE is not set"
+  fi
+}
+
+# Run only when executed, not when sourced: `return` succeeds only in a sourced file.
+if ! (return 0 2>/dev/null); then
+  main "$@"
 fi

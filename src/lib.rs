@@ -9,6 +9,6 @@
 pub use vvm_core;
 pub use vvm_core::{
     ConfigError, FencingToken, Incarnation, Instant, LeaseConfig, LossReason, Phase, Problem,
-    Revision, Slot, VvmConfig, VvmConfigBuilder,
+    Revision, Slot, VvmConfig, VvmConfigBuilder, ACQUISITION_FOREVER,
 };
 pub use vvm_runtime::*;

@@ -2,6 +2,8 @@
 // Unsafe only where FoundationDB's network thread is started (`cli::store`, feature `foundationdb`).
 #![deny(unsafe_code)]
 
+use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -10,14 +12,32 @@ use clap::{Args, Parser, Subcommand};
 
 mod cli;
 
-use cli::duration::parse_duration;
+use cli::duration::{parse_acquire, parse_duration};
+
+/// The exit codes, shown at the end of the help of `vvm` and of each subcommand.
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0   clean shutdown (a signal, or the command of `run -- CMD` exited with status 0)
+  1   a problem: no slot acquired, store unreachable, leadership lost, a service or the command failed
+  2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
+  75  ended by the killer: the kill deadline passed without a confirmed renewal
+
+Every flag can also be set from the environment variable shown with it; a flag on the command
+line wins.";
 
 /// Run service work only while holding leadership of a slot in a shared store.
 #[derive(Parser, Debug)]
-#[command(name = "vvm", version, about, long_about = None)]
+#[command(
+    name = "vvm",
+    version,
+    about,
+    long_about = None,
+    arg_required_else_help = true,
+    after_help = EXIT_CODES_HELP
+)]
 struct Cli {
     /// Log level on standard error: error, warn, info, debug or trace.
-    #[arg(long, global = true, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    #[arg(long, global = true, env = "VVM_LOG_LEVEL", default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
 
     #[command(subcommand)]
@@ -26,52 +46,80 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Launch a VVM whose demo service prints its fencing token every second while it leads.
+    /// Launch a VVM that runs `CMD ARGS…` (after `--`) while it leads, or, without a command, a
+    /// demo service that prints its fencing token every second.
     /// SIGINT or SIGTERM shut it down gracefully: services, monitor, release.
+    #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Show who holds each slot: holder, incarnation, fencing revision, time left.
+    #[command(after_help = EXIT_CODES_HELP)]
     Status(StatusArgs),
     /// Start 3 `vvm run` processes on a temporary SQLite file (or a 3-member etcd cluster it starts),
     /// SIGKILL the leader, measure the
     /// failover, stop the next leader gracefully, measure the hand-off, and clean up.
+    #[command(after_help = EXIT_CODES_HELP)]
     Demo(DemoArgs),
+    /// Internal: how `vvm run -- CMD` starts its command (SIGKILL when `vvm` dies, then exec).
+    #[command(name = "__exec-guard", hide = true)]
+    ExecGuard(GuardArgs),
+}
+
+/// Arguments of the internal `vvm __exec-guard`.
+#[derive(Args, Debug, Clone)]
+pub struct GuardArgs {
+    /// The `vvm run` process whose death must end the command.
+    #[arg(long)]
+    parent: i32,
+    /// The command to become.
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
 }
 
 /// Arguments of `vvm run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Where the leases live: `memory:`, `sqlite:PATH`, `etcd:HOST:PORT[,HOST:PORT…]` or `fdb:[CLUSTER-FILE]`.
-    #[arg(long, default_value = "sqlite:vvm.sqlite")]
+    #[arg(long, env = "VVM_STORE", default_value = "sqlite:vvm.sqlite")]
     store: String,
     /// Number of slots; this VVM tries slots 1..=N.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, env = "VVM_SLOTS", default_value_t = 1)]
     slots: u32,
     /// This VVM's address, stored in the lease it holds [default: <hostname>/pid-<pid>].
-    #[arg(long)]
+    #[arg(long, env = "VVM_ADDRESS")]
     address: Option<String>,
     /// Lease duration L (renewal every L/4; the process ends 0.8·L after the last confirmed write).
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, env = "VVM_LEASE", default_value = "20s", value_parser = parse_duration)]
     lease: Duration,
-    /// How long to keep trying to acquire a slot before giving up.
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    /// How long to keep trying to acquire a slot before giving up, or `forever` for a standby
+    /// that waits as long as it runs (SIGINT or SIGTERM still stop it at once).
+    #[arg(long, env = "VVM_ACQUIRE", default_value = "120s", value_parser = parse_acquire)]
     acquire: Duration,
     /// Pause between two acquisition rounds over all slots.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "VVM_ROUND", default_value = "1s", value_parser = parse_duration)]
     round: Duration,
     /// Append `<host monotonic ns> <pid> <slot> <revision>` to this file every 20 ms while the
     /// demo service runs, so that a checker can verify that no two processes acted at once.
-    #[arg(long)]
+    #[arg(long, env = "VVM_ACTING_LOG", conflicts_with = "command")]
     acting_log: Option<PathBuf>,
+    /// Time the command has to exit after SIGTERM before its process group gets SIGKILL.
+    #[arg(long, env = "VVM_GRACE", default_value = "10s", value_parser = parse_duration)]
+    grace: Duration,
+    /// The command to run while this VVM leads, in its own process group, with `VVM_SLOT`,
+    /// `VVM_REVISION` (fencing token) and `VVM_ADDRESS` set. It gets SIGTERM on shutdown or loss
+    /// of leadership, SIGKILL after `--grace`, and SIGKILL when the kill deadline passes. Its
+    /// exit with status 0 shuts `vvm` down cleanly (exit 0); any other end is a failure (exit 1).
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
 }
 
 /// Arguments of `vvm status`.
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
     /// Where the leases live (see `vvm run --help`).
-    #[arg(long, default_value = "sqlite:vvm.sqlite")]
+    #[arg(long, env = "VVM_STORE", default_value = "sqlite:vvm.sqlite")]
     store: String,
     /// Number of slots to show.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, env = "VVM_SLOTS", default_value_t = 1)]
     slots: u32,
 }
 
@@ -88,16 +136,17 @@ pub enum DemoStore {
 #[derive(Args, Debug, Clone)]
 pub struct DemoArgs {
     /// The store the demo processes share.
-    #[arg(long, value_enum, default_value = "sqlite")]
+    #[arg(long, env = "VVM_DEMO_STORE", value_enum, default_value = "sqlite")]
     store: DemoStore,
     /// Lease duration of the demo processes (etcd needs whole seconds, at least 2).
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, env = "VVM_DEMO_LEASE", default_value = "3s", value_parser = parse_duration)]
     lease: Duration,
     /// Pause between acquisition rounds of the demo processes (the "poll").
-    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    #[arg(long, env = "VVM_DEMO_ROUND", default_value = "200ms", value_parser = parse_duration)]
     round: Duration,
 }
 
+/// Logging on standard error that never panics and never blocks the runtime (see `cli::log`).
 fn init_logging(level: &str) {
     let level = match level {
         "error" => tracing::Level::ERROR,
@@ -106,10 +155,15 @@ fn init_logging(level: &str) {
         "trace" => tracing::Level::TRACE,
         _ => tracing::Level::INFO,
     };
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .init();
+    cli::log::init(level);
+}
+
+/// `text` ending with a newline (clap's help ends without one after `after_help`).
+fn with_newline(mut text: String) -> String {
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
 }
 
 fn main() -> ExitCode {
@@ -118,8 +172,15 @@ fn main() -> ExitCode {
         Err(e) => {
             use clap::error::ErrorKind;
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                print!("{e}");
+                // Not `print!`: it panics when standard output is a closed pipe (`| head -1`).
+                let _ = write!(std::io::stdout(), "{}", with_newline(e.to_string()));
                 return ExitCode::SUCCESS;
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                // Bare `vvm`: the help, as a usage error (a script that forgot the subcommand
+                // must not read success).
+                let _ = write!(std::io::stderr(), "{}", with_newline(e.to_string()));
+                return ExitCode::from(cli::EXIT_USAGE);
             }
             // One line: the first line of clap's message, without the usage block.
             let text = e.to_string();
@@ -131,10 +192,19 @@ fn main() -> ExitCode {
             return cli::usage_error(first);
         }
     };
+    let command = match cli.command {
+        // Before anything else starts: this process is about to become the command.
+        Command::ExecGuard(args) => return cli::exec::guard(args),
+        command => command,
+    };
     init_logging(&cli.log_level);
-    match cli.command {
+    let code = match command {
         Command::Demo(args) => cli::demo::demo(args),
         Command::Run(args) => cli::block_on(cli::run::run(args)),
         Command::Status(args) => cli::block_on(cli::status::status(args)),
-    }
+        Command::ExecGuard(args) => cli::exec::guard(args),
+    };
+    // The last lines (e.g. "shut down cleanly") are still queued; wait a bounded time for them.
+    cli::log::flush();
+    code
 }

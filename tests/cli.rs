@@ -1,9 +1,15 @@
 //! The host binary's contract: one-line usage errors with exit code 2, exit 0 after a clean
-//! shutdown, a printed problem and exit 1 otherwise.
+//! shutdown, a printed problem and exit 1 otherwise; a closed standard error neither panics nor
+//! wedges it.
+
+mod cli_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use cli_support::{signal_and_wait, temp_dir};
+use rustix::process::Signal;
 
 fn vvm(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vvm"))
@@ -11,16 +17,6 @@ fn vvm(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("the vvm binary runs")
-}
-
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir = std::env::temp_dir().join(format!("vvm-cli-{name}-{}-{stamp}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 // covers: Cli.Errors
@@ -102,7 +98,7 @@ fn leading_child(store: &str, address: &str) -> Child {
 // covers: Cli.Errors
 #[test]
 fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
-    let dir = temp_dir("term");
+    let dir = temp_dir("vvm-cli-term");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let mut child = leading_child(&store, "cli-a");
 
@@ -110,16 +106,7 @@ fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
     let table = String::from_utf8_lossy(&status.stdout);
     assert!(table.contains("cli-a"), "{table}");
 
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let code = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status.code();
-        }
-        assert!(Instant::now() < deadline, "no exit within 10 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let code = signal_and_wait(&mut child, Signal::TERM, Duration::from_secs(10));
     assert_eq!(code, Some(0));
 
     let status = vvm(&["status", "--store", &store]);
@@ -134,7 +121,7 @@ fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
 // covers: Cli.Errors
 #[test]
 fn a_failed_acquisition_is_printed_and_exits_1() {
-    let dir = temp_dir("busy");
+    let dir = temp_dir("vvm-cli-busy");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let mut holder = leading_child(&store, "holder");
 
@@ -158,4 +145,77 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
     holder.kill().unwrap();
     holder.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.BrokenStderr
+/// Issue 11, finding 4: `vvm run … 2>&1 >/dev/null | head -2`, then SIGINT. The reader of
+/// standard error goes away after two lines; every later log line meets a closed pipe. The
+/// process must neither panic nor wedge: it shuts down on SIGINT with the clean exit code.
+#[test]
+fn a_closed_stderr_neither_panics_nor_wedges_vvm_run() {
+    const RUNS: usize = 3;
+    for run in 0..RUNS {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args(["--log-level", "debug", "run", "--store", "memory:"])
+            .args(["--lease", "2s", "--address", "cli-stderr"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        for _ in 0..2 {
+            lines.next().expect("a log line").expect("readable");
+        }
+        // `head -2` exits: the pipe's only reader is gone.
+        drop(lines);
+        // Let the launch go on logging into the closed pipe for a while.
+        std::thread::sleep(Duration::from_millis(300));
+        let code = signal_and_wait(&mut child, Signal::INT, Duration::from_secs(10));
+        assert_eq!(code, Some(0), "run {run}: exit code after SIGINT");
+    }
+}
+
+// covers: Cli.BrokenStderr
+/// The other half of finding 4: standard error is a pipe that is full before `vvm run` starts
+/// and that nobody reads (a stalled log collector). Log lines must be dropped, not waited for:
+/// the VVM leads, and SIGINT ends it cleanly within the bounded wait for the last lines.
+#[test]
+fn a_stalled_stderr_does_not_block_vvm_run() {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+
+    let (reader, writer) = rustix::pipe::pipe().unwrap();
+    let flags = fcntl_getfl(&writer).unwrap();
+    fcntl_setfl(&writer, flags | OFlags::NONBLOCK).unwrap();
+    while rustix::io::write(&writer, &[b'x'; 4096]).is_ok() {}
+    fcntl_setfl(&writer, flags).unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "debug", "run", "--store", "memory:"])
+        .args(["--lease", "2s", "--address", "cli-stalled"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(writer))
+        .spawn()
+        .unwrap();
+    // Read on a thread: a binary blocked on its log writer never prints, and must not hang
+    // the test.
+    let stdout = child.stdout.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let first = BufReader::new(stdout).lines().next();
+        let _ = sender.send(first);
+    });
+    let first = match receiver.recv_timeout(Duration::from_secs(10)) {
+        Ok(first) => first.expect("a line").expect("readable"),
+        Err(_) => {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("vvm run did not lead within 10 s: blocked on its standard error");
+        }
+    };
+    assert!(first.starts_with("leading slot=1 "), "{first}");
+    let code = signal_and_wait(&mut child, Signal::INT, Duration::from_secs(5));
+    assert_eq!(code, Some(0));
+    drop(reader);
 }

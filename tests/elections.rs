@@ -173,8 +173,8 @@ async fn transient_store_errors_are_recovered_within_the_retry_budget() {
     let elections = start(&store, &killer);
     let first = elections.acquire(SLOT).await.unwrap();
 
-    // The first renewal fails outright, its first retry hangs past the call timeout (and the
-    // read-back fails too); the second retry succeeds.
+    // The first renewal fails outright, its first retry (after L/20) hangs past the call
+    // timeout (and the read-back hangs too); the second retry (after L/10) succeeds.
     store.inject(
         SLOT,
         Injection::new(Fault::Fail).on(Op::CompareAndSwap).times(1),
@@ -182,7 +182,7 @@ async fn transient_store_errors_are_recovered_within_the_retry_budget() {
     pass(lease().renew_interval() + EPSILON).await;
     store.inject(SLOT, Injection::new(Fault::Hang).times(2));
     pass(lease().retry_interval() + lease().store_timeout() * 2 + EPSILON).await;
-    pass(lease().retry_interval()).await;
+    pass(lease().retry_backoff(2)).await;
 
     assert_eq!(store.calls(SLOT, Op::CompareAndSwap), 3);
     assert!(held_revision(&elections) > first.revision.0);
@@ -192,28 +192,41 @@ async fn transient_store_errors_are_recovered_within_the_retry_budget() {
     );
 }
 
-// covers: Rt.Elections
+// covers: Rt.Elections, Lease.RetryUntilDeadline
 #[tokio::test(start_paused = true)]
-async fn persistent_store_errors_lose_leadership_after_the_retry_budget() {
+async fn persistent_store_errors_lose_leadership_once_the_deadline_cannot_be_met() {
     let (store, killer) = (MemoryStore::new(), TestKiller::new());
     let elections = start(&store, &killer);
     elections.acquire(SLOT).await.unwrap();
 
+    // Attempts at 5 s, then after 1 s, 2 s and 4 s: 6, 8 and 12 s. A retry at 16 s could not be
+    // answered before the deadline (16 s), so the failure at 12 s is the loss.
     store.inject(SLOT, Injection::new(Fault::Fail).on(Op::CompareAndSwap));
-    pass(lease().renew_interval() + lease().retry_interval() * 2 + EPSILON).await;
+    let backoffs = lease().retry_backoff(1) + lease().retry_backoff(2) + lease().retry_backoff(3);
+    pass(lease().renew_interval() + backoffs - EPSILON).await;
+    assert!(
+        matches!(elections.tenure(), Tenure::Held(_)),
+        "still retrying"
+    );
+    pass(EPSILON * 2).await;
 
     let lost = Tenure::Lost {
         slot: SLOT,
         reason: LossReason::RenewalFailed,
     };
     assert_eq!(elections.tenure(), lost);
-    assert_eq!(store.calls(SLOT, Op::CompareAndSwap), 3);
-    // Giving up deletes our own record so that another VVM need not wait for it to expire.
-    assert_eq!(store.record(SLOT).unwrap(), None);
+    assert_eq!(store.calls(SLOT, Op::CompareAndSwap), 4);
+    // A loss never deletes: the record is left to expire, since work started under it may
+    // still run until the kill deadline.
+    assert_eq!(store.calls(SLOT, Op::CompareAndDelete), 0);
+    assert_eq!(
+        store.record(SLOT).unwrap().unwrap().value,
+        *elections.value()
+    );
     pass(lease().renew_interval() * 2).await;
     assert_eq!(
         store.calls(SLOT, Op::CompareAndSwap),
-        3,
+        4,
         "no renewal after the loss"
     );
 }
@@ -251,8 +264,10 @@ async fn a_renewal_with_unknown_outcome_that_committed_counts_once_read_back() {
         .times(1);
     store.inject(SLOT, injection);
     pass(lease().renew_interval() + EPSILON).await;
-
     assert_eq!(store.calls(SLOT, Op::Get), 1);
+    // Read back as committed: nothing is confirmed; the retry after L/20 swaps from it.
+    pass(lease().retry_interval()).await;
+
     let stored = store.record(SLOT).unwrap().unwrap();
     assert_eq!(held_revision(&elections), stored.revision.0);
     assert!(stored.revision > first.revision);

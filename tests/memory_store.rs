@@ -151,3 +151,80 @@ async fn helpers_change_records_underneath() {
         Err(StoreError::Corrupt { slot: 3, .. })
     ));
 }
+
+/// Whether `change` resolves within `within` (tokio's clock; paused in these tests).
+async fn resolves(change: vvm::SlotChange, within: Duration) -> bool {
+    tokio::time::timeout(within, change).await.is_ok()
+}
+
+// covers: St.ChangeFeed
+#[tokio::test(start_paused = true)]
+async fn the_change_feed_wakes_on_insert_swap_delete_and_expiry_and_not_on_other_slots() {
+    let store = MemoryStore::new();
+    let (a, b) = (value("a"), value("b"));
+    let wait = Duration::from_millis(10);
+
+    // Nothing happens: no wake-up.
+    assert!(!resolves(store.changed(&[Slot(1)]), wait).await);
+
+    // Insert.
+    let change = store.changed(&[Slot(1)]);
+    let revision = store
+        .insert_if_not_exists(Slot(1), &a, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(resolves(change, wait).await);
+
+    // A write of another slot does not wake a waiter of slot 1, but does one of both.
+    let one = store.changed(&[Slot(1)]);
+    let both = store.changed(&[Slot(1), Slot(2)]);
+    store.insert_if_not_exists(Slot(2), &b, TTL).await.unwrap();
+    assert!(!resolves(one, wait).await);
+    assert!(resolves(both, wait).await);
+
+    // Compare-and-swap (a renewal).
+    let change = store.changed(&[Slot(1)]);
+    let held = Lease {
+        value: a.clone(),
+        revision,
+    };
+    let revision = store
+        .compare_and_swap(Slot(1), &held, &a, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(resolves(change, wait).await);
+
+    // A refused write changes nothing and wakes nobody.
+    let change = store.changed(&[Slot(1)]);
+    assert_eq!(store.insert_if_not_exists(Slot(1), &b, TTL).await, Ok(None));
+    assert!(!resolves(change, wait).await);
+
+    // Compare-and-delete (a release).
+    let change = store.changed(&[Slot(1)]);
+    let held = Lease { value: a, revision };
+    assert_eq!(store.compare_and_delete(Slot(1), &held).await, Ok(true));
+    assert!(resolves(change, wait).await);
+
+    // Expiry: nothing is told at the instant itself (the waiter's own timer covers that), but
+    // the first operation that finds the record expired removes it and wakes the waiter.
+    let change = store.changed(&[Slot(2)]);
+    tokio::time::advance(TTL).await;
+    assert_eq!(store.get(Slot(2)).await, Ok(None));
+    assert!(resolves(change, wait).await);
+}
+
+// covers: St.ChangeFeed
+#[tokio::test(start_paused = true)]
+async fn the_change_feed_sees_a_change_made_before_its_first_poll() {
+    let store = MemoryStore::new();
+    let change = store.changed(&[Slot(3)]);
+    // Written after the call but before the future is polled at all.
+    store.set(Slot(3), &value("a"), TTL).unwrap();
+    assert!(resolves(change, Duration::from_millis(1)).await);
+    // The helpers that change records underneath wake waiters too.
+    let change = store.changed(&[Slot(3)]);
+    assert!(store.delete(Slot(3)));
+    assert!(resolves(change, Duration::from_millis(1)).await);
+}

@@ -59,6 +59,10 @@ struct Budget {
     shutdowns: u8,
     /// Process pauses.
     pauses: u8,
+    /// Cut-offs: for [`CUT_NS`] every write of one process is applied but its answer lost (it
+    /// hears `Unknown`) while its reads are answered, as when a holder's writes commit but time
+    /// out.
+    cutoffs: u8,
 }
 
 /// The full adversary.
@@ -67,6 +71,7 @@ const FULL: Budget = Budget {
     crashes: 1,
     shutdowns: 1,
     pauses: 1,
+    cutoffs: 1,
 };
 
 /// A smaller adversary, for checking liveness over every run.
@@ -75,6 +80,7 @@ const SMALL: Budget = Budget {
     crashes: 1,
     shutdowns: 0,
     pauses: 1,
+    cutoffs: 0,
 };
 /// Liveness: faults only before this instant.
 const FAULTS_UNTIL_NS: u64 = 6 * SECOND_NS;
@@ -120,6 +126,13 @@ struct Proc {
     killer: Option<u64>,
     /// Paused (handles nothing, fires no timer) until this true instant.
     paused_until_ns: Option<u64>,
+    /// The token the services act with: from `StartServices` until `ServicesStopped` reached
+    /// the machine (renewals while they run move it forward). This, not the machine's holding
+    /// state, is what "acting" means.
+    services: Option<FencingToken>,
+    /// `StopServices` was executed and the services have not reported stopped yet: they stop
+    /// whenever the adversary lets them ([`Action::ServicesStop`]).
+    stopping: bool,
     /// Shutdown-order bookkeeping of this incarnation.
     stop_services: bool,
     services_stopped: bool,
@@ -145,6 +158,9 @@ struct World {
     crashes: u8,
     shutdowns: u8,
     pauses: u8,
+    cutoffs: u8,
+    /// Until when each process is cut off (its writes applied, their answers lost).
+    cut_until_ns: [Option<u64>; PROCESSES],
     /// Highest revision any acting leader used, per slot.
     highest: [u64; SLOTS],
     /// Slots that changed hands (a new incarnation acted on a slot someone else acted on).
@@ -178,6 +194,10 @@ const FAULTS: [Fault; 5] = [
     Fault::SlowAnswer,
 ];
 
+/// How long a cut-off lasts: long enough for a holder to give up renewing (about `0.6·L` after
+/// its last confirmed write), short enough for the store to answer again before its deadline.
+const CUT_NS: u64 = LEASE_NS * 13 / 20;
+
 /// Pause lengths: inside the margin, just past the kill threshold, longer than the lease.
 const PAUSES_NS: [u64; 3] = [LEASE_NS / 2, LEASE_NS * 17 / 20, LEASE_NS * 3 / 2];
 
@@ -194,6 +214,11 @@ enum Action {
     Crash(usize),
     Shutdown(usize),
     Pause(usize, u64),
+    /// Process `p` is cut off for [`CUT_NS`]: its writes are applied, their answers lost.
+    CutOff(usize),
+    /// The services of process `p`, asked to stop, have stopped; their report reaches the
+    /// machine. Any time after the stop was asked (services may take long), unless `p` is paused.
+    ServicesStop(usize),
 }
 
 struct LeaseModel {
@@ -216,10 +241,17 @@ fn incarnation(p: usize, generation: u8) -> Incarnation {
 
 impl LeaseModel {
     fn new(mode: Mode, budget: Budget) -> Self {
+        // Rounds of `L/2` keep the general checks small; the cut-off check needs contenders
+        // that try often enough to land inside a holder's last margin.
+        let round_interval = if budget.cutoffs > 0 && budget.faults == 0 {
+            LEASE / 10
+        } else {
+            LEASE / 2
+        };
         let config = VvmConfig::builder("10.0.0.1:7000")
             .slots(SLOTS as u32)
             .lease(LEASE)
-            .round_interval(LEASE / 2)
+            .round_interval(round_interval)
             .acquisition(Duration::from_secs(600))
             .build()
             .expect("valid");
@@ -244,6 +276,8 @@ impl LeaseModel {
             timers: [None; 2],
             killer: None,
             paused_until_ns: None,
+            services: None,
+            stopping: false,
             stop_services: false,
             services_stopped: false,
             monitor_stopped: false,
@@ -304,12 +338,26 @@ impl LeaseModel {
                         proc.timers[timer.kind as usize] = Some((timer, at.as_nanos()))
                     }
                     Effect::ArmKiller { at } => proc.killer = Some(at.as_nanos()),
-                    Effect::StartServices { .. } => {
+                    Effect::DisarmKiller => {
+                        world.order_broken |= proc.services.is_some();
+                        proc.killer = None;
+                    }
+                    Effect::StartServices { token } => {
+                        proc.services = Some(token);
                         queue.insert(0, VvmEvent::ServicesStarted { now })
+                    }
+                    Effect::Renewed { token } => {
+                        if let Some(services) = proc.services.as_mut() {
+                            *services = token;
+                        }
                     }
                     Effect::StopServices => {
                         proc.stop_services = true;
-                        queue.insert(0, VvmEvent::ServicesStopped { now });
+                        if proc.services.is_some() {
+                            proc.stopping = true;
+                        } else {
+                            queue.insert(0, VvmEvent::ServicesStopped { now, clean: true });
+                        }
                     }
                     Effect::MonitorStopped => {
                         world.order_broken |= proc.stop_services && !proc.services_stopped;
@@ -401,13 +449,20 @@ impl LeaseModel {
         self.handle(world, p, |now| VvmEvent::Reply { now, op, reply });
     }
 
-    /// Acting leaders: holding a slot, before the kill deadline.
+    /// Acting leaders: processes whose services were started and have not all stopped. A
+    /// process killed at its deadline restarts without services, so its killer ends acting too.
     fn acting(world: &World) -> impl Iterator<Item = (usize, FencingToken)> + '_ {
-        world.procs.iter().enumerate().filter_map(|(p, proc)| {
-            let token = proc.machine.token()?;
-            let deadline = proc.killer?;
-            (local(p, world.now_ns) < deadline).then_some((p, token))
-        })
+        world
+            .procs
+            .iter()
+            .enumerate()
+            .filter_map(|(p, proc)| Some((p, proc.services?)))
+    }
+
+    /// Processes whose services may report stopped now.
+    fn may_stop(world: &World, p: usize) -> bool {
+        let proc = &world.procs[p];
+        proc.stopping && proc.paused_until_ns.is_none()
     }
 
     /// The next instant after now at which something is due.
@@ -422,7 +477,9 @@ impl LeaseModel {
                 .chain(proc.paused_until_ns)
         });
         let expiries = world.store.iter().flatten().map(|r| r.expires_ns);
+        let cuts = world.cut_until_ns.iter().flatten().copied();
         due.chain(expiries)
+            .chain(cuts)
             .chain([FAULTS_UNTIL_NS])
             .filter(|&at| at > now_ns)
             .min()
@@ -468,6 +525,8 @@ impl Model for LeaseModel {
             crashes: 0,
             shutdowns: 0,
             pauses: 0,
+            cutoffs: 0,
+            cut_until_ns: [None; PROCESSES],
             highest: [0; SLOTS],
             handovers: 0,
             last_actor: [None; SLOTS],
@@ -482,7 +541,17 @@ impl Model for LeaseModel {
 
     fn actions(&self, world: &World, actions: &mut Vec<Action>) {
         let adversary = self.faults_allowed(world);
+        if !adversary {
+            // Fair and prompt: services asked to stop stop before anything else happens.
+            if let Some(p) = (0..PROCESSES).find(|&p| Self::may_stop(world, p)) {
+                actions.push(Action::ServicesStop(p));
+                return;
+            }
+        }
         for p in 0..PROCESSES {
+            if adversary && Self::may_stop(world, p) {
+                actions.push(Action::ServicesStop(p));
+            }
             let Some(i) = Self::oldest(world, p) else {
                 continue;
             };
@@ -527,6 +596,9 @@ impl Model for LeaseModel {
             if self.mode == Mode::Safety && world.shutdowns < self.budget.shutdowns {
                 actions.push(Action::Shutdown(p));
             }
+            if self.mode == Mode::Safety && world.cutoffs < self.budget.cutoffs {
+                actions.push(Action::CutOff(p));
+            }
             if world.pauses < self.budget.pauses && world.procs[p].paused_until_ns.is_none() {
                 actions.extend(PAUSES_NS.iter().map(|&d| Action::Pause(p, d)));
             }
@@ -546,6 +618,9 @@ impl Model for LeaseModel {
                         ..
                     } => {
                         let (op, reply) = Self::apply(&mut world, p, generation, &effect);
+                        let cut = world.cut_until_ns[p].is_some_and(|u| world.now_ns < u)
+                            && !matches!(effect, Effect::Get { .. });
+                        let reply = if cut { Reply::Unknown } else { reply };
                         if !answered {
                             self.answer(&mut world, p, generation, op, reply);
                         }
@@ -633,9 +708,25 @@ impl Model for LeaseModel {
                 world.shutdowns += 1;
                 self.handle(&mut world, p, |now| VvmEvent::Shutdown { now });
             }
+            Action::CutOff(p) => {
+                world.cutoffs += 1;
+                world.cut_until_ns[p] = Some(world.now_ns + CUT_NS);
+            }
             Action::Pause(p, duration_ns) => {
                 world.pauses += 1;
                 world.procs[p].paused_until_ns = Some(world.now_ns + duration_ns);
+            }
+            Action::ServicesStop(p) => {
+                if !Self::may_stop(&world, p) {
+                    return None;
+                }
+                let proc = &mut world.procs[p];
+                proc.stopping = false;
+                proc.services = None;
+                self.handle(&mut world, p, |now| VvmEvent::ServicesStopped {
+                    now,
+                    clean: true,
+                });
             }
         }
         Self::observe(&mut world);
@@ -782,7 +873,10 @@ fn env_usize(name: &str) -> Option<usize> {
 #[test]
 fn safety_every_run_to_a_depth() {
     let depth = env_usize("VVM_MODEL_DEPTH").unwrap_or(SAFETY_DEPTH);
-    check(Mode::Safety, FULL, Search::Exhaustive(Some(depth)));
+    // A cut-off needs dozens of steps to matter; within the depth bound it only multiplies the
+    // runs. `safety_of_a_cut_off_holder_every_run` explores it to the horizon instead.
+    let budget = Budget { cutoffs: 0, ..FULL };
+    check(Mode::Safety, budget, Search::Exhaustive(Some(depth)));
 }
 
 /// Depth of the exhaustive safety check: every run of this many steps is explored.
@@ -795,6 +889,26 @@ const SAFETY_DEPTH: usize = 7;
 fn safety_random_long_runs() {
     let states = env_usize("VVM_MODEL_STATES").unwrap_or(SAFETY_RANDOM_STATES);
     check(Mode::Safety, FULL, Search::Random { depth: 400, states });
+}
+
+/// The adversary of the cut-off check: one holder's answers lost for [`CUT_NS`], its services
+/// as slow to stop as the scheduler likes; nothing else.
+const CUT: Budget = Budget {
+    faults: 0,
+    crashes: 0,
+    shutdowns: 0,
+    pauses: 0,
+    cutoffs: 1,
+};
+
+// covers: Verify.Safety, VVM.LossKeepsRecord, Lease.RetryUntilDeadline
+/// A holder whose writes commit but whose answers are all lost gives up renewing while its
+/// services may still run: every run to the horizon, every moment of the cut-off and of the
+/// services' stop. Acting is judged by what runs, so a record deleted on the loss path (a
+/// successor starting beside services that have not stopped) is a violation here.
+#[test]
+fn safety_of_a_cut_off_holder_every_run() {
+    check(Mode::Safety, CUT, Search::Exhaustive(None));
 }
 
 /// States visited by the random safety check.

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use sequencer_support::*;
 use vvm_adapters::seq_memory::{MemorySeqStorage, SeqFault, SeqOp};
-use vvm_core::sequencer::{Number, PLogOffset};
-use vvm_runtime::sequencer::{NextError, SeqStorageError, Sequencer};
+use vvm_core::sequencer::{Number, PLogOffset, Phase};
+use vvm_runtime::sequencer::{
+    ActualizeError, NextError, SeqStorageError, Sequencer, ShutdownError,
+};
 
 // covers: Seq.Timeouts
 #[tokio::test]
@@ -41,7 +43,13 @@ async fn shutdown_returns_in_bounded_time_when_storage_hangs_forever() {
     tokio::time::sleep(Duration::from_millis(20)).await; // the flusher is now stuck in a write
     let started = Instant::now();
     let err = seq.shutdown().await.unwrap_err();
-    assert_eq!((err.unflushed_keys, err.unflushed_events), (1, 1));
+    assert_eq!(
+        err,
+        ShutdownError::Unflushed {
+            unflushed_keys: 1,
+            unflushed_events: 1
+        }
+    );
     let took = started.elapsed();
     assert!(
         took < Duration::from_millis(1_000),
@@ -56,8 +64,63 @@ async fn shutdown_returns_in_bounded_time_when_storage_hangs_forever() {
     )
     .unwrap();
     let started = Instant::now();
-    seq.shutdown().await.unwrap();
+    let err = seq.shutdown().await.unwrap_err();
+    assert!(matches!(err, ShutdownError::NotActualized { .. }), "{err}");
     assert!(started.elapsed() < Duration::from_millis(1_000));
+}
+
+// covers: Seq.ShutdownHonest
+#[tokio::test]
+async fn shutdown_during_an_unfinished_or_failed_actualization_says_not_actualized() {
+    let storage = MemorySeqStorage::default();
+    storage.append_event(PLogOffset(1), &[sv(1, A, 3)]).unwrap();
+    storage.inject(SeqOp::Replay, SeqFault::Hang, None);
+    let seq = Sequencer::new(
+        params(1, 1).build().unwrap(),
+        storage.clone(),
+        fast_config(),
+    )
+    .unwrap();
+    let err = seq
+        .shutdown()
+        .await
+        .expect_err("shutdown while the replay hangs must not say Ok");
+    assert!(
+        matches!(
+            err,
+            ShutdownError::NotActualized {
+                phase: Phase::Loading | Phase::Replaying(_),
+                cause: None
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(storage.stored_next_plog_offset(), PLogOffset(1));
+
+    storage.inject(SeqOp::Replay, SeqFault::Fail, None);
+    let seq = ready(params(1, 1).build().unwrap(), &storage).await;
+    let err = seq
+        .shutdown()
+        .await
+        .expect_err("shutdown after the actualization gave up must not say Ok");
+    assert!(
+        matches!(
+            err,
+            ShutdownError::NotActualized {
+                phase: Phase::Failed,
+                cause: Some(ActualizeError::Storage(SeqStorageError::Failed { .. }))
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(storage.stored_next_plog_offset(), PLogOffset(1));
+}
+
+fn sv(ws: u64, seq: vvm_core::sequencer::SeqId, n: u64) -> vvm_core::sequencer::SeqValue {
+    vvm_core::sequencer::SeqValue {
+        key: key(ws, seq),
+        value: Number(n),
+    }
 }
 
 // covers: Seq.Shutdown

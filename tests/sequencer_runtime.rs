@@ -134,6 +134,23 @@ async fn numbers_come_from_cache_then_transaction_then_backlog_then_storage() {
     tx.seq.shutdown().await.unwrap_err();
 }
 
+// covers: Seq.SourceOrder
+#[tokio::test]
+async fn a_workspace_missing_from_the_cache_costs_one_storage_read_zeros_included() {
+    let storage = MemorySeqStorage::default();
+    let p = params(1, 1).sequence(KIND, SeqId(3), Number(1));
+    let seq = ready(p.build().unwrap(), &storage).await;
+    let mut tx = Tx::begin(seq, 1).await;
+    for s in [A, B, SeqId(3)] {
+        assert_eq!(tx.next(1, s).await, Number(1), "{s:?}: nothing stored");
+    }
+    assert_eq!(
+        storage.calls(SeqOp::ReadNumbers),
+        1,
+        "one read for the workspace's three sequences"
+    );
+}
+
 // covers: Seq.CacheOne
 #[tokio::test]
 async fn a_cache_of_one_key_still_hands_out_every_number_once() {

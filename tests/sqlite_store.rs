@@ -1,7 +1,7 @@
 //! What the SQLite store promises beyond the conformance suite: several connections on one
 //! file stay atomic, files that are not ours are refused untouched, reboots expire records and
-//! keep revisions increasing, corrupt records are reported and kept, and a held lock fails a
-//! call cleanly after a bounded wait.
+//! keep revisions increasing, corrupt records are reported and kept, a held lock fails a
+//! call cleanly after a bounded wait, and a file belongs to one machine.
 
 mod conformance;
 
@@ -60,6 +60,18 @@ fn open_with(path: &Path, clock: &ManualClock) -> SqliteStore {
         .clock(clock.clone())
         .open(path)
         .expect("the store opens")
+}
+
+/// Opens `path` as machine `machine_id` in its own boot.
+fn open_as(
+    path: &Path,
+    machine_id: &str,
+    clock: &ManualClock,
+) -> Result<SqliteStore, SqliteStoreError> {
+    SqliteStore::builder()
+        .clock(clock.clone())
+        .machine_id(machine_id)
+        .open(path)
 }
 
 fn raw(path: &Path) -> rusqlite::Connection {
@@ -459,4 +471,260 @@ async fn time_left_follows_the_store_clock() {
     );
     clock.advance(Duration::from_secs(6));
     assert_eq!(store.time_left(SLOT).await, Ok(None));
+}
+
+/// The bytes of a database file and of its write-ahead log, if any.
+fn file_and_log(path: &Path) -> (Vec<u8>, Option<Vec<u8>>) {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    (std::fs::read(path).unwrap(), std::fs::read(wal).ok())
+}
+
+fn assert_other_machine(refused: &SqliteStoreError, found: &str, ours: &str) {
+    assert!(
+        matches!(refused, SqliteStoreError::OtherMachine { found: f, ours: o, .. }
+            if f == found && o == ours),
+        "{refused}"
+    );
+    let message = refused.to_string();
+    for needle in ["single-host", "etcd", "FoundationDB", "left unchanged"] {
+        assert!(
+            message.contains(needle),
+            "{needle:?} missing from: {message}"
+        );
+    }
+}
+
+// covers: Sq.OneMachine
+/// Issue 11, finding 3: on one file, machine B (its own boot id) took the slot machine A held —
+/// A's record looked like one of an earlier boot. Now B's open is refused, changing nothing,
+/// and A keeps its lease.
+#[tokio::test]
+async fn a_file_in_use_by_another_machine_is_refused_and_left_unchanged() {
+    let dir = ScratchDir::new("vvm-sqlite-machines");
+    let path = dir.file("leases.sqlite");
+    let a = open_as(&path, "machine-a", &ManualClock::new("boot-of-a")).unwrap();
+    let won = a
+        .insert_if_not_exists(SLOT, &value(1), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("machine A wins the free slot");
+    let before = file_and_log(&path);
+
+    let refused = open_as(&path, "machine-b", &ManualClock::new("boot-of-b")).unwrap_err();
+    assert_other_machine(&refused, "machine-a", "machine-b");
+    assert!(
+        file_and_log(&path) == before,
+        "the refused open changed the file"
+    );
+    let held = a.get(SLOT).await.unwrap().expect("A still holds the slot");
+    assert_eq!(held.revision, won);
+}
+
+// covers: Sq.OneMachine
+#[test]
+fn a_closed_file_of_another_machine_is_refused_and_left_unchanged() {
+    let dir = ScratchDir::new("vvm-sqlite-machines-closed");
+    let path = dir.file("leases.sqlite");
+    drop(open_as(&path, "machine-a", &ManualClock::new("boot-of-a")).unwrap());
+    let before = std::fs::read(&path).unwrap();
+
+    let refused = open_as(&path, "machine-b", &ManualClock::new("boot-of-b")).unwrap_err();
+    assert_other_machine(&refused, "machine-a", "machine-b");
+    assert_unchanged(&path, &before);
+    // The machine it belongs to still opens it, also after a reboot.
+    drop(open_as(&path, "machine-a", &ManualClock::new("boot-of-a-again")).unwrap());
+}
+
+// covers: Sq.OneMachine, Sq.BootClock
+#[tokio::test]
+async fn a_reboot_of_the_same_machine_still_expires_its_records() {
+    let dir = ScratchDir::new("vvm-sqlite-machine-reboot");
+    let path = dir.file("leases.sqlite");
+    let before = open_as(&path, "machine-a", &ManualClock::new("boot-1")).unwrap();
+    let old = before
+        .insert_if_not_exists(SLOT, &value(1), LONG_TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(before);
+    let after = open_as(&path, "machine-a", &ManualClock::new("boot-2")).unwrap();
+    assert_eq!(after.get(SLOT).await.unwrap(), None);
+    let new = after
+        .insert_if_not_exists(SLOT, &value(2), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("the slot is free after a reboot");
+    assert!(new > old);
+}
+
+/// Version 1 of the schema, as earlier builds created it (no machine id).
+const SCHEMA_V1: &str = "
+CREATE TABLE vvm_store (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL
+) STRICT;
+CREATE TABLE vvm_leases (
+    slot INTEGER PRIMARY KEY,
+    value BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    expires_ns INTEGER NOT NULL
+) STRICT;
+INSERT INTO vvm_store (id, revision, boot_id) VALUES (0, 7, 'boot-a');
+";
+
+// covers: Sq.OneMachine, Sq.Identity
+/// A file of schema version 1 is migrated in place: its live records stay live, and the first
+/// machine that opens it claims it.
+#[tokio::test]
+async fn a_version_1_file_is_migrated_and_claimed_by_its_first_opener() {
+    let dir = ScratchDir::new("vvm-sqlite-v1");
+    let path = dir.file("leases.sqlite");
+    {
+        let conn = raw(&path);
+        conn.execute_batch(SCHEMA_V1).unwrap();
+        conn.execute(
+            "INSERT INTO vvm_leases VALUES (?1, ?2, 7, 'boot-a', ?3)",
+            (i64::from(SLOT.0), value(1).encode().into_bytes(), i64::MAX),
+        )
+        .unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+    }
+
+    let store = open_as(&path, "machine-a", &ManualClock::new("boot-a")).unwrap();
+    let lease = store
+        .get(SLOT)
+        .await
+        .unwrap()
+        .expect("the v1 record is live");
+    assert_eq!((lease.value, lease.revision), (value(1), Revision(7)));
+    let next = store
+        .insert_if_not_exists(Slot(6), &value(2), LONG_TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next, Revision(8), "same boot: the counter goes on");
+    drop(store);
+
+    let conn = raw(&path);
+    let user_version: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    let machine: String = conn
+        .query_row("SELECT machine_id FROM vvm_store", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        (user_version, machine.as_str()),
+        (SCHEMA_VERSION, "machine-a")
+    );
+    drop(conn);
+    let refused = open_as(&path, "machine-b", &ManualClock::new("boot-b")).unwrap_err();
+    assert_other_machine(&refused, "machine-a", "machine-b");
+}
+
+// covers: Sq.OneMachine
+#[test]
+fn a_bad_machine_id_is_a_clear_error() {
+    let dir = ScratchDir::new("vvm-sqlite-bad-machine");
+    let path = dir.file("leases.sqlite");
+    let error = open_as(&path, "two words", &ManualClock::new("boot-a")).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            SqliteStoreError::Clock(ClockError::MachineIdMalformed { .. })
+        ),
+        "{error}"
+    );
+    assert!(!path.exists(), "a refused option creates no file");
+}
+
+/// Whether `change` resolves within `within`. Real time: the feed polls the file.
+async fn resolves(change: vvm::SlotChange, within: Duration) -> bool {
+    tokio::time::timeout(within, change).await.is_ok()
+}
+
+// covers: St.ChangeFeed
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_feed_sees_writes_of_another_connection_and_its_own() {
+    // Generous: the feed looks every 5 ms, a loaded machine may delay that a lot.
+    let wake = Duration::from_secs(5);
+    let quiet = Duration::from_millis(200);
+    let dir = ScratchDir::new("vvm-sqlite-feed");
+    let path = dir.file("leases.sqlite");
+    let clock = ManualClock::new("feed-boot");
+    let waiter = open_with(&path, &clock);
+    let writer = open_with(&path, &clock);
+    let (a, b) = (value(1), value(2));
+    let ttl = Duration::from_secs(10);
+
+    // Nothing happens: no wake-up.
+    assert!(!resolves(waiter.changed(&[SLOT]), quiet).await);
+
+    // Insert by the other connection.
+    let change = waiter.changed(&[SLOT]);
+    let revision = writer
+        .insert_if_not_exists(SLOT, &a, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(resolves(change, wake).await);
+
+    // Another slot changes: a waiter of SLOT sleeps on, one of both wakes.
+    let one = waiter.changed(&[SLOT]);
+    let both = waiter.changed(&[SLOT, Slot(6)]);
+    writer
+        .insert_if_not_exists(Slot(6), &b, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(resolves(both, wake).await);
+    assert!(!resolves(one, quiet).await);
+
+    // Compare-and-swap through the waiter's own store (its feed has a connection of its own).
+    let change = waiter.changed(&[SLOT]);
+    let held = Lease {
+        value: a.clone(),
+        revision,
+    };
+    let revision = waiter
+        .compare_and_swap(SLOT, &held, &a, ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(resolves(change, wake).await);
+
+    // A refused insert writes nothing and wakes nobody.
+    let change = waiter.changed(&[SLOT]);
+    assert_eq!(writer.insert_if_not_exists(SLOT, &b, ttl).await, Ok(None));
+    assert!(!resolves(change, quiet).await);
+
+    // Compare-and-delete by the other connection.
+    let change = waiter.changed(&[SLOT]);
+    let held = Lease {
+        value: a.clone(),
+        revision,
+    };
+    assert_eq!(writer.compare_and_delete(SLOT, &held).await, Ok(true));
+    assert!(resolves(change, wake).await);
+
+    // Expiry: nothing is written when a record expires, so the feed cannot see the instant
+    // (the waiter's own timer covers it); the insert that takes the expired slot wakes it.
+    writer.insert_if_not_exists(SLOT, &a, ttl).await.unwrap();
+    let change = waiter.changed(&[SLOT]);
+    clock.advance(ttl);
+    assert_eq!(writer.get(SLOT).await, Ok(None));
+    let change = tokio::spawn(change);
+    tokio::time::sleep(quiet).await;
+    assert!(!change.is_finished());
+    assert!(writer
+        .insert_if_not_exists(SLOT, &b, ttl)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(tokio::time::timeout(wake, change).await.is_ok());
 }

@@ -198,8 +198,9 @@ async fn an_overwritten_key_raises_leadership_lost_and_shutdown_returns_it() {
         expected,
         "every clone resolves with the same problem"
     );
-    // Services keep running until the host shuts the VVM down.
-    assert_eq!(journal.entries(), ["start a"]);
+    // The loss stops the services at once, without waiting for the host.
+    tokio::task::yield_now().await;
+    assert_eq!(journal.entries(), ["start a", "stop a"]);
 
     assert_eq!(vvm.shutdown().await, Err(expected));
     assert_eq!(journal.entries(), ["start a", "stop a"]);
@@ -332,7 +333,7 @@ async fn a_service_that_never_reports_readiness_fails_after_the_start_timeout() 
     assert_eq!(store.record(SLOT).unwrap(), None);
 }
 
-// covers: Rt.ServiceProblem, Rt.NoLeak
+// covers: Rt.ServiceProblem, Rt.NoLeak, Rt.CleanStop
 #[tokio::test(start_paused = true)]
 async fn a_service_that_ignores_the_stop_is_aborted_and_reported() {
     let (store, killer) = (MemoryStore::new(), TestKiller::new());
@@ -364,4 +365,58 @@ async fn a_service_that_ignores_the_stop_is_aborted_and_reported() {
         None,
         "the lease is released anyway"
     );
+    assert_eq!(
+        killer.thread.armed().len(),
+        1,
+        "an aborted service makes the stop unclean: the deadline stays"
+    );
+}
+
+/// A candidate that waits 60 s between rounds: only a change feed can make it lead sooner.
+fn patient_config(address: &str) -> vvm::VvmConfig {
+    vvm::VvmConfig::builder(address)
+        .lease(LEASE)
+        .acquisition(Duration::from_secs(600))
+        .round_interval(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+// covers: VVM.TryAtChange, St.ChangeFeed
+#[tokio::test(start_paused = true)]
+async fn a_waiting_candidate_takes_a_released_slot_at_once_not_at_its_next_round() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    let holder = Vvm::provide(
+        patient_config("10.0.0.1:7000"),
+        store.clone(),
+        Services::new(),
+    )
+    .unwrap()
+    .with_killer(killer.thread.clone())
+    .launch()
+    .await;
+    assert_eq!(holder.phase(), Phase::Running);
+
+    let candidate = Vvm::provide(
+        patient_config("10.0.0.2:7000"),
+        store.clone(),
+        Services::new(),
+    )
+    .unwrap()
+    .with_killer(killer.thread.clone())
+    .launch();
+    let candidate = tokio::spawn(candidate);
+    // Refused, now between rounds (the next one is 60 s away).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!candidate.is_finished());
+
+    let released_at = tokio::time::Instant::now();
+    assert_eq!(holder.shutdown().await, Ok(()));
+    let candidate = candidate.await.unwrap();
+    let waited = released_at.elapsed();
+    assert_eq!(candidate.phase(), Phase::Running);
+    assert_eq!(candidate.token().unwrap().slot, SLOT);
+    // Without the feed it would lead at its next round, 58 s later.
+    assert!(waited < Duration::from_secs(1), "led after {waited:?}");
+    assert_eq!(candidate.shutdown().await, Ok(()));
 }

@@ -30,6 +30,10 @@ pub use sqlite::{SqliteStore, SqliteStoreError};
 pub mod url;
 
 #[cfg(feature = "txkv")]
+pub mod seq_txkv;
+#[cfg(feature = "txkv")]
+mod seq_txkv_codec;
+#[cfg(feature = "txkv")]
 pub mod txkv;
 
 #[cfg(feature = "foundationdb")]

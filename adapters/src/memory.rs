@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use vvm_core::{Instant, Revision, Slot};
-use vvm_runtime::{Clock, Lease, LeaseStore, LeaseValue, StoreError, TimeSource};
+use vvm_runtime::{Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource};
 
 /// Most live or expired-but-not-yet-pruned records the store holds.
 pub const RECORDS_MAX: usize = 65_536;
@@ -89,15 +90,35 @@ struct Inner {
     revision: u64,
     faults: HashMap<Slot, Injection>,
     calls: HashMap<(Slot, Op), u64>,
+    /// The change feed of each slot somebody waited on; bumped under the same lock as the write,
+    /// so a waiter that subscribed before a write always sees it.
+    feeds: HashMap<Slot, watch::Sender<()>>,
 }
 
 impl Inner {
     /// The live record under `key`; an expired one is removed and treated as absent.
     fn live(&mut self, key: Slot, now: Instant) -> Option<&Stored> {
         if self.records.get(&key).is_some_and(|r| r.expires_at <= now) {
-            self.records.remove(&key);
+            self.remove(key);
         }
         self.records.get(&key)
+    }
+
+    /// Removes the record under `key`, telling the waiters of its feed.
+    fn remove(&mut self, key: Slot) -> Option<Stored> {
+        let removed = self.records.remove(&key);
+        if removed.is_some() {
+            self.changed(key);
+        }
+        removed
+    }
+
+    fn changed(&self, key: Slot) {
+        if let Some(feed) = self.feeds.get(&key) {
+            // `send_replace` notifies even when every receiver is gone; the sender stays for
+            // the next waiter, so the map holds at most one sender per slot ever waited on.
+            feed.send_replace(());
+        }
     }
 
     fn write(
@@ -123,6 +144,7 @@ impl Inner {
             expires_at: now + ttl,
         };
         self.records.insert(key, stored);
+        self.changed(key);
         Ok(revision)
     }
 
@@ -262,7 +284,7 @@ impl MemoryStore {
         let now = self.time.now();
         let mut inner = self.lock();
         let live = inner.live(key, now).is_some();
-        inner.records.remove(&key);
+        inner.remove(key);
         live
     }
 
@@ -348,7 +370,7 @@ impl LeaseStore for MemoryStore {
         let mut inner = self.lock();
         let result = match inner.live(key, now) {
             Some(stored) if matches(stored, expected) => {
-                inner.records.remove(&key);
+                inner.remove(key);
                 Ok(true)
             }
             _ => Ok(false),
@@ -363,6 +385,42 @@ impl LeaseStore for MemoryStore {
         Ok(inner
             .live(key, now)
             .map(|stored| stored.expires_at.saturating_since(now)))
+    }
+
+    /// In-process: every write, delete and expired record removed under one of `keys` wakes
+    /// the waiter. An expiry nobody touched is not seen (no timer per record); the waiter's own
+    /// timer covers it. Not subject to faults and not counted: it is no store call.
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        let mut inner = self.lock();
+        let mut waits: Vec<SlotChange> = keys
+            .iter()
+            .map(|key| {
+                let mut rx = inner
+                    .feeds
+                    .entry(*key)
+                    .or_insert_with(|| watch::channel(()).0)
+                    .subscribe();
+                let wait: SlotChange = Box::pin(async move {
+                    // A closed feed (the store is gone) never changes again: keep waiting.
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                });
+                wait
+            })
+            .collect();
+        drop(inner);
+        Box::pin(std::future::poll_fn(move |cx| {
+            // Each wait keeps its registration between polls; the first to resolve ends it.
+            if waits
+                .iter_mut()
+                .any(|wait| wait.as_mut().poll(cx).is_ready())
+            {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        }))
     }
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {

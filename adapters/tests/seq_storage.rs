@@ -1,11 +1,11 @@
-//! The sequence storage contract, checked on every adapter, and a sequencer over SQLite across
-//! a restart.
+//! The sequence storage suite, run on every adapter: the storage contract, and a sequencer
+//! over the storage across restarts and a crash.
 
 use std::ops::ControlFlow;
 
 use vvm_adapters::seq_memory::MemorySeqStorage;
-use vvm_core::sequencer::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::SeqStorage;
+use vvm_core::sequencer::{Number, NumberKey, PLogOffset, Params, SeqId, SeqValue, WsId, WsKind};
+use vvm_runtime::sequencer::{SeqConfig, SeqStorage, Sequencer};
 
 fn sv(ws: u64, seq: u16, n: u64) -> SeqValue {
     SeqValue {
@@ -78,19 +78,166 @@ async fn contract<St: SeqStorage>(s: &St, append: Append) {
     assert_eq!(fed, 3, "a break stops the replay");
 }
 
+/// Three lives of a sequencer over the storage `open` gives (each time over the same data);
+/// the second ends in a crash. Numbers continue across each restart.
+async fn continues_across_restarts<St: SeqStorage>(open: impl Fn() -> St, append: Append) {
+    let params = Params::builder()
+        .sequence(WsKind(1), SeqId(1), Number(1_000))
+        .build()
+        .unwrap();
+    let mut expected = 1_000u64;
+    for life in 0..3 {
+        let mut seq = Sequencer::new(params.clone(), open(), SeqConfig::default())
+            .unwrap()
+            .ready()
+            .await;
+        for _ in 0..20 {
+            let mut tx = seq.start(WsKind(1), WsId(7)).unwrap();
+            let n = tx.next(SeqId(1)).await.unwrap();
+            assert_eq!(n, Number(expected), "life {life}");
+            expected += 1;
+            append(tx.offset(), vec![sv(7, 1, n.0)]).await;
+            seq = tx.flush();
+        }
+        if life == 1 {
+            drop(seq); // crash: whatever the flusher had not written is replayed
+        } else {
+            seq.shutdown().await.unwrap();
+        }
+    }
+}
+
+fn memory_plog(s: &MemorySeqStorage) -> Append {
+    let plog = s.clone();
+    Box::new(move |o, v| {
+        let plog = plog.clone();
+        Box::pin(async move { plog.append_event(o, &v).unwrap() })
+    })
+}
+
 // covers: Seq.StoredNeverDecreases
 #[tokio::test]
 async fn the_memory_storage_keeps_the_contract() {
     let s = MemorySeqStorage::default();
-    let plog = s.clone();
-    contract(
-        &s,
+    contract(&s, memory_plog(&s)).await;
+}
+
+// covers: Seq.Gapless
+#[tokio::test]
+async fn numbers_continue_across_restarts_on_the_memory_storage() {
+    let s = MemorySeqStorage::default();
+    continues_across_restarts(|| s.clone(), memory_plog(&s)).await;
+}
+
+#[cfg(feature = "txkv")]
+mod txkv {
+    use super::*;
+    use vvm_adapters::seq_txkv::{TxKvSeqStorage, TxSeqError};
+    use vvm_adapters::txkv::{KvFault, MemoryKv};
+    use vvm_runtime::sequencer::SeqStorageError;
+
+    type Storage = TxKvSeqStorage<MemoryKv>;
+
+    fn plog(s: &Storage) -> Append {
+        let plog = s.clone();
         Box::new(move |o, v| {
             let plog = plog.clone();
-            Box::pin(async move { plog.append_event(o, &v).unwrap() })
-        }),
-    )
-    .await;
+            Box::pin(async move { plog.append_event(o, &v).await.unwrap() })
+        })
+    }
+
+    // covers: Seq.StoredNeverDecreases, Seq.TxKvStorage
+    #[tokio::test]
+    async fn the_txkv_storage_keeps_the_contract() {
+        let s = TxKvSeqStorage::new(MemoryKv::new(), PLogOffset(1));
+        contract(&s, plog(&s)).await;
+        assert_eq!(
+            s.append_event(PLogOffset(1), &[]).await,
+            Err(TxSeqError::OffsetTaken(PLogOffset(1)))
+        );
+        // Appending the same event again (a retry after an unknown outcome) is no error.
+        s.append_event(PLogOffset(1), &[sv(1, 1, 1), sv(1, 1, 0)])
+            .await
+            .unwrap();
+    }
+
+    // covers: Seq.Gapless, Seq.TxKvStorage
+    #[tokio::test]
+    async fn numbers_continue_across_restarts_on_the_txkv_storage() {
+        let kv = MemoryKv::new();
+        let s = TxKvSeqStorage::new(kv.clone(), PLogOffset(1));
+        continues_across_restarts(|| TxKvSeqStorage::new(kv.clone(), PLogOffset(1)), plog(&s))
+            .await;
+    }
+
+    // covers: Seq.TxKvStorage
+    #[tokio::test]
+    async fn a_write_is_one_transaction_that_conflicts_and_unknown_outcomes_do_not_break() {
+        let kv = MemoryKv::new();
+        let s = TxKvSeqStorage::new(kv.clone(), PLogOffset(1));
+        let commits = kv.commits();
+        s.write_values_and_next_plog_offset(&[sv(1, 1, 5), sv(2, 1, 6)], PLogOffset(2))
+            .await
+            .unwrap();
+        assert_eq!(kv.commits(), commits + 1, "values and offset in one commit");
+
+        // A failed commit leaves none of the values and not the offset.
+        assert!(kv.inject(KvFault::Fail));
+        let err = s
+            .write_values_and_next_plog_offset(&[sv(1, 1, 9), sv(3, 1, 9)], PLogOffset(3))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SeqStorageError::Failed { .. }), "{err}");
+        let numbers = |ws| {
+            let s = &s;
+            async move { s.read_numbers(WsId(ws), &[SeqId(1)]).await.unwrap() }
+        };
+        assert_eq!(numbers(1).await, vec![Number(5)]);
+        assert_eq!(numbers(3).await, vec![Number(0)]);
+        assert_eq!(s.read_next_plog_offset().await.unwrap(), PLogOffset(2));
+
+        // Conflicts and unknown outcomes run the write again: merged by maximum, it lands once.
+        for fault in [
+            KvFault::Conflict,
+            KvFault::UnknownApplied,
+            KvFault::UnknownNotApplied,
+        ] {
+            assert!(kv.inject(fault));
+        }
+        s.write_values_and_next_plog_offset(&[sv(1, 1, 9), sv(3, 1, 9)], PLogOffset(3))
+            .await
+            .unwrap();
+        assert_eq!(numbers(1).await, vec![Number(9)]);
+        assert_eq!(numbers(3).await, vec![Number(9)]);
+        assert_eq!(s.read_next_plog_offset().await.unwrap(), PLogOffset(3));
+    }
+
+    // covers: Seq.TxKvStorage
+    #[tokio::test]
+    async fn damaged_values_are_corrupt_and_the_plog_skips_gaps_up_to_its_end() {
+        let kv = MemoryKv::new();
+        let s = TxKvSeqStorage::new(kv.clone(), PLogOffset(1));
+        for o in [2u64, 5, 3] {
+            s.append_event(PLogOffset(o), &[sv(1, 1, o)]).await.unwrap();
+        }
+        let mut seen = Vec::new();
+        s.actualize_from_plog(PLogOffset(1), &mut |o, _| {
+            seen.push(o.0);
+            ControlFlow::Continue(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(seen, vec![2, 3, 5]);
+
+        assert!(kv.put(b"vvm/seq/o", b"short"));
+        assert!(matches!(
+            s.read_next_plog_offset().await,
+            Err(SeqStorageError::Corrupt { .. })
+        ));
+        // Another prefix is another sequencer's storage.
+        let other = TxKvSeqStorage::with_prefix(kv, PLogOffset(7), b"other/".to_vec()).unwrap();
+        assert_eq!(other.read_next_plog_offset().await.unwrap(), PLogOffset(7));
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -98,8 +245,6 @@ mod sqlite {
     use super::*;
     use std::path::PathBuf;
     use vvm_adapters::seq_sqlite::{Durability, SqliteSeqError, SqliteSeqStorage};
-    use vvm_core::sequencer::{Params, WsKind};
-    use vvm_runtime::sequencer::{SeqConfig, Sequencer};
 
     struct TempFile(PathBuf);
 
@@ -183,30 +328,15 @@ mod sqlite {
     #[tokio::test]
     async fn numbers_continue_across_a_restart_on_the_same_file() {
         let file = TempFile::new("restart");
-        let params = Params::builder()
-            .sequence(WsKind(1), SeqId(1), Number(1_000))
-            .build()
-            .unwrap();
-        let mut expected = 1_000u64;
-        for life in 0..3 {
-            let s = SqliteSeqStorage::open(&file.0, PLogOffset(1), Durability::Normal).unwrap();
-            let mut seq = Sequencer::new(params.clone(), s.clone(), SeqConfig::default())
-                .unwrap()
-                .ready()
-                .await;
-            for _ in 0..20 {
-                let mut tx = seq.start(WsKind(1), WsId(7)).unwrap();
-                let n = tx.next(SeqId(1)).await.unwrap();
-                assert_eq!(n, Number(expected), "life {life}");
-                expected += 1;
-                s.append_event(tx.offset(), &[sv(7, 1, n.0)]).await.unwrap();
-                seq = tx.flush();
-            }
-            if life == 1 {
-                drop(seq); // crash: whatever the flusher had not written is replayed
-            } else {
-                seq.shutdown().await.unwrap();
-            }
-        }
+        let open = || SqliteSeqStorage::open(&file.0, PLogOffset(1), Durability::Normal).unwrap();
+        let plog = open();
+        continues_across_restarts(
+            open,
+            Box::new(move |o, v| {
+                let plog = plog.clone();
+                Box::pin(async move { plog.append_event(o, &v).await.unwrap() })
+            }),
+        )
+        .await;
     }
 }

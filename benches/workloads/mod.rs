@@ -38,7 +38,7 @@ pub fn full_lifecycle(config: &VvmConfig) -> Option<Lifecycle> {
     out.clear();
     vvm.handle(&VvmEvent::Shutdown { now }, &mut out);
     out.clear();
-    vvm.handle(&VvmEvent::ServicesStopped { now }, &mut out);
+    vvm.handle(&VvmEvent::ServicesStopped { now, clean: true }, &mut out);
     let op = store_op(&out)?;
     out.clear();
     let reply = Reply::Deleted;

@@ -14,11 +14,22 @@ pub const SLOTS_MAX: u32 = 1024;
 pub const ADDRESS_MAX_BYTES: usize = 255;
 /// The longest acquisition duration accepted.
 pub const ACQUISITION_MAX: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-/// How many times a failed renewal is retried before leadership counts as lost (3 attempts).
-pub const RENEW_RETRIES_MAX: u8 = 2;
+/// How many times the pause before retrying a failed renewal doubles: `L/20`, `L/10`, then `L/5`
+/// for every later retry. Retries go on while an answer could still arrive before the kill
+/// deadline, so the cap bounds the store calls per lease period, not the number of attempts.
+pub const RETRY_DOUBLINGS_MAX: u32 = 2;
+/// Most store calls the renewal path sends per lease period: consecutive attempts are sent at
+/// least `L/20` apart (so at most 21 start within any span of `L`), and each costs at most two
+/// calls (the compare-and-swap and, for an unknown outcome, one read).
+pub const RENEWAL_CALLS_PER_LEASE_MAX: u32 = 42;
 
 /// Default lease duration `L`.
 pub const LEASE_DEFAULT: Duration = Duration::from_secs(20);
+/// The acquisition window of a standby that waits as long as it lives
+/// ([`VvmConfigBuilder::acquire_forever`]): the end of acquisition saturates at
+/// [`Instant::MAX`](crate::Instant::MAX), which no clock reaches, so acquisition never fails.
+pub const ACQUISITION_FOREVER: Duration = Duration::MAX;
+
 /// Default time during which acquisition keeps trying.
 pub const ACQUISITION_DEFAULT: Duration = Duration::from_secs(120);
 /// Default pause between two acquisition rounds over all slots.
@@ -103,7 +114,7 @@ pub enum ConfigError {
 /// | what | value |
 /// |---|---|
 /// | renew interval | `L/4` |
-/// | retry interval after a failed renewal | `L/20`, at most [`RENEW_RETRIES_MAX`] retries |
+/// | retry after a failed renewal | `L/20`, doubling to at most `L/5` ([`RETRY_DOUBLINGS_MAX`]), while an answer could still arrive before the kill deadline |
 /// | kill deadline after a confirmed write | send time + `0.8·L` |
 /// | pre-renewal guard (may only move the deadline earlier) | tick time + `0.75·L` |
 /// | store-call timeout | `L/40` unless set, always below the retry interval |
@@ -204,10 +215,35 @@ impl LeaseConfig {
         self.renew_interval
     }
 
-    /// `L/20`: pause before retrying a renewal that failed.
+    /// `L/20`: pause before the first retry of a renewal that failed (see
+    /// [`retry_backoff`](Self::retry_backoff)).
     #[inline]
     pub const fn retry_interval(&self) -> Duration {
         self.retry_interval
+    }
+
+    /// The pause before retrying a renewal after `failures` failed attempts in a row (at least
+    /// one): `L/20`, `L/10`, then `L/5` ([`RETRY_DOUBLINGS_MAX`] doublings).
+    ///
+    /// ```
+    /// use core::time::Duration;
+    /// use vvm_core::LeaseConfig;
+    ///
+    /// let lease = LeaseConfig::new(Duration::from_secs(20)).unwrap();
+    /// let backoff: Vec<_> = (1..=4).map(|n| lease.retry_backoff(n).as_millis()).collect();
+    /// assert_eq!(backoff, [1000, 2000, 4000, 4000]);
+    /// ```
+    #[inline]
+    pub const fn retry_backoff(&self, failures: u8) -> Duration {
+        let doublings = if failures == 0 {
+            0
+        } else if (failures as u32 - 1) < RETRY_DOUBLINGS_MAX {
+            failures as u32 - 1
+        } else {
+            RETRY_DOUBLINGS_MAX
+        };
+        // At most L/5 ≤ 4.8 h: far from overflowing.
+        Duration::from_nanos(self.retry_interval.as_nanos() as u64 * (1 << doublings))
     }
 
     /// How long one store call may take before it counts as failed (outcome unknown).
@@ -312,9 +348,15 @@ impl VvmConfig {
         &self.lease
     }
 
-    /// How long acquisition keeps trying before it raises a problem.
+    /// How long acquisition keeps trying before it raises a problem; [`ACQUISITION_FOREVER`]
+    /// for a standby that never gives up.
     pub const fn acquisition(&self) -> Duration {
         self.acquisition
+    }
+
+    /// Whether acquisition goes on as long as the VVM lives (until it is stopped).
+    pub fn acquires_forever(&self) -> bool {
+        self.acquisition == ACQUISITION_FOREVER
     }
 
     /// Pause between two acquisition rounds over all slots.
@@ -361,6 +403,14 @@ impl VvmConfigBuilder {
         self
     }
 
+    /// Acquisition never ends: a standby that waits for a slot as long as it lives, until it
+    /// is stopped (shutdown, or a stop handle while launching). Same as
+    /// `acquisition(ACQUISITION_FOREVER)`; the only duration above [`ACQUISITION_MAX`] accepted.
+    pub fn acquire_forever(mut self) -> Self {
+        self.acquisition = ACQUISITION_FOREVER;
+        self
+    }
+
     /// Pause between acquisition rounds (default 1 s).
     pub fn round_interval(mut self, interval: Duration) -> Self {
         self.round_interval = interval;
@@ -397,7 +447,7 @@ impl VvmConfigBuilder {
         if self.acquisition.is_zero() {
             return Err(ConfigError::AcquisitionZero);
         }
-        if self.acquisition > ACQUISITION_MAX {
+        if self.acquisition > ACQUISITION_MAX && self.acquisition != ACQUISITION_FOREVER {
             return Err(ConfigError::AcquisitionTooLong {
                 acquisition: self.acquisition,
                 max: ACQUISITION_MAX,

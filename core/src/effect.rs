@@ -58,7 +58,7 @@ pub struct TimerId {
 pub enum LossReason {
     /// The store refused the renewal: the record changed, expired or was deleted.
     Overtaken,
-    /// The renewal failed on every attempt (1 + retries).
+    /// Renewals kept failing until no answer could arrive before the kill deadline any more.
     RenewalFailed,
     /// A renewal was confirmed only after the deadline it would set had passed (the process
     /// was paused): the lease may still be ours in the store, but must not be acted on.
@@ -99,6 +99,9 @@ pub enum Problem {
         /// Position in the start order.
         index: u16,
     },
+    /// The services ended without being asked to and without a report of which one failed (the
+    /// task running them vanished, e.g. it panicked).
+    ServicesVanished,
 }
 
 /// An instruction from a machine to the runtime. Store operations always concern this VVM's own
@@ -154,11 +157,15 @@ pub enum Effect {
         at: Instant,
     },
     /// Set this VVM's kill deadline to `at`: from then on the process must not act as leader,
-    /// so the killer ends it. Never disarmed.
+    /// so the killer ends it. Removed only by [`Effect::DisarmKiller`].
     ArmKiller {
         /// The deadline.
         at: Instant,
     },
+    /// Remove this VVM's kill deadline: every service stopped by itself and the release of the
+    /// record was confirmed, so nothing of this VVM acts any more. Emitted at most once, just
+    /// before [`Effect::Finished`], and never after a loss.
+    DisarmKiller,
     /// Leadership of a slot was won.
     Acquired {
         /// The first token of this tenure.
@@ -197,7 +204,7 @@ pub enum Effect {
         token: FencingToken,
     },
     /// Stop the services in reverse order, wait for each, then report
-    /// [`crate::VvmEvent::ServicesStopped`].
+    /// [`crate::VvmEvent::ServicesStopped`]. Emitted on shutdown and on a loss of leadership.
     StopServices,
     /// Launch is complete: leadership is held and services are up.
     Running {

@@ -47,9 +47,9 @@ pub mod sequencer;
 mod time;
 
 pub use config::{
-    ConfigError, LeaseConfig, VvmConfig, VvmConfigBuilder, ACQUISITION_DEFAULT, ACQUISITION_MAX,
-    ADDRESS_MAX_BYTES, LEASE_DEFAULT, LEASE_MAX, LEASE_MIN, RENEW_RETRIES_MAX,
-    ROUND_INTERVAL_DEFAULT, SLOTS_MAX,
+    ConfigError, LeaseConfig, VvmConfig, VvmConfigBuilder, ACQUISITION_DEFAULT,
+    ACQUISITION_FOREVER, ACQUISITION_MAX, ADDRESS_MAX_BYTES, LEASE_DEFAULT, LEASE_MAX, LEASE_MIN,
+    RENEWAL_CALLS_PER_LEASE_MAX, RETRY_DOUBLINGS_MAX, ROUND_INTERVAL_DEFAULT, SLOTS_MAX,
 };
 pub use effect::{
     Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Problem, Record, Refusal, Reply,

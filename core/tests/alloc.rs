@@ -155,7 +155,17 @@ fn full_life(vvm: &mut Lifecycle, out: &mut Effects, rounds: u64) -> u64 {
                         reply: Reply::Found(Some(record)),
                     },
                 );
-                // Read back as ours: swapped again at once, and that swap is confirmed.
+                // Read back as ours: swapped again after the backoff, and that swap is confirmed.
+                let retry = timer_of(out);
+                now += 1_000;
+                handle(
+                    vvm,
+                    out,
+                    VvmEvent::Timer {
+                        now: ms(now),
+                        timer: retry,
+                    },
+                );
                 let swap = op_of(out);
                 handle(
                     vvm,
@@ -180,7 +190,14 @@ fn full_life(vvm: &mut Lifecycle, out: &mut Effects, rounds: u64) -> u64 {
         timer = timer_of(out);
     }
     handle(vvm, out, VvmEvent::Shutdown { now: ms(now) });
-    handle(vvm, out, VvmEvent::ServicesStopped { now: ms(now) });
+    handle(
+        vvm,
+        out,
+        VvmEvent::ServicesStopped {
+            now: ms(now),
+            clean: true,
+        },
+    );
     let op = op_of(out);
     handle(
         vvm,

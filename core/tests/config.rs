@@ -91,6 +91,28 @@ fn each_bad_input_is_its_own_error() {
     }
 }
 
+// covers: VVM.StandbyForever
+#[test]
+fn forever_is_the_only_acquisition_window_above_the_maximum() {
+    let forever = build(VvmConfig::builder("a").acquire_forever()).unwrap();
+    assert!(forever.acquires_forever());
+    assert_eq!(forever.acquisition(), ACQUISITION_FOREVER);
+    let explicit = build(VvmConfig::builder("a").acquisition(ACQUISITION_FOREVER)).unwrap();
+    assert_eq!(explicit, forever);
+    let longest = build(VvmConfig::builder("a").acquisition(ACQUISITION_MAX)).unwrap();
+    assert!(!longest.acquires_forever());
+    assert!(!build(VvmConfig::builder("a")).unwrap().acquires_forever());
+    // Just below forever is still too long.
+    let almost = ACQUISITION_FOREVER - Duration::from_nanos(1);
+    assert_eq!(
+        build(VvmConfig::builder("a").acquisition(almost)),
+        Err(ConfigError::AcquisitionTooLong {
+            acquisition: almost,
+            max: ACQUISITION_MAX
+        })
+    );
+}
+
 // covers: Config.Validation, Lease.RenewInterval, Lease.Retry, processKillThreshold, Lease.PreRenewalGuard
 #[test]
 fn intervals_are_exact_fractions_of_the_lease() {

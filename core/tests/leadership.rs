@@ -474,22 +474,37 @@ fn l13_confirmed_renewal_moves_the_deadline_to_its_send_time_plus_0_8_l() {
     assert_eq!(h.machine.token(), Some(token(6)));
 }
 
-// covers: Lease.LostOnReject
+// covers: Lease.LostOnReject, VVM.LossKeepsRecord
 #[test]
-fn l14_rejected_renewal_is_lost_at_once_and_deletes_only_our_revision() {
+fn l14_rejected_renewal_is_lost_at_once_and_deletes_nothing() {
     let mut h = Harness::renewing();
     let effects = h.reply(t0() + secs(5), 3, Reply::Rejected);
     assert_eq!(
         effects,
+        [Effect::Lost {
+            slot: SLOT,
+            reason: LossReason::Overtaken
+        }]
+    );
+    assert_eq!(h.machine.held(), None);
+    assert!(h.machine.is_idle(), "nothing in flight: no delete was sent");
+
+    // With a release asked meanwhile, the release ends at once, having deleted nothing.
+    let mut h = Harness::renewing();
+    h.release(t0() + secs(5));
+    assert_eq!(
+        h.reply(t0() + secs(5), 3, Reply::Rejected),
         [
             Effect::Lost {
                 slot: SLOT,
                 reason: LossReason::Overtaken
             },
-            cad(4, 5)
+            Effect::Released {
+                slot: Some(SLOT),
+                deleted: false
+            }
         ]
     );
-    assert_eq!(h.machine.held(), None);
 }
 
 // covers: Lease.Retry, Lease.DeadlineOnlyLaterOnConfirm
@@ -509,27 +524,157 @@ fn l15_failed_renewal_waits_l_over_20_and_keeps_the_deadline() {
     assert_eq!(h.fire(now + secs(1), 4), [cas(5, 5)]);
 }
 
-// covers: Lease.Retry
+// covers: Lease.Retry, Lease.RetryUntilDeadline, VVM.LossKeepsRecord
 #[test]
-fn l16_third_failed_attempt_loses_leadership() {
+fn l16_renewals_are_retried_with_backoff_until_no_answer_could_beat_the_deadline() {
+    // L = 20 s: leading from t0, deadline t0 + 16 s; store-call timeout 0.5 s.
     let mut h = Harness::renewing();
     let mut now = t0() + secs(5);
-    assert_eq!(h.reply(now, 3, Reply::Failed).len(), 1);
-    now = now + secs(1);
-    assert_eq!(h.fire(now, 4), [cas(5, 5)]);
-    assert_eq!(h.reply(now, 5, Reply::Failed).len(), 1);
-    now = now + secs(1);
-    assert_eq!(h.fire(now, 6), [cas(7, 5)]);
+    let mut op = 3;
+    let mut seq = 4;
+    // Backoff 1 s, 2 s, 4 s: retries at 6 s, 8 s and 12 s, each answer due before 16 s.
+    for (backoff, _) in [(1, 6), (2, 8), (4, 12)] {
+        assert_eq!(
+            h.reply(now, op, Reply::Failed),
+            [Effect::SetTimer {
+                timer: timer(seq),
+                at: now + secs(backoff)
+            }]
+        );
+        now = now + secs(backoff);
+        assert_eq!(h.fire(now, seq), [cas(op + 2, 5)]);
+        op += 2;
+        seq += 2;
+    }
+    assert_eq!(now, t0() + secs(12));
+    assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
+    // The next retry would be sent at 16 s: its answer cannot come before the deadline.
     assert_eq!(
-        h.reply(now, 7, Reply::Failed),
-        [
-            Effect::Lost {
-                slot: SLOT,
-                reason: LossReason::RenewalFailed
-            },
-            cad(8, 5)
-        ]
+        h.reply(now, op, Reply::Failed),
+        [Effect::Lost {
+            slot: SLOT,
+            reason: LossReason::RenewalFailed
+        }]
     );
+    assert!(h.machine.is_idle(), "the record is left to expire");
+}
+
+// covers: Lease.RetryUntilDeadline
+#[test]
+fn l15_a_store_hiccup_shorter_than_the_margin_keeps_leadership() {
+    // Three failed attempts within 3 s (the old budget was two retries): still leading, and the
+    // next confirmed write moves the deadline as usual.
+    let mut h = Harness::renewing();
+    let mut now = t0() + secs(5);
+    h.reply(now, 3, Reply::Failed);
+    now = now + secs(1);
+    h.fire(now, 4);
+    h.reply(now, 5, Reply::Failed);
+    now = now + secs(2);
+    h.fire(now, 6);
+    assert_eq!(
+        h.reply(now, 7, Reply::Unknown),
+        [Effect::Get {
+            op: OpId(8),
+            slot: SLOT
+        }]
+    );
+    assert_eq!(
+        h.reply(now, 8, Reply::Failed),
+        [Effect::SetTimer {
+            timer: timer(9),
+            at: now + secs(4)
+        }]
+    );
+    now = now + secs(4);
+    assert_eq!(h.fire(now, 9), [cas(10, 5)]);
+    let effects = h.reply(now + ms(3), 10, Reply::Written(Revision(6)));
+    assert_eq!(effects[0], Effect::ArmKiller { at: now + secs(16) });
+    assert_eq!(h.machine.token(), Some(token(6)));
+}
+
+// covers: Lease.CallsBound
+#[test]
+fn renewal_store_calls_per_lease_period_stay_within_the_bound() {
+    // The worst the renewal path can be driven to: every attempt's outcome unknown, read back
+    // as committed by us (so the streak never ends in a loss by rejection), timers fired exactly
+    // when due, answers instant. Count store calls in every window of one lease.
+    for lease_s in [2, 20, 600] {
+        let lease = LeaseConfig::new(secs(lease_s)).unwrap();
+        let mut machine = Leadership::new(lease, ME);
+        let mut out = Effects::new();
+        let mut now = t0();
+        let mut calls: Vec<Instant> = Vec::new();
+        let mut revision = 1;
+        let mut pending: Option<Effect> = None;
+        let mut timer_at: Option<(TimerId, Instant)> = None;
+        machine.handle(&LeaseEvent::Acquire { now, slot: SLOT }, &mut out);
+        let mut events = 0;
+        loop {
+            for effect in out.as_slice() {
+                match *effect {
+                    Effect::Insert { .. } | Effect::CompareAndSwap { .. } | Effect::Get { .. } => {
+                        calls.push(now);
+                        pending = Some(*effect);
+                    }
+                    Effect::SetTimer { timer, at } => timer_at = Some((timer, at)),
+                    _ => {}
+                }
+            }
+            out.clear();
+            events += 1;
+            if events > 10_000 || machine.is_idle() && pending.is_none() {
+                break;
+            }
+            let event = match pending.take() {
+                Some(Effect::Insert { op, .. }) => LeaseEvent::Reply {
+                    now,
+                    op,
+                    reply: Reply::Written(Revision(revision)),
+                },
+                Some(Effect::CompareAndSwap { op, .. }) => LeaseEvent::Reply {
+                    now,
+                    op,
+                    reply: Reply::Unknown,
+                },
+                Some(Effect::Get { op, .. }) => {
+                    revision += 1;
+                    let record = Record {
+                        incarnation: ME,
+                        revision: Revision(revision),
+                    };
+                    LeaseEvent::Reply {
+                        now,
+                        op,
+                        reply: Reply::Found(Some(record)),
+                    }
+                }
+                _ => {
+                    let Some((timer, at)) = timer_at.take() else {
+                        break;
+                    };
+                    now = at;
+                    LeaseEvent::Timer { now, timer }
+                }
+            };
+            machine.handle(&event, &mut out);
+        }
+        assert!(calls.len() > 5, "the run renewed ({} calls)", calls.len());
+        let most = calls
+            .iter()
+            .map(|&from| {
+                calls
+                    .iter()
+                    .filter(|&&t| t >= from && t < from + lease.lease())
+                    .count()
+            })
+            .max()
+            .unwrap();
+        assert!(
+            most as u32 <= RENEWAL_CALLS_PER_LEASE_MAX,
+            "{most} store calls within one lease of {lease_s} s"
+        );
+    }
 }
 
 // covers: Lease.ReleaseDuringOp
@@ -563,7 +708,7 @@ fn l18_renewal_with_unknown_outcome_is_read_back() {
 
 // covers: Lease.UnknownOutcome, Lease.DeadlineOnlyLaterOnConfirm
 #[test]
-fn l19_unknown_renewal_found_committed_swaps_again_and_confirms_nothing() {
+fn l19_unknown_renewal_found_committed_retries_from_it_and_confirms_nothing() {
     let mut h = Harness::renewing();
     let sent = t0() + secs(5);
     h.reply(sent + ms(250), 3, Reply::Unknown);
@@ -572,52 +717,66 @@ fn l19_unknown_renewal_found_committed_swaps_again_and_confirms_nothing() {
         revision: Revision(6),
     };
     // Committed — but maybe by an earlier attempt that landed late: nothing is confirmed and
-    // the deadline stays; the next swap starts from the revision found, at once.
+    // the deadline stays; the retry (after the backoff) swaps from the revision found.
     let found = sent + secs(1);
-    assert_eq!(h.reply(found, 4, Reply::Found(Some(record))), [cas(5, 6)]);
+    assert_eq!(
+        h.reply(found, 4, Reply::Found(Some(record))),
+        [Effect::SetTimer {
+            timer: timer(5),
+            at: found + secs(1)
+        }]
+    );
     assert_eq!(h.machine.deadline(), Some(t0() + secs(16)));
     assert_eq!(h.machine.token(), Some(token(6)));
+    let retry = found + secs(1);
+    assert_eq!(h.fire(retry, 5), [cas(6, 6)]);
     assert_eq!(
-        h.reply(found + ms(2), 5, Reply::Written(Revision(7))),
+        h.reply(retry + ms(2), 6, Reply::Written(Revision(7))),
         [
             Effect::ArmKiller {
-                at: found + secs(16)
+                at: retry + secs(16)
             },
             Effect::Renewed { token: token(7) },
             Effect::SetTimer {
-                timer: timer(6),
-                at: found + secs(5)
+                timer: timer(7),
+                at: retry + secs(5)
             },
         ]
     );
 }
 
-// covers: Lease.UnknownOutcome, Lease.Retry
+// covers: Lease.UnknownOutcome, Lease.Release
 #[test]
-fn l19a_a_committed_read_back_on_the_last_attempt_gives_up() {
+fn l19a_a_committed_read_back_after_a_release_was_asked_deletes_that_revision() {
     let mut h = Harness::renewing();
-    let mut now = t0() + secs(5);
-    h.reply(now, 3, Reply::Failed);
-    now = now + secs(1);
-    h.fire(now, 4);
-    h.reply(now, 5, Reply::Failed);
-    now = now + secs(1);
-    h.fire(now, 6);
-    h.reply(now, 7, Reply::Unknown);
+    let now = t0() + secs(5);
+    h.release(now);
+    h.reply(now, 3, Reply::Unknown);
+    let record = Record {
+        incarnation: ME,
+        revision: Revision(9),
+    };
+    assert_eq!(h.reply(now, 4, Reply::Found(Some(record))), [cad(5, 9)]);
+}
+
+// covers: Lease.RetryUntilDeadline, VVM.LossKeepsRecord
+#[test]
+fn l19_a_committed_read_back_with_no_time_left_is_lost_without_a_delete() {
+    // The read-back comes so late that a retry could not be answered before the deadline.
+    let mut h = Harness::renewing();
+    h.reply(t0() + secs(5), 3, Reply::Unknown);
     let record = Record {
         incarnation: ME,
         revision: Revision(9),
     };
     assert_eq!(
-        h.reply(now, 8, Reply::Found(Some(record))),
-        [
-            Effect::Lost {
-                slot: SLOT,
-                reason: LossReason::RenewalFailed
-            },
-            cad(9, 9)
-        ]
+        h.reply(t0() + secs(15), 4, Reply::Found(Some(record))),
+        [Effect::Lost {
+            slot: SLOT,
+            reason: LossReason::RenewalFailed
+        }]
     );
+    assert!(h.machine.is_idle());
 }
 
 // covers: Lease.NoTokenAfterDeadline
@@ -638,22 +797,20 @@ fn l24_an_insert_confirmed_after_its_deadline_hands_out_no_token() {
     assert!(h.machine.is_idle());
 }
 
-// covers: Lease.NoTokenAfterDeadline
+// covers: Lease.NoTokenAfterDeadline, VVM.LossKeepsRecord
 #[test]
 fn l25_a_renewal_confirmed_after_its_deadline_loses_leadership() {
     let mut h = Harness::renewing();
     let sent = t0() + secs(5);
     assert_eq!(
         h.reply(sent + secs(16), 3, Reply::Written(Revision(6))),
-        [
-            Effect::Lost {
-                slot: SLOT,
-                reason: LossReason::DeadlinePassed
-            },
-            cad(4, 6)
-        ]
+        [Effect::Lost {
+            slot: SLOT,
+            reason: LossReason::DeadlinePassed
+        }]
     );
     assert_eq!(h.machine.held(), None);
+    assert!(h.machine.is_idle(), "the record is left to expire");
 }
 
 // covers: Lease.UnknownOutcome, Lease.Retry
@@ -679,7 +836,7 @@ fn l20_unknown_renewal_not_committed_counts_as_a_failed_attempt() {
     }
 }
 
-// covers: Lease.LostOnReject, Lease.Incarnation
+// covers: Lease.LostOnReject, Lease.Incarnation, VVM.LossKeepsRecord
 #[test]
 fn l21_unknown_renewal_found_someone_else_or_nothing_is_lost() {
     let other = Reply::Found(Some(Record {
@@ -691,15 +848,13 @@ fn l21_unknown_renewal_found_someone_else_or_nothing_is_lost() {
         h.reply(t0() + secs(5), 3, Reply::Unknown);
         assert_eq!(
             h.reply(t0() + secs(5), 4, reply),
-            [
-                Effect::Lost {
-                    slot: SLOT,
-                    reason: LossReason::Overtaken
-                },
-                cad(5, 5)
-            ],
+            [Effect::Lost {
+                slot: SLOT,
+                reason: LossReason::Overtaken
+            }],
             "{reply:?}"
         );
+        assert!(h.machine.is_idle());
     }
 }
 

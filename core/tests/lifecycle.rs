@@ -179,6 +179,60 @@ fn v4_v6_after_the_last_slot_it_waits_a_round_and_starts_again_at_slot_one() {
     );
 }
 
+// covers: VVM.TryAtChange
+#[test]
+fn v6a_a_slot_change_between_rounds_starts_the_next_round_at_once() {
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Rejected);
+    h.reply(t0() + ms(5), 2, Reply::Rejected);
+    assert!(h.vvm.waits_for_round());
+    assert_eq!(
+        h.on(VvmEvent::SlotChanged { now: t0() + ms(40) }),
+        [insert(3, 1)]
+    );
+    assert!(!h.vvm.waits_for_round());
+    assert_eq!(h.vvm.phase(), Phase::AcquiringLeadership);
+    // The round timer set before is stale now: it starts nothing.
+    let round = TimerId {
+        kind: TimerKind::Round,
+        seq: 1,
+    };
+    assert_eq!(
+        h.on(VvmEvent::Timer {
+            now: t0() + ms(1_005),
+            timer: round
+        }),
+        []
+    );
+    // The round goes on as usual: slot 1 won.
+    assert_eq!(
+        h.reply(t0() + ms(41), 3, Reply::Written(Revision(9)))
+            .last(),
+        Some(&Effect::StartServices { token: token(1, 9) })
+    );
+}
+
+// covers: VVM.TryAtChange
+#[test]
+fn v6b_a_slot_change_outside_round_wait_changes_nothing() {
+    // Acquiring: the insert is in flight; no second one.
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    let before = h.vvm.clone();
+    assert_eq!(h.on(VvmEvent::SlotChanged { now: t0() }), []);
+    assert_eq!(h.vvm, before);
+    // Provided, StartingServices, Running, Shutdown.
+    let mut provided = Harness::new(&config(1));
+    assert_eq!(provided.on(VvmEvent::SlotChanged { now: t0() }), []);
+    assert_eq!(provided.vvm.phase(), Phase::Provided);
+    for mut h in [Harness::starting(), Harness::running()] {
+        let before = h.vvm.clone();
+        assert_eq!(h.on(VvmEvent::SlotChanged { now: t0() + ms(20) }), []);
+        assert_eq!(h.vvm, before);
+    }
+}
+
 // covers: VVM.tryToAcquireLeadership
 #[test]
 fn v4_the_round_timer_never_goes_past_the_acquisition_end() {
@@ -200,6 +254,43 @@ fn v4_the_round_timer_never_goes_past_the_acquisition_end() {
             at: t0() + secs(2)
         }
     );
+}
+
+// covers: VVM.StandbyForever
+#[test]
+fn v4_a_standby_forever_keeps_waiting_rounds_however_late_it_is() {
+    let config = VvmConfig::builder("a").acquire_forever().build().unwrap();
+    let mut h = Harness::new(&config);
+    h.on(VvmEvent::Launch { now: t0() });
+    let mut now = t0();
+    let mut op = 1;
+    // Rounds a hundred years apart: each refusal waits for the next round, none gives up.
+    for round in 1..=5u64 {
+        now = now + Duration::from_secs(100 * 365 * 86_400);
+        assert_eq!(
+            h.reply(now, op, Reply::Rejected),
+            [
+                Effect::NotAcquired {
+                    slot: Slot(1),
+                    refusal: Refusal::Held
+                },
+                Effect::SetTimer {
+                    timer: TimerId {
+                        kind: TimerKind::Round,
+                        seq: round
+                    },
+                    at: now + secs(1)
+                }
+            ]
+        );
+        assert_eq!(h.vvm.problem(), None);
+        op += 1;
+        assert_eq!(h.on(VvmEvent::SlotChanged { now }), [insert(op, 1)]);
+    }
+    // Still stoppable at once: the shutdown waits only for the insert in flight.
+    assert_eq!(h.on(VvmEvent::Shutdown { now }), [Effect::MonitorStopped]);
+    assert_eq!(h.vvm.phase(), Phase::StoppingMonitor);
+    assert_eq!(h.vvm.problem(), None);
 }
 
 // covers: VVM.tryToAcquireLeadership, VVM.updateProblem
@@ -277,9 +368,9 @@ fn v9_a_running_service_failure_is_the_problem_and_only_the_first_counts() {
     assert_eq!(h.vvm.problem(), Some(Problem::ServiceFailed { index: 0 }));
 }
 
-// covers: LeadershipMonitor, VVM.updateProblem
+// covers: LeadershipMonitor, VVM.updateProblem, VVM.LossKeepsRecord
 #[test]
-fn v10_a_leadership_loss_is_the_problem_and_services_keep_running() {
+fn v10_a_leadership_loss_is_the_problem_and_stops_the_services_without_a_delete() {
     let mut h = Harness::running();
     let renew = t0() + secs(5);
     h.on(VvmEvent::Timer {
@@ -297,12 +388,102 @@ fn v10_a_leadership_loss_is_the_problem_and_services_keep_running() {
                 slot: Slot(1),
                 reason: LossReason::Overtaken
             },
-            cad(4, 5),
-            Effect::ProblemRaised { problem: lost }
+            Effect::ProblemRaised { problem: lost },
+            Effect::StopServices
         ]
     );
-    assert_eq!(h.vvm.phase(), Phase::Running);
+    assert_eq!(h.vvm.phase(), Phase::StoppingServices);
     assert_eq!(h.vvm.problem(), Some(lost));
+    assert_eq!(h.vvm.token(), None);
+    // Once the services stopped, the shutdown finishes by itself: nothing to delete, and the
+    // kill deadline stays armed (no DisarmKiller after a loss).
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped {
+            now: renew + secs(1),
+            clean: true
+        }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished {
+                problem: Some(lost)
+            }
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Shutdown);
+}
+
+// covers: LeadershipMonitor, VVM.LossKeepsRecord
+#[test]
+fn v10_a_renewal_given_up_stops_the_services_and_leaves_the_record() {
+    // Every renewal fails until no retry could beat the deadline (t0 + 16 s).
+    let mut h = Harness::running();
+    let mut now = t0() + secs(5);
+    h.on(VvmEvent::Timer {
+        now,
+        timer: lease_timer(2),
+    });
+    let mut op = 3;
+    let mut seq = 4;
+    for backoff in [1, 2, 4] {
+        h.reply(now, op, Reply::Failed);
+        now = now + secs(backoff);
+        h.on(VvmEvent::Timer {
+            now,
+            timer: lease_timer(seq),
+        });
+        op += 2;
+        seq += 2;
+    }
+    let effects = h.reply(now, op, Reply::Failed);
+    assert_eq!(
+        effects,
+        [
+            Effect::Lost {
+                slot: Slot(1),
+                reason: LossReason::RenewalFailed
+            },
+            Effect::ProblemRaised {
+                problem: Problem::LeadershipLost {
+                    slot: Slot(1),
+                    reason: LossReason::RenewalFailed
+                }
+            },
+            Effect::StopServices
+        ]
+    );
+    assert!(h.vvm.leadership().is_idle(), "no delete in flight");
+}
+
+// covers: LeadershipMonitor, VVM.updateProblem
+#[test]
+fn v10a_a_loss_while_services_stop_keeps_the_first_problem() {
+    let mut h = Harness::running();
+    let renew = t0() + secs(5);
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    h.on(VvmEvent::Shutdown { now: renew });
+    assert_eq!(
+        h.reply(renew, 3, Reply::Rejected),
+        [
+            Effect::Lost {
+                slot: Slot(1),
+                reason: LossReason::Overtaken
+            },
+            Effect::ProblemRaised {
+                problem: Problem::LeadershipLost {
+                    slot: Slot(1),
+                    reason: LossReason::Overtaken
+                }
+            }
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::StoppingServices);
 }
 
 // covers: VVM.Shutdown
@@ -431,7 +612,8 @@ fn v13_v17_services_stopped_then_monitor_stopped_then_release_then_finished() {
     });
     assert_eq!(
         h.on(VvmEvent::ServicesStopped {
-            now: t0() + secs(1)
+            now: t0() + secs(1),
+            clean: true,
         }),
         [Effect::MonitorStopped, cad(3, 5)]
     );
@@ -443,10 +625,100 @@ fn v13_v17_services_stopped_then_monitor_stopped_then_release_then_finished() {
                 slot: Some(Slot(1)),
                 deleted: true
             },
+            Effect::DisarmKiller,
             Effect::Finished { problem: None }
         ]
     );
     assert_eq!(h.vvm.phase(), Phase::Shutdown);
+}
+
+// covers: VVM.DisarmAfterCleanRelease
+#[test]
+fn v17_an_unclean_stop_or_an_unconfirmed_release_keeps_the_deadline() {
+    // A service was aborted (or panicked): the deadline stays although the record was deleted.
+    let mut h = Harness::running();
+    h.on(VvmEvent::Shutdown { now: t0() });
+    h.on(VvmEvent::ServicesStopped {
+        now: t0(),
+        clean: false,
+    });
+    assert_eq!(
+        h.reply(t0(), 3, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
+    // Clean stop, but the delete was not confirmed (timed out): the deadline stays.
+    let mut h = Harness::running();
+    h.on(VvmEvent::Shutdown { now: t0() });
+    h.on(VvmEvent::ServicesStopped {
+        now: t0(),
+        clean: true,
+    });
+    assert_eq!(
+        h.reply(t0(), 3, Reply::Unknown),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: false
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
+}
+
+// covers: VVM.ServicesVanished
+#[test]
+fn v9a_services_that_end_unasked_are_a_problem_and_never_clean() {
+    // While starting: launch must not wait for a start report that never comes.
+    let mut h = Harness::starting();
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped {
+            now: t0(),
+            clean: false
+        }),
+        [Effect::ProblemRaised {
+            problem: Problem::ServicesVanished
+        }]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Running);
+    // The host shuts down: nothing left to stop; the release is confirmed, yet the deadline
+    // stays, since what the vanished pipeline left behind cannot be vouched for.
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [Effect::StopServices]
+    );
+    h.on(VvmEvent::ServicesStopped {
+        now: t0(),
+        clean: true,
+    });
+    assert_eq!(
+        h.reply(t0(), 3, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::Finished {
+                problem: Some(Problem::ServicesVanished)
+            }
+        ]
+    );
+    // While running.
+    let mut h = Harness::running();
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped {
+            now: t0(),
+            clean: false
+        }),
+        [Effect::ProblemRaised {
+            problem: Problem::ServicesVanished
+        }]
+    );
 }
 
 // covers: VVM.Shutdown, Lease.ReleaseDuringOp
@@ -461,7 +733,10 @@ fn v15_v16_a_renewal_in_flight_is_waited_for_before_the_release() {
     h.on(VvmEvent::Shutdown { now: renew });
     // The monitor stops: no new renewal will be sent; the one in flight is waited for.
     assert_eq!(
-        h.on(VvmEvent::ServicesStopped { now: renew }),
+        h.on(VvmEvent::ServicesStopped {
+            now: renew,
+            clean: true
+        }),
         [Effect::MonitorStopped]
     );
     assert_eq!(h.vvm.phase(), Phase::StoppingMonitor);
@@ -478,6 +753,7 @@ fn v15_v16_a_renewal_in_flight_is_waited_for_before_the_release() {
                 slot: Some(Slot(1)),
                 deleted: true
             },
+            Effect::DisarmKiller,
             Effect::Finished { problem: None }
         ]
     );
@@ -493,22 +769,21 @@ fn v17_shutdown_after_a_loss_returns_the_loss() {
         timer: lease_timer(2),
     });
     h.reply(renew, 3, Reply::Rejected);
-    h.on(VvmEvent::Shutdown { now: renew });
-    // The cleanup delete of the loss is still in flight: it becomes the release.
-    assert_eq!(
-        h.on(VvmEvent::ServicesStopped { now: renew }),
-        [Effect::MonitorStopped]
-    );
-    assert_eq!(h.vvm.phase(), Phase::CleaningElections);
+    // The loss already stopped the services; the host's shutdown adds nothing.
+    assert_eq!(h.on(VvmEvent::Shutdown { now: renew }), []);
     let lost = Problem::LeadershipLost {
         slot: Slot(1),
         reason: LossReason::Overtaken,
     };
     assert_eq!(
-        h.reply(renew, 4, Reply::Rejected),
+        h.on(VvmEvent::ServicesStopped {
+            now: renew,
+            clean: true
+        }),
         [
+            Effect::MonitorStopped,
             Effect::Released {
-                slot: Some(Slot(1)),
+                slot: None,
                 deleted: false
             },
             Effect::Finished {
@@ -520,16 +795,17 @@ fn v17_shutdown_after_a_loss_returns_the_loss() {
 
 // covers: LeadershipMonitor
 #[test]
-fn v7_services_started_after_a_loss_is_not_reported_as_running() {
+fn v10_a_loss_while_services_start_stops_them_and_is_never_running() {
     let mut h = Harness::starting();
     let renew = t0() + secs(5);
     h.on(VvmEvent::Timer {
         now: renew,
         timer: lease_timer(2),
     });
-    h.reply(renew, 3, Reply::Rejected);
+    let effects = h.reply(renew, 3, Reply::Rejected);
+    assert_eq!(effects.last(), Some(&Effect::StopServices));
     assert_eq!(h.on(VvmEvent::ServicesStarted { now: renew }), []);
-    assert_eq!(h.vvm.phase(), Phase::Running);
+    assert_eq!(h.vvm.phase(), Phase::StoppingServices);
 }
 
 // covers: VVM.ShutdownAnyState
@@ -538,7 +814,10 @@ fn v18_a_second_shutdown_is_a_no_op() {
     let mut h = Harness::running();
     h.on(VvmEvent::Shutdown { now: t0() });
     assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), []);
-    h.on(VvmEvent::ServicesStopped { now: t0() });
+    h.on(VvmEvent::ServicesStopped {
+        now: t0(),
+        clean: true,
+    });
     h.reply(t0(), 3, Reply::Deleted);
     assert_eq!(h.vvm.phase(), Phase::Shutdown);
     assert_eq!(h.on(VvmEvent::Shutdown { now: t0() }), []);

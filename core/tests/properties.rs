@@ -24,6 +24,8 @@ enum Step {
     ServicesStarted,
     ServiceFailed(u16),
     ServicesStopped,
+    /// A change feed reported a slot's record changed (lifecycle only).
+    SlotChanged,
     Fire(usize),
     Reply(usize, ReplyKind),
 }
@@ -60,6 +62,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::ServicesStarted),
         1 => (0u16..3).prop_map(Step::ServiceFailed),
         1 => Just(Step::ServicesStopped),
+        1 => Just(Step::SlotChanged),
         3 => any::<usize>().prop_map(Step::Fire),
         6 => (any::<usize>(), reply).prop_map(|(i, r)| Step::Reply(i, r)),
     ]
@@ -248,6 +251,8 @@ proptest! {
         let mut out = Effects::new();
         let mut log: Vec<Effect> = Vec::new();
         let mut problem: Option<Problem> = None;
+        let mut services_running = false;
+        let mut lost = false;
         for step in steps {
             out.clear();
             let now = at(world.now_ms);
@@ -257,7 +262,8 @@ proptest! {
                 Step::Shutdown | Step::Release => VvmEvent::Shutdown { now },
                 Step::ServicesStarted => VvmEvent::ServicesStarted { now },
                 Step::ServiceFailed(index) => VvmEvent::ServiceFailed { now, index },
-                Step::ServicesStopped => VvmEvent::ServicesStopped { now },
+                Step::ServicesStopped => VvmEvent::ServicesStopped { now, clean: true },
+                Step::SlotChanged => VvmEvent::SlotChanged { now },
                 Step::Fire(i) if !world.timers.is_empty() => {
                     VvmEvent::Timer { now, timer: world.timers[i % world.timers.len()] }
                 }
@@ -267,8 +273,42 @@ proptest! {
                 },
                 Step::Fire(_) => continue,
             };
+            let waited_for_round = vvm.waits_for_round();
             vvm.handle(&event, &mut out);
             world.observe(&out, vvm.leadership());
+            // covers: VVM.TryAtChange
+            // A change report only ever starts a round (one insert at slot 1) from RoundWait.
+            if matches!(event, VvmEvent::SlotChanged { .. }) {
+                if waited_for_round {
+                    assert!(
+                        matches!(out.as_slice(), [Effect::Insert { slot: Slot(1), .. }]),
+                        "SlotChanged in RoundWait: {out:?}"
+                    );
+                } else {
+                    assert!(out.is_empty(), "SlotChanged outside RoundWait: {out:?}");
+                }
+            }
+            // covers: Verify.Safety, VVM.LossKeepsRecord, VVM.DisarmAfterCleanRelease
+            // Acting means services running: from StartServices until their stop is reported.
+            // While they may run, no record of ours is deleted and the killer is never disarmed.
+            if matches!(event, VvmEvent::ServicesStopped { .. }) {
+                services_running = false;
+            }
+            for effect in &out {
+                match *effect {
+                    Effect::StartServices { .. } => services_running = true,
+                    Effect::CompareAndDelete { .. } => assert!(
+                        !services_running,
+                        "record deleted while services may run: {event:?} -> {out:?}"
+                    ),
+                    Effect::DisarmKiller => assert!(
+                        !services_running,
+                        "killer disarmed while services may run: {event:?} -> {out:?}"
+                    ),
+                    Effect::Lost { .. } => lost = true,
+                    _ => {}
+                }
+            }
             // The problem is write-once.
             if let Some(first) = problem {
                 assert_eq!(vvm.problem(), Some(first));
@@ -302,6 +342,13 @@ proptest! {
         }
         if let Some(Effect::Finished { problem: reported }) = finished.map(|f| log[f]) {
             assert_eq!(reported, vvm.problem());
+        }
+        // The deadline is removed at most once, right before Finished, never after a loss.
+        let disarm = position(|e| matches!(e, Effect::DisarmKiller));
+        assert!(count(|e| matches!(e, Effect::DisarmKiller)) <= 1);
+        if let Some(d) = disarm {
+            assert_eq!(Some(d + 1), finished, "DisarmKiller right before Finished");
+            assert!(!lost, "the killer was disarmed after a loss");
         }
     }
 }

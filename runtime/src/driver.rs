@@ -7,14 +7,14 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 use vvm_core::{
-    Effect, Effects, FencingToken, Instant, Lifecycle, Phase, Problem, VvmConfig, VvmEvent,
+    Effect, Effects, FencingToken, Instant, Lifecycle, Phase, Problem, Slot, VvmConfig, VvmEvent,
 };
 
 use crate::error::VvmError;
 use crate::executor::{Executor, Wake};
 use crate::pipeline::{Pipeline, Report, Timeouts};
 use crate::services::{ServiceError, Services};
-use crate::store::LeaseStore;
+use crate::store::{LeaseStore, SlotChange};
 
 /// Most events the driver queues for itself (only "services stopped" when none ran).
 const QUEUED_MAX: usize = 4;
@@ -28,6 +28,8 @@ pub(crate) struct Status {
     pub(crate) deadline: Option<Instant>,
     pub(crate) problem: Option<VvmError>,
     pub(crate) finished: bool,
+    /// Leadership was lost: no token is valid any more.
+    pub(crate) lost: bool,
 }
 
 impl Default for Status {
@@ -39,6 +41,7 @@ impl Default for Status {
             deadline: None,
             problem: None,
             finished: false,
+            lost: false,
         }
     }
 }
@@ -54,8 +57,12 @@ pub(crate) struct Driver<S> {
     timeouts: Timeouts,
     pipeline: Option<Pipeline>,
     shutdown: Option<oneshot::Receiver<()>>,
+    /// A stop asked through a [`crate::StopHandle`]; `None` once seen (or when none can come).
+    stop: Option<watch::Receiver<bool>>,
     status: watch::Sender<Status>,
     queued: VecDeque<VvmEvent>,
+    /// The change feed of every slot while the machine waits between rounds; `None` otherwise.
+    changes: Option<SlotChange>,
     out: Effects,
     outcome: Option<Result<(), VvmError>>,
 }
@@ -67,6 +74,30 @@ async fn shutdown_asked(shutdown: &mut Option<oneshot::Receiver<()>>) {
         Some(rx) => {
             let _ = rx.await;
             *shutdown = None;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves once a stop handle asked to stop; pending once it did, or when no handle can ask.
+async fn stop_asked(stop: &mut Option<watch::Receiver<bool>>) {
+    let asked = match stop.as_mut() {
+        Some(rx) => rx.wait_for(|asked| *asked).await.is_ok(),
+        None => false,
+    };
+    *stop = None;
+    if !asked {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves when the store reports a change of a slot's record; pending while nothing is
+/// watched, and after it resolved once.
+async fn slot_changed(changes: &mut Option<SlotChange>) {
+    match changes.as_mut() {
+        Some(change) => {
+            change.await;
+            *changes = None;
         }
         None => std::future::pending().await,
     }
@@ -89,6 +120,7 @@ impl<S: LeaseStore> Driver<S> {
         services: Services,
         timeouts: Timeouts,
         shutdown: oneshot::Receiver<()>,
+        stop: watch::Receiver<bool>,
         status: watch::Sender<Status>,
     ) -> Self {
         let names = services.names();
@@ -102,8 +134,10 @@ impl<S: LeaseStore> Driver<S> {
             timeouts,
             pipeline: None,
             shutdown: Some(shutdown),
+            stop: Some(stop),
             status,
             queued: VecDeque::with_capacity(QUEUED_MAX),
+            changes: None,
             out: Effects::new(),
             outcome: None,
         }
@@ -150,6 +184,8 @@ impl<S: LeaseStore> Driver<S> {
                 Wake::Timer(timer) => VvmEvent::Timer { now: self.exec.now(), timer },
             },
             () = shutdown_asked(&mut self.shutdown) => VvmEvent::Shutdown { now: self.exec.now() },
+            () = stop_asked(&mut self.stop) => VvmEvent::Shutdown { now: self.exec.now() },
+            () = slot_changed(&mut self.changes) => VvmEvent::SlotChanged { now: self.exec.now() },
             report = report(&mut self.pipeline) => self.on_report(report).await,
         }
     }
@@ -164,12 +200,21 @@ impl<S: LeaseStore> Driver<S> {
                 }
                 VvmEvent::ServiceFailed { now, index }
             }
-            // The pipeline only ends after reporting `Stopped`; `None` is that end seen twice.
-            Some(Report::Stopped) | None => {
+            Some(Report::Stopped { clean }) => {
                 if let Some(pipeline) = self.pipeline.take() {
                     pipeline.join().await;
                 }
-                VvmEvent::ServicesStopped { now }
+                VvmEvent::ServicesStopped { now, clean }
+            }
+            // The pipeline ends only after reporting `Stopped`, and is dropped then: ending
+            // without that report means its task vanished (a panic). Its services were
+            // aborted as it unwound; nothing of that stop can be vouched for.
+            None => {
+                if let Some(pipeline) = self.pipeline.take() {
+                    pipeline.join().await;
+                }
+                tracing::error!("the service pipeline ended without reporting; services aborted");
+                VvmEvent::ServicesStopped { now, clean: false }
             }
         }
     }
@@ -185,11 +230,25 @@ impl<S: LeaseStore> Driver<S> {
                 self.notify(effect);
             }
         }
+        self.watch_slots();
         let deadline = self.exec.deadline();
         self.status.send_modify(|status| {
             status.phase = phase;
             status.deadline = deadline.or(status.deadline);
         });
+    }
+
+    /// Between rounds, watches every slot's feed so that a change starts the next round at once
+    /// (`SlotChanged`); otherwise watches nothing. The feed is subscribed when the last refusal
+    /// of a round has been handled: a change between the store's refusal and that moment is
+    /// not seen, and waits for the round timer as before.
+    fn watch_slots(&mut self) {
+        if !self.machine.waits_for_round() {
+            self.changes = None;
+        } else if self.changes.is_none() {
+            let slots: Vec<Slot> = (1..=self.config.slots()).map(Slot).collect();
+            self.changes = Some(self.exec.store().changed(&slots));
+        }
     }
 
     fn notify(&mut self, effect: &Effect) {
@@ -211,19 +270,35 @@ impl<S: LeaseStore> Driver<S> {
                 tracing::debug!(slot = slot.0, ?refusal, "slot not acquired");
             }
             Effect::Lost { slot, reason } => {
-                tracing::warn!(slot = slot.0, ?reason, "leadership lost")
+                // Logged here, before the deadline: the killer itself never logs.
+                let deadline_ns = self.exec.deadline().map(|at| at.as_nanos());
+                let left_ms = self
+                    .exec
+                    .deadline()
+                    .map(|at| at.saturating_since(self.exec.now()).as_millis());
+                tracing::warn!(
+                    slot = slot.0,
+                    ?reason,
+                    deadline_ns,
+                    left_ms,
+                    "leadership lost; stopping services, the process ends at the kill deadline if they have not stopped"
+                );
+                self.status.send_modify(|status| status.lost = true);
             }
             Effect::Released { slot, deleted } => {
                 tracing::info!(slot = slot.map(|s| s.0), deleted, "leadership released");
             }
             Effect::StartServices { token } => {
                 let services = self.services.take().unwrap_or_default();
-                self.pipeline = Some(Pipeline::start(services, token, self.timeouts));
+                let tenure = self.status.subscribe();
+                tracing::debug!(revision = token.revision.0, "starting services");
+                self.pipeline = Some(Pipeline::start(services, tenure, self.timeouts));
             }
             Effect::StopServices => match self.pipeline.as_mut() {
                 Some(pipeline) => pipeline.stop(),
                 None => self.queue(VvmEvent::ServicesStopped {
                     now: self.exec.now(),
+                    clean: true,
                 }),
             },
             Effect::Running { token } => {
@@ -283,6 +358,7 @@ impl<S: LeaseStore> Driver<S> {
                 acquisition: self.config.acquisition(),
             },
             Problem::LeadershipLost { slot, reason } => VvmError::LeadershipLost { slot, reason },
+            Problem::ServicesVanished => VvmError::ServicesVanished,
             Problem::ServiceStartFailed { index } => {
                 let (name, message) = service(index);
                 VvmError::ServiceStartFailed {

@@ -45,6 +45,10 @@ pub enum VvmError {
         /// What the service reported.
         message: String,
     },
+    /// The services ended without being asked to and without saying which failed: the task
+    /// running them vanished (it panicked). Whatever they left behind was aborted.
+    #[error("the services ended without being asked to (their pipeline task vanished)")]
+    ServicesVanished,
     /// `launch` was not polled inside a tokio runtime, so nothing could be started.
     #[error("launch needs a tokio runtime")]
     NoRuntime,
@@ -57,7 +61,9 @@ pub enum VvmError {
 fn describe(reason: LossReason) -> &'static str {
     match reason {
         LossReason::Overtaken => "the record changed, expired or was deleted",
-        LossReason::RenewalFailed => "every renewal attempt failed",
+        LossReason::RenewalFailed => {
+            "renewals kept failing until none could be confirmed before the kill deadline"
+        }
         LossReason::DeadlinePassed => {
             "a renewal was confirmed only after its kill deadline (the process was paused)"
         }
@@ -76,6 +82,7 @@ impl VvmError {
                 Some(Problem::LeadershipLost { slot, reason })
             }
             VvmError::ServiceFailed { index, .. } => Some(Problem::ServiceFailed { index }),
+            VvmError::ServicesVanished => Some(Problem::ServicesVanished),
             VvmError::NoRuntime | VvmError::DriverGone => None,
         }
     }

@@ -69,6 +69,11 @@ impl<S: LeaseStore> Executor<S> {
         }
     }
 
+    /// The store the effects go to.
+    pub(crate) fn store(&self) -> &S {
+        &self.store
+    }
+
     /// The current time, as the machines see it.
     pub(crate) fn now(&self) -> vvm_core::Instant {
         Clock.now()
@@ -92,6 +97,10 @@ impl<S: LeaseStore> Executor<S> {
                 self.timers[timer_index(timer.kind)] = Some(Timer { id: timer, sleep });
             }
             Effect::ArmKiller { at } => self.killer.arm(at),
+            Effect::DisarmKiller => {
+                let removed = self.killer.disarm();
+                tracing::debug!(removed, "kill deadline disarmed after a clean release");
+            }
             Effect::Insert { .. }
             | Effect::CompareAndSwap { .. }
             | Effect::CompareAndDelete { .. }

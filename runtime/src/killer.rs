@@ -3,15 +3,31 @@
 //! Each VVM owns one [`KillerEntry`] and replaces its deadline on every `ArmKiller` effect. The
 //! thread sleeps on a condition variable until the earliest armed deadline and then calls the
 //! injected [`Killer`]. It is a plain OS thread, not a tokio task, so that a runtime whose workers
-//! are all blocked cannot delay it; nothing on the renewal path ever waits for it. Deadlines are
-//! never disarmed: after a VVM shut down, its last deadline may still end the process, because
-//! work started while it led may still be running.
+//! are all blocked cannot delay it; nothing on the renewal path ever waits for it. A deadline is
+//! removed only by [`KillerEntry::disarm`], which a VVM calls after a clean release; otherwise a
+//! shut-down VVM's last deadline still ends the process, because work started while it led may
+//! still be running.
+//!
+//! # Nothing on the kill path can block
+//!
+//! The production [`ExitKiller`] logs nothing through `tracing`, takes no lock, allocates nothing
+//! and touches no stdio buffer: it writes one fixed line to standard error without waiting for
+//! the reader ([`write_kill_message`]) and ends the process with `_exit`
+//! ([`KILL_EXIT_CODE`]), running no exit handler. The thread itself collects passed deadlines
+//! into a buffer allocated when it started, releases the lock that [`KillerEntry::arm`] also
+//! takes before calling the killer, and logs nothing. That lock is only ever held for a few map
+//! operations, never while logging or waiting. Whoever wants the reason logged does so before the
+//! deadline, e.g. when a renewal fails.
 //!
 //! # Time
 //!
-//! Deadlines are core [`Instant`]s. A killer made with [`KillerThread::new`] reads the operating
-//! system's monotonic clock from [`crate::clock::origin`], the same zero the driver's
-//! [`Clock`](crate::Clock) uses, so both agree whenever tokio's clock is not paused.
+//! Deadlines are core [`Instant`]s on the runtime's one clock (see [`crate::clock`]): the thread
+//! reads the operating system's monotonic clock from [`crate::clock::origin`] plus the time the
+//! host spent suspended ([`HostSuspend`]), which is `CLOCK_BOOTTIME` on Linux, so it agrees with
+//! the driver's [`Clock`](crate::Clock) whenever tokio's clock is not paused. It sleeps at most
+//! [`WAIT_ARMED_MAX`] while a deadline is armed and re-reads the clock on every wake: after a
+//! resume from suspend the condition variable's timeout (monotonic) may still have that long to
+//! run, and the deadline may long have passed.
 //!
 //! Under `tokio::time::pause()` tokio's clock and the operating system's drift apart, so a
 //! paused-time test uses [`KillerThread::manual`]: that killer's clock moves only when the test
@@ -28,15 +44,23 @@ use std::time::Duration;
 
 use vvm_core::Instant;
 
-use crate::clock::instant_from_std;
+use crate::clock::{boot_instant, HostSuspend, SuspendSource};
+
+mod exit;
+
+pub use exit::{write_kill_message, ExitKiller, KILL_EXIT_CODE, KILL_MESSAGE};
 
 /// Most deadlines held at once. Beyond it new VVMs share one conservative deadline that can only
 /// move earlier, so the limit can cost an early exit but never a late one.
 pub const DEADLINES_MAX: usize = 4096;
 /// Most reports a [`RecordingKiller`] keeps.
 pub const RECORDS_MAX: usize = 1024;
-/// Longest single sleep of the thread; it re-reads the clock at least this often.
-const WAIT_MAX: Duration = Duration::from_secs(1);
+/// Longest single sleep of the thread while a deadline is armed: after a resume from suspend the
+/// thread notices a passed deadline within this (its sleep is timed on the monotonic clock,
+/// which did not move while the host slept).
+pub const WAIT_ARMED_MAX: Duration = Duration::from_millis(50);
+/// Longest single sleep with nothing armed; arming wakes the thread anyway.
+const WAIT_IDLE_MAX: Duration = Duration::from_secs(1);
 
 /// What the killer knows when a deadline passes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,22 +78,6 @@ pub trait Killer: Send + Sync + 'static {
     /// Called on the killer thread once per passed deadline. Must not return in production:
     /// past the deadline this process may no longer act as leader.
     fn kill(&self, report: &KillReport);
-}
-
-/// The production killer: logs at error level, then `std::process::exit(1)`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ExitKiller;
-
-impl Killer for ExitKiller {
-    fn kill(&self, report: &KillReport) {
-        tracing::error!(
-            label = %report.label,
-            deadline_ns = report.deadline.as_nanos(),
-            observed_ns = report.observed.as_nanos(),
-            "kill deadline passed without a confirmed renewal; ending the process"
-        );
-        std::process::exit(1);
-    }
 }
 
 /// A killer for tests: records each report (at most [`RECORDS_MAX`]) instead of ending anything.
@@ -141,6 +149,10 @@ struct Shared {
     processed: Condvar,
     killer: Box<dyn Killer>,
     manual: bool,
+    suspend: Box<dyn SuspendSource>,
+    /// The label of reports of the shared overflow deadline, made once so that the kill path
+    /// never allocates.
+    overflow_label: Arc<str>,
 }
 
 impl Shared {
@@ -148,42 +160,78 @@ impl Shared {
         if self.manual {
             state.manual_now
         } else {
-            instant_from_std(std::time::Instant::now())
+            self.clock_now()
         }
     }
 
-    fn kill(&self, reports: &[KillReport]) {
-        for report in reports {
+    /// The killer's clock: the boot clock on Linux (see [`crate::clock`]).
+    fn clock_now(&self) -> Instant {
+        boot_instant(std::time::Instant::now(), self.suspend.as_ref())
+    }
+
+    fn kill(&self, reports: &[Passed]) {
+        for passed in reports {
             // A panicking test killer must not take the thread, and every later deadline, down.
-            if catch_unwind(AssertUnwindSafe(|| self.killer.kill(report))).is_err() {
-                tracing::error!(label = %report.label, "the killer panicked");
-            }
+            // Its panic message was printed by the panic hook; nothing is logged here, on the
+            // kill path.
+            let _ = catch_unwind(AssertUnwindSafe(|| self.killer.kill(&passed.report)));
         }
     }
 }
 
-fn take_expired(state: &mut State, now: Instant) -> Vec<KillReport> {
-    let mut reports = Vec::new();
-    state.armed.retain(|_, armed| {
-        if armed.deadline > now {
-            return true;
+/// A deadline that passed: whose (`None`: the shared overflow deadline) and its report.
+#[derive(Debug)]
+struct Passed {
+    id: Option<u64>,
+    report: KillReport,
+}
+
+/// Collects every deadline at or before `now` into `passed`, which has room for all of them
+/// (see [`run`]), without removing anything: removal frees memory, and the production killer
+/// never returns to need it.
+fn collect_passed(
+    state: &State,
+    now: Instant,
+    overflow_label: &Arc<str>,
+    passed: &mut Vec<Passed>,
+) {
+    passed.clear();
+    for (id, armed) in &state.armed {
+        if armed.deadline <= now {
+            passed.push(Passed {
+                id: Some(*id),
+                report: KillReport {
+                    label: armed.label.clone(),
+                    deadline: armed.deadline,
+                    observed: now,
+                },
+            });
         }
-        reports.push(KillReport {
-            label: armed.label.clone(),
-            deadline: armed.deadline,
-            observed: now,
-        });
-        false
-    });
+    }
     if let Some(deadline) = state.overflow.filter(|deadline| *deadline <= now) {
-        state.overflow = None;
-        reports.push(KillReport {
-            label: Arc::from("(overflow)"),
-            deadline,
-            observed: now,
+        passed.push(Passed {
+            id: None,
+            report: KillReport {
+                label: overflow_label.clone(),
+                deadline,
+                observed: now,
+            },
         });
     }
-    reports
+}
+
+/// Removes the deadlines a returning (test) killer was called for, unless re-armed meanwhile.
+fn remove_passed(state: &mut State, passed: &[Passed]) {
+    for passed in passed {
+        let deadline = passed.report.deadline;
+        match passed.id {
+            Some(id) if state.armed.get(&id).is_some_and(|a| a.deadline == deadline) => {
+                state.armed.remove(&id);
+            }
+            None if state.overflow == Some(deadline) => state.overflow = None,
+            Some(_) | None => {}
+        }
+    }
 }
 
 fn earliest(state: &State) -> Option<Instant> {
@@ -195,15 +243,20 @@ fn earliest(state: &State) -> Option<Instant> {
 }
 
 fn run(shared: Arc<Shared>) {
+    // Room for every deadline that can be armed at once (and the overflow one), allocated here
+    // so that collecting passed deadlines never allocates.
+    let mut passed = Vec::with_capacity(DEADLINES_MAX + 1);
     let mut state = lock(&shared.state);
     loop {
         let now = shared.now(&state);
         let generation = state.generation;
-        let expired = take_expired(&mut state, now);
-        if !expired.is_empty() {
+        collect_passed(&state, now, &shared.overflow_label, &mut passed);
+        if !passed.is_empty() {
+            // Never call the killer holding the lock `arm` takes.
             drop(state);
-            shared.kill(&expired);
+            shared.kill(&passed);
             state = lock(&shared.state);
+            remove_passed(&mut state, &passed);
             continue;
         }
         state.processed = generation;
@@ -214,8 +267,8 @@ fn run(shared: Arc<Shared>) {
             return;
         }
         let wait = match earliest(&state) {
-            Some(deadline) if !shared.manual => deadline.saturating_since(now).min(WAIT_MAX),
-            _ => WAIT_MAX,
+            Some(deadline) if !shared.manual => deadline.saturating_since(now).min(WAIT_ARMED_MAX),
+            _ => WAIT_IDLE_MAX,
         };
         state = shared
             .wake
@@ -240,35 +293,48 @@ impl std::fmt::Debug for KillerThread {
 }
 
 impl KillerThread {
-    /// The process-wide killer: [`ExitKiller`] on the operating system's monotonic clock.
+    /// The process-wide killer: [`ExitKiller`] on the runtime's clock (the boot clock on Linux).
     /// Started on first use; every VVM uses it unless told otherwise.
     pub fn global() -> KillerThread {
         static GLOBAL: OnceLock<KillerThread> = OnceLock::new();
         GLOBAL.get_or_init(|| KillerThread::new(ExitKiller)).clone()
     }
 
-    /// A killer thread calling `killer`, on the operating system's monotonic clock.
+    /// A killer thread calling `killer`, on the runtime's clock (the boot clock on Linux).
     pub fn new(killer: impl Killer) -> KillerThread {
-        KillerThread::start(Box::new(killer), false)
+        KillerThread::with_suspend(killer, HostSuspend)
+    }
+
+    /// A killer thread calling `killer`, on the operating system's monotonic clock plus the
+    /// suspended time `suspend` reports: with a [`ManualSuspend`](crate::clock::ManualSuspend),
+    /// a test models a host suspend.
+    pub fn with_suspend(killer: impl Killer, suspend: impl SuspendSource) -> KillerThread {
+        KillerThread::start(Box::new(killer), false, Box::new(suspend))
     }
 
     /// A killer thread calling `killer`, whose clock moves only through the returned
     /// [`ManualKillerTime`]. For paused-time tests.
     pub fn manual(killer: impl Killer) -> (KillerThread, ManualKillerTime) {
-        let thread = KillerThread::start(Box::new(killer), true);
+        let thread = KillerThread::start(Box::new(killer), true, Box::new(HostSuspend));
         let time = ManualKillerTime {
             thread: thread.clone(),
         };
         (thread, time)
     }
 
-    fn start(killer: Box<dyn Killer>, manual: bool) -> KillerThread {
+    fn start(
+        killer: Box<dyn Killer>,
+        manual: bool,
+        suspend: Box<dyn SuspendSource>,
+    ) -> KillerThread {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             processed: Condvar::new(),
             killer,
             manual,
+            suspend,
+            overflow_label: Arc::from("(overflow)"),
         });
         let for_thread = shared.clone();
         lock(&shared.state).thread_alive = true;
@@ -309,7 +375,8 @@ impl KillerThread {
 }
 
 /// One VVM's place in the killer: holds at most one deadline, replaced by each
-/// [`arm`](Self::arm). Dropping it leaves the deadline armed.
+/// [`arm`](Self::arm) and removed only by [`disarm`](Self::disarm). Dropping it leaves the
+/// deadline armed.
 #[derive(Debug)]
 pub struct KillerEntry {
     thread: KillerThread,
@@ -326,19 +393,21 @@ impl KillerEntry {
         let mut state = lock(&shared.state);
         if !state.thread_alive {
             drop(state);
-            let now = instant_from_std(std::time::Instant::now());
-            shared.kill(&[KillReport {
-                label: self.label.clone(),
-                deadline: at,
-                observed: now,
+            let now = shared.clock_now();
+            shared.kill(&[Passed {
+                id: Some(self.id),
+                report: KillReport {
+                    label: self.label.clone(),
+                    deadline: at,
+                    observed: now,
+                },
             }]);
             return;
         }
         let full = state.armed.len() >= DEADLINES_MAX && !state.armed.contains_key(&self.id);
+        let mut first_overflow = false;
         if full || self.overflowed.load(Ordering::Relaxed) {
-            if !self.overflowed.swap(true, Ordering::Relaxed) {
-                tracing::warn!(label = %self.label, "too many kill deadlines; sharing a conservative one");
-            }
+            first_overflow = !self.overflowed.swap(true, Ordering::Relaxed);
             state.overflow = Some(state.overflow.map_or(at, |old| old.min(at)));
         } else {
             let armed = Armed {
@@ -348,6 +417,28 @@ impl KillerEntry {
             state.armed.insert(self.id, armed);
         }
         shared.wake.notify_all();
+        // Never log under the lock: a stalled log writer would hold up the killer thread.
+        drop(state);
+        if first_overflow {
+            tracing::warn!(label = %self.label, "too many kill deadlines; sharing a conservative one");
+        }
+    }
+
+    /// Removes this entry's deadline, for a VVM that released its lease cleanly (every service
+    /// stopped by itself, the delete confirmed): nothing it started can still act.
+    ///
+    /// Returns `true` when a deadline was removed, `false` when none was armed (never armed, or
+    /// already fired) or when it cannot be disarmed: an entry registered while [`DEADLINES_MAX`]
+    /// deadlines were armed shares the overflow deadline with others, which stays armed.
+    pub fn disarm(&self) -> bool {
+        if self.overflowed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let shared = &self.thread.shared;
+        let removed = lock(&shared.state).armed.remove(&self.id).is_some();
+        // The thread may be sleeping until the removed deadline; it finds nothing then.
+        shared.wake.notify_all();
+        removed
     }
 
     /// The deadline this entry holds, if armed and not yet fired.
@@ -379,7 +470,7 @@ impl ManualKillerTime {
         while state.thread_alive && state.processed < generation {
             state = shared
                 .processed
-                .wait_timeout(state, WAIT_MAX)
+                .wait_timeout(state, WAIT_IDLE_MAX)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }

@@ -14,7 +14,8 @@
 //! - [`services`]: the [`Service`] trait; services start in order once leadership is held and
 //!   stop in reverse order.
 //! - [`Elections`]: one slot's leadership without a VVM around it; [`leaders`]: who holds what.
-//! - [`Clock`]: tokio's clock from one process-wide origin, so `tokio::time::pause()` drives all.
+//! - [`Clock`]: tokio's clock from one process-wide origin plus the host's suspended time
+//!   (`CLOCK_BOOTTIME` on Linux), so `tokio::time::pause()` drives all and a suspend ages leases.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -31,13 +32,18 @@ pub mod services;
 pub mod store;
 mod vvm;
 
-pub use clock::{Clock, TimeSource};
+pub use clock::{Clock, HostSuspend, ManualSuspend, SuspendSource, TimeSource};
 pub use discovery::{leaders, SlotHolder};
 pub use elections::{Elections, Tenure};
 pub use error::{ElectionsError, ServicesError, VvmError};
 pub use killer::{
     ExitKiller, KillReport, Killer, KillerEntry, KillerThread, ManualKillerTime, RecordingKiller,
+    KILL_EXIT_CODE,
 };
-pub use services::{Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX};
-pub use store::{Lease, LeaseStore, LeaseValue, StoreError, ValueError};
-pub use vvm::{new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, Vvm, VvmState};
+pub use services::{
+    LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX,
+};
+pub use store::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError};
+pub use vvm::{
+    new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, StopHandle, Vvm, VvmState,
+};

@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::driver::Status;
+use crate::services::{ServiceContext, ServiceError, Services, ShutdownSignal};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
-use vvm_core::FencingToken;
-
-use crate::services::{ServiceContext, ServiceError, Services, ShutdownSignal};
 
 /// How long services get to start and to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,8 +30,9 @@ pub(crate) enum Report {
     Started,
     /// Service `index` failed (while starting or later). Only the first failure is reported.
     Failed { index: u16, error: ServiceError },
-    /// Every started service has ended.
-    Stopped,
+    /// Every started service has ended. `clean` when each returned by itself: none was
+    /// aborted after its stop timeout, none panicked or was cancelled.
+    Stopped { clean: bool },
 }
 
 /// The driver's side of a running pipeline.
@@ -43,14 +43,19 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts `services` in order under `token`.
-    pub(crate) fn start(services: Services, token: FencingToken, timeouts: Timeouts) -> Self {
+    /// Starts `services` in order; each reads its token, the deadline and the loss from
+    /// `tenure`.
+    pub(crate) fn start(
+        services: Services,
+        tenure: watch::Receiver<Status>,
+        timeouts: Timeouts,
+    ) -> Self {
         let (stop, stop_rx) = oneshot::channel();
         let (report_tx, reports) = mpsc::channel(4);
         // The pipeline and its services log inside the VVM's span (address, slot).
         let span = tracing::Span::current();
         let task =
-            tokio::spawn(run(services, token, timeouts, stop_rx, report_tx).instrument(span));
+            tokio::spawn(run(services, tenure, timeouts, stop_rx, report_tx).instrument(span));
         Pipeline {
             stop: Some(stop),
             reports,
@@ -84,6 +89,22 @@ struct Running {
     task: Option<JoinHandle<Result<(), ServiceError>>>,
 }
 
+// Dropping a JoinHandle detaches its task. Should the pipeline itself unwind or be dropped
+// while a service still runs, that service must not run on unseen (the VVM would release its
+// record beside it): abort it. The driver then reports the stop as not clean.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Whether a joined service returned by itself (with or without an error).
+fn returned(joined: &Result<Result<(), ServiceError>, tokio::task::JoinError>) -> bool {
+    joined.is_ok()
+}
+
 fn outcome(
     name: &str,
     joined: Result<Result<(), ServiceError>, tokio::task::JoinError>,
@@ -108,6 +129,7 @@ async fn start_one(
     ready: oneshot::Receiver<()>,
     stop: &mut oneshot::Receiver<()>,
     timeout: Duration,
+    clean: &mut bool,
 ) -> Start {
     let Some(task) = running.task.as_mut() else {
         return Start::Failed(ServiceError::new("not started"));
@@ -126,6 +148,7 @@ async fn start_one(
         }
     };
     running.task = None;
+    *clean &= returned(&ended);
     Start::Failed(outcome(
         &running.name,
         ended,
@@ -133,8 +156,9 @@ async fn start_one(
     ))
 }
 
-/// Resolves with the first running service whose task ends; pending while none can.
-async fn first_ended(running: &mut [Running]) -> (u16, ServiceError) {
+/// Resolves with the first running service whose task ends (and whether it returned by itself);
+/// pending while none can.
+async fn first_ended(running: &mut [Running]) -> (u16, ServiceError, bool) {
     poll_fn(|cx| {
         for service in running.iter_mut() {
             let Some(task) = service.task.as_mut() else {
@@ -142,8 +166,9 @@ async fn first_ended(running: &mut [Running]) -> (u16, ServiceError) {
             };
             if let Poll::Ready(joined) = Pin::new(task).poll(cx) {
                 service.task = None;
+                let clean = returned(&joined);
                 let error = outcome(&service.name, joined, "ended before it was asked to stop");
-                return Poll::Ready((service.index, error));
+                return Poll::Ready((service.index, error, clean));
             }
         }
         Poll::Pending
@@ -153,7 +178,7 @@ async fn first_ended(running: &mut [Running]) -> (u16, ServiceError) {
 
 async fn run(
     services: Services,
-    token: FencingToken,
+    tenure: watch::Receiver<Status>,
     timeouts: Timeouts,
     mut stop: oneshot::Receiver<()>,
     reports: mpsc::Sender<Report>,
@@ -161,13 +186,14 @@ async fn run(
     let mut running: Vec<Running> = Vec::with_capacity(services.len());
     let mut failed = false;
     let mut stop_asked = false;
+    let mut clean = true;
     for (index, entry) in services.entries.into_iter().enumerate() {
         // `Services::with` keeps the count within SERVICES_MAX, far below u16::MAX.
         let index = u16::try_from(index).unwrap_or(u16::MAX);
         let (ready_tx, ready_rx) = oneshot::channel();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let context = ServiceContext {
-            token,
+            tenure: tenure.clone(),
             ready: Some(ready_tx),
             shutdown: ShutdownSignal { rx: shutdown_rx },
         };
@@ -183,7 +209,7 @@ async fn run(
         let Some(current) = running.last_mut() else {
             break;
         };
-        match start_one(current, ready_rx, &mut stop, timeouts.start).await {
+        match start_one(current, ready_rx, &mut stop, timeouts.start, &mut clean).await {
             Start::Ready => tracing::info!(index, name = %current.name, "service ready"),
             Start::Failed(error) => {
                 tracing::warn!(index, name = %current.name, %error, "service failed to start");
@@ -203,7 +229,8 @@ async fn run(
     while !stop_asked {
         tokio::select! {
             _ = &mut stop => stop_asked = true,
-            (index, error) = first_ended(&mut running) => {
+            (index, error, returned) = first_ended(&mut running) => {
+                clean &= returned;
                 tracing::warn!(index, %error, "service failed");
                 if !failed {
                     failed = true;
@@ -212,16 +239,21 @@ async fn run(
             }
         }
     }
-    if let Some((index, error)) = stop_all(&mut running, timeouts.stop).await {
+    if let Some((index, error)) = stop_all(&mut running, timeouts.stop, &mut clean).await {
         if !failed {
             let _ = reports.send(Report::Failed { index, error }).await;
         }
     }
-    let _ = reports.send(Report::Stopped).await;
+    let _ = reports.send(Report::Stopped { clean }).await;
 }
 
-/// Stops the services from last to first; returns the first that failed while stopping.
-async fn stop_all(running: &mut [Running], timeout: Duration) -> Option<(u16, ServiceError)> {
+/// Stops the services from last to first; returns the first that failed while stopping and
+/// clears `clean` for any that did not return by itself.
+async fn stop_all(
+    running: &mut [Running],
+    timeout: Duration,
+    clean: &mut bool,
+) -> Option<(u16, ServiceError)> {
     let mut first = None;
     for service in running.iter_mut().rev() {
         let _ = service.shutdown.send(true);
@@ -233,6 +265,7 @@ async fn stop_all(running: &mut [Running], timeout: Duration) -> Option<(u16, Se
                 tracing::info!(index = service.index, name = %service.name, "service stopped")
             }
             Ok(joined) => {
+                *clean &= returned(&joined);
                 let error = outcome(&service.name, joined, "");
                 tracing::warn!(index = service.index, name = %service.name, %error, "service failed while stopping");
                 first.get_or_insert((service.index, error));
@@ -241,6 +274,7 @@ async fn stop_all(running: &mut [Running], timeout: Duration) -> Option<(u16, Se
                 tracing::error!(index = service.index, name = %service.name, ?timeout, "service did not stop in time; aborting it");
                 task.abort();
                 let _ = task.await;
+                *clean = false;
                 let error = ServiceError::new(format!("did not stop within {timeout:?}"));
                 first.get_or_insert((service.index, error));
             }

@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use vvm_core::FencingToken;
 
+use crate::clock::{Clock, TimeSource};
+use crate::driver::Status;
 use crate::error::ServicesError;
 
 /// Most services one VVM runs; the core numbers them with a `u16`.
@@ -40,19 +42,39 @@ impl ServiceError {
     }
 }
 
-/// What a running service is handed: the fencing token, the readiness report and the
-/// shutdown signal.
+/// What a running service is handed: the fencing token, the readiness report, the loss signal
+/// and the shutdown signal.
 #[derive(Debug)]
 pub struct ServiceContext {
-    pub(crate) token: FencingToken,
+    pub(crate) tenure: watch::Receiver<Status>,
     pub(crate) ready: Option<oneshot::Sender<()>>,
     pub(crate) shutdown: ShutdownSignal,
 }
 
+/// The token of the last confirmed write while this VVM may act on it: `None` once leadership
+/// was lost or the kill deadline has passed on the runtime's [`Clock`].
+pub(crate) fn valid_token(status: &Status) -> Option<FencingToken> {
+    if status.lost {
+        return None;
+    }
+    let deadline = status.deadline?;
+    (Clock.now() < deadline).then_some(status.token?)
+}
+
 impl ServiceContext {
-    /// The token of the tenure; pass it with writes so that a stale leader's writes are refused.
-    pub fn token(&self) -> FencingToken {
-        self.token
+    /// The fencing token of the last confirmed write; pass it with writes so that a stale
+    /// leader's writes are refused. `None` once leadership was lost or the kill deadline has
+    /// passed: from then on nothing may be written as leader.
+    pub fn token(&self) -> Option<FencingToken> {
+        valid_token(&self.tenure.borrow())
+    }
+
+    /// A signal that resolves once leadership is lost. It comes before the stop signal (a loss
+    /// stops the services at once), so a service can tell a loss from a planned shutdown.
+    pub fn lost(&self) -> LossSignal {
+        LossSignal {
+            rx: self.tenure.clone(),
+        }
     }
 
     /// Reports that the service is up; the next service starts only after this. Later calls
@@ -86,6 +108,26 @@ impl ShutdownSignal {
     /// Whether the stop was asked already.
     pub fn is_requested(&self) -> bool {
         *self.rx.borrow()
+    }
+}
+
+/// Resolves when the VVM loses leadership (also when the VVM is gone).
+#[derive(Clone, Debug)]
+pub struct LossSignal {
+    pub(crate) rx: watch::Receiver<Status>,
+}
+
+impl LossSignal {
+    /// Waits until leadership is lost. Pending forever for a VVM that shuts down without a
+    /// loss, until the VVM is gone.
+    pub async fn occurred(&mut self) {
+        // An error means the driver is gone: nothing will lead for these services any more.
+        let _ = self.rx.wait_for(|status| status.lost).await;
+    }
+
+    /// Whether leadership was lost already.
+    pub fn is_lost(&self) -> bool {
+        self.rx.borrow().lost
     }
 }
 

@@ -5,6 +5,7 @@
 //! also across delete and re-insert. **An expired record is absent for every operation.**
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use vvm_core::{Incarnation, Revision, Slot};
@@ -64,7 +65,8 @@ impl LeaseValue {
         format!("{VALUE_PREFIX}{:016x} {}", self.incarnation.0, self.address)
     }
 
-    /// Decodes what [`encode`](Self::encode) wrote; anything else is a [`ValueError`].
+    /// Decodes what [`encode`](Self::encode) wrote; anything else is a [`ValueError`]. Decoding
+    /// is canonical: whenever it succeeds, encoding the value gives back exactly `bytes`.
     pub fn decode(bytes: &[u8]) -> Result<Self, ValueError> {
         if bytes.len() > VALUE_MAX_BYTES {
             return Err(ValueError::TooLong {
@@ -79,11 +81,16 @@ impl LeaseValue {
         let (hex, address) = rest
             .split_once(' ')
             .ok_or(ValueError::Malformed("missing the address"))?;
-        if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ValueError::Malformed("incarnation is not 16 hex digits"));
+        // Lower case only, as `encode` writes: two spellings of one value would compare unequal
+        // as bytes in the stores that match records by their bytes.
+        let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        if hex.len() != 16 || !hex.bytes().all(lower_hex) {
+            return Err(ValueError::Malformed(
+                "incarnation is not 16 lower-case hex digits",
+            ));
         }
         let incarnation = u64::from_str_radix(hex, 16)
-            .map_err(|_| ValueError::Malformed("incarnation is not 16 hex digits"))?;
+            .map_err(|_| ValueError::Malformed("incarnation is not 16 lower-case hex digits"))?;
         if address.is_empty() || address.chars().any(char::is_control) {
             return Err(ValueError::Malformed(
                 "address is empty or has control characters",
@@ -131,6 +138,10 @@ impl StoreError {
     }
 }
 
+/// Resolves at some point after the record of one of the watched slots changed (written,
+/// swapped, deleted or found expired) since [`LeaseStore::changed`] was called. See there.
+pub type SlotChange = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
 /// A store of TTL records with conditional writes: the only thing elections need.
 ///
 /// Each operation is atomic in the store (one transaction; no check-then-write across calls).
@@ -177,6 +188,23 @@ pub trait LeaseStore: Send + Sync + 'static {
         let _ = key;
         std::future::ready(Ok(None))
     }
+
+    /// A change feed of some slots: the returned future resolves after the record under one of
+    /// `keys` changed (inserted, swapped, deleted, or removed as expired) at some point after
+    /// this call returned. A candidate waiting between rounds uses it to try again at once instead of at the
+    /// next round.
+    ///
+    /// It is only a hint to *try again sooner*: it may resolve spuriously (e.g. after a change of
+    /// another slot), and the store's own conditional insert still decides who wins. It need not
+    /// see an expiry that nothing observed; the caller keeps its own timer for that.
+    ///
+    /// The default never resolves: a store without a feed falls back to polling, i.e. to the
+    /// candidate's fixed rounds (`VvmConfig::round_interval`). The future is created at the call
+    /// (not at its first poll), so a change right after the call is not missed.
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        let _ = keys;
+        Box::pin(std::future::pending())
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +223,8 @@ mod tests {
             b"vvm1 0ff a",
             b"vvm1 00000000000000ff ",
             b"vvm1 00000000000000ff a\nb",
+            b"vvm1 00000000000000FF a",
+            b"vvm1 +0000000000000ff a",
             b"\xff\xfe",
         ] {
             assert!(LeaseValue::decode(bad).is_err(), "{bad:?} decoded");

@@ -28,7 +28,7 @@ use crate::error::VvmError;
 use crate::executor::Executor;
 use crate::killer::KillerThread;
 use crate::pipeline::Timeouts;
-use crate::services::{Services, START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
+use crate::services::{valid_token, Services, START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
 use crate::store::{LeaseStore, LeaseValue};
 
 mod sealed {
@@ -47,6 +47,7 @@ struct Launch {
     timeouts: Timeouts,
     killer: KillerThread,
     shutdown: oneshot::Receiver<()>,
+    stop: watch::Receiver<bool>,
     status: watch::Sender<Status>,
 }
 
@@ -56,7 +57,48 @@ pub struct Provided {
     services: Services,
     timeouts: Timeouts,
     killer: Option<KillerThread>,
+    stop: Arc<watch::Sender<bool>>,
     start: Start,
+}
+
+/// Asks a VVM to stop from anywhere, at any moment of its life — also while
+/// [`Vvm::launch`] is still campaigning for a slot, which no other handle can reach.
+///
+/// After [`stop`](Self::stop), a pending `launch()` returns promptly with a [`Vvm<Launched>`]
+/// whose [`Vvm::shutdown`] awaits the same outcome as any shutdown: services that never started
+/// are not started, an insert in flight is resolved and released if it won (or left to its
+/// time-to-live when its outcome stays unknown). On a launched VVM it starts the shutdown; the
+/// host still awaits it with `shutdown()`. Cloneable, cheap, and it never blocks.
+///
+/// ```no_run
+/// # async fn host(store: impl vvm_runtime::LeaseStore) -> Result<(), Box<dyn std::error::Error>> {
+/// use vvm_runtime::{Services, Vvm};
+///
+/// let vvm = Vvm::provide(vvm_core::VvmConfig::builder("10.0.0.7:7000"), store, Services::new())?;
+/// let stop = vvm.stop_handle();
+/// tokio::spawn(async move {
+///     let _ = tokio::signal::ctrl_c().await;
+///     stop.stop(); // reaches the VVM even while it still campaigns
+/// });
+/// let vvm = vvm.launch().await;
+/// vvm.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct StopHandle {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl StopHandle {
+    /// Asks the VVM to stop. Later calls do nothing.
+    pub fn stop(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// Whether a stop was asked.
+    pub fn is_stopped(&self) -> bool {
+        *self.tx.borrow()
+    }
 }
 
 /// State of a VVM whose driver runs: leading with services up, or with a problem raised.
@@ -158,6 +200,7 @@ impl Vvm<Provided> {
                 launch.services,
                 launch.timeouts,
                 launch.shutdown,
+                launch.stop,
                 launch.status,
             );
             tokio::spawn(driver.run(span))
@@ -172,9 +215,18 @@ impl Vvm<Provided> {
                 services,
                 timeouts,
                 killer: None,
+                stop: Arc::new(watch::channel(false).0),
                 start,
             },
         })
+    }
+
+    /// A handle that stops this VVM at any moment, also during [`launch`](Self::launch); see
+    /// [`StopHandle`].
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle {
+            tx: self.state.stop.clone(),
+        }
     }
 
     /// Uses `killer` instead of the process-wide [`KillerThread::global`] one.
@@ -194,17 +246,22 @@ impl Vvm<Provided> {
         &self.state.config
     }
 
-    /// Starts the VVM and returns once leadership is held and every service is up, or once a
-    /// problem was raised (then [`Vvm::problem`] is resolved already). Must run inside a tokio
-    /// runtime; outside one the VVM is launched with [`VvmError::NoRuntime`] as its problem.
+    /// Starts the VVM and returns once leadership is held and every service is up, once a
+    /// problem was raised (then [`Vvm::problem`] is resolved already), or once a
+    /// [`StopHandle`] asked to stop (then [`Vvm::shutdown`] awaits the end). Must run inside a
+    /// tokio runtime; outside one the VVM is launched with [`VvmError::NoRuntime`] as its
+    /// problem.
     pub async fn launch(self) -> Vvm<Launched> {
         let Provided {
             config,
             services,
             timeouts,
             killer,
+            stop,
             start,
         } = self.state;
+        let mut stop_rx = stop.subscribe();
+        drop(stop);
         let (shutdown, shutdown_rx) = oneshot::channel();
         let (status_tx, mut status) = watch::channel(Status::default());
         if tokio::runtime::Handle::try_current().is_err() {
@@ -226,13 +283,16 @@ impl Vvm<Provided> {
             timeouts,
             killer: killer.unwrap_or_else(KillerThread::global),
             shutdown: shutdown_rx,
+            stop: stop_rx.clone(),
             status: status_tx,
         };
         let task = start(launch);
-        // An error means the driver is gone; `shutdown` reports that.
-        let _ = status
-            .wait_for(|s| s.running || s.problem.is_some() || s.finished)
-            .await;
+        // An error means the driver is gone; `shutdown` reports that. A stop asked meanwhile
+        // has reached the driver too, which is shutting down: the host awaits it.
+        tokio::select! {
+            _ = status.wait_for(|s| s.running || s.problem.is_some() || s.finished) => {}
+            Ok(_) = stop_rx.wait_for(|asked| *asked) => {}
+        }
         Vvm {
             state: Launched {
                 shutdown,
@@ -259,9 +319,15 @@ impl Vvm<Launched> {
         self.state.status.borrow().problem.clone()
     }
 
-    /// The fencing token of the last confirmed write, once leadership was acquired.
+    /// The fencing token of the last confirmed write, while this VVM may act on it: `None`
+    /// before leadership was acquired, once it was lost, and once the kill deadline has passed.
     pub fn token(&self) -> Option<FencingToken> {
-        self.state.status.borrow().token
+        valid_token(&self.state.status.borrow())
+    }
+
+    /// Whether leadership was lost (the services are being, or have been, stopped).
+    pub fn is_lost(&self) -> bool {
+        self.state.status.borrow().lost
     }
 
     /// Where the VVM is in its life.

@@ -32,9 +32,27 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_micros((millis * 1_000.0).round() as u64))
 }
 
+/// Parses an acquisition window: a duration as [`parse_duration`], or `forever` for a standby
+/// that waits as long as it lives ([`vvm::ACQUISITION_FOREVER`]).
+pub fn parse_acquire(text: &str) -> Result<Duration, String> {
+    if text.trim() == "forever" {
+        return Ok(vvm::ACQUISITION_FOREVER);
+    }
+    parse_duration(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acquire_is_a_duration_or_forever() {
+        assert_eq!(parse_acquire("forever"), Ok(vvm::ACQUISITION_FOREVER));
+        assert_eq!(parse_acquire(" forever "), Ok(vvm::ACQUISITION_FOREVER));
+        assert_eq!(parse_acquire("120s"), Ok(Duration::from_secs(120)));
+        assert!(parse_acquire("Forever").is_err());
+        assert!(parse_acquire("never").is_err());
+    }
 
     #[test]
     fn units_and_fractions() {

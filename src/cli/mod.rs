@@ -6,24 +6,27 @@ use std::process::ExitCode;
 pub mod clock;
 pub mod demo;
 pub mod duration;
+pub mod exec;
+pub mod log;
 pub mod run;
 pub mod status;
 pub mod store;
+pub mod systemd;
 
-pub use super::{DemoArgs, DemoStore, RunArgs, StatusArgs};
+pub use super::{DemoArgs, DemoStore, GuardArgs, RunArgs, StatusArgs};
 
 /// Exit code of a usage error: bad flag, bad value, unknown store scheme.
 pub const EXIT_USAGE: u8 = 2;
 
-/// Prints a one-line usage error and returns exit code 2.
+/// Prints a one-line usage error and returns exit code 2. Never panics (see [`log::line`]).
 pub fn usage_error(message: &str) -> ExitCode {
-    eprintln!("vvm: {message}");
+    log::line(message);
     ExitCode::from(EXIT_USAGE)
 }
 
-/// Prints a one-line failure and returns exit code 1.
+/// Prints a one-line failure and returns exit code 1. Never panics (see [`log::line`]).
 pub fn fail(message: &str) -> ExitCode {
-    eprintln!("vvm: {message}");
+    log::line(message);
     ExitCode::FAILURE
 }
 

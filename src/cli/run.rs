@@ -1,15 +1,22 @@
-//! `vvm run`: one VVM with a demo service, until SIGINT/SIGTERM or a problem.
+//! `vvm run`: one VVM with a demo service or a command (see `exec`), until SIGINT/SIGTERM, a
+//! problem, or the command's clean exit.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
-use vvm::{Service, ServiceContext, ServiceError, Services, Vvm, VvmConfig};
+
+use tokio::sync::Notify;
+use vvm::services::{START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
+use vvm::{KillerThread, Service, ServiceContext, ServiceError, Services, Vvm, VvmConfig};
 
 use super::clock::host_monotonic_ns;
+use super::exec::{CommandGroup, ExecService, GroupKiller};
 use super::store::{open_store, AnyStore};
+use super::systemd::Notifier;
 use super::{fail, usage_error, RunArgs};
 
 /// How often the demo service says it leads.
@@ -31,7 +38,9 @@ impl Service for DemoService {
     }
 
     async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
-        let token = context.token();
+        if context.token().is_none() {
+            return Err(ServiceError::new("no valid fencing token at start"));
+        }
         let mut log = match &self.acting_log {
             Some(path) => Some(
                 std::fs::OpenOptions::new()
@@ -45,7 +54,14 @@ impl Service for DemoService {
             None => None,
         };
         let pid = std::process::id();
-        let append = |log: &mut Option<std::fs::File>| -> Result<(), ServiceError> {
+        // A line is written only with a token that is still valid (not lost, before the kill
+        // deadline): that is what acting as leader means for this service.
+        let append = |log: &mut Option<std::fs::File>,
+                      context: &ServiceContext|
+         -> Result<(), ServiceError> {
+            let Some(token) = context.token() else {
+                return Ok(());
+            };
             if let Some(file) = log {
                 let line = format!(
                     "{} {pid} {} {}\n",
@@ -59,7 +75,7 @@ impl Service for DemoService {
             }
             Ok(())
         };
-        append(&mut log)?;
+        append(&mut log, &context)?;
         context.ready();
         let mut shutdown = context.shutdown();
         let mut report = tokio::time::interval(REPORT_INTERVAL);
@@ -67,11 +83,15 @@ impl Service for DemoService {
         loop {
             tokio::select! {
                 _ = shutdown.requested() => return Ok(()),
-                _ = report.tick() => println!(
-                    "leading slot={} revision={} address={} pid={pid}",
-                    token.slot.0, token.revision.0, self.address
-                ),
-                _ = acting.tick(), if log.is_some() => append(&mut log)?,
+                // Not `println!`, which panics when standard output is a closed pipe.
+                _ = report.tick() => if let Some(token) = context.token() {
+                    let _ = writeln!(
+                        std::io::stdout(),
+                        "leading slot={} revision={} address={} pid={pid}",
+                        token.slot.0, token.revision.0, self.address
+                    );
+                },
+                _ = acting.tick(), if log.is_some() => append(&mut log, &context)?,
             }
         }
     }
@@ -86,6 +106,10 @@ fn default_address() -> String {
         .unwrap_or_else(|| "localhost".to_owned());
     format!("{host}/pid-{}", std::process::id())
 }
+
+/// Time the exec service has beyond `--grace` to reap its command before the pipeline gives up
+/// on it and aborts its task.
+const STOP_MARGIN: Duration = Duration::from_secs(5);
 
 /// Runs `vvm run`.
 pub async fn run(args: RunArgs) -> ExitCode {
@@ -104,14 +128,63 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(store) => store,
         Err(e) => return e.exit(),
     };
-    let service = DemoService {
+    if args.command.is_empty() {
+        let service = DemoService {
+            address,
+            acting_log: args.acting_log.clone(),
+        };
+        return run_vvm(config, store, service, Host::default()).await;
+    }
+    let group = CommandGroup::default();
+    let finished = Arc::new(Notify::new());
+    let service = ExecService::new(
+        args.command.clone(),
+        args.grace,
         address,
-        acting_log: args.acting_log.clone(),
+        group.clone(),
+        finished.clone(),
+    );
+    let host = Host {
+        killer: Some(KillerThread::new(GroupKiller::new(group))),
+        stop_timeout: STOP_TIMEOUT_DEFAULT.max(args.grace.saturating_add(STOP_MARGIN)),
+        finished: Some(finished),
     };
-    run_vvm(config, store, service).await
+    run_vvm(config, store, service, host).await
 }
 
-async fn run_vvm(config: VvmConfig, store: AnyStore, service: DemoService) -> ExitCode {
+/// What differs between the demo and the exec mode around the one service.
+struct Host {
+    /// The killer thread, when not the process-wide one.
+    killer: Option<KillerThread>,
+    /// Time the service has to stop.
+    stop_timeout: Duration,
+    /// Notified when the service finished its work by itself: shut down cleanly.
+    finished: Option<Arc<Notify>>,
+}
+
+impl Default for Host {
+    fn default() -> Self {
+        Host {
+            killer: None,
+            stop_timeout: STOP_TIMEOUT_DEFAULT,
+            finished: None,
+        }
+    }
+}
+
+/// How often the host looks for a confirmed renewal to ping systemd's watchdog for: a sixteenth
+/// of the lease (a quarter of the renewal interval), at least 10 ms.
+fn renewal_poll(lease: Duration) -> Duration {
+    (lease / 16).max(Duration::from_millis(10))
+}
+
+async fn run_vvm(
+    config: VvmConfig,
+    store: AnyStore,
+    service: impl Service,
+    host: Host,
+) -> ExitCode {
+    let lease = config.lease().lease();
     let services = match Services::new().with(service) {
         Ok(services) => services,
         Err(e) => return fail(&e.to_string()),
@@ -120,6 +193,10 @@ async fn run_vvm(config: VvmConfig, store: AnyStore, service: DemoService) -> Ex
         Ok(vvm) => vvm,
         Err(e) => return usage_error(&e.to_string()),
     };
+    let mut vvm = vvm.with_service_timeouts(START_TIMEOUT_DEFAULT, host.stop_timeout);
+    if let Some(killer) = host.killer {
+        vvm = vvm.with_killer(killer);
+    }
     let (mut terminate, mut interrupt) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -127,14 +204,58 @@ async fn run_vvm(config: VvmConfig, store: AnyStore, service: DemoService) -> Ex
         (Ok(t), Ok(i)) => (t, i),
         (Err(e), _) | (_, Err(e)) => return fail(&format!("cannot listen for signals: {e}")),
     };
+    // Signals are watched from before the launch: a stop during the campaign ends it at once
+    // instead of after the acquisition window, and no service starts after the signal.
+    let stop = vvm.stop_handle();
+    let stop_requested = stop.clone();
+    let mut signals = tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        stop.stop();
+    });
+    let notifier = Notifier::from_env();
     tracing::info!("launching");
     let vvm = vvm.launch().await;
-    tokio::select! {
-        _ = vvm.problem() => {}
-        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+    // Launch also returns after a failed campaign or a stop during it: ready only when leading.
+    if vvm.current_problem().is_none() && vvm.token().is_some() && !stop_requested.is_stopped() {
+        notifier.ready();
     }
-    match vvm.shutdown().await {
+    let problem = vvm.problem();
+    tokio::pin!(problem);
+    let finished = async {
+        match &host.finished {
+            Some(finished) => finished.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(finished);
+    // The kill deadline moves later only on a confirmed write: each move is a renewal to ping
+    // the watchdog for. Polled well within the renewal interval (L/4).
+    let mut renewals = tokio::time::interval(renewal_poll(lease));
+    renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_deadline = vvm.kill_deadline();
+    // Any of them ends the wait; a signal has already asked the VVM to stop through its handle.
+    loop {
+        tokio::select! {
+            _ = &mut problem => break,
+            _ = &mut signals => break,
+            _ = &mut finished => break,
+            _ = renewals.tick(), if notifier.watchdog_enabled() => {
+                let deadline = vvm.kill_deadline();
+                if deadline > last_deadline && vvm.token().is_some() {
+                    notifier.watchdog();
+                }
+                last_deadline = deadline;
+            }
+        }
+    }
+    notifier.stopping();
+    let outcome = vvm.shutdown().await;
+    signals.abort();
+    notifier.flush().await;
+    match outcome {
         Ok(()) => {
             tracing::info!("shut down cleanly");
             ExitCode::SUCCESS

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use vvm::{Lease, LeaseConfig, LeaseStore, LeaseValue, Revision, Slot, StoreError};
+use vvm::{Lease, LeaseConfig, LeaseStore, LeaseValue, Revision, Slot, SlotChange, StoreError};
 use vvm_adapters::etcd::{EtcdOptions, EtcdStore};
 use vvm_adapters::url::StoreUrl;
 use vvm_adapters::{MemoryStore, SqliteStore};
@@ -137,6 +137,17 @@ impl LeaseStore for AnyStore {
             AnyStore::Etcd(s) => s.time_left(key).await,
             #[cfg(feature = "foundationdb")]
             AnyStore::Fdb(h) => h.store.time_left(key).await,
+        }
+    }
+
+    // Forwarded explicitly: the default would hide the feeds of the stores that have one.
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        match self {
+            AnyStore::Memory(s) => s.changed(keys),
+            AnyStore::Sqlite(s) => s.changed(keys),
+            AnyStore::Etcd(s) => s.changed(keys),
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => h.store.changed(keys),
         }
     }
 }

@@ -26,6 +26,16 @@ pub fn config(address: &str, slots: u32) -> VvmConfig {
         .expect("test configuration is valid")
 }
 
+/// A VVM that campaigns for one slot as long as a test may want (120 s), in rounds of 1 s.
+pub fn campaign_config(address: &str) -> VvmConfig {
+    VvmConfig::builder(address)
+        .lease(LEASE)
+        .acquisition(Duration::from_secs(120))
+        .round_interval(Duration::from_secs(1))
+        .build()
+        .expect("test configuration is valid")
+}
+
 /// A killer that only records, on a clock the test moves.
 pub struct TestKiller {
     pub thread: KillerThread,

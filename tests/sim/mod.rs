@@ -114,6 +114,9 @@ struct Live {
     pending: Vec<OpId>,
     /// Local kill deadline and the number of the arming that set it.
     killer: Option<(u64, u64)>,
+    /// The token the services act with, from `StartServices` until `ServicesStopped` was
+    /// handled: what the oracle watches. Renewals while they run move it forward.
+    services: Option<FencingToken>,
     armings: u64,
     shutdown_asked: bool,
 }
@@ -499,6 +502,7 @@ impl Sim {
             timers: [None; 2],
             pending: Vec::new(),
             killer: None,
+            services: None,
             armings: 0,
             shutdown_asked: false,
         };
@@ -600,7 +604,11 @@ impl Sim {
             }
             Input::ServicesStarted => VvmEvent::ServicesStarted { now },
             Input::ServiceFailed(index) => VvmEvent::ServiceFailed { now, index },
-            Input::ServicesStopped => VvmEvent::ServicesStopped { now },
+            Input::ServicesStopped => {
+                // The services are down from here on (the pipeline's report is handled).
+                live.services = None;
+                VvmEvent::ServicesStopped { now, clean: true }
+            }
         };
         let mut out = Effects::new();
         live.machine.handle(&event, &mut out);
@@ -695,6 +703,14 @@ impl Sim {
                 let at_ns = live.clock.true_at(at.as_nanos());
                 self.schedule(at_ns, Ev::Input(id, Input::Timer(timer)));
             }
+            Effect::DisarmKiller => {
+                let live = self.live_mut(id).expect("running");
+                live.killer = None;
+                if live.services.is_some() {
+                    let text = format!("{id} disarmed its killer while its services run");
+                    self.oracle.flag(id, now_ns, text);
+                }
+            }
             Effect::ArmKiller { at } => {
                 let live = self.live_mut(id).expect("running");
                 live.armings += 1;
@@ -708,11 +724,16 @@ impl Sim {
                     self.stats.acquisitions += 1;
                 } else {
                     self.stats.renewals += 1;
+                    let live = self.live_mut(id).expect("running");
+                    if let Some(services) = live.services.as_mut() {
+                        *services = token;
+                    }
                 }
                 self.check_token_fresh(id, token, now_local_ns, effect);
             }
             Effect::StartServices { token } => {
                 self.check_token_fresh(id, token, now_local_ns, effect);
+                self.live_mut(id).expect("running").services = Some(token);
                 let delay_ns = self.rng.between(0, service_delay_max_ns);
                 let input = if self.rng.chance(self.params.faults.service_fail_ppm) {
                     Input::ServiceFailed(self.rng.below(3) as u16)
@@ -808,12 +829,12 @@ impl Sim {
     }
 }
 
-/// The token `live` acts with at true time `now_ns`: held in its machine and before its kill
-/// deadline.
+/// The token `live` acts with at true time `now_ns`: its services were started and have not
+/// all stopped (the process is alive: a fired killer or a crash removed it). Whether the
+/// machine still holds the slot does not matter — services run on after a loss until they stop.
 fn acting_token(live: &Live, now_ns: u64) -> Option<FencingToken> {
-    let token = live.machine.token()?;
-    let (deadline, _) = live.killer?;
-    (live.clock.local(now_ns) < deadline).then_some(token)
+    let _ = now_ns;
+    live.services
 }
 
 fn store_op(effect: &Effect) -> OpId {

@@ -5,6 +5,10 @@
 //! does not survive a laptop's sleep) and is not moved by NTP or an operator setting the date.
 //! It restarts at zero on every boot, so each record also carries the boot id: a record written
 //! during another boot is expired, whatever its number says.
+//!
+//! A boot id cannot tell another machine's boot from a reboot of this one, so a file also
+//! records the machine it belongs to ([`host_machine_id`]): one clock, one machine. A file
+//! opened from another machine is refused (SQLite leases are single-host).
 
 use std::time::Duration;
 
@@ -13,6 +17,12 @@ pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 /// The longest boot id accepted (Linux writes a 36-character UUID).
 pub const BOOT_ID_MAX_BYTES: usize = 64;
+
+/// Where the machine id is read, in order: systemd's file, then D-Bus's older one.
+pub const MACHINE_ID_PATHS: [&str; 2] = ["/etc/machine-id", "/var/lib/dbus/machine-id"];
+
+/// The longest machine id accepted (systemd writes 32 hex digits).
+pub const MACHINE_ID_MAX_BYTES: usize = 64;
 
 /// The time source of a [`SqliteStore`](super::SqliteStore): which boot, and how long since it.
 ///
@@ -26,9 +36,34 @@ pub trait StoreClock: Send + Sync + 'static {
     fn since_boot(&self) -> Result<Duration, ClockError>;
 }
 
-/// The boot clock cannot be read.
+/// The boot clock or the identity of the host cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ClockError {
+    /// None of [`MACHINE_ID_PATHS`] exists or has content.
+    #[error(
+        "cannot tell which machine this is: none of {tried:?} exists or has content; the SQLite \
+         store records the machine a file belongs to (e.g. run `systemd-machine-id-setup`)"
+    )]
+    MachineIdMissing {
+        /// The files tried.
+        tried: &'static [&'static str],
+    },
+    /// A machine id file exists but could not be read.
+    #[error("cannot read the machine id from {path}: {source}")]
+    MachineIdUnreadable {
+        /// The file.
+        path: &'static str,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The machine id is longer than [`MACHINE_ID_MAX_BYTES`] or has characters other than
+    /// printable ASCII (injected ids) or hex digits (read from a file).
+    #[error("machine id {found:?} is not a machine id")]
+    MachineIdMalformed {
+        /// What was found (cut to [`MACHINE_ID_MAX_BYTES`]).
+        found: String,
+    },
     /// The boot id file could not be read.
     #[error("cannot read the boot id from {path}: {source}")]
     BootIdUnreadable {
@@ -63,6 +98,49 @@ fn parse_boot_id(text: &str) -> Result<String, ClockError> {
         return Err(ClockError::BootIdMalformed { found });
     }
     Ok(id.to_owned())
+}
+
+/// Checks a machine id given by the caller: non-empty printable ASCII, at most
+/// [`MACHINE_ID_MAX_BYTES`].
+pub(crate) fn check_machine_id(id: String) -> Result<String, ClockError> {
+    let well_formed = !id.is_empty()
+        && id.len() <= MACHINE_ID_MAX_BYTES
+        && id.bytes().all(|b| b.is_ascii_graphic());
+    if !well_formed {
+        let found = id.chars().take(MACHINE_ID_MAX_BYTES).collect();
+        return Err(ClockError::MachineIdMalformed { found });
+    }
+    Ok(id)
+}
+
+/// Checks what a machine id file holds: hex digits (systemd and D-Bus write 32).
+fn parse_machine_id(text: &str) -> Result<String, ClockError> {
+    let id = text.trim();
+    if !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let found = id.chars().take(MACHINE_ID_MAX_BYTES).collect();
+        return Err(ClockError::MachineIdMalformed { found });
+    }
+    check_machine_id(id.to_owned())
+}
+
+/// The identity of this machine: the first of [`MACHINE_ID_PATHS`] that exists with content.
+/// It survives reboots (unlike the boot id) and differs between machines, also between virtual
+/// machines and containers made from one image when the image leaves it empty, as it should.
+pub fn host_machine_id() -> Result<String, ClockError> {
+    for path in MACHINE_ID_PATHS {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(ClockError::MachineIdUnreadable { path, source }),
+        };
+        // An empty file is a machine id not yet generated: try the next place.
+        if !text.trim().is_empty() {
+            return parse_machine_id(&text);
+        }
+    }
+    Err(ClockError::MachineIdMissing {
+        tried: &MACHINE_ID_PATHS,
+    })
 }
 
 /// The host's `CLOCK_BOOTTIME` together with the boot id from [`BOOT_ID_PATH`].
@@ -142,6 +220,27 @@ mod tests {
                 "{bad:?} accepted"
             );
         }
+    }
+
+    // covers: Sq.OneMachine
+    #[test]
+    fn machine_ids_are_checked() {
+        let id = "3d1219c7c4c5404aaa1f6d2a48adfda4";
+        assert_eq!(parse_machine_id(&format!("{id}\n")).unwrap(), id);
+        assert_eq!(check_machine_id("machine-a".into()).unwrap(), "machine-a");
+        for bad in ["", "a b", "é", &"a".repeat(MACHINE_ID_MAX_BYTES + 1)] {
+            assert!(
+                matches!(
+                    check_machine_id(bad.to_owned()),
+                    Err(ClockError::MachineIdMalformed { .. })
+                ),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(
+            parse_machine_id("machine-a").is_err(),
+            "files hold hex only"
+        );
     }
 
     #[cfg(target_os = "linux")]

@@ -49,6 +49,23 @@ pub enum SqliteStoreError {
         /// The version of this build.
         supported: i32,
     },
+    /// A lease store that belongs to another machine (another machine id): expiry is judged by
+    /// one machine's boot clock, which no other machine can read.
+    #[error(
+        "{} belongs to machine {found}, not to this one ({ours}): SQLite leases are single-host \
+         (expiry is judged by one machine's boot clock), so a file on a shared volume or a network \
+         file system cannot elect across machines; for several hosts use the etcd or FoundationDB \
+         store. The file was left unchanged",
+        .path.display()
+    )]
+    OtherMachine {
+        /// The file.
+        path: PathBuf,
+        /// The machine id recorded in the file.
+        found: String,
+        /// This machine's id.
+        ours: String,
+    },
     /// Our file, but its contents are not what our schema wrote.
     #[error("the lease store is damaged: {reason}")]
     Damaged {
@@ -77,7 +94,7 @@ pub enum SqliteStoreError {
         /// [`BUSY_WAIT_MAX`](super::BUSY_WAIT_MAX).
         max: Duration,
     },
-    /// The boot clock cannot be read.
+    /// The boot clock or the machine id cannot be read.
     #[error(transparent)]
     Clock(#[from] ClockError),
     /// Any other SQLite failure.

@@ -21,6 +21,12 @@
 //! boot id, never the wall clock. The clock is read after the lock is taken, so a later
 //! transaction never sees an earlier time than a committed one.
 //!
+//! **One machine.** That clock is one machine's, so a file belongs to one machine: the first
+//! open records the machine id ([`host_machine_id`], or the one given to
+//! [`SqliteStoreBuilder::machine_id`]), and opening the file from another machine fails with
+//! [`SqliteStoreError::OtherMachine`], leaving the file unchanged. Several hosts need a store
+//! that judges expiry for all of them: etcd or FoundationDB.
+//!
 //! **Revisions** come from one counter in the file that deletes do not reset, so they strictly
 //! increase per key (and across keys), also across delete and re-insert and across reboots
 //! (see [`REVISION_BOOT_GAP`]).
@@ -52,6 +58,7 @@
 mod busy;
 mod clock;
 mod error;
+mod feed;
 mod record;
 mod schema;
 
@@ -61,11 +68,15 @@ use std::time::Duration;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use vvm_core::{Revision, Slot};
-use vvm_runtime::{Lease, LeaseStore, LeaseValue, StoreError};
+use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 pub use busy::{ATTEMPTS_MAX, POLL_MAX, POLL_MIN};
-pub use clock::{BootClock, ClockError, StoreClock, BOOT_ID_MAX_BYTES, BOOT_ID_PATH};
+pub use clock::{
+    host_machine_id, BootClock, ClockError, StoreClock, BOOT_ID_MAX_BYTES, BOOT_ID_PATH,
+    MACHINE_ID_MAX_BYTES, MACHINE_ID_PATHS,
+};
 pub use error::SqliteStoreError;
+pub use feed::FEED_POLL_INTERVAL;
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 
 use busy::{is_busy, Backoff};
@@ -84,6 +95,7 @@ pub const BUSY_WAIT_MAX: Duration = Duration::from_secs(10);
 pub struct SqliteStoreBuilder {
     busy_wait: Duration,
     clock: Option<Arc<dyn StoreClock>>,
+    machine_id: Option<String>,
 }
 
 impl std::fmt::Debug for SqliteStoreBuilder {
@@ -94,6 +106,7 @@ impl std::fmt::Debug for SqliteStoreBuilder {
                 "clock",
                 &self.clock.as_ref().map(|clock| clock.boot_id().to_owned()),
             )
+            .field("machine_id", &self.machine_id)
             .finish()
     }
 }
@@ -113,6 +126,14 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Opens the file as machine `machine_id` instead of [`host_machine_id`]: for tests that
+    /// play two machines on one file. Non-empty printable ASCII, at most
+    /// [`MACHINE_ID_MAX_BYTES`].
+    pub fn machine_id(mut self, machine_id: impl Into<String>) -> Self {
+        self.machine_id = Some(machine_id.into());
+        self
+    }
+
     /// Opens (or creates) the store at `path`. Blocks for the few file operations of opening,
     /// and up to the busy wait per step while other processes hold the lock.
     pub fn open(self, path: impl AsRef<Path>) -> Result<SqliteStore, SqliteStoreError> {
@@ -126,14 +147,19 @@ impl SqliteStoreBuilder {
             Some(clock) => clock,
             None => Arc::new(BootClock::new()?),
         };
+        let machine_id = match self.machine_id {
+            Some(id) => clock::check_machine_id(id)?,
+            None => host_machine_id()?,
+        };
         let path = path.as_ref();
-        let conn = schema::open(path, clock.as_ref(), self.busy_wait)?;
+        let conn = schema::open(path, clock.as_ref(), &machine_id, self.busy_wait)?;
         Ok(SqliteStore {
             conn: Arc::new(tokio::sync::Mutex::new(conn)),
             shared: Arc::new(Shared {
                 clock,
                 busy_wait: self.busy_wait,
                 path: path.to_owned(),
+                feed: Arc::default(),
             }),
         })
     }
@@ -143,6 +169,8 @@ struct Shared {
     clock: Arc<dyn StoreClock>,
     busy_wait: Duration,
     path: PathBuf,
+    /// The change feed's own connection; see [`feed`].
+    feed: Arc<feed::Feed>,
 }
 
 /// A [`LeaseStore`] in an SQLite file. Cloning shares the connection.
@@ -166,6 +194,7 @@ impl SqliteStore {
         SqliteStoreBuilder {
             busy_wait: BUSY_WAIT_DEFAULT,
             clock: None,
+            machine_id: None,
         }
     }
 
@@ -399,6 +428,14 @@ impl LeaseStore for SqliteStore {
             Ok(Step::read(lease))
         })
         .await
+    }
+
+    /// Across processes: `PRAGMA data_version` on a connection of its own every
+    /// [`FEED_POLL_INTERVAL`], then the slots' revisions when the file changed. An expiry that
+    /// nobody wrote is not seen; the waiter's own timer covers it.
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        let path: Arc<Path> = Arc::from(self.shared.path.as_path());
+        Box::pin(Arc::clone(&self.shared.feed).changed(path, keys))
     }
 
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {

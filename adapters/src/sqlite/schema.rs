@@ -3,7 +3,13 @@
 //!
 //! A file is recognised by its header alone (`PRAGMA application_id` and `user_version`), which
 //! can be read without writing anything: a file that is not ours, or carries a newer schema, is
-//! refused before the first byte could change.
+//! refused before the first byte could change. So is a file of ours that records another
+//! machine: its machine id is read, and compared, before anything is written.
+//!
+//! Version 1 recorded no machine. Such a file is migrated in place (one added column) and
+//! claimed by the first machine that opens it with this version; version-1 programs then refuse
+//! it as newer. A version-1 file that two machines already shared cannot be told apart from one
+//! machine's, so the first opener wins it; the other is refused from then on.
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,7 +24,10 @@ use super::SqliteStoreError;
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
 
 /// `PRAGMA user_version` this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
+
+/// The earlier version this build migrates: the same, without the machine id.
+const SCHEMA_VERSION_1: i32 = 1;
 
 /// How far the revision counter jumps on the first open under a new boot id.
 ///
@@ -29,15 +38,17 @@ pub const SCHEMA_VERSION: i32 = 1;
 /// than 2^32 commits) and syncs that jump before any revision of the new boot exists.
 pub const REVISION_BOOT_GAP: i64 = 1 << 32;
 
-/// Version 1. `vvm_store` has exactly one row: the revision counter, which survives deletes,
-/// and the boot id of the last opener. `vvm_leases` holds one row per slot ever written and
-/// not deleted; a row is live while its boot id is the host's current one and its expiry (ns of
-/// `CLOCK_BOOTTIME`) is in the future.
-const SCHEMA_V1: &str = "
+/// Version 2. `vvm_store` has exactly one row: the revision counter, which survives deletes,
+/// the boot id of the last opener and the machine the file belongs to (empty until the first
+/// open claims it). `vvm_leases` holds one row per slot ever written and not deleted; a row is
+/// live while its boot id is the host's current one and its expiry (ns of `CLOCK_BOOTTIME`) is
+/// in the future.
+const SCHEMA_V2: &str = "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
     revision INTEGER NOT NULL,
-    boot_id TEXT NOT NULL
+    boot_id TEXT NOT NULL,
+    machine_id TEXT NOT NULL
 ) STRICT;
 CREATE TABLE vvm_leases (
     slot INTEGER PRIMARY KEY,
@@ -46,8 +57,12 @@ CREATE TABLE vvm_leases (
     boot_id TEXT NOT NULL,
     expires_ns INTEGER NOT NULL
 ) STRICT;
-INSERT INTO vvm_store (id, revision, boot_id) VALUES (0, 0, '');
+INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 ";
+
+/// Version 1 → 2: the machine id, empty until the next step of opening claims the file.
+const MIGRATE_V1_TO_V2: &str =
+    "ALTER TABLE vvm_store ADD COLUMN machine_id TEXT NOT NULL DEFAULT '';";
 
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +71,8 @@ pub(crate) enum Identity {
     Empty,
     /// Ours, at the version this build knows.
     Ours,
+    /// Ours, at version 1: migrated on open.
+    Version1,
     /// Ours, from a later version of this program.
     Newer(i32),
     /// Something else's.
@@ -72,6 +89,7 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
     match (application_id, user_version) {
         (0, 0) if objects == 0 => Identity::Empty,
         (APPLICATION_ID, SCHEMA_VERSION) => Identity::Ours,
+        (APPLICATION_ID, SCHEMA_VERSION_1) => Identity::Version1,
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
         _ => Identity::Foreign {
             application_id,
@@ -90,7 +108,7 @@ fn read_identity(conn: &Connection) -> rusqlite::Result<Identity> {
 
 fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
     match identity {
-        Identity::Empty | Identity::Ours => Ok(()),
+        Identity::Empty | Identity::Ours | Identity::Version1 => Ok(()),
         Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
@@ -103,6 +121,38 @@ fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
             user_version,
         }),
     }
+}
+
+/// The machine a file of the current version belongs to (empty: not claimed yet).
+fn read_machine_id(conn: &Connection) -> Result<String, SqliteStoreError> {
+    conn.query_row("SELECT machine_id FROM vvm_store WHERE id = 0", [], |row| {
+        row.get(0)
+    })
+    .map_err(|source| match is_busy(&source) {
+        true => SqliteStoreError::Sqlite {
+            what: "reading the machine id",
+            source,
+        },
+        false => SqliteStoreError::Damaged {
+            reason: format!("the machine id cannot be read: {source}"),
+        },
+    })
+}
+
+/// Refuses a file recorded as another machine's.
+fn refuse_other_machine(
+    path: &Path,
+    recorded: String,
+    machine_id: &str,
+) -> Result<(), SqliteStoreError> {
+    if recorded.is_empty() || recorded == machine_id {
+        return Ok(());
+    }
+    Err(SqliteStoreError::OtherMachine {
+        path: path.to_owned(),
+        found: recorded,
+        ours: machine_id.to_owned(),
+    })
 }
 
 /// Runs `step` until it stops failing with `SQLITE_BUSY` or the wait is spent.
@@ -136,6 +186,7 @@ fn sqlite(what: &'static str) -> impl FnOnce(rusqlite::Error) -> SqliteStoreErro
 pub(crate) fn open(
     path: &Path,
     clock: &dyn StoreClock,
+    machine_id: &str,
     busy_wait: Duration,
 ) -> Result<Connection, SqliteStoreError> {
     // No URI interpretation: the path is a path.
@@ -157,11 +208,17 @@ pub(crate) fn open(
         });
     }
 
-    // Only reads until the file is known to be ours or empty.
+    // Only reads until the file is known to be ours (and this machine's) or empty.
     let identity = retry_busy(busy_wait, "reading the file header", || {
         read_identity(&conn).map_err(sqlite("reading the file header"))
     })?;
     refuse(identity)?;
+    if identity == Identity::Ours {
+        let recorded = retry_busy(busy_wait, "reading the machine id", || {
+            read_machine_id(&conn)
+        })?;
+        refuse_other_machine(path, recorded, machine_id)?;
+    }
 
     // WAL: readers never block the writer, and a commit appends to the log instead of
     // rewriting pages. The mode is stored in the file; setting it again is a no-op.
@@ -181,17 +238,27 @@ pub(crate) fn open(
             .map_err(sqlite("creating the schema"))?;
         let identity = read_identity(&tx).map_err(sqlite("reading the file header"))?;
         refuse(identity)?;
-        if identity == Identity::Empty {
-            tx.execute_batch(SCHEMA_V1)
-                .map_err(sqlite("creating the schema"))?;
-            tx.pragma_update(None, "application_id", APPLICATION_ID)
-                .map_err(sqlite("creating the schema"))?;
+        match identity {
+            Identity::Empty => {
+                tx.execute_batch(SCHEMA_V2)
+                    .map_err(sqlite("creating the schema"))?;
+                tx.pragma_update(None, "application_id", APPLICATION_ID)
+                    .map_err(sqlite("creating the schema"))?;
+            }
+            Identity::Version1 => {
+                tx.execute_batch(MIGRATE_V1_TO_V2)
+                    .map_err(sqlite("migrating from schema version 1"))?;
+            }
+            _ => {}
+        }
+        if matches!(identity, Identity::Empty | Identity::Version1) {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite("creating the schema"))?;
         }
         tx.commit().map_err(sqlite("creating the schema"))?;
-        Ok(identity == Identity::Empty)
+        Ok(identity)
     })?;
+    let created = created == Identity::Empty;
 
     // The first open of a boot jumps the counter and syncs that jump (see REVISION_BOOT_GAP).
     conn.pragma_update(None, "synchronous", "FULL")
@@ -200,15 +267,19 @@ pub(crate) fn open(
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite("recording the boot"))?;
-        let (revision, boot_id): (i64, String) = tx
+        let (revision, boot_id, recorded): (i64, String, String) = tx
             .query_row(
-                "SELECT revision, boot_id FROM vvm_store WHERE id = 0",
+                "SELECT revision, boot_id, machine_id FROM vvm_store WHERE id = 0",
                 [],
-                |row| Ok((row.get(0)?, row.get(1)?)),
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
             .map_err(|source| SqliteStoreError::Damaged {
                 reason: format!("the store row cannot be read: {source}"),
             })?;
+        // Again under the write lock: another machine may have claimed a new file meanwhile.
+        // Returning drops `tx`, which rolls back: nothing was written.
+        let claim = recorded.is_empty();
+        refuse_other_machine(path, recorded, machine_id)?;
         if revision < 0 {
             return Err(SqliteStoreError::Damaged {
                 reason: format!("the revision counter is negative ({revision})"),
@@ -226,6 +297,13 @@ pub(crate) fn open(
                 (jumped, clock.boot_id()),
             )
             .map_err(sqlite("recording the boot"))?;
+        }
+        if claim {
+            tx.execute(
+                "UPDATE vvm_store SET machine_id = ?1 WHERE id = 0",
+                [machine_id],
+            )
+            .map_err(sqlite("recording the machine"))?;
         }
         tx.commit().map_err(sqlite("recording the boot"))?;
         Ok(jump)
@@ -248,9 +326,10 @@ mod tests {
     fn files_are_recognised_by_their_header() {
         assert_eq!(classify(0, 0, 0), Identity::Empty);
         assert_eq!(classify(APPLICATION_ID, SCHEMA_VERSION, 3), Identity::Ours);
+        assert_eq!(classify(APPLICATION_ID, 1, 3), Identity::Version1);
         assert_eq!(
             classify(APPLICATION_ID, SCHEMA_VERSION + 1, 3),
-            Identity::Newer(2)
+            Identity::Newer(SCHEMA_VERSION + 1)
         );
         let foreign = |application_id, user_version| Identity::Foreign {
             application_id,

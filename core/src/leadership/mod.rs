@@ -25,19 +25,19 @@
 //! | L11 | InsertResolving | Found(none), Failed, Unknown | | Idle | NotAcquired(StoreFailed) [+ Released] |
 //! | L12 | Holding, RetryWait | Timer | | Renewing | [ArmKiller(now+0.75L) if earlier], CompareAndSwap(r) |
 //! | L13 | Renewing | Written(r') | no release asked | Holding | ArmKiller(t_send+0.8L), Renewed(slot,r'), SetTimer(t_send+L/4) |
-//! | L14 | Renewing | Rejected | | Releasing | Lost(Overtaken), CompareAndDelete(r) |
-//! | L15 | Renewing | Failed | attempt < 2, no release asked | RetryWait | SetTimer(now+L/20) |
-//! | L16 | Renewing | Failed | attempt = 2 | Releasing | Lost(RenewalFailed), CompareAndDelete(r) |
+//! | L14 | Renewing | Rejected | | Idle | Lost(Overtaken) [+ Released(slot, not deleted) if release asked]: the record is someone else's or gone |
+//! | L15 | Renewing | Failed | now + backoff(n) + timeout < deadline, no release asked | RetryWait(n) | SetTimer(now + backoff(n)); n = failed attempts in a row, backoff L/20, L/10, then L/5 |
+//! | L16 | Renewing | Failed | now + backoff(n) + timeout ≥ deadline, no release asked | Idle | Lost(RenewalFailed); the record is left to expire |
 //! | L17 | Renewing, RenewResolving | Failed | release asked | Releasing | CompareAndDelete(r) |
 //! | L18 | Renewing | Unknown | | RenewResolving | Get |
-//! | L19 | RenewResolving | Found(ours, r' > r) | attempt < 2, no release asked | Renewing | [ArmKiller(now+0.75L) if earlier], CompareAndSwap(r') at once: committed, but when is unknown, so nothing is confirmed |
-//! | L19a | RenewResolving | Found(ours, r' > r) | attempt = 2 / release asked | Releasing | Lost(RenewalFailed), CompareAndDelete(r') / CompareAndDelete(r') |
+//! | L19 | RenewResolving | Found(ours, r' > r) | no release asked | as L15 / L16, holding r' | committed, but when is unknown, so nothing is confirmed; the retry swaps from r' |
+//! | L19a | RenewResolving | Found(ours, r' > r) | release asked | Releasing | CompareAndDelete(r') |
 //! | L20 | RenewResolving | Found(ours, revision ≤ r), Failed, Unknown | | as L15 / L16 / L17 | |
-//! | L21 | RenewResolving | Found(other or none) | | Releasing | Lost(Overtaken), CompareAndDelete(r) |
+//! | L21 | RenewResolving | Found(other or none) | | Idle | Lost(Overtaken) [+ Released(slot, not deleted) if release asked] |
 //! | L22 | Holding, RetryWait | Release | | Releasing | CompareAndDelete(r) |
 //! | L23 | Releasing | any reply | | Idle | Released(slot, deleted) if release asked |
 //! | L24 | Inserting, Claiming | Written(r) | now ≥ t_send+0.8L | Idle | NotAcquired(DeadlinePassed): no token after the deadline |
-//! | L25 | Renewing | Written(r') | now ≥ t_send+0.8L | Releasing | Lost(DeadlinePassed), CompareAndDelete(r') |
+//! | L25 | Renewing | Written(r') | now ≥ t_send+0.8L | Idle | Lost(DeadlinePassed); the record is left to expire |
 //!
 //! Holding, Renewing, RenewResolving and RetryWait are the *leading* states: each carries the
 //! [`Held`] lease. They are not grouped under a statig superstate on purpose — the hierarchy walk
@@ -50,7 +50,7 @@
 
 use statig::prelude::*;
 
-use crate::config::{LeaseConfig, RENEW_RETRIES_MAX};
+use crate::config::LeaseConfig;
 use crate::effect::{
     Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Refusal, Reply, Revision, Slot,
     TimerId, TimerKind,
@@ -137,6 +137,8 @@ pub(crate) struct Notices {
     pub(crate) lost: Option<(Slot, LossReason)>,
     /// [`Effect::Released`] was emitted.
     pub(crate) released: bool,
+    /// ... and it said that a record of ours was deleted.
+    pub(crate) deleted: bool,
 }
 
 /// The statig context: the caller's effect buffer and the notices of this event.

@@ -101,11 +101,14 @@ impl Shared {
         Transition(State::idle())
     }
 
+    /// Leadership ended without a release. The record is left to expire: services may still
+    /// run until they stop or the killer fires, and deleting it would let a successor start
+    /// beside them. A release asked meanwhile finishes at once, having deleted nothing.
     fn lose(
         &mut self,
         held: Held,
         reason: LossReason,
-        notify: bool,
+        release: bool,
         out: &mut Ctx<'_>,
     ) -> Outcome<State> {
         out.notices.lost = Some((held.slot, reason));
@@ -113,13 +116,20 @@ impl Shared {
             slot: held.slot,
             reason,
         });
-        self.delete(held.slot, held.revision, notify, out)
+        if release {
+            out.notices.released = true;
+            out.push(Effect::Released {
+                slot: Some(held.slot),
+                deleted: false,
+            });
+        }
+        Transition(State::idle())
     }
 
     fn renew(
         &mut self,
         held: Held,
-        attempt: u8,
+        failures: u8,
         now: Instant,
         out: &mut Ctx<'_>,
     ) -> Outcome<State> {
@@ -142,46 +152,30 @@ impl Shared {
             sent_at: now,
             release: false,
         };
-        Transition(State::renewing(held, pending, attempt))
+        Transition(State::renewing(held, pending, failures))
     }
 
+    /// An attempt brought no confirmation: retry after the backoff while the retry's answer
+    /// could still arrive (within its store timeout) before the kill deadline; otherwise the
+    /// deadline can no longer be met and leadership is lost. `failures` counts the attempts
+    /// of this streak that failed before this one.
     fn renewal_failed(
         &mut self,
         held: Held,
         pending: Pending,
-        attempt: u8,
+        failures: u8,
         now: Instant,
         out: &mut Ctx<'_>,
     ) -> Outcome<State> {
         if pending.release {
             return self.delete(held.slot, held.revision, true, out);
         }
-        if attempt < RENEW_RETRIES_MAX {
+        let failures = failures.saturating_add(1);
+        let at = now + self.lease.retry_backoff(failures);
+        if at + self.lease.store_timeout() < held.deadline {
             let timer = self.next_timer();
-            out.push(Effect::SetTimer {
-                timer,
-                at: now + self.lease.retry_interval(),
-            });
-            return Transition(State::retry_wait(held, timer, attempt + 1));
-        }
-        self.lose(held, LossReason::RenewalFailed, false, out)
-    }
-
-    /// The record is ours at a newer revision than the last confirmed one, with unknown
-    /// timing: swap again right away (an attempt of the budget), or give up.
-    fn refresh(
-        &mut self,
-        held: Held,
-        pending: Pending,
-        attempt: u8,
-        now: Instant,
-        out: &mut Ctx<'_>,
-    ) -> Outcome<State> {
-        if pending.release {
-            return self.delete(held.slot, held.revision, true, out);
-        }
-        if attempt < RENEW_RETRIES_MAX {
-            return self.renew(held, attempt + 1, now, out);
+            out.push(Effect::SetTimer { timer, at });
+            return Transition(State::retry_wait(held, timer, failures));
         }
         self.lose(held, LossReason::RenewalFailed, false, out)
     }
@@ -357,7 +351,7 @@ impl Shared {
         context: &mut Ctx<'_>,
         held: &Held,
         pending: &mut Pending,
-        attempt: &u8,
+        failures: &u8,
         event: &LeaseEvent,
     ) -> Outcome<State> {
         match *event {
@@ -377,13 +371,13 @@ impl Shared {
                     Transition(State::renew_resolving(
                         *held,
                         Pending { op, ..*pending },
-                        *attempt,
+                        *failures,
                     ))
                 }
                 // A store that returns a revision not above ours broke its contract: nothing
                 // about the write can be trusted, so it counts as a failed attempt.
                 Reply::Written(_) | Reply::Failed | Reply::Deleted | Reply::Found(_) => {
-                    self.renewal_failed(*held, *pending, *attempt, now, context)
+                    self.renewal_failed(*held, *pending, *failures, now, context)
                 }
             },
             _ => Handled,
@@ -397,7 +391,7 @@ impl Shared {
         context: &mut Ctx<'_>,
         held: &Held,
         pending: &mut Pending,
-        attempt: &u8,
+        failures: &u8,
         event: &LeaseEvent,
     ) -> Outcome<State> {
         match *event {
@@ -410,20 +404,21 @@ impl Shared {
                     if record.revision > held.revision {
                         // A renewal of ours committed, but which one and when is unknown: an
                         // earlier attempt may have landed late. Nothing is confirmed; the
-                        // next attempt swaps from the revision found, at once.
+                        // next attempt (after the backoff, like any failed one) swaps from
+                        // the revision found.
                         let held = Held {
                             revision: record.revision,
                             ..*held
                         };
-                        self.refresh(held, *pending, *attempt, now, context)
+                        self.renewal_failed(held, *pending, *failures, now, context)
                     } else {
-                        self.renewal_failed(*held, *pending, *attempt, now, context)
+                        self.renewal_failed(*held, *pending, *failures, now, context)
                     }
                 }
                 Reply::Found(_) => {
                     self.lose(*held, LossReason::Overtaken, pending.release, context)
                 }
-                _ => self.renewal_failed(*held, *pending, *attempt, now, context),
+                _ => self.renewal_failed(*held, *pending, *failures, now, context),
             },
             _ => Handled,
         }
@@ -436,12 +431,12 @@ impl Shared {
         context: &mut Ctx<'_>,
         held: &Held,
         timer: &TimerId,
-        attempt: &u8,
+        failures: &u8,
         event: &LeaseEvent,
     ) -> Outcome<State> {
         match *event {
             LeaseEvent::Timer { now, timer: fired } if fired == *timer => {
-                self.renew(*held, *attempt, now, context)
+                self.renew(*held, *failures, now, context)
             }
             // Nothing in flight: a release deletes our record at once.
             LeaseEvent::Release { .. } => self.delete(held.slot, held.revision, true, context),
@@ -449,7 +444,7 @@ impl Shared {
         }
     }
 
-    /// Compare-and-delete in flight (a release, or cleanup after a loss).
+    /// Compare-and-delete of our record in flight: a release, asked after every service stopped.
     #[state]
     fn releasing(
         &mut self,
@@ -469,6 +464,7 @@ impl Shared {
             } if replied == *op => {
                 if *notify {
                     context.notices.released = true;
+                    context.notices.deleted = reply == Reply::Deleted;
                     context.push(Effect::Released {
                         slot: Some(*slot),
                         deleted: reply == Reply::Deleted,

@@ -10,21 +10,28 @@
 //! | V4 | Acquiring(N) | reply → NotAcquired | now < until | RoundWait | NotAcquired, SetTimer(Round, min(now+round, until)) |
 //! | V5 | Acquiring(N) | reply → NotAcquired | now ≥ until | Idle | NotAcquired, ProblemRaised(AcquisitionFailed) |
 //! | V6 | RoundWait | Timer(Round) | | Acquiring(1) | Insert(1) |
+//! | V6a | RoundWait | SlotChanged | | Acquiring(1) | Insert(1) (the round timer left set is stale and ignored) |
+//! | V6b | every state but RoundWait | SlotChanged | | same | — |
 //! | V7 | StartingServices | ServicesStarted | | Running | Running(token) if still leading |
 //! | V8 | StartingServices | ServiceFailed(i) | | Running | ProblemRaised(ServiceStartFailed(i)) |
 //! | V9 | Running | ServiceFailed(i) | | Running | ProblemRaised(ServiceFailed(i)) |
-//! | V10 | any launched | reply / lease timer → Lost | | same | Lost, CompareAndDelete, ProblemRaised(LeadershipLost) (first problem only) |
+//! | V9a | StartingServices, Running | ServicesStopped (not asked for: the services' pipeline vanished) | | Running | ProblemRaised(ServicesVanished); the stop is not clean |
+//! | V10 | StartingServices, Running | reply / lease timer → Lost | | StoppingServices | Lost, ProblemRaised(LeadershipLost), StopServices: a loss stops the services at once; the record is left to expire |
+//! | V10a | StoppingServices, StoppingMonitor, CleaningElections | reply / lease timer → Lost | | same | Lost, ProblemRaised(LeadershipLost) (first problem only) |
 //! | V11 | StartingServices, Running | Shutdown | | StoppingServices | StopServices |
 //! | V12 | Acquiring, RoundWait, Idle | Shutdown | | as V13 / V14 / V15 | |
-//! | V13 | StoppingServices | ServicesStopped | lease held, nothing in flight | CleaningElections | MonitorStopped, CompareAndDelete |
-//! | V14 | StoppingServices | ServicesStopped | nothing held, nothing in flight | Shutdown | MonitorStopped, Released, Finished(problem) |
+//! | V13 | StoppingServices | ServicesStopped(clean) | lease held, nothing in flight | CleaningElections | MonitorStopped, CompareAndDelete |
+//! | V14 | StoppingServices | ServicesStopped(clean) | nothing held, nothing in flight | Shutdown | MonitorStopped, Released, Finished(problem) |
 //! | V15 | StoppingServices | ServicesStopped | store op in flight | StoppingMonitor | MonitorStopped (the leadership releases after the reply) |
-//! | V16 | StoppingMonitor | reply | | CleaningElections, or Shutdown | the leadership's release: CompareAndDelete, or Released + Finished(problem) |
-//! | V17 | CleaningElections | reply → Released | | Shutdown | Released, Finished(problem) |
+//! | V16 | StoppingMonitor | reply | | CleaningElections, or Shutdown | the leadership's release: CompareAndDelete, or Released + Finished(problem) as in V17 |
+//! | V17 | CleaningElections | reply → Released | | Shutdown | Released, [DisarmKiller if the record was deleted and every stop was clean], Finished(problem) |
 //! | V18 | ShuttingDown, Shutdown | Shutdown | | same | — |
 //!
-//! Only the first problem is kept ([`Problem`] is write-once); services keep running after a
-//! loss until the host shuts the VVM down — the killer ends the process at the deadline anyway.
+//! Only the first problem is kept ([`Problem`] is write-once). A loss of leadership stops the
+//! services at once and, once they stopped, finishes the shutdown by itself (without deleting the
+//! record, which is left to expire); the killer ends the process at the deadline if they do not
+//! stop in time. The kill deadline is removed ([`Effect::DisarmKiller`]) only after a clean
+//! release: every service returned by itself and the record was deleted.
 
 use core::time::Duration;
 
@@ -78,8 +85,20 @@ pub enum VvmEvent {
         /// Position in the start order.
         index: u16,
     },
-    /// Every service has stopped.
+    /// Every service has stopped, or the services ended by themselves.
     ServicesStopped {
+        /// Current time.
+        now: Instant,
+        /// Every service returned by itself: none was aborted after its stop timeout, none
+        /// panicked, none was left behind by a vanished pipeline. Only then may the kill
+        /// deadline be removed after the release.
+        clean: bool,
+    },
+    /// The store's change feed says the record of a slot changed or went away. In
+    /// [`Phase::AcquiringLeadership`] between rounds, the next round starts at once instead of
+    /// at the round timer; elsewhere it is ignored. Only a hint to try sooner: the store's
+    /// insert-if-not-exists still decides, so it can never take a slot early.
+    SlotChanged {
         /// Current time.
         now: Instant,
     },
@@ -95,7 +114,8 @@ impl VvmEvent {
             | VvmEvent::Reply { now, .. }
             | VvmEvent::ServicesStarted { now }
             | VvmEvent::ServiceFailed { now, .. }
-            | VvmEvent::ServicesStopped { now } => now,
+            | VvmEvent::ServicesStopped { now, .. }
+            | VvmEvent::SlotChanged { now } => now,
         }
     }
 }
@@ -132,6 +152,10 @@ pub struct Shared {
     leadership: Leadership,
     problem: Option<Problem>,
     seq: u64,
+    /// No service has been aborted or left running unseen (see [`VvmEvent::ServicesStopped`]).
+    services_clean: bool,
+    /// A lease was won, so a kill deadline was armed.
+    armed: bool,
 }
 
 /// The lifecycle of one VVM. Pure: feed it [`VvmEvent`]s, execute the [`Effect`]s it writes.
@@ -172,6 +196,8 @@ impl Lifecycle {
             leadership: Leadership::new(*config.lease(), incarnation),
             problem: None,
             seq: 0,
+            services_clean: true,
+            armed: false,
         };
         let machine = shared
             .uninitialized_state_machine()
@@ -202,6 +228,12 @@ impl Lifecycle {
     /// The current fencing token, while leading.
     pub fn token(&self) -> Option<FencingToken> {
         self.leadership().token()
+    }
+
+    /// Whether the VVM waits between acquisition rounds: then a [`VvmEvent::SlotChanged`]
+    /// starts the next round, so a driver watches the store's change feeds.
+    pub fn waits_for_round(&self) -> bool {
+        matches!(self.machine.state(), State::RoundWait { .. })
     }
 
     /// The current state.

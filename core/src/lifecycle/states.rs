@@ -16,6 +16,7 @@ impl Shared {
     /// the problem here, whatever state the lifecycle is in.
     fn forward(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
         let notices = self.leadership.handle_noting(event, out);
+        self.armed |= notices.acquired.is_some();
         if let Some((slot, reason)) = notices.lost {
             self.raise(Problem::LeadershipLost { slot, reason }, out);
         }
@@ -84,13 +85,33 @@ impl Shared {
     /// renewal sent before the shutdown), after which the leadership releases by itself.
     fn releasing(&mut self, notices: Notices, out: &mut Effects) -> Outcome<State> {
         if notices.released {
-            return self.finish(out);
+            return self.finish(notices.deleted, out);
         }
         if matches!(self.leadership.state(), LeaseState::Releasing { .. }) {
             Transition(State::cleaning_elections())
         } else {
             Transition(State::stopping_monitor())
         }
+    }
+
+    /// The services ended without being asked to (their pipeline vanished): that is a
+    /// problem, and whatever they left behind cannot be vouched for.
+    fn services_vanished(&mut self, out: &mut Effects) -> Outcome<State> {
+        self.services_clean = false;
+        self.raise(Problem::ServicesVanished, out);
+        Transition(State::running())
+    }
+
+    /// Forwards a reply or lease timer while services run; a loss stops them at once.
+    fn forward_while_serving(&mut self, event: &VvmEvent, out: &mut Effects) -> Outcome<State> {
+        let notices = self.forward_vvm(event, out);
+        if notices.lost.is_some() {
+            // No token is valid any more and the killer ends the process at the deadline
+            // anyway: stopping now gives the services the rest of the margin to stop cleanly.
+            out.push(Effect::StopServices);
+            return Transition(State::stopping_services());
+        }
+        Handled
     }
 
     /// Shutdown in progress: a second shutdown is a no-op; a service failing while it is
@@ -103,7 +124,13 @@ impl Shared {
         Handled
     }
 
-    fn finish(&mut self, out: &mut Effects) -> Outcome<State> {
+    /// Shutdown is complete. The kill deadline is removed only when nothing of this VVM can
+    /// act any more for certain: every service returned by itself and our record was deleted
+    /// (a loss never deletes it, so a loss always keeps the deadline).
+    fn finish(&mut self, deleted: bool, out: &mut Effects) -> Outcome<State> {
+        if self.armed && deleted && self.services_clean {
+            out.push(Effect::DisarmKiller);
+        }
         out.push(Effect::Finished {
             problem: self.problem,
         });
@@ -164,6 +191,9 @@ impl Shared {
             VvmEvent::Timer { now, timer: fired } if fired == *timer => {
                 self.acquire(Slot(1), *until, now, context)
             }
+            // A slot's record changed: try again now rather than at the round timer, whose
+            // later firing no longer matches a state and is ignored.
+            VvmEvent::SlotChanged { now } => self.acquire(Slot(1), *until, now, context),
             _ => Handled,
         }
     }
@@ -194,10 +224,8 @@ impl Shared {
                 context.push(Effect::StopServices);
                 Transition(State::stopping_services())
             }
-            _ => {
-                self.forward_vvm(event, context);
-                Handled
-            }
+            VvmEvent::ServicesStopped { .. } => self.services_vanished(context),
+            _ => self.forward_while_serving(event, context),
         }
     }
 
@@ -213,10 +241,8 @@ impl Shared {
                 context.push(Effect::StopServices);
                 Transition(State::stopping_services())
             }
-            _ => {
-                self.forward_vvm(event, context);
-                Handled
-            }
+            VvmEvent::ServicesStopped { .. } => self.services_vanished(context),
+            _ => self.forward_while_serving(event, context),
         }
     }
 
@@ -236,7 +262,10 @@ impl Shared {
     #[state]
     fn stopping_services(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
         match *event {
-            VvmEvent::ServicesStopped { now } => self.stop_monitor(now, context),
+            VvmEvent::ServicesStopped { now, clean } => {
+                self.services_clean &= clean;
+                self.stop_monitor(now, context)
+            }
             VvmEvent::Reply { .. } | VvmEvent::Timer { .. } => {
                 self.forward_vvm(event, context);
                 Handled

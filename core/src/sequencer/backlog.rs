@@ -76,6 +76,18 @@ pub enum BacklogError {
     /// A replayed event sits at `u64::MAX`: no offset could follow it.
     #[error("replayed event at the last possible offset {0:?}")]
     OffsetsExhausted(PLogOffset),
+    /// The PLog fed an event below the offsets already covered: it broke its order (offsets
+    /// must grow), so events may be missing from the replay. Merging anyway could hand out
+    /// numbers of events that were skipped; the log is treated as corrupt.
+    #[error(
+        "PLog out of order: event at {got:?} after every event below {covered:?} was replayed"
+    )]
+    PLogOutOfOrder {
+        /// Every event below this offset was covered already.
+        covered: PLogOffset,
+        /// The offset of the event fed.
+        got: PLogOffset,
+    },
 }
 
 /// How far events are covered.
@@ -354,7 +366,10 @@ impl Backlog {
     }
 
     /// Merges the numbers of the replayed event at `offset` (keys may repeat, in any order).
-    /// An event below the covered offset is skipped: it is covered already.
+    ///
+    /// Offsets must grow: an event below the covered offset (one replayed already, or one
+    /// below the stored offset the replay started from) means the PLog broke its order, and
+    /// is refused with [`BacklogError::PLogOutOfOrder`], changing nothing.
     pub fn replay(
         &mut self,
         offset: PLogOffset,
@@ -364,7 +379,10 @@ impl Backlog {
             return Err(self.wrong("replay", "Replaying"));
         };
         if offset < o.next {
-            return Ok(ReplayStep::Continue);
+            return Err(BacklogError::PLogOutOfOrder {
+                covered: o.next,
+                got: offset,
+            });
         }
         let next = offset
             .next()

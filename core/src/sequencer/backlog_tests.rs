@@ -157,15 +157,43 @@ fn replay_merges_by_maximum_with_repeated_keys_in_any_order() {
         .unwrap();
     assert_eq!(b.lookup(&key(1, 1)), Some(Number(5)));
     assert_eq!(b.lookup(&key(2, 1)), Some(Number(7)));
-    // Already covered: skipped.
-    b.replay(PLogOffset(1), &[sv(3, 1, 99)]).unwrap();
-    assert_eq!(b.lookup(&key(3, 1)), None);
     b.actualized().unwrap();
     assert_eq!(b.admit(), Ok(PLogOffset(3)));
     // Committed numbers merge the same way.
     b.commit(PLogOffset(3), WsId(1), &[(SeqId(1), Number(2))])
         .unwrap();
     assert_eq!(b.lookup(&key(1, 1)), Some(Number(5)));
+}
+
+// covers: Seq.ReplayOrder
+#[test]
+fn an_event_below_the_covered_offset_is_refused_and_changes_nothing() {
+    let p = params(10, 100);
+    let mut b = Backlog::new(&p);
+    b.loaded(PLogOffset(1)).unwrap();
+    b.replay(PLogOffset(1), &[sv(1, 1, 1), sv(1, 2, 1)])
+        .unwrap();
+    b.replay(PLogOffset(4), &[sv(1, 2, 3)]).unwrap();
+    let before = b.clone();
+    // Events 2 and 3 arrive late: skipping them would lose their numbers, merging them would
+    // accept a log that may have lost others.
+    assert_eq!(
+        b.replay(PLogOffset(2), &[sv(1, 1, 2)]),
+        Err(BacklogError::PLogOutOfOrder {
+            covered: PLogOffset(5),
+            got: PLogOffset(2)
+        })
+    );
+    assert_eq!(b, before);
+    // Offsets equal to one replayed, and below the stored offset, are out of order too.
+    assert!(b.replay(PLogOffset(4), &[]).is_err());
+    let mut b = Backlog::new(&p);
+    b.loaded(PLogOffset(7)).unwrap();
+    assert!(matches!(
+        b.replay(PLogOffset(6), &[]),
+        Err(BacklogError::PLogOutOfOrder { .. })
+    ));
+    assert_eq!(b.replay_from(), Some(PLogOffset(7)));
 }
 
 #[test]

@@ -244,12 +244,12 @@ impl Issuer {
 
     /// Caches `last` for `seq_id` unless the cache or the transaction knows it already (their
     /// values are newer). Used for the sequences read alongside the one asked for.
+    ///
+    /// `Number(0)` ("nothing issued yet") is cached too: it is an answer like any other, and
+    /// without it every further sequence of a new workspace would cost another storage read.
     pub fn warm(&mut self, seq_id: SeqId, last: Number) -> Result<(), SeqError> {
         let (key, _) = self.open(seq_id)?;
-        if last.0 == 0
-            || self.cache.peek(&key).is_some()
-            || self.issued.iter().any(|(s, _)| *s == seq_id)
-        {
+        if self.cache.peek(&key).is_some() || self.issued.iter().any(|(s, _)| *s == seq_id) {
             return Ok(());
         }
         self.cache.put(key, last);
@@ -447,6 +447,17 @@ mod tests {
         assert!(i.kind_seqs().is_err());
         i.begin(WsKind(1), WsId(1)).unwrap();
         assert_eq!(i.begin(WsKind(1), WsId(2)), Err(SeqError::InTransaction));
+    }
+
+    // covers: Seq.SourceOrder
+    #[test]
+    fn a_warmed_zero_answers_from_the_cache_with_the_initial_value() {
+        let mut i = Issuer::new(params(4));
+        i.begin(WsKind(1), WsId(1)).unwrap();
+        i.warm(SeqId(1), Number(0)).unwrap();
+        assert_eq!(i.cache().peek(&key(1, 1)), Some(Number(0)));
+        assert_eq!(i.next_cached(SeqId(1)), Ok(Some(Number(100))));
+        assert_eq!(i.next_cached(SeqId(1)), Ok(Some(Number(101))));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use vvm_core::sequencer::{Phase, SeqError, StartRefusal};
+use vvm_core::sequencer::{BacklogError, PLogOffset, Phase, SeqError, StartRefusal};
 
 use super::config::SeqConfigError;
 use super::handle::{Idle, Sequencer};
@@ -62,15 +62,71 @@ impl<St: SeqStorage> fmt::Display for Busy<St> {
 
 impl<St: SeqStorage> std::error::Error for Busy<St> {}
 
-/// `shutdown` ended with numbers not persisted. Nothing is lost — the PLog has them and the
-/// next actualization replays them — but that recovery will be longer.
+/// Why an actualization gave up. `start` then refuses with
+/// [`StartRefusal::ActualizationFailed`] and begins a new one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("sequencer shut down with {unflushed_keys} keys of {unflushed_events} events unflushed")]
-pub struct ShutdownError {
-    /// Keys not written.
-    pub unflushed_keys: usize,
-    /// Events not covered by the stored offset.
-    pub unflushed_events: u64,
+#[non_exhaustive]
+pub enum ActualizeError {
+    /// A storage call failed (or timed out) after its retries.
+    #[error(transparent)]
+    Storage(#[from] SeqStorageError),
+    /// The PLog fed an event below one already covered: the storage broke the documented
+    /// offset order, so events may be missing. Not retried within the actualization: the
+    /// same log would be read again.
+    #[error("the PLog is corrupt: event at {got:?} fed after every event below {covered:?}")]
+    CorruptPLog {
+        /// Every event below this offset was covered already.
+        covered: PLogOffset,
+        /// The offset of the event fed.
+        got: PLogOffset,
+    },
+    /// The backlog refused a step: a bug in the driver, reported instead of corrupting state.
+    #[error("actualization out of step: {0}")]
+    OutOfStep(BacklogError),
+}
+
+impl From<BacklogError> for ActualizeError {
+    fn from(e: BacklogError) -> Self {
+        match e {
+            BacklogError::PLogOutOfOrder { covered, got } => {
+                ActualizeError::CorruptPLog { covered, got }
+            }
+            other => ActualizeError::OutOfStep(other),
+        }
+    }
+}
+
+/// `shutdown` could not leave storage covering every committed event. Nothing is lost — the
+/// PLog has the events and the next actualization replays them — but that recovery is longer,
+/// and a caller may want to know why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// Numbers of committed events were not persisted (storage failed or hung).
+    #[error(
+        "sequencer shut down with {unflushed_keys} keys of {unflushed_events} events unflushed"
+    )]
+    Unflushed {
+        /// Keys not written.
+        unflushed_keys: usize,
+        /// Events not covered by the stored offset.
+        unflushed_events: u64,
+    },
+    /// The sequencer had not caught up with the PLog: its actualization was unfinished or had
+    /// failed, so it did not even know every committed event, let alone store it.
+    #[error("sequencer shut down not actualized ({phase:?}){}", cause_text(.cause))]
+    NotActualized {
+        /// Where the actualization stood.
+        phase: Phase,
+        /// Why the last actualization gave up, if one did (a later one may be unfinished).
+        cause: Option<ActualizeError>,
+    },
+}
+
+fn cause_text(cause: &Option<ActualizeError>) -> String {
+    cause.as_ref().map_or_else(String::new, |e| {
+        format!(": the last actualization failed: {e}")
+    })
 }
 
 /// A snapshot of where a sequencer stands.

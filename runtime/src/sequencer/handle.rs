@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use vvm_core::sequencer::{
-    Backlog, Issuer, Number, PLogOffset, Params, SeqError, SeqId, StartRefusal, WsId, WsKind,
+    Backlog, Issuer, Number, PLogOffset, Params, Phase, SeqError, SeqId, StartRefusal, WsId, WsKind,
 };
 
 use super::config::SeqConfig;
 use super::errors::{Busy, NextError, SeqStatus, SetupError, ShutdownError};
 use super::storage::{SeqStorage, SeqStorageError};
+use super::task::{Stop, Worker};
 use super::worker::{actualizing, flush_round, run, Shared};
 
 mod sealed {
@@ -53,36 +53,37 @@ impl SeqState for Actualizing {}
 struct Inner<St: SeqStorage> {
     issuer: Issuer,
     shared: Arc<Shared<St>>,
-    task: Option<JoinHandle<()>>,
+    /// The background task; dropping it aborts it (so does dropping the sequencer: a crash).
+    worker: Option<Worker>,
     runtime: tokio::runtime::Handle,
 }
 
 impl<St: SeqStorage> Inner<St> {
-    /// Aborts the background task and starts a new one that actualizes. The backlog refuses
-    /// `start` from this instant on.
+    /// Stops the background task and starts a new one that actualizes once the old one ended
+    /// (after a write it may have in flight returned). The backlog refuses `start` from this
+    /// instant on.
     fn restart(&mut self) {
         self.issuer.abort();
-        self.shared.backlog().begin_actualization();
-        if let Some(task) = self.task.take() {
-            // A write it may have in flight either lands whole or not at all; its completion
-            // is ignored (the backlog moved to a new epoch).
-            task.abort();
+        let previous = self.worker.take();
+        {
+            let mut backlog = self.shared.backlog();
+            // Under the lock: the old task's backlog steps happen before this, or not at all.
+            if let Some(previous) = &previous {
+                previous.stop();
+            }
+            // A write the old task has in flight is ignored when it completes (new epoch).
+            backlog.begin_actualization();
         }
-        self.task = Some(self.runtime.spawn(run(Arc::clone(&self.shared))));
+        let shared = Arc::clone(&self.shared);
+        self.worker = Some(Worker::spawn(&self.runtime, move |stop| {
+            run(shared, stop, previous)
+        }));
     }
 
     fn task_gone(&self) -> bool {
-        match &self.task {
-            Some(task) => task.is_finished(),
+        match &self.worker {
+            Some(worker) => worker.is_finished(),
             None => true,
-        }
-    }
-}
-
-impl<St: SeqStorage> Drop for Inner<St> {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
         }
     }
 }
@@ -113,7 +114,7 @@ impl<St: SeqStorage> Sequencer<Actualizing, St> {
         let mut inner = Box::new(Inner {
             issuer: Issuer::new(params),
             shared,
-            task: None,
+            worker: None,
             runtime,
         });
         inner.restart();
@@ -276,21 +277,24 @@ impl<St: SeqStorage> Sequencer<InTx, St> {
             }
             .into());
         }
-        let mut issued = None;
+        // Everything read is cached, zeros included: the workspace's other sequences then cost
+        // no further read. The one asked for goes last, so that a small cache keeps it.
+        let mut asked = None;
         for ((&s, &stored), &pending) in seqs.iter().zip(&stored).zip(&pending) {
             let last = stored.max(pending);
             if s == seq_id {
-                issued = Some(inner.issuer.next_after(seq_id, last)?);
+                asked = Some(last);
             } else {
                 inner.issuer.warm(s, last)?;
             }
         }
         // `seq_id` is one of the kind's sequences (checked by `key` above), so this is
         // reached only if the kind's list and `key` disagree.
-        issued.ok_or(NextError::Seq(SeqError::UnknownSeqId {
+        let last = asked.ok_or(NextError::Seq(SeqError::UnknownSeqId {
             ws_kind: inner.issuer.transaction().map_or(WsKind(0), |(k, _)| k),
             seq_id,
-        }))
+        }))?;
+        Ok(inner.issuer.next_after(seq_id, last)?)
     }
 
     /// Ends the transaction: its event is in the PLog. Its numbers join the backlog and the
@@ -360,34 +364,49 @@ impl<S: SeqState, St: SeqStorage> Sequencer<S, St> {
     /// Stops the background task and makes one last attempt to persist the backlog, all within
     /// `shutdown_timeout_ms` (and the last write's own call timeout), however storage behaves.
     /// An open transaction is given up: the PLog decides about its event.
+    ///
+    /// The task is stopped as on [`actualize`](Sequencer::actualize): a write in flight returns
+    /// first (and counts), unless the budget runs out; then it is aborted. Reports
+    /// [`ShutdownError::NotActualized`] when the sequencer had not caught up with the PLog
+    /// (unfinished or failed actualization), [`ShutdownError::Unflushed`] when committed
+    /// numbers stay unstored.
     pub async fn shutdown(mut self) -> Result<(), ShutdownError> {
         let inner = &mut *self.inner;
         inner.issuer.abort();
         let shared = Arc::clone(&inner.shared);
         let budget = Duration::from_millis(shared.config.shutdown_timeout_ms);
         let deadline = tokio::time::Instant::now() + budget;
-        if let Some(task) = inner.task.take() {
-            task.abort();
-            let _ = tokio::time::timeout_at(deadline, task).await;
+        if let Some(worker) = inner.worker.take() {
+            worker.stop();
+            if !worker.join_until(deadline).await {
+                tracing::warn!("sequencer shutdown: background task aborted at the deadline");
+            }
         }
+        // A batch of an aborted write may be taken again; harmless when it was recorded.
         shared.backlog().abandon_batch();
         let mut buf = Vec::new();
-        if let Err(elapsed) =
-            tokio::time::timeout_at(deadline, flush_round(&shared, &mut buf)).await
-        {
+        // The handle's own round: nobody stops it but the deadline.
+        let never = Stop::default();
+        let last_round = flush_round(&shared, &never, &mut buf);
+        if let Err(elapsed) = tokio::time::timeout_at(deadline, last_round).await {
             tracing::warn!(%elapsed, "sequencer shutdown: last flush cut short");
         }
-        let (unflushed_keys, unflushed_events) = {
+        let (phase, unflushed_keys, unflushed_events) = {
             let b = shared.backlog();
-            (b.unflushed_keys(), b.unflushed_events())
+            (b.phase(), b.unflushed_keys(), b.unflushed_events())
         };
-        if unflushed_keys == 0 && unflushed_events == 0 {
-            Ok(())
-        } else {
-            Err(ShutdownError {
+        match phase {
+            Phase::Ready(_) if unflushed_keys == 0 && unflushed_events == 0 => Ok(()),
+            Phase::Ready(_) => Err(ShutdownError::Unflushed {
                 unflushed_keys,
                 unflushed_events,
-            })
+            }),
+            Phase::Loading | Phase::Replaying(_) | Phase::Failed => {
+                Err(ShutdownError::NotActualized {
+                    phase,
+                    cause: shared.actualize_failure(),
+                })
+            }
         }
     }
 }

@@ -14,9 +14,11 @@
 //! One background task per sequencer: the actualizer (read the stored offset, replay the PLog
 //! from it, flushing whenever the replayed backlog is over its limit), then the flusher (write
 //! the whole backlog with the offset it covers whenever signalled). Every storage call has a
-//! timeout, every failed step at most [`SeqConfig::retries_max`] retries with doubling backoff;
-//! [`shutdown`](Sequencer::shutdown) aborts the task and returns within its budget whatever
-//! storage does.
+//! timeout, every failed step at most [`SeqConfig::retries_max`] retries with doubling backoff.
+//! A new actualization stops the task cooperatively — a write in flight returns first — and
+//! starts its own once the old one ended; [`shutdown`](Sequencer::shutdown) stops it the same
+//! way and returns within its budget whatever storage does, saying when the sequencer was not
+//! actualized.
 //!
 //! ```
 //! use vvm_core::sequencer::{Number, PLogOffset, Params, SeqId, WsId, WsKind};
@@ -50,12 +52,13 @@ mod config;
 mod errors;
 mod handle;
 mod storage;
+mod task;
 mod worker;
 
 pub use config::{
     SeqConfig, SeqConfigError, REPLAY_PAGE_EVENTS_MAX, SEQ_DURATION_MAX_MS, SEQ_RETRIES_LIMIT,
 };
-pub use errors::{Busy, NextError, SeqStatus, SetupError, ShutdownError};
+pub use errors::{ActualizeError, Busy, NextError, SeqStatus, SetupError, ShutdownError};
 pub use handle::{Actualizing, Idle, InTx, SeqState, Sequencer};
 pub use storage::{ReplaySink, SeqStorage, SeqStorageError};
 pub use vvm_core::sequencer::StartRefusal;

@@ -1,6 +1,12 @@
 //! The background task of a sequencer: first the actualizer (catch up with the PLog), then the
-//! flusher (write batches when signalled). Exactly one such task runs per sequencer; a new
-//! actualization aborts it and starts a fresh one, so the two never write at the same time.
+//! flusher (write batches when signalled). Exactly one such task works per sequencer; a new
+//! actualization stops it (see [`task`](super::task)) and starts a fresh one that waits for
+//! it to end, so two never write at the same time.
+//!
+//! A stopped task touches the backlog no more: every step takes the backlog through
+//! [`Shared::backlog_unless`], which refuses once the task's stop is set, and the stop is set
+//! under the backlog's lock. Only batch completions, whose tickets tell stale from current,
+//! are recorded after a stop.
 
 use std::future::Future;
 use std::ops::ControlFlow;
@@ -12,15 +18,35 @@ use tokio::sync::Notify;
 use vvm_core::sequencer::{Backlog, BacklogError, Phase, ReplayStep, SeqValue};
 
 use super::config::SeqConfig;
+use super::errors::ActualizeError;
 use super::storage::{SeqStorage, SeqStorageError};
+use super::task::{Stop, Stopped, Worker};
 
-/// Why the actualizer gave up.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ActualizeError {
-    #[error(transparent)]
-    Storage(#[from] SeqStorageError),
-    #[error("actualization out of step: {0}")]
-    Backlog(#[from] BacklogError),
+/// Why a step of the background task did not complete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Halt {
+    /// Asked to stop: another task or the handle owns the backlog now.
+    Stopped,
+    /// The step failed.
+    Failed(ActualizeError),
+}
+
+impl From<Stopped> for Halt {
+    fn from(_: Stopped) -> Self {
+        Halt::Stopped
+    }
+}
+
+impl From<SeqStorageError> for Halt {
+    fn from(e: SeqStorageError) -> Self {
+        Halt::Failed(e.into())
+    }
+}
+
+impl From<BacklogError> for Halt {
+    fn from(e: BacklogError) -> Self {
+        Halt::Failed(e.into())
+    }
 }
 
 /// What the handle, the flusher and the actualizer share.
@@ -33,6 +59,8 @@ pub(crate) struct Shared<St> {
     /// Wakes those waiting for an actualization to end.
     pub(crate) phase_changed: Notify,
     last_error: Mutex<Option<String>>,
+    /// Why the last actualization gave up; cleared when one succeeds.
+    actualize_failure: Mutex<Option<ActualizeError>>,
     pub(crate) writes_ok: AtomicU64,
     pub(crate) writes_failed: AtomicU64,
 }
@@ -46,6 +74,7 @@ impl<St: SeqStorage> Shared<St> {
             flush_signal: Notify::new(),
             phase_changed: Notify::new(),
             last_error: Mutex::new(None),
+            actualize_failure: Mutex::new(None),
             writes_ok: AtomicU64::new(0),
             writes_failed: AtomicU64::new(0),
         }
@@ -56,6 +85,32 @@ impl<St: SeqStorage> Shared<St> {
     #[inline]
     pub(crate) fn backlog(&self) -> MutexGuard<'_, Backlog> {
         self.backlog.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The backlog for a step of the task that `stop` belongs to, unless it was asked to stop.
+    /// Stops are set under this lock, so a step either completes before the stop or not at all.
+    #[inline]
+    pub(crate) fn backlog_unless(&self, stop: &Stop) -> Result<MutexGuard<'_, Backlog>, Stopped> {
+        let backlog = self.backlog();
+        if stop.is_stopped() {
+            return Err(Stopped);
+        }
+        Ok(backlog)
+    }
+
+    /// Why the last actualization gave up, unless one succeeded since.
+    pub(crate) fn actualize_failure(&self) -> Option<ActualizeError> {
+        self.actualize_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_actualize_failure(&self, failure: Option<ActualizeError>) {
+        *self
+            .actualize_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = failure;
     }
 
     pub(crate) fn last_error(&self) -> Option<String> {
@@ -88,13 +143,17 @@ impl<St: SeqStorage> Shared<St> {
 
 /// Writes batches until nothing is pending: each failed write is retried at most
 /// `retries_max` times with backoff; then the round gives up with the last error.
+///
+/// A write call is never cut short by `stop` (see [`task`](super::task)): it returns, its
+/// outcome is recorded (a stale ticket is ignored), and only then the round stops.
 pub(crate) async fn flush_round<St: SeqStorage>(
     shared: &Shared<St>,
+    stop: &Stop,
     buf: &mut Vec<SeqValue>,
-) -> Result<(), SeqStorageError> {
+) -> Result<(), Halt> {
     let mut retry = 0u32;
     loop {
-        let Some(ticket) = shared.backlog().take_batch(buf) else {
+        let Some(ticket) = shared.backlog_unless(stop)?.take_batch(buf) else {
             return Ok(());
         };
         let write = shared
@@ -120,10 +179,11 @@ pub(crate) async fn flush_round<St: SeqStorage>(
                 shared.set_last_error(Some(e.to_string()));
                 if retry >= shared.config.retries_max {
                     tracing::error!(error = %e, retries = retry, "sequencer flush gave up");
-                    return Err(e);
+                    return Err(e.into());
                 }
                 tracing::warn!(error = %e, retry, "sequencer flush failed; retrying");
-                tokio::time::sleep(shared.config.backoff(retry)).await;
+                stop.unless_stopped(tokio::time::sleep(shared.config.backoff(retry)))
+                    .await?;
                 retry += 1;
             }
         }
@@ -157,22 +217,24 @@ where
 
 /// Catches the backlog up with the PLog. The backlog is in [`Phase::Loading`] already (set by
 /// whoever asked for the actualization, so that `start` is refused from that instant).
-async fn actualize<St: SeqStorage>(shared: &Shared<St>) -> Result<(), ActualizeError> {
-    let stored = retrying(
-        shared,
-        "read_next_plog_offset",
-        shared.config.call_timeout_ms,
-        || shared.storage.read_next_plog_offset(),
-    )
-    .await?;
-    shared.backlog().loaded(stored)?;
+async fn actualize<St: SeqStorage>(shared: &Shared<St>, stop: &Stop) -> Result<(), Halt> {
+    // Reads leave no trace: a stop drops them at once.
+    let stored = stop
+        .unless_stopped(retrying(
+            shared,
+            "read_next_plog_offset",
+            shared.config.call_timeout_ms,
+            || shared.storage.read_next_plog_offset(),
+        ))
+        .await??;
+    shared.backlog_unless(stop)?.loaded(stored)?;
     tracing::debug!(offset = stored.0, "sequencer replaying the PLog");
     let mut buf = Vec::new();
     let mut retry = 0u32;
     let page = shared.config.replay_page_events;
     loop {
         let from = {
-            let backlog = shared.backlog();
+            let backlog = shared.backlog_unless(stop)?;
             backlog.replay_from().ok_or(BacklogError::WrongPhase {
                 phase: backlog.phase(),
                 call: "replay_from",
@@ -181,78 +243,117 @@ async fn actualize<St: SeqStorage>(shared: &Shared<St>) -> Result<(), ActualizeE
         };
         let mut fed = 0usize;
         let mut full = false;
-        let mut out_of_step = None;
+        let mut halted = None;
         let mut sink = |offset, values: &[SeqValue]| {
             fed += 1;
-            match shared.backlog().replay(offset, values) {
+            let step = match shared.backlog_unless(stop) {
+                Ok(mut backlog) => backlog.replay(offset, values).map_err(Halt::from),
+                Err(stopped) => Err(stopped.into()),
+            };
+            match step {
                 Ok(ReplayStep::Continue) if fed < page => ControlFlow::Continue(()),
                 Ok(ReplayStep::Continue) => ControlFlow::Break(()),
                 Ok(ReplayStep::Full) => {
                     full = true;
                     ControlFlow::Break(())
                 }
-                Err(e) => {
-                    out_of_step = Some(e);
+                Err(halt) => {
+                    halted = Some(halt);
                     ControlFlow::Break(())
                 }
             }
         };
         let replay = shared.storage.actualize_from_plog(from, &mut sink);
-        let result = shared
-            .call(
+        let result = stop
+            .unless_stopped(shared.call(
                 "actualize_from_plog",
                 shared.config.replay_call_timeout_ms,
                 replay,
-            )
+            ))
             .await;
-        if let Some(e) = out_of_step {
-            return Err(e.into());
+        // A corrupt log or a stop is final: reading the same log again cannot help.
+        if let Some(halt) = halted {
+            return Err(halt);
         }
-        match result {
+        match result? {
             Err(e) if retry >= shared.config.retries_max => return Err(e.into()),
             Err(e) => {
                 tracing::warn!(error = %e, retry, "sequencer replay failed; retrying");
                 shared.set_last_error(Some(e.to_string()));
                 // Events fed before the failure stay merged; the retry resumes after them.
-                tokio::time::sleep(shared.config.backoff(retry)).await;
+                stop.unless_stopped(tokio::time::sleep(shared.config.backoff(retry)))
+                    .await?;
                 retry += 1;
             }
             Ok(()) if full => {
-                flush_round(shared, &mut buf).await?;
+                flush_round(shared, stop, &mut buf).await?;
                 retry = 0;
             }
             Ok(()) if fed >= page => retry = 0,
             Ok(()) => break,
         }
     }
-    shared.backlog().actualized()?;
+    let mut backlog = shared.backlog_unless(stop)?;
+    backlog.actualized()?;
+    shared.set_actualize_failure(None);
     Ok(())
 }
 
-/// Waits for flush signals and writes; never ends by itself.
-async fn flusher<St: SeqStorage>(shared: &Shared<St>) {
+/// Waits for flush signals and writes until stopped.
+async fn flusher<St: SeqStorage>(shared: &Shared<St>, stop: &Stop) {
     let mut buf = Vec::new();
     loop {
-        shared.flush_signal.notified().await;
+        if stop
+            .unless_stopped(shared.flush_signal.notified())
+            .await
+            .is_err()
+        {
+            return;
+        }
         // A failed round is recorded; the next flush or refused `start` signals a new one.
-        let _ = flush_round(shared, &mut buf).await;
+        if flush_round(shared, stop, &mut buf).await == Err(Halt::Stopped) {
+            return;
+        }
     }
 }
 
-/// The whole life of the background task: actualize, then flush until aborted.
-pub(crate) async fn run<St: SeqStorage>(shared: Arc<Shared<St>>) {
-    match actualize(&shared).await {
+/// The whole life of a background task: wait for the `previous` task to end (it finishes a
+/// write in flight; bounded by twice the call timeout, then it is aborted), actualize, then
+/// flush until stopped.
+pub(crate) async fn run<St: SeqStorage>(
+    shared: Arc<Shared<St>>,
+    stop: Arc<Stop>,
+    previous: Option<Worker>,
+) {
+    if let Some(previous) = previous {
+        // Not cut short by our own stop: whoever comes after us must not overlap that write
+        // either. The predecessor was stopped before we were spawned.
+        let limit = Duration::from_millis(shared.config.call_timeout_ms.saturating_mul(2));
+        if !previous.join_within(limit).await {
+            tracing::warn!(
+                ?limit,
+                "previous sequencer task did not end in time; aborted"
+            );
+        }
+    }
+    match actualize(&shared, &stop).await {
         Ok(()) => {
             tracing::info!("sequencer actualized");
             shared.phase_changed.notify_waiters();
             // Persist what the replay merged, so that the next recovery starts later.
             shared.flush_signal.notify_one();
-            flusher(&shared).await;
+            flusher(&shared, &stop).await;
         }
-        Err(e) => {
+        Err(Halt::Stopped) => tracing::debug!("sequencer task stopped"),
+        Err(Halt::Failed(e)) => {
             tracing::error!(error = %e, "sequencer actualization gave up");
+            let Ok(mut backlog) = shared.backlog_unless(&stop) else {
+                return;
+            };
+            backlog.actualization_failed();
             shared.set_last_error(Some(e.to_string()));
-            shared.backlog().actualization_failed();
+            shared.set_actualize_failure(Some(e));
+            drop(backlog);
             shared.phase_changed.notify_waiters();
         }
     }

@@ -1,0 +1,140 @@
+//! The change feed of the SQLite store, across processes: `PRAGMA data_version` of a connection
+//! of its own, checked every [`FEED_POLL_INTERVAL`].
+//!
+//! `data_version` changes whenever *another* connection (of this or any other process)
+//! committed to the file, so the feed needs a connection that never writes. Only when it changed
+//! is the slot's revision read (one WAL read transaction: it never waits for the write lock);
+//! the feed resolves when that differs from the one seen when the wait began. File
+//! notifications (inotify) were the alternative: they need a watching thread or descriptor per
+//! store, say nothing about which slot changed (so a read per event is needed anyway) and are
+//! Linux-only, while this check costs about 0.1 ms of CPU per interval (see
+//! [`FEED_POLL_INTERVAL`]).
+//!
+//! The checks run on the async worker thread: no check ever waits for a lock, and each is
+//! shorter than handing it to the blocking pool would be.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use vvm_core::Slot;
+
+/// How often a waiting candidate looks at `PRAGMA data_version`: the latency it adds to a
+/// hand-off is at most this. Each look costs about 0.1 ms of CPU (timer wake-up, the WAL index
+/// check), so a waiting `vvm run` uses ≈ 1.5 % of a core at 10 ms, ≈ 0.8 % at 20 ms and ≈ 2.3 %
+/// at 5 ms (`BENCHMARKS.md`): 10 ms keeps a hand-off well under 20 ms at a modest cost.
+pub const FEED_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The watching connection, opened at the first wait and shared by every waiter of one store.
+#[derive(Default)]
+pub(super) struct Feed {
+    conn: Mutex<Option<Connection>>,
+}
+
+/// What the feed compares: the version of the file and the revisions of the watched slots that
+/// have a row, in slot order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    version: i64,
+    revisions: Vec<(u32, i64)>,
+}
+
+impl Feed {
+    /// Runs `read` on the watching connection, opening it first if needed. An error is logged
+    /// and reported as `None`: the waiter then simply keeps waiting (its own timer still runs).
+    fn with<T>(
+        &self,
+        path: &Path,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Option<T> {
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if conn.is_none() {
+            // The file exists (the store opened it); never create one here.
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            // No busy wait (rusqlite's default is 5 s): the checks run on an async worker
+            // thread, and a check that finds the file busy is simply repeated at the next look.
+            let opened = Connection::open_with_flags(path, flags)
+                .and_then(|opened| opened.busy_timeout(Duration::ZERO).map(|()| opened));
+            match opened {
+                Ok(opened) => *conn = Some(opened),
+                Err(error) => {
+                    tracing::debug!(%error, "SQLite change feed: cannot open its connection");
+                    return None;
+                }
+            }
+        }
+        let result = read(conn.as_ref()?);
+        result
+            .map_err(|error| tracing::debug!(%error, "SQLite change feed: check failed"))
+            .ok()
+    }
+
+    fn version(&self, path: &Path) -> Option<i64> {
+        // Cached: preparing the statement costs more than running it.
+        self.with(path, |conn| {
+            conn.prepare_cached("PRAGMA data_version")?
+                .query_row([], |row| row.get(0))
+        })
+    }
+
+    /// The version and the revisions of `keys` (sorted), read in one read transaction so that
+    /// the version is not newer than the rows.
+    fn seen(&self, path: &Path, keys: &[u32]) -> Option<Seen> {
+        self.with(path, |conn| {
+            let tx = conn.unchecked_transaction()?;
+            let version = tx
+                .prepare_cached("PRAGMA data_version")?
+                .query_row([], |row| row.get(0))?;
+            let mut revisions = Vec::with_capacity(keys.len());
+            {
+                let mut rows =
+                    tx.prepare_cached("SELECT slot, revision FROM vvm_leases ORDER BY slot")?;
+                for row in rows.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get(1)?)))? {
+                    let (slot, revision) = row?;
+                    if let Ok(slot) = u32::try_from(slot) {
+                        if keys.binary_search(&slot).is_ok() {
+                            revisions.push((slot, revision));
+                        }
+                    }
+                }
+            }
+            tx.finish()?;
+            Ok(Seen { version, revisions })
+        })
+    }
+
+    /// Resolves once the rows of `keys` differ from what they are now.
+    pub(super) fn changed(
+        self: Arc<Self>,
+        path: Arc<Path>,
+        keys: &[Slot],
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut keys: Vec<u32> = keys.iter().map(|key| key.0).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        // Read at the call, not at the first poll: a change right after it is not missed.
+        let start = self.seen(&path, &keys);
+        async move {
+            let mut start = start;
+            let mut interval = tokio::time::interval(FEED_POLL_INTERVAL);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(seen) = start.as_ref() else {
+                    start = self.seen(&path, &keys);
+                    continue;
+                };
+                if self.version(&path) == Some(seen.version) {
+                    continue;
+                }
+                match self.seen(&path, &keys) {
+                    Some(now) if now.revisions != seen.revisions => return,
+                    // Another slot changed: wait for the next commit.
+                    Some(now) => start = Some(now),
+                    None => {}
+                }
+            }
+        }
+    }
+}

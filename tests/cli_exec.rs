@@ -1,0 +1,367 @@
+//! `vvm run -- CMD ARGS…` through the real binary, with real child processes: the command runs
+//! only while its VVM leads, sees its fencing token, is stopped with SIGTERM then SIGKILL, and
+//! its whole process group is gone when `vvm` ends — by a shutdown, by its own exit, or by the
+//! killer's deadline.
+
+mod cli_support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cli_support::{signal, temp_dir};
+use rustix::process::{kill_process, Pid, Signal};
+
+/// Upper bound for anything the tests wait for; generous for a loaded machine. Only a broken
+/// binary reaches it.
+const WAIT_MAX: Duration = Duration::from_secs(30);
+
+fn store_of(dir: &Path) -> String {
+    format!("sqlite:{}", dir.join("vvm.sqlite").display())
+}
+
+/// `vvm run` on `store` as `address` with `extra` flags, running `sh -c script` in `dir`.
+/// Standard error goes to `dir/stderr` (a file: a pipe would be held open by stray children).
+fn exec_child(dir: &Path, address: &str, extra: &[&str], script: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .current_dir(dir)
+        .args(["--log-level", "info", "run", "--store", &store_of(dir)])
+        .args(["--lease", "2s", "--round", "100ms", "--address", address])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{address}.stderr"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn stderr_of(dir: &Path, address: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{address}.stderr"))).unwrap_or_default()
+}
+
+/// Waits for `path` to exist (scripts write a temporary file and rename it) and returns it.
+fn wait_for_file(path: &Path, child: &mut Child) -> String {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("vvm ended ({status}) before {} appeared", path.display());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to end; its exit code and how long that took.
+fn wait_exit(child: &mut Child) -> (Option<i32>, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code(), start.elapsed());
+        }
+        if start.elapsed() > WAIT_MAX {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("vvm did not end within {WAIT_MAX:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` runs: it exists and is not a zombie (an orphan whose reaper is slow).
+fn is_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name, which may itself hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `limit` for `pid` to stop running; whether it did.
+fn ends_within(pid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while is_running(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+fn pids(text: &str) -> Vec<i32> {
+    text.split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+/// Ends leftovers of a failed test so that they do not outlive it.
+fn kill_all(pids: &[i32]) {
+    for &pid in pids {
+        if let Some(pid) = Pid::from_raw(pid) {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+    }
+}
+
+// covers: Cli.Exec, Cli.ExecStop
+#[test]
+fn the_command_starts_only_while_leading_sees_its_token_and_gets_sigterm_on_shutdown() {
+    let dir = temp_dir("vvm-exec-lead");
+    let store = store_of(&dir);
+    // A demo VVM holds the slot first.
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", &store])
+        .args(["--lease", "2s", "--address", "holder"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    let holder_revision: u64 = first
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("revision="))
+        .expect("a revision")
+        .parse()
+        .unwrap();
+
+    // The trap first: the test signals as soon as `env` appears.
+    let script = r#"trap 'echo term > term.tmp && mv term.tmp term; exit 0' TERM
+echo "$VVM_SLOT $VVM_REVISION $VVM_ADDRESS" > env.tmp && mv env.tmp env
+while :; do sleep 0.05; done"#;
+    let mut exec = exec_child(&dir, "exec-a", &[], script);
+    // While the holder leads, the command must not start.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !dir.join("env").exists(),
+        "the command started while another process led"
+    );
+    assert!(exec.try_wait().unwrap().is_none(), "vvm run ended early");
+
+    signal(&holder, Signal::TERM);
+    assert_eq!(wait_exit(&mut holder).0, Some(0));
+    drop(lines);
+
+    let env = wait_for_file(&dir.join("env"), &mut exec);
+    let fields: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{env:?}");
+    assert_eq!(fields[0], "1", "VVM_SLOT in {env:?}");
+    let revision: u64 = fields[1].parse().expect("VVM_REVISION is a number");
+    assert!(
+        revision > holder_revision,
+        "the fencing token {revision} does not exceed the previous holder's {holder_revision}"
+    );
+    assert_eq!(fields[2], "exec-a", "VVM_ADDRESS in {env:?}");
+
+    signal(&exec, Signal::TERM);
+    let (code, _) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-a");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("term")).expect("the command saw SIGTERM"),
+        "term\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecStop
+#[test]
+fn a_command_ignoring_sigterm_is_killed_with_its_group_after_the_grace() {
+    const GRACE: Duration = Duration::from_secs(1);
+    let dir = temp_dir("vvm-exec-grace");
+    let script = r#"trap '' TERM
+sleep 1000 >/dev/null 2>&1 &
+echo $$ $! > pids.tmp && mv pids.tmp pids
+while :; do sleep 0.05; done"#;
+    let mut exec = exec_child(&dir, "exec-g", &["--grace", "1s"], script);
+    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    assert!(pids.iter().all(|&pid| is_running(pid)), "{pids:?}");
+
+    signal(&exec, Signal::TERM);
+    let (code, took) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-g");
+    let ended = pids
+        .iter()
+        .all(|&pid| ends_within(pid, Duration::from_secs(5)));
+    kill_all(&pids);
+    assert!(ended, "the command or its child outlived vvm: {pids:?}");
+    assert!(
+        took >= GRACE,
+        "vvm ended after {took:?}, before the grace of {GRACE:?}"
+    );
+    // Not stopping when asked is the service's failure.
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("did not stop within 1s"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecExit
+#[test]
+fn the_commands_own_exit_ends_vvm_by_its_status_and_ends_its_group() {
+    let dir = temp_dir("vvm-exec-exit");
+    // Status 0: a clean stop; the slot is released and what it left behind is ended.
+    let script = r#"sleep 1000 >/dev/null 2>&1 &
+echo $! > pids.tmp && mv pids.tmp pids
+exit 0"#;
+    let mut exec = exec_child(&dir, "exec-0", &[], script);
+    let (code, _) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-0");
+    let stray = pids(&std::fs::read_to_string(dir.join("pids")).expect("the command ran"));
+    let ended = stray
+        .iter()
+        .all(|&pid| ends_within(pid, Duration::from_secs(5)));
+    kill_all(&stray);
+    assert!(ended, "a child of the command outlived it: {stray:?}");
+    assert_eq!(code, Some(0), "{stderr}");
+    let status = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["status", "--store", &store_of(&dir)])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        table.contains("(free)") && !table.contains("exec-0"),
+        "{table}"
+    );
+
+    // Any other status: a service failure.
+    let mut exec = exec_child(&dir, "exec-3", &[], "exit 3");
+    let (code, _) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-3");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the command ended before it was asked to stop: exit status: 3"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecDeadline
+#[test]
+fn the_kill_deadline_ends_the_commands_group_and_vvm_with_75() {
+    let dir = temp_dir("vvm-exec-deadline");
+    // A grace far beyond the lease: only the killer can end the command in time.
+    let script = r#"trap '' TERM
+sleep 1000 >/dev/null 2>&1 &
+echo $$ $! > pids.tmp && mv pids.tmp pids
+while :; do sleep 0.05; done"#;
+    let mut exec = exec_child(&dir, "exec-k", &["--grace", "60s"], script);
+    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    assert!(pids.iter().all(|&pid| is_running(pid)), "{pids:?}");
+
+    // Freeze vvm (not its command) past the lease: the deadline (0.8·L after the last
+    // confirmed renewal) passes and the stored lease expires, so no renewal can extend it.
+    signal(&exec, Signal::STOP);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        pids.iter().all(|&pid| is_running(pid)),
+        "the group ended while vvm was frozen"
+    );
+    signal(&exec, Signal::CONT);
+    let (code, _) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-k");
+    let ended = pids
+        .iter()
+        .all(|&pid| ends_within(pid, Duration::from_secs(5)));
+    kill_all(&pids);
+    assert!(
+        ended,
+        "the command or its child outlived the killer: {pids:?}"
+    );
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(stderr.contains("kill deadline passed"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.Exec
+#[test]
+fn the_acting_log_is_refused_with_a_command() {
+    let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args([
+            "run",
+            "--store",
+            "memory:",
+            "--acting-log",
+            "x",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--acting-log"), "{stderr}");
+}
+
+// covers: Cli.ExecOrphan
+#[test]
+fn the_command_dies_with_vvm_killed_by_sigkill() {
+    let dir = temp_dir("vvm-exec-orphan");
+    let script = r#"trap '' TERM
+echo $$ > pids.tmp && mv pids.tmp pids
+while :; do sleep 0.05; done"#;
+    let mut exec = exec_child(&dir, "exec-o", &[], script);
+    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    assert!(pids.iter().all(|&pid| is_running(pid)), "{pids:?}");
+
+    // No shutdown, no killer: only the kernel can tell the command.
+    signal(&exec, Signal::KILL);
+    exec.wait().unwrap();
+    let ended = pids
+        .iter()
+        .all(|&pid| ends_within(pid, Duration::from_secs(5)));
+    kill_all(&pids);
+    assert!(ended, "the command outlived vvm: {pids:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecStop
+#[test]
+fn a_loss_of_leadership_sends_sigterm_to_the_command() {
+    let dir = temp_dir("vvm-exec-loss");
+    let script = r#"trap 'echo term > term.tmp && mv term.tmp term; exit 0' TERM
+echo $$ > pids.tmp && mv pids.tmp pids
+while :; do sleep 0.05; done"#;
+    let mut exec = exec_child(&dir, "exec-l", &[], script);
+    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+
+    // The record vanishes (as if another writer removed it): the next renewal finds no lease of
+    // this process, which is a loss, well before the kill deadline.
+    let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+    database.busy_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        database
+            .execute("DELETE FROM vvm_leases WHERE slot = 1", [])
+            .unwrap(),
+        1
+    );
+    drop(database);
+
+    let (code, _) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-l");
+    let ended = pids
+        .iter()
+        .all(|&pid| ends_within(pid, Duration::from_secs(5)));
+    kill_all(&pids);
+    assert!(ended, "the command outlived vvm: {pids:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("term")).ok().as_deref(),
+        Some("term\n"),
+        "the command did not get SIGTERM on the loss: {stderr}"
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("leadership of slot 1 was lost"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,55 @@
+//! Helpers shared by the tests of the `vvm` binary: scratch folders, signals and waiting for a
+//! child process to end.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process, Pid, Signal};
+
+/// A fresh folder `<prefix>-<pid>-<ns>` under the system's temporary folder. Keep `prefix` short
+/// where a Unix socket will live inside (a socket path has at most 107 bytes).
+pub fn temp_dir(prefix: &str) -> PathBuf {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{stamp}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Sends `signal` to `child`.
+pub fn signal(child: &Child, signal: Signal) {
+    let pid = Pid::from_raw(child.id() as i32).unwrap();
+    kill_process(pid, signal).unwrap();
+}
+
+/// Waits for `child` to end: `Some(exit code)`, or `None` if it still runs after `limit`.
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<Option<i32>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status.code());
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends `signal` to `child` and waits for it to end: its exit code, or a failure (the child
+/// killed) after `limit`.
+pub fn signal_and_wait(child: &mut Child, signal_sent: Signal, limit: Duration) -> Option<i32> {
+    signal(child, signal_sent);
+    match exit_within(child, limit) {
+        Some(code) => code,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no exit within {limit:?} of {signal_sent:?}");
+        }
+    }
+}
