@@ -419,13 +419,19 @@ fn killing_one_etcd_member_does_not_lose_leadership() {
         .expect("the cluster has a leader");
     cluster.kill(member).expect("the member is killed");
     let killed_at = Instant::now();
-    // A whole lease later the VVM still leads and has renewed on the remaining members.
+    // A whole lease later the VVM still leads and has renewed on the remaining members. How many
+    // renewals fit in that lease depends on how long the election and the client's reconnection
+    // take on a loaded machine (each failed attempt backs off L/20, L/10, L/5), so the check is
+    // what the user sees: no loss, no kill, and renewals confirmed again in the lease's second
+    // half, after any outage the kill deadline tolerates.
     nodes.drain(LEASE);
-    let renewals = nodes
+    let renewed_after: Vec<Duration> = nodes
         .events(a, "renewed")
         .into_iter()
         .filter(|event| event.at > killed_at)
-        .count();
+        .map(|event| event.at.duration_since(killed_at))
+        .collect();
+    eprintln!("renewals after the member died, at: {renewed_after:?}");
     assert!(
         nodes.events(a, "lost").is_empty(),
         "leadership was lost: {:#?}",
@@ -437,8 +443,8 @@ fn killing_one_etcd_member_does_not_lose_leadership() {
         nodes.history
     );
     assert!(
-        renewals >= 3,
-        "only {renewals} renewals in one lease after the member died"
+        renewed_after.iter().any(|after| *after >= LEASE / 2),
+        "no renewal confirmed in the second half of the lease after the member died: {renewed_after:?}"
     );
 
     cluster.restart(member).expect("the member restarts");
