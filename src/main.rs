@@ -121,6 +121,15 @@ pub struct StatusArgs {
     /// Number of slots to show.
     #[arg(long, env = "VVM_SLOTS", default_value_t = 1)]
     slots: u32,
+    /// Keep watching: after the table, one more line per change of a slot's holder (taken,
+    /// released, expired, passed on; renewals are not changes), until SIGINT or SIGTERM.
+    #[arg(long, env = "VVM_STATUS_WATCH")]
+    watch: bool,
+    /// Machine-readable output: `{"slots": [...]}`, then (with --watch) one JSON object per
+    /// change and line: `{"slot": N, "holder": null | {"address", "incarnation", "revision",
+    /// "time_left_ms"}}`.
+    #[arg(long, env = "VVM_STATUS_JSON")]
+    json: bool,
 }
 
 /// Which store the demo runs on.

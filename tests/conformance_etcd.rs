@@ -1,7 +1,7 @@
-//! The store conformance suite on etcd: every case against its own single-node etcd on
-//! loopback, started by the case and killed when it ends. etcd judges expiry on its own clock,
-//! so letting time pass really sleeps. Without etcd installed every case prints one line saying
-//! it was skipped (under CI it fails instead).
+//! The store conformance suite on etcd: every case against its own etcd on loopback (a single
+//! node; a 3-member cluster for the observe cases), started by the case and killed when it
+//! ends. etcd judges expiry on its own clock, so letting time pass really sleeps. Without etcd
+//! installed every case prints one line saying it was skipped (under CI it fails instead).
 
 mod conformance;
 #[path = "support/etcd.rs"]
@@ -26,11 +26,16 @@ struct Etcd {
 impl Etcd {
     /// A single node for the running case, or `None` after the skip line.
     async fn start() -> Option<Etcd> {
+        Self::start_members(1).await
+    }
+
+    /// A cluster of `members` for the running case, or `None` after the skip line.
+    async fn start_members(members: usize) -> Option<Etcd> {
         let case = std::thread::current()
             .name()
             .unwrap_or("conformance_etcd")
             .to_owned();
-        let cluster = etcd_support::single(&case).await?;
+        let cluster = etcd_support::start(&case, members).await?;
         Some(Etcd {
             cluster,
             namespaces: AtomicU64::new(0),
@@ -88,3 +93,17 @@ conformance::elections_cases!(
         None => return,
     }
 );
+
+/// Observing runs on a 3-member cluster: the observer's client and the writer's may talk to
+/// different members, so a change reaches the observer through the cluster's replication.
+mod three_members {
+    use super::*;
+
+    conformance::observe_cases!(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        match Etcd::start_members(3).await {
+            Some(etcd) => etcd,
+            None => return,
+        }
+    );
+}

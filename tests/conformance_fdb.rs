@@ -100,6 +100,13 @@ conformance::ttl_cases!(
         None => return,
     }
 );
+conformance::observe_cases!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    match Fdb::start() {
+        Some(fdb) => fdb,
+        None => return,
+    }
+);
 conformance::elections_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Fdb::start() {

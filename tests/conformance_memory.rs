@@ -34,6 +34,10 @@ impl Harness for Memory {
     }
 }
 
+conformance::observe_cases!(
+    #[tokio::test(start_paused = true)]
+    Memory
+);
 conformance::ttl_cases!(
     #[tokio::test(start_paused = true)]
     Memory

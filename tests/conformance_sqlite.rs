@@ -103,6 +103,10 @@ mod paused_clock {
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
+    conformance::observe_cases!(
+        #[tokio::test(start_paused = true)]
+        Sqlite::new(true)
+    );
 }
 
 // covers: Sq.BootClock, Sq.Atomic
@@ -110,6 +114,10 @@ mod boot_clock {
     use super::*;
 
     conformance::ttl_cases!(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        Sqlite::new(false)
+    );
+    conformance::observe_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         Sqlite::new(false)
     );

@@ -35,6 +35,10 @@ impl Harness for Txkv {
     }
 }
 
+conformance::observe_cases!(
+    #[tokio::test(start_paused = true)]
+    Txkv
+);
 conformance::ttl_cases!(
     #[tokio::test(start_paused = true)]
     Txkv

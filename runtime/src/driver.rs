@@ -24,6 +24,8 @@ const QUEUED_MAX: usize = 4;
 pub(crate) struct Status {
     pub(crate) phase: Phase,
     pub(crate) running: bool,
+    /// Services may be running: from their start until the pipeline reports them stopped.
+    pub(crate) services_running: bool,
     pub(crate) token: Option<FencingToken>,
     pub(crate) deadline: Option<Instant>,
     pub(crate) problem: Option<VvmError>,
@@ -37,6 +39,7 @@ impl Default for Status {
         Status {
             phase: Phase::Provided,
             running: false,
+            services_running: false,
             token: None,
             deadline: None,
             problem: None,
@@ -204,6 +207,8 @@ impl<S: LeaseStore> Driver<S> {
                 if let Some(pipeline) = self.pipeline.take() {
                     pipeline.join().await;
                 }
+                self.status
+                    .send_modify(|status| status.services_running = false);
                 VvmEvent::ServicesStopped { now, clean }
             }
             // The pipeline ends only after reporting `Stopped`, and is dropped then: ending
@@ -213,6 +218,8 @@ impl<S: LeaseStore> Driver<S> {
                 if let Some(pipeline) = self.pipeline.take() {
                     pipeline.join().await;
                 }
+                self.status
+                    .send_modify(|status| status.services_running = false);
                 tracing::error!("the service pipeline ended without reporting; services aborted");
                 VvmEvent::ServicesStopped { now, clean: false }
             }
@@ -293,6 +300,8 @@ impl<S: LeaseStore> Driver<S> {
                 let tenure = self.status.subscribe();
                 tracing::debug!(revision = token.revision.0, "starting services");
                 self.pipeline = Some(Pipeline::start(services, tenure, self.timeouts));
+                self.status
+                    .send_modify(|status| status.services_running = true);
             }
             Effect::StopServices => match self.pipeline.as_mut() {
                 Some(pipeline) => pipeline.stop(),

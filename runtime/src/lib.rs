@@ -13,7 +13,9 @@
 //!   ([`Killer`]) and, for paused-time tests, driven by a manual clock ([`KillerThread::manual`]).
 //! - [`services`]: the [`Service`] trait; services start in order once leadership is held and
 //!   stop in reverse order.
-//! - [`Elections`]: one slot's leadership without a VVM around it; [`leaders`]: who holds what.
+//! - [`Elections`]: one slot's leadership without a VVM around it; [`leaders`]: who holds what;
+//!   [`observe`]: every change of who holds what, pushed by the store's change feed;
+//!   [`Vvm::subscribe`]: a VVM's own state as it changes.
 //! - [`Clock`]: tokio's clock from one process-wide origin plus the host's suspended time
 //!   (`CLOCK_BOOTTIME` on Linux), so `tokio::time::pause()` drives all and a suspend ages leases.
 #![forbid(unsafe_code)]
@@ -26,9 +28,11 @@ pub mod elections;
 mod error;
 mod executor;
 pub mod killer;
+pub mod observe;
 mod pipeline;
 pub mod sequencer;
 pub mod services;
+mod snapshot;
 pub mod store;
 mod vvm;
 
@@ -40,9 +44,11 @@ pub use killer::{
     ExitKiller, KillReport, Killer, KillerEntry, KillerThread, ManualKillerTime, RecordingKiller,
     KILL_EXIT_CODE,
 };
+pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
 pub use services::{
     LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX,
 };
+pub use snapshot::{VvmSnapshot, VvmSubscription};
 pub use store::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError};
 pub use vvm::{
     new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, StopHandle, Vvm, VvmState,

@@ -29,6 +29,7 @@ use crate::executor::Executor;
 use crate::killer::KillerThread;
 use crate::pipeline::Timeouts;
 use crate::services::{valid_token, Services, START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
+use crate::snapshot::VvmSubscription;
 use crate::store::{LeaseStore, LeaseValue};
 
 mod sealed {
@@ -328,6 +329,12 @@ impl Vvm<Launched> {
     /// Whether leadership was lost (the services are being, or have been, stopped).
     pub fn is_lost(&self) -> bool {
         self.state.status.borrow().lost
+    }
+
+    /// A stream of this VVM's state (phase, services running, token, kill deadline, problem):
+    /// each call gives an independent subscriber that starts at the state now.
+    pub fn subscribe(&self) -> VvmSubscription {
+        VvmSubscription::new(self.state.status.clone())
     }
 
     /// Where the VVM is in its life.

@@ -1,55 +1,211 @@
-//! `vvm status`: who holds each slot, read straight from the store.
+//! `vvm status`: who holds each slot, read straight from the store; with `--watch`, one more
+//! line per change of holder (pushed by the store's change feed, see [`vvm::observe`]); with
+//! `--json`, machine-readable lines.
+//!
+//! Status only reads: it never creates a store. A `sqlite:` path that does not exist is an
+//! error, not a new empty store that would then report every slot free.
 
+use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
-use vvm::discovery::leaders;
-
-use vvm::LeaseStore;
+use vvm::observe::{observe, Holder, HolderChange, ObserveOptions};
+use vvm::Slot;
+use vvm_adapters::url::StoreUrl;
 
 use super::store::open_store;
-use super::{fail, StatusArgs};
+use super::{fail, usage_error, StatusArgs};
 
 /// Longest a read of one slot may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait between two looks while watching, when the store's feed does not wake first.
+const WATCH_RESYNC: Duration = Duration::from_secs(1);
 
 /// Runs `vvm status`.
 pub async fn status(args: StatusArgs) -> ExitCode {
-    let store = match open_store(&args.store, &vvm::LeaseConfig::default()).await {
-        Ok(store) => store,
-        Err(e) => return e.exit(),
-    };
-    let table = match leaders(&store, args.slots, READ_TIMEOUT).await {
-        Ok(table) => table,
-        Err(e) => return fail(&e.to_string()),
-    };
-    println!(
-        "{:<6} {:<32} {:<18} {:>10} {:>10}",
-        "slot", "holder", "incarnation", "revision", "time left"
-    );
-    for row in table {
-        match row.holder {
-            Some((value, token)) => {
-                let left = store
-                    .time_left(row.slot)
-                    .await
-                    .ok()
-                    .flatten()
-                    .map_or_else(|| "?".to_owned(), |d| format!("{:.1}s", d.as_secs_f64()));
-                println!(
-                    "{:<6} {:<32} {:<18} {:>10} {:>10}",
-                    row.slot.0,
-                    value.address,
-                    format!("{:016x}", value.incarnation.0),
-                    token.revision.0,
-                    left
-                );
-            }
-            None => println!(
-                "{:<6} {:<32} {:<18} {:>10} {:>10}",
-                row.slot.0, "(free)", "-", "-", "-"
-            ),
+    if let Ok(StoreUrl::Sqlite(path)) = StoreUrl::parse(&args.store) {
+        if !path.exists() {
+            return fail(&format!(
+                "no store at {}: nothing to show (status never creates a store)",
+                path.display()
+            ));
         }
     }
-    ExitCode::SUCCESS
+    if args.slots == 0 || args.slots > vvm::vvm_core::SLOTS_MAX {
+        return usage_error(&format!(
+            "--slots must be between 1 and {}, not {}",
+            vvm::vvm_core::SLOTS_MAX,
+            args.slots
+        ));
+    }
+    let store = match open_store(&args.store, &vvm::LeaseConfig::default()).await {
+        Ok(store) => Arc::new(store),
+        Err(e) => return e.exit(),
+    };
+    let slots: Vec<Slot> = (1..=args.slots).map(Slot).collect();
+    let options = ObserveOptions {
+        resync: WATCH_RESYNC,
+        call_timeout: READ_TIMEOUT,
+    };
+    let mut observer = match observe(store, &slots, options) {
+        Ok(observer) => observer,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    // Only a watch ends by a signal with success; a one-shot status keeps the default actions.
+    let mut stop = if args.watch {
+        StopSignals::new()
+    } else {
+        StopSignals::none()
+    };
+    let mut out = Output::new(args.json);
+    let mut table = Vec::with_capacity(slots.len());
+    for _ in &slots {
+        tokio::select! {
+            change = observer.next() => match change {
+                Ok(change) => table.push(change),
+                Err(e) => return fail(&e.to_string()),
+            },
+            () = stop.asked() => return ExitCode::SUCCESS,
+        }
+    }
+    if out.table(&table).is_err() {
+        return ExitCode::SUCCESS;
+    }
+    if !args.watch {
+        return ExitCode::SUCCESS;
+    }
+    loop {
+        tokio::select! {
+            change = observer.next() => match change {
+                Ok(change) => {
+                    // A closed standard output (`vvm status --watch | head -3`) ends the watch.
+                    if out.change(&change).is_err() {
+                        return ExitCode::SUCCESS;
+                    }
+                }
+                // The store may come back: say so and keep watching.
+                Err(e) => super::log::line(&format!("reading the store failed: {e}")),
+            },
+            () = stop.asked() => return ExitCode::SUCCESS,
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, watched from creation on: a signal that arrives while a line is being
+/// written is not lost (a stream created per wait would miss it).
+struct StopSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        StopSignals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+        }
+    }
+
+    /// Watches nothing: [`asked`](Self::asked) never resolves.
+    fn none() -> Self {
+        StopSignals {
+            interrupt: None,
+            terminate: None,
+        }
+    }
+
+    /// Resolves at the first SIGINT or SIGTERM; pending forever for a signal that could not be
+    /// watched (its default action then ends the process).
+    async fn asked(&mut self) {
+        async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = recv(&mut self.interrupt) => {}
+            () = recv(&mut self.terminate) => {}
+        }
+    }
+}
+
+/// Writes to standard output and reports a failed write (a closed pipe) instead of panicking.
+struct Output {
+    json: bool,
+}
+
+impl Output {
+    fn new(json: bool) -> Self {
+        Output { json }
+    }
+
+    /// The slots as they are: a table, or one JSON object `{"slots": [...]}`.
+    fn table(&mut self, rows: &[HolderChange]) -> std::io::Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        if self.json {
+            let slots: Vec<serde_json::Value> = rows.iter().map(json_row).collect();
+            writeln!(stdout, "{}", serde_json::json!({ "slots": slots }))?;
+        } else {
+            writeln!(
+                stdout,
+                "{:<6} {:<32} {:<18} {:>10} {:>10}",
+                "slot", "holder", "incarnation", "revision", "time left"
+            )?;
+            for row in rows {
+                writeln!(stdout, "{}", text_row(row))?;
+            }
+        }
+        stdout.flush()
+    }
+
+    /// One change: a table row, or one JSON object per line.
+    fn change(&mut self, change: &HolderChange) -> std::io::Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        if self.json {
+            writeln!(stdout, "{}", json_row(change))?;
+        } else {
+            writeln!(stdout, "{}", text_row(change))?;
+        }
+        stdout.flush()
+    }
+}
+
+fn text_row(row: &HolderChange) -> String {
+    match &row.holder {
+        Some(Holder {
+            value,
+            token,
+            time_left,
+        }) => format!(
+            "{:<6} {:<32} {:<18} {:>10} {:>10}",
+            row.slot.0,
+            value.address,
+            format!("{:016x}", value.incarnation.0),
+            token.revision.0,
+            time_left.map_or_else(|| "?".to_owned(), |d| format!("{:.1}s", d.as_secs_f64()))
+        ),
+        None => format!(
+            "{:<6} {:<32} {:<18} {:>10} {:>10}",
+            row.slot.0, "(free)", "-", "-", "-"
+        ),
+    }
+}
+
+/// `{"slot": 1, "holder": null}` or `{"slot": 1, "holder": {"address": ..., "incarnation":
+/// "16 hex digits", "revision": n, "time_left_ms": n | null}}`.
+fn json_row(row: &HolderChange) -> serde_json::Value {
+    let holder = row.holder.as_ref().map(|holder| {
+        serde_json::json!({
+            "address": holder.value.address,
+            "incarnation": format!("{:016x}", holder.value.incarnation.0),
+            "revision": holder.token.revision.0,
+            "time_left_ms": holder.time_left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+        })
+    });
+    serde_json::json!({ "slot": row.slot.0, "holder": holder })
 }

@@ -4,7 +4,8 @@
 //! - [`ttl`]: the four operations on TTL records — conditional writes, expiry, revisions,
 //!   independence of keys, and 1000 concurrent inserts on one key;
 //! - [`elections`]: the runtime's [`Elections`](vvm::Elections) acquiring, holding, losing and
-//!   releasing a slot on the store.
+//!   releasing a slot on the store;
+//! - [`observe`]: [`vvm::observe`] reporting every change of holder (and no renewal).
 //!
 //! # Plugging a store in
 //! 1. Implement [`Harness`]: a fresh store per case, extra clients of it, a short TTL and a way
@@ -26,6 +27,7 @@
 #![allow(dead_code)]
 
 pub mod elections;
+pub mod observe;
 pub mod ttl;
 
 use std::future::Future;
@@ -181,3 +183,5 @@ macro_rules! elections_cases {
 }
 #[allow(unused_imports)]
 pub(crate) use elections_cases;
+#[allow(unused_imports)]
+pub(crate) use observe::observe_cases;

@@ -1,0 +1,291 @@
+//! Leader discovery as a stream: who holds each watched slot, and every change of holder.
+//!
+//! [`observe`] returns an [`Observer`]. Its first answers describe every watched slot as it is
+//! (holder or free); after that, [`Observer::next`] answers once per change of a slot's holder: a
+//! slot taken, released or expired, or passed to another incarnation. A renewal by the same
+//! holder is not a change. Between looks it waits for the earliest of
+//!
+//! - the store's change feed ([`LeaseStore::changed`]) — a deletion or a new holder is seen
+//!   within milliseconds on stores that have one;
+//! - the expiry of a held record, on the time the store itself reported left
+//!   ([`LeaseStore::time_left`]) — a record that expires without being deleted (SQLite, memory)
+//!   is reported free once the store says so;
+//! - the resync interval ([`ObserveOptions::resync`]), a fallback for stores with neither, and a
+//!   safety net for a feed that missed something.
+//!
+//! The feed is subscribed before the slots are read, so nothing that happens while they are
+//! read is missed. A look costs two store calls per watched slot.
+//!
+//! Two limits of what an observer can see, both inherent to looking from outside: a holder that
+//! releases and takes a slot again with the same incarnation between two looks is one tenure to
+//! it; and a holder reported here may already have lost its lease — only the holder's own kill
+//! deadline says when it stops acting (see `specs/runtime.md`).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use vvm_runtime::observe::{observe, ObserveOptions};
+//! # use vvm_runtime::{Lease, LeaseStore, LeaseValue, StoreError};
+//! # use vvm_core::{Revision, Slot};
+//! # use std::time::Duration;
+//! # struct Empty;
+//! # impl LeaseStore for Empty {
+//! #   async fn insert_if_not_exists(&self, _: Slot, _: &LeaseValue, _: Duration) -> Result<Option<Revision>, StoreError> { Ok(None) }
+//! #   async fn compare_and_swap(&self, _: Slot, _: &Lease, _: &LeaseValue, _: Duration) -> Result<Option<Revision>, StoreError> { Ok(None) }
+//! #   async fn compare_and_delete(&self, _: Slot, _: &Lease) -> Result<bool, StoreError> { Ok(false) }
+//! #   async fn get(&self, _: Slot) -> Result<Option<Lease>, StoreError> { Ok(None) }
+//! # }
+//! # let store = Arc::new(Empty);
+//! let mut observer = observe(store, &[Slot(1), Slot(2)], ObserveOptions::default())?;
+//! // The first answers: how the slots are now.
+//! let first = observer.next().await?;
+//! assert_eq!(first.slot, Slot(1));
+//! assert!(first.holder.is_none());
+//! # Ok(()) }
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vvm_core::{FencingToken, Incarnation, Slot, SLOTS_MAX};
+
+use crate::store::{LeaseStore, LeaseValue, SlotChange, StoreError};
+
+/// Shortest resync interval accepted: a shorter one would turn observing into busy polling.
+pub const RESYNC_MIN: Duration = Duration::from_millis(10);
+/// Added to a record's reported time left before looking again, so that the look falls after
+/// the expiry on the store's clock rather than a hair before it.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(1);
+
+/// How an [`Observer`] looks at the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObserveOptions {
+    /// Longest wait between two looks when neither the feed nor an expiry wakes the observer.
+    pub resync: Duration,
+    /// Longest one store call may take; a slower call is reported as [`StoreError::Unknown`].
+    pub call_timeout: Duration,
+}
+
+impl Default for ObserveOptions {
+    /// A look at least every second; store calls time out after 5 s.
+    fn default() -> Self {
+        ObserveOptions {
+            resync: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why [`observe`] refused its arguments.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ObserveError {
+    /// No slot to watch.
+    #[error("no slot to observe")]
+    NoSlots,
+    /// More slots than [`SLOTS_MAX`].
+    #[error("{count} slots to observe, more than the maximum of {max}")]
+    TooManySlots {
+        /// How many were given.
+        count: usize,
+        /// [`SLOTS_MAX`].
+        max: u32,
+    },
+    /// Slot 0, or a slot given twice.
+    #[error("slot {0} is 0 or given twice")]
+    BadSlot(u32),
+    /// A resync interval below [`RESYNC_MIN`].
+    #[error("resync interval {resync:?} is shorter than {min:?}")]
+    ResyncTooShort {
+        /// The interval given.
+        resync: Duration,
+        /// [`RESYNC_MIN`].
+        min: Duration,
+    },
+    /// A zero store-call timeout.
+    #[error("the store-call timeout is zero")]
+    ZeroCallTimeout,
+}
+
+/// Who holds a slot, as read from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The record: the holder's address and incarnation.
+    pub value: LeaseValue,
+    /// The fencing token of the record as read (its revision changes with every renewal).
+    pub token: FencingToken,
+    /// How long the record had left on the store's clock when read; `None` when the store does
+    /// not tell.
+    pub time_left: Option<Duration>,
+}
+
+/// A slot's holder: how it was first seen, or how it changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderChange {
+    /// The slot.
+    pub slot: Slot,
+    /// Its holder now; `None` when the slot is free (released, expired or never taken).
+    pub holder: Option<Holder>,
+}
+
+/// A stream of [`HolderChange`]s for a set of slots; see the [module docs](self).
+pub struct Observer<S: LeaseStore> {
+    store: Arc<S>,
+    slots: Vec<Slot>,
+    options: ObserveOptions,
+    /// The holder each slot had at the last look (`None`: free), `None` before the first look.
+    known: Option<Vec<Option<(Incarnation, String)>>>,
+    /// Changes found by the last look, not yet answered; at most one per slot.
+    pending: VecDeque<HolderChange>,
+    /// Subscribed before the look whose result it covers.
+    feed: Option<SlotChange>,
+    /// The earliest reported expiry of a held slot, as a wait from the last look.
+    next_expiry: Option<Duration>,
+    /// When the last look started: looks are at least [`RESYNC_MIN`] apart, so a feed that
+    /// keeps resolving (a store it cannot reach) does not turn into a busy loop.
+    last_look: Option<tokio::time::Instant>,
+}
+
+/// Watches `slots` of `store`; see the [module docs](self).
+pub fn observe<S: LeaseStore>(
+    store: Arc<S>,
+    slots: &[Slot],
+    options: ObserveOptions,
+) -> Result<Observer<S>, ObserveError> {
+    if slots.is_empty() {
+        return Err(ObserveError::NoSlots);
+    }
+    if slots.len() > SLOTS_MAX as usize {
+        return Err(ObserveError::TooManySlots {
+            count: slots.len(),
+            max: SLOTS_MAX,
+        });
+    }
+    for (index, slot) in slots.iter().enumerate() {
+        if slot.0 == 0 || slots[..index].contains(slot) {
+            return Err(ObserveError::BadSlot(slot.0));
+        }
+    }
+    if options.resync < RESYNC_MIN {
+        return Err(ObserveError::ResyncTooShort {
+            resync: options.resync,
+            min: RESYNC_MIN,
+        });
+    }
+    if options.call_timeout.is_zero() {
+        return Err(ObserveError::ZeroCallTimeout);
+    }
+    Ok(Observer {
+        store,
+        slots: slots.to_vec(),
+        options,
+        known: None,
+        pending: VecDeque::with_capacity(slots.len()),
+        feed: None,
+        next_expiry: None,
+        last_look: None,
+    })
+}
+
+impl<S: LeaseStore> Observer<S> {
+    /// The slots watched, in the order their first answers come.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// The next change. The first answers are the state of every slot, in the order given to
+    /// [`observe`]; then one answer per change of holder. A failed look returns its error and
+    /// leaves the observer usable: the next call looks again (and reports what changed since
+    /// the last successful look).
+    ///
+    /// Cancel-safe: dropping the future (a `select!` or a timeout) loses no change; the next
+    /// call reports it.
+    pub async fn next(&mut self) -> Result<HolderChange, StoreError> {
+        loop {
+            if let Some(change) = self.pending.pop_front() {
+                return Ok(change);
+            }
+            if self.known.is_some() {
+                self.wait().await;
+            }
+            self.look().await?;
+        }
+    }
+
+    /// Waits for the feed, the earliest expiry or the resync interval, whichever comes first.
+    async fn wait(&mut self) {
+        let wait = self
+            .next_expiry
+            .map_or(self.options.resync, |left| left.min(self.options.resync));
+        let feed = self.feed.as_mut();
+        tokio::select! {
+            () = async {
+                match feed {
+                    Some(feed) => feed.await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+
+    /// Reads every slot and queues the differences from the last look.
+    async fn look(&mut self) -> Result<(), StoreError> {
+        if let Some(last) = self.last_look {
+            tokio::time::sleep_until(last + RESYNC_MIN).await;
+        }
+        self.last_look = Some(tokio::time::Instant::now());
+        // Subscribed first: a change made while the slots are read wakes the next wait.
+        self.feed = Some(self.store.changed(&self.slots));
+        let mut seen = Vec::with_capacity(self.slots.len());
+        let mut next_expiry: Option<Duration> = None;
+        for &slot in &self.slots {
+            let holder = self.read(slot).await?;
+            if let Some(left) = holder.as_ref().and_then(|holder| holder.time_left) {
+                let wake = left.saturating_add(EXPIRY_MARGIN);
+                next_expiry = Some(next_expiry.map_or(wake, |earliest| earliest.min(wake)));
+            }
+            seen.push(HolderChange { slot, holder });
+        }
+        self.next_expiry = next_expiry;
+        let first = self.known.is_none();
+        let known = self.known.get_or_insert_with(|| vec![None; seen.len()]);
+        for (index, change) in seen.into_iter().enumerate() {
+            let identity = change
+                .holder
+                .as_ref()
+                .map(|holder| (holder.value.incarnation, holder.value.address.clone()));
+            if first || known[index] != identity {
+                known[index] = identity;
+                self.pending.push_back(change);
+            }
+        }
+        Ok(())
+    }
+
+    async fn read(&self, slot: Slot) -> Result<Option<Holder>, StoreError> {
+        let timeout = self.options.call_timeout;
+        let late = |what: &str| StoreError::Unknown {
+            reason: format!("{what} of slot {} took longer than {timeout:?}", slot.0),
+        };
+        let lease = tokio::time::timeout(timeout, self.store.get(slot))
+            .await
+            .map_err(|_| late("reading"))??;
+        let Some(lease) = lease else {
+            return Ok(None);
+        };
+        let time_left = tokio::time::timeout(timeout, self.store.time_left(slot))
+            .await
+            .map_err(|_| late("reading the time left"))??;
+        Ok(Some(Holder {
+            token: FencingToken {
+                slot,
+                revision: lease.revision,
+            },
+            value: lease.value,
+            time_left,
+        }))
+    }
+}

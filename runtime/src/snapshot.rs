@@ -1,0 +1,82 @@
+//! A launched VVM's own state as a stream: [`Vvm::subscribe`](crate::Vvm::subscribe).
+
+use tokio::sync::watch;
+use vvm_core::{FencingToken, Instant, Phase};
+
+use crate::driver::Status;
+use crate::error::VvmError;
+use crate::services::valid_token;
+
+/// A VVM's state at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VvmSnapshot {
+    /// Where the VVM is in its life.
+    pub phase: Phase,
+    /// Whether its services may be running: from their start until the last of them has
+    /// stopped. This, not the phase, is what "acting" means.
+    pub services_running: bool,
+    /// The fencing token of the last confirmed write while it may still be acted on (see
+    /// [`Vvm::token`](crate::Vvm::token)); `None` before acquisition, after a loss and once the
+    /// kill deadline has passed.
+    pub token: Option<FencingToken>,
+    /// The kill deadline armed last, on the clock of [`crate::Clock`].
+    pub kill_deadline: Option<Instant>,
+    /// Leadership was lost.
+    pub lost: bool,
+    /// The first problem raised, if any.
+    pub problem: Option<VvmError>,
+    /// The VVM has finished: services stopped, monitor stopped, lease released or lost.
+    pub finished: bool,
+}
+
+impl VvmSnapshot {
+    fn of(status: &Status) -> Self {
+        VvmSnapshot {
+            phase: status.phase,
+            services_running: status.services_running,
+            token: valid_token(status),
+            kill_deadline: status.deadline,
+            lost: status.lost,
+            problem: status.problem.clone(),
+            finished: status.finished,
+        }
+    }
+}
+
+/// Changes of one VVM's state, from [`Vvm::subscribe`](crate::Vvm::subscribe). Every
+/// subscriber sees the latest state; states that follow each other quickly may be seen as one
+/// (a slow subscriber never holds the VVM back, and memory stays bounded).
+///
+/// ```
+/// # async fn watch(vvm: &vvm_runtime::Vvm<vvm_runtime::Launched>) {
+/// let mut states = vvm.subscribe();
+/// while let Some(state) = states.changed().await {
+///     if state.finished {
+///         break;
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct VvmSubscription {
+    status: watch::Receiver<Status>,
+}
+
+impl VvmSubscription {
+    pub(crate) fn new(status: watch::Receiver<Status>) -> Self {
+        VvmSubscription { status }
+    }
+
+    /// The state now.
+    pub fn current(&self) -> VvmSnapshot {
+        VvmSnapshot::of(&self.status.borrow())
+    }
+
+    /// Waits for the next change and returns the state after it; `None` once the VVM's driver
+    /// is gone and nothing will change any more (its last state stays readable by
+    /// [`current`](Self::current)).
+    pub async fn changed(&mut self) -> Option<VvmSnapshot> {
+        self.status.changed().await.ok()?;
+        Some(VvmSnapshot::of(&self.status.borrow_and_update()))
+    }
+}

@@ -1,0 +1,227 @@
+//! `vvm status` through the real binary: it never creates a store, `--json` is machine-readable,
+//! and `--watch` prints one line per change of holder — taken, released — and none for renewals,
+//! on a SQLite file shared by real processes and on a real 3-member etcd cluster.
+
+mod cli_support;
+#[path = "support/etcd.rs"]
+mod etcd_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use cli_support::{signal_and_wait, temp_dir};
+use rustix::process::Signal;
+
+/// Longest wait for a line that must come (a generous correctness bound, not a speed bound).
+const LINE_WAIT: Duration = Duration::from_secs(20);
+/// The holder's lease: renewals every 0.5 s.
+const LEASE: &str = "2s";
+/// Renewals of the holder let pass while the watcher must stay quiet (several renewals).
+const QUIET: Duration = Duration::from_millis(1600);
+
+fn vvm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vvm"))
+}
+
+fn spawn_holder(store: &str, address: &str) -> Child {
+    vvm()
+        .args([
+            "run",
+            "--store",
+            store,
+            "--lease",
+            LEASE,
+            "--address",
+            address,
+        ])
+        .args(["--round", "200ms"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the vvm binary runs")
+}
+
+/// Waits for the holder's `leading` line.
+fn wait_leading(holder: &mut Child) {
+    let mut lines = BufReader::new(holder.stdout.take().expect("piped")).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    assert!(first.starts_with("leading slot=1 "), "{first}");
+    // Keep draining so that the holder never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+}
+
+/// The lines of a running `vvm status --watch`, arriving on a channel.
+struct Watcher {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Watcher {
+    fn spawn(store: &str, json: bool) -> Watcher {
+        let mut command = vvm();
+        command.args(["status", "--watch", "--store", store]);
+        if json {
+            command.arg("--json");
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the vvm binary runs");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watcher { child, lines }
+    }
+
+    fn line(&self, what: &str) -> String {
+        self.lines
+            .recv_timeout(LINE_WAIT)
+            .unwrap_or_else(|e| panic!("no line for {what} within {LINE_WAIT:?}: {e}"))
+    }
+
+    fn json(&self, what: &str) -> serde_json::Value {
+        let line = self.line(what);
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {line}"))
+    }
+
+    fn quiet(&self, what: &str) {
+        if let Ok(line) = self.lines.recv_timeout(QUIET) {
+            panic!("{what}: unexpected line {line}");
+        }
+    }
+
+    fn stop(mut self) {
+        assert_eq!(
+            signal_and_wait(&mut self.child, Signal::TERM, LINE_WAIT),
+            Some(0),
+            "the watch ends cleanly at SIGTERM"
+        );
+    }
+}
+
+/// Watches one slot through a holder's life: free, taken (renewals say nothing), released.
+fn watch_a_tenure(store: &str) {
+    let watcher = Watcher::spawn(store, true);
+    let table = watcher.json("the table");
+    assert_eq!(
+        table,
+        serde_json::json!({ "slots": [{ "slot": 1, "holder": null }] })
+    );
+
+    let mut holder = spawn_holder(store, "holder-a");
+    wait_leading(&mut holder);
+    let taken = watcher.json("the slot taken");
+    assert_eq!(taken["slot"], 1);
+    assert_eq!(taken["holder"]["address"], "holder-a", "{taken}");
+    assert_eq!(
+        taken["holder"]["incarnation"].as_str().map(str::len),
+        Some(16)
+    );
+    assert!(taken["holder"]["revision"].is_u64(), "{taken}");
+    watcher.quiet("renewals are not changes");
+
+    assert_eq!(
+        signal_and_wait(&mut holder, Signal::TERM, LINE_WAIT),
+        Some(0)
+    );
+    let released = watcher.json("the slot released");
+    assert_eq!(released, serde_json::json!({ "slot": 1, "holder": null }));
+    watcher.stop();
+}
+
+// covers: Cli.StatusReadOnly
+#[test]
+fn status_never_creates_a_store() {
+    let dir = temp_dir("vvm-cli-status");
+    let path = dir.join("absent.sqlite");
+    let output = vvm()
+        .args(["status", "--store", &format!("sqlite:{}", path.display())])
+        .output()
+        .expect("the vvm binary runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("never creates"), "{stderr}");
+    assert!(!path.exists(), "status created {}", path.display());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.StatusJson
+#[test]
+fn status_json_names_the_holder_of_each_slot() {
+    let dir = temp_dir("vvm-cli-status");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let mut holder = spawn_holder(&store, "holder-json");
+    wait_leading(&mut holder);
+
+    let output = vvm()
+        .args(["status", "--json", "--slots", "2", "--store", &store])
+        .output()
+        .expect("the vvm binary runs");
+    assert_eq!(output.status.code(), Some(0));
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON document: {stdout}");
+    let table: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+    let slots = table["slots"].as_array().expect("a list of slots");
+    assert_eq!(slots.len(), 2);
+    assert_eq!(slots[0]["slot"], 1);
+    assert_eq!(slots[0]["holder"]["address"], "holder-json");
+    let left = slots[0]["holder"]["time_left_ms"]
+        .as_u64()
+        .expect("time left");
+    assert!(left <= 2000, "{left} ms left of a 2 s lease");
+    assert_eq!(slots[1], serde_json::json!({ "slot": 2, "holder": null }));
+
+    let text = vvm()
+        .args(["status", "--store", &store])
+        .output()
+        .expect("the vvm binary runs");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("holder-json"));
+
+    assert_eq!(
+        signal_and_wait(&mut holder, Signal::TERM, LINE_WAIT),
+        Some(0)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.StatusWatch
+#[test]
+fn status_watch_follows_a_tenure_on_sqlite() {
+    let dir = temp_dir("vvm-cli-status");
+    let path = dir.join("vvm.sqlite");
+    let store = format!("sqlite:{}", path.display());
+    // The store exists before the watch starts: status never creates one.
+    let output = vvm()
+        .args(["run", "--store", &store, "--address", "creator"])
+        .args(["--lease", LEASE, "--", "true"])
+        .output()
+        .expect("the vvm binary runs");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    watch_a_tenure(&store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.StatusWatch
+#[test]
+fn status_watch_follows_a_tenure_on_a_3_member_etcd() {
+    let test = "status_watch_follows_a_tenure_on_a_3_member_etcd";
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let Some(cluster) = runtime.block_on(etcd_support::three(test)) else {
+        return;
+    };
+    watch_a_tenure(&cluster.store_url());
+    drop(cluster);
+}

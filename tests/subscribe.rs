@@ -1,0 +1,104 @@
+//! `Vvm::subscribe`: a host watches its VVM's state — services running, token, deadline,
+//! finished — as it changes, through a shutdown and through a loss.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{config, foreign, pass, Journal, TestKiller, Worker};
+use vvm::{Phase, Services, Slot, Vvm, VvmSnapshot, VvmSubscription};
+use vvm_adapters::MemoryStore;
+
+const SLOT: Slot = Slot(1);
+/// Only keeps a broken test from hanging; no assertion depends on it.
+const HANG_GUARD: Duration = Duration::from_secs(600);
+
+fn services(journal: &Journal) -> Services {
+    Services::new()
+        .with(Worker {
+            name: "w",
+            journal: journal.clone(),
+        })
+        .unwrap()
+}
+
+/// Every state until the subscription ends (the driver is gone).
+async fn collect(mut states: VvmSubscription) -> Vec<VvmSnapshot> {
+    let mut seen = Vec::new();
+    while let Some(state) = states.changed().await {
+        seen.push(state);
+    }
+    seen
+}
+
+// covers: Rt.Subscribe
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_sees_services_running_then_stopped_then_finished() {
+    let (store, killer, journal) = (MemoryStore::new(), TestKiller::new(), Journal::default());
+    let vvm = Vvm::provide(config("a", 1), store.clone(), services(&journal))
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let states = vvm.subscribe();
+    let now = states.current();
+    assert!(now.services_running, "{now:?}");
+    assert_eq!(now.phase, Phase::Running);
+    assert_eq!(now.token, vvm.token());
+    assert!(now.token.is_some() && now.kill_deadline.is_some());
+    assert!(!now.lost && !now.finished && now.problem.is_none());
+
+    let watcher = tokio::spawn(collect(states.clone()));
+    pass(Duration::from_secs(30)).await;
+    assert_eq!(vvm.shutdown().await, Ok(()));
+    let seen = tokio::time::timeout(HANG_GUARD, watcher)
+        .await
+        .expect("the subscription ends with the driver")
+        .unwrap();
+    let last = seen.last().expect("states after the shutdown began");
+    assert!(last.finished && !last.services_running, "{last:?}");
+    let stopped = seen
+        .iter()
+        .position(|state| !state.services_running)
+        .expect("the services were seen stopped");
+    let finished = seen
+        .iter()
+        .position(|state| state.finished)
+        .expect("the end was seen");
+    assert!(
+        stopped <= finished,
+        "finished before the services stopped: {seen:#?}"
+    );
+    // The subscription made earlier still reads the last state.
+    assert!(states.current().finished);
+}
+
+// covers: Rt.Subscribe
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_sees_a_loss_and_the_token_withdrawn() {
+    let (store, killer, journal) = (MemoryStore::new(), TestKiller::new(), Journal::default());
+    let vvm = Vvm::provide(config("a", 1), store.clone(), services(&journal))
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let mut states = vvm.subscribe();
+    // Someone else's record replaces ours: the next renewal is refused.
+    store
+        .set(SLOT, &foreign("z"), common::LEASE * 10)
+        .expect("the record is replaced");
+    let lost = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let state = states.changed().await.expect("the VVM reports the loss");
+            if state.lost {
+                return state;
+            }
+        }
+    })
+    .await
+    .expect("a loss within the guard");
+    assert_eq!(lost.token, None, "no token after a loss: {lost:?}");
+    assert!(lost.problem.is_some(), "{lost:?}");
+    let _ = vvm.shutdown().await;
+    assert!(!states.current().services_running);
+}
