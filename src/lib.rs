@@ -12,3 +12,8 @@ pub use vvm_core::{
     Revision, Slot, VvmConfig, VvmConfigBuilder, ACQUISITION_FOREVER,
 };
 pub use vvm_runtime::*;
+
+/// The lease stores, each behind the feature of its name (`memory`, the default; `sqlite`,
+/// `etcd`, `etcd-tls`, `foundationdb`), store URLs (`url`) and opening the store a URL names
+/// (`open`).
+pub use vvm_adapters as adapters;

@@ -29,6 +29,9 @@ pub use sqlite::{SqliteStore, SqliteStoreError};
 #[cfg(feature = "url")]
 pub mod url;
 
+#[cfg(feature = "open")]
+pub mod open;
+
 #[cfg(feature = "txkv")]
 pub mod seq_txkv;
 #[cfg(feature = "txkv")]
