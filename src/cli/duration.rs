@@ -66,7 +66,10 @@ mod tests {
     #[test]
     fn acquire_is_a_duration_or_forever() {
         assert_eq!(parse_acquire("forever").unwrap(), vvm::ACQUISITION_FOREVER);
-        assert_eq!(parse_acquire(" forever ").unwrap(), vvm::ACQUISITION_FOREVER);
+        assert_eq!(
+            parse_acquire(" forever ").unwrap(),
+            vvm::ACQUISITION_FOREVER
+        );
         assert_eq!(parse_acquire("120s").unwrap(), Duration::from_secs(120));
         assert!(parse_acquire("Forever").is_err());
         assert!(parse_acquire("never").is_err());
@@ -99,7 +102,8 @@ mod tests {
             assert!(
                 matches!(
                     parse_duration(long),
-                    Err(DurationError::TooLong { max_days: 30, .. }) | Err(DurationError::Invalid { .. })
+                    Err(DurationError::TooLong { max_days: 30, .. })
+                        | Err(DurationError::Invalid { .. })
                 ),
                 "{long}"
             );
