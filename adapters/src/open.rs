@@ -75,7 +75,7 @@ pub enum OpenError {
         /// The cargo feature that adds it.
         feature: &'static str,
     },
-    /// `fdb:` stores need the network thread that only [`open_fdb`] is given.
+    /// `fdb:` stores need the network thread that only `open_fdb` (feature `foundationdb`) is given.
     #[error("fdb: stores are opened with open_fdb, which takes the FoundationDB network guard")]
     FdbNeedsNetwork,
     /// A file named by a parameter could not be read.
@@ -144,7 +144,7 @@ impl OpenError {
 }
 
 /// Opens the store named by `url`, checking that it can honour `lease`. Files named by the URL
-/// (password, certificates) are read now. `fdb:` URLs need [`open_fdb`].
+/// (password, certificates) are read now. `fdb:` URLs need `open_fdb` (feature `foundationdb`).
 pub async fn open(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
     open_url(&StoreUrl::parse(url)?, lease).await
 }
