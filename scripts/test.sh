@@ -59,8 +59,9 @@ main() {
   fi
 
   cargo fmt --all --check
-  cargo clippy --workspace --all-targets -- -D warnings
-  cargo test --workspace
+  # `vvm/cli`: the host binary and the tests that run it (the library's default is lean).
+  cargo clippy --workspace --all-targets --features vvm/cli -- -D warnings
+  cargo test --workspace --features vvm/cli
 
   # FoundationDB: its client library cannot be installed here, so the feature (store and tests) is
   # type-checked and linted (the store, its tests and the host binary's `fdb:` URLs), together with the

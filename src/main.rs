@@ -78,7 +78,7 @@ pub struct GuardArgs {
 /// Arguments of `vvm run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Where the leases live: `memory:`, `sqlite:PATH`, `etcd:HOST:PORT[,HOST:PORT…]` or `fdb:[CLUSTER-FILE]`.
+    /// Where the leases live: `memory:`, `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT…][/?PARAMETERS]` or `fdb:[CLUSTER-FILE]`.
     #[arg(long, env = "VVM_STORE", default_value = "sqlite:vvm.sqlite")]
     store: String,
     /// Number of slots; this VVM tries slots 1..=N.

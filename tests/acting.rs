@@ -227,7 +227,7 @@ async fn renewals_that_commit_with_lost_answers_never_free_the_slot_early() {
     assert_one_acting(&lives.all(), &killer);
     let (a_life, b_life) = (&lives.of("a")[0], &lives.of("b")[0]);
     assert!(a_life.stopped.is_some_and(|s| s < b_life.started));
-    assert!(kills(&killer, "a").map_or(true, |k| k <= b_life.started));
+    assert!(kills(&killer, "a").is_none_or(|k| k <= b_life.started));
     assert!(a.shutdown().await.is_err());
     assert_eq!(b.shutdown().await, Ok(()));
 }

@@ -241,7 +241,7 @@ async fn many_random_flushes_and_actualizes_keep_numbers_consecutive() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        seq = if rng % 2 == 0 {
+        seq = if rng.is_multiple_of(2) {
             flushes += 1;
             tx.commit(&storage)
         } else {

@@ -260,7 +260,7 @@ fn replay() {
             .trace()
             .iter()
             .filter(|n| {
-                around.map_or(true, |(from, to, processes)| {
+                around.is_none_or(|(from, to, processes)| {
                     (from..=to).contains(&n.at_ns())
                         && (violations[0].process_at().is_none()
                             || processes.contains(&n.process()))

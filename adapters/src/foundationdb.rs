@@ -35,6 +35,7 @@ pub type FdbStore = TxLeaseStore<FdbKv>;
 
 /// Why a FoundationDB store could not be opened.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FdbOpenError {
     /// The cluster file path is not UTF-8 or contains a NUL byte.
     #[error("cluster file path {0:?} is not usable (not UTF-8, or contains a NUL byte)")]

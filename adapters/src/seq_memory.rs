@@ -48,6 +48,7 @@ pub enum SeqFault {
 
 /// Why an event could not be appended to the PLog.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PLogError {
     /// An event is already stored at that offset (the PLog is insert-only).
     #[error("PLog offset {0:?} is taken")]

@@ -56,6 +56,7 @@ pub enum Durability {
 
 /// Why the storage could not be opened, or an event not appended.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SqliteSeqError {
     /// SQLite said no.
     #[error("sqlite: {0}")]
@@ -98,7 +99,7 @@ fn encode_values(values: &[SeqValue]) -> Vec<u8> {
 }
 
 fn decode_values(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), SeqStorageError> {
-    if bytes.len() % VALUE_BYTES != 0 {
+    if !bytes.len().is_multiple_of(VALUE_BYTES) {
         return Err(SeqStorageError::Corrupt {
             reason: format!("PLog values of {} bytes", bytes.len()),
         });

@@ -1,6 +1,6 @@
 //! A [`SeqStorage`] over a transactional key-value store (feature `txkv`): the [`TxKv`] trait the
 //! FoundationDB lease store is built on, so the sequencer keeps its numbers in FoundationDB too
-//! ([`FdbSeqStorage`], feature `foundationdb`), and [`MemoryKv`](crate::txkv::MemoryKv) runs the
+//! (`FdbSeqStorage`, feature `foundationdb`), and [`MemoryKv`](crate::txkv::MemoryKv) runs the
 //! very same code in memory for the tests.
 //!
 //! Keys, under a prefix (default [`PREFIX_DEFAULT`]); integers big-endian, so that the byte order

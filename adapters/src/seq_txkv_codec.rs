@@ -76,7 +76,7 @@ pub(crate) fn encode_event(values: &[SeqValue]) -> Vec<u8> {
 
 /// Decodes one PLog event into `out` (cleared first).
 pub(crate) fn decode_event(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), SeqStorageError> {
-    if bytes.len() % VALUE_BYTES != 0 {
+    if !bytes.len().is_multiple_of(VALUE_BYTES) {
         return Err(SeqStorageError::Corrupt {
             reason: format!("PLog event of {} bytes", bytes.len()),
         });

@@ -1,48 +1,123 @@
-//! Store URLs: how a host names the store its VVMs lease slots in (feature `url`).
+//! Store URLs: how a host names the store its VVMs lease slots in, with the store's options as
+//! query parameters (feature `url`). [`crate::open`] (feature `open`) opens the store a URL names.
 //!
 //! | URL | store |
 //! |---|---|
 //! | `memory:` | the in-process memory store |
-//! | `sqlite:PATH` | the SQLite file at `PATH` |
-//! | `etcd:HOST:PORT[,HOST:PORT…]` | the etcd cluster with these members (`[v6]:PORT` for IPv6; `http://` or `https://` may precede each) |
+//! | `sqlite:PATH[?busy-wait-ms=N]` | the SQLite file at `PATH` (taken literally up to a `?`) |
+//! | `etcd://HOST:PORT[,HOST:PORT…][/][?PARAMETERS]` | the etcd cluster with these members (`[v6]:PORT` for IPv6) |
+//! | `etcd:HOST:PORT[,HOST:PORT…][?PARAMETERS]` | the same, in the short form (`http://` or `https://` may precede each endpoint) |
 //! | `fdb:` or `fdb:CLUSTER-FILE` | FoundationDB, with the default cluster file or the one given |
 //!
+//! The parameters of etcd (values percent-encoded, each at most once):
+//!
+//! | parameter | meaning |
+//! |---|---|
+//! | `prefix=P` | keys are `<P><slot number>` (default `vvm/slot/`) |
+//! | `user=U` and `password-file=F` | authenticate as `U` with the password in file `F` (its first line); always both |
+//! | `ca=F` | speak TLS, trusting the certificate authority in PEM file `F` (feature `etcd-tls`) |
+//! | `cert=F` and `key=F` | the client certificate and its private key, PEM files; always both, and only with `ca=` |
+//! | `server-name=N` | the name the servers' certificates carry, when not the endpoint's host; only with `ca=` |
+//! | `connect-timeout-ms=N`, `request-timeout-ms=N` | bounds of one connection attempt and of one request, 1 to [`TIMEOUT_MAX_MS`] |
+//!
+//! A password never appears in a URL: `user:password@` and `password=` are refused, so that the
+//! URL can be shown in a process list, a unit file or a log line. [`StoreUrl`]'s `Display` and
+//! `Debug` still hide the user and the file names of the credentials and of the private key.
+//!
 //! ```
+//! use std::time::Duration;
 //! use vvm_adapters::url::StoreUrl;
 //!
-//! let url = StoreUrl::parse("etcd:10.0.0.1:2379,10.0.0.2:2379").unwrap();
-//! assert_eq!(url, StoreUrl::Etcd(vec!["10.0.0.1:2379".into(), "10.0.0.2:2379".into()]));
-//! assert_eq!(url.to_string(), "etcd:10.0.0.1:2379,10.0.0.2:2379");
+//! let url = StoreUrl::parse("etcd://10.0.0.1:2379,10.0.0.2:2379/?prefix=prod/&request-timeout-ms=800").unwrap();
+//! let StoreUrl::Etcd(etcd) = &url else { unreachable!() };
+//! assert_eq!(etcd.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
+//! assert_eq!(etcd.prefix.as_deref(), Some("prod/"));
+//! assert_eq!(etcd.request_timeout, Some(Duration::from_millis(800)));
 //! assert_eq!(StoreUrl::parse("fdb:").unwrap(), StoreUrl::Fdb(None));
 //! assert!(StoreUrl::parse("etcd:10.0.0.1").is_err());
+//! assert!(StoreUrl::parse("etcd://vvm:s3cret@10.0.0.1:2379").is_err());
+//!
+//! let secret = StoreUrl::parse("etcd://h:2379/?user=vvm&password-file=/run/secrets/etcd").unwrap();
+//! assert!(!secret.to_string().contains("/run/secrets"));
+//! assert!(!format!("{secret:?}").contains("vvm&"));
 //! ```
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Longest URL accepted, in bytes.
 pub const URL_MAX_BYTES: usize = 4096;
 /// Most etcd endpoints in one URL.
 pub const ETCD_ENDPOINTS_MAX: usize = 64;
+/// Longest timeout a URL may set, in milliseconds (10 minutes).
+pub const TIMEOUT_MAX_MS: u64 = 600_000;
+/// Longest SQLite lock wait a URL may set, in milliseconds; the store's own limit applies too.
+pub const BUSY_WAIT_MAX_MS: u64 = 10_000;
+
+/// What a URL shows instead of a secret.
+const REDACTED: &str = "<redacted>";
+/// The short list of forms that error messages end with.
+const FORMS: &str =
+    "use memory:, sqlite:PATH, etcd://HOST:PORT[,HOST:PORT...][/?PARAMETERS] or fdb:[CLUSTER-FILE]";
 
 /// A parsed store URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreUrl {
     /// `memory:`.
     Memory,
-    /// `sqlite:PATH`.
-    Sqlite(PathBuf),
-    /// `etcd:HOST:PORT[,HOST:PORT…]`: the endpoints, as written.
-    Etcd(Vec<String>),
+    /// `sqlite:PATH[?…]`.
+    Sqlite(SqliteUrl),
+    /// `etcd://…` or `etcd:…`.
+    Etcd(EtcdUrl),
     /// `fdb:[CLUSTER-FILE]`: the cluster file, or `None` for FoundationDB's default.
     Fdb(Option<PathBuf>),
 }
 
-/// Why a store URL was refused.
+/// The SQLite file and its options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteUrl {
+    /// The file, as written.
+    pub path: PathBuf,
+    /// `busy-wait-ms=`: how long one operation waits for the write lock.
+    pub busy_wait: Option<Duration>,
+}
+
+/// The etcd members and how to reach them. `Debug` hides the credentials and the key file.
+#[derive(Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EtcdUrl {
+    /// The endpoints, as written.
+    pub endpoints: Vec<String>,
+    /// `prefix=`.
+    pub prefix: Option<String>,
+    /// `user=`.
+    pub user: Option<String>,
+    /// `password-file=`.
+    pub password_file: Option<PathBuf>,
+    /// `ca=`.
+    pub ca: Option<PathBuf>,
+    /// `cert=`.
+    pub cert: Option<PathBuf>,
+    /// `key=`.
+    pub key: Option<PathBuf>,
+    /// `server-name=`.
+    pub server_name: Option<String>,
+    /// `connect-timeout-ms=`.
+    pub connect_timeout: Option<Duration>,
+    /// `request-timeout-ms=`.
+    pub request_timeout: Option<Duration>,
+}
+
+/// Why a store URL was refused. Never contains a password: the parts of the URL it quotes are
+/// a scheme, an endpoint without user information, or a parameter's name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum UrlError {
     /// Nothing was given.
-    #[error("the store URL is empty (use memory:, sqlite:PATH, etcd:HOST:PORT[,HOST:PORT...] or fdb:[CLUSTER-FILE])")]
+    #[error("the store URL is empty ({FORMS})")]
     Empty,
     /// Longer than [`URL_MAX_BYTES`].
     #[error("the store URL is {len} bytes long, more than the maximum of {max}")]
@@ -55,20 +130,20 @@ pub enum UrlError {
     /// Contains a control character (a NUL cannot be part of a path either).
     #[error("the store URL contains a control character")]
     ControlCharacter,
-    /// No `scheme:` in front.
-    #[error("store URL {0:?} has no scheme (use memory:, sqlite:PATH, etcd:HOST:PORT[,HOST:PORT...] or fdb:[CLUSTER-FILE])")]
-    NoScheme(String),
+    /// No `scheme:` in front. The text is not quoted: it may be a secret typed by mistake.
+    #[error("the store URL has no scheme ({FORMS})")]
+    NoScheme,
     /// A scheme no store has.
-    #[error("unknown store {0:?} (use memory:, sqlite:PATH, etcd:HOST:PORT[,HOST:PORT...] or fdb:[CLUSTER-FILE])")]
+    #[error("unknown store {0:?} ({FORMS})")]
     UnknownScheme(String),
     /// `memory:` followed by something.
-    #[error("memory: takes nothing after the colon, got {0:?}")]
-    MemoryTakesNothing(String),
+    #[error("memory: takes nothing after the colon")]
+    MemoryTakesNothing,
     /// `sqlite:` without a path.
     #[error("sqlite: needs a file path, as in sqlite:/var/lib/vvm/leases.db")]
     NoPath,
     /// `etcd:` without endpoints, or with an empty one.
-    #[error("etcd: needs HOST:PORT endpoints separated by commas, as in etcd:127.0.0.1:2379")]
+    #[error("etcd: needs HOST:PORT endpoints separated by commas, as in etcd://127.0.0.1:2379")]
     NoEndpoint,
     /// An etcd endpoint that is not `HOST:PORT`.
     #[error("etcd endpoint {endpoint:?} is not HOST:PORT: {reason}")]
@@ -86,10 +161,49 @@ pub enum UrlError {
         /// [`ETCD_ENDPOINTS_MAX`].
         max: usize,
     },
+    /// `user:password@host`: a password does not belong in a URL.
+    #[error("the store URL carries user information (user:password@); name the user with user= and the password's file with password-file=")]
+    CredentialsInUrl,
+    /// `password=`: a password does not belong in a URL.
+    #[error("password= is refused: a password does not belong in a URL; put it in a file and name the file with password-file=")]
+    PasswordInUrl,
+    /// Something other than `/` after the endpoints of `etcd://`, or a `#fragment`.
+    #[error("etcd:// takes nothing between the endpoints and the '?' but one '/', and no '#'")]
+    BadPath,
+    /// A parameter this store does not have.
+    #[error("{store} has no parameter {name:?}")]
+    UnknownParameter {
+        /// The store's scheme.
+        store: &'static str,
+        /// The parameter (shortened when very long).
+        name: String,
+    },
+    /// A parameter given twice.
+    #[error("parameter {name} is given more than once")]
+    RepeatedParameter {
+        /// The parameter.
+        name: &'static str,
+    },
+    /// A parameter whose value is not usable.
+    #[error("parameter {name}: {reason}")]
+    BadParameter {
+        /// The parameter.
+        name: &'static str,
+        /// What is wrong with its value.
+        reason: &'static str,
+    },
+    /// A parameter given without the one it goes with.
+    #[error("parameter {name} needs parameter {needs} too")]
+    MissingParameter {
+        /// The parameter given.
+        name: &'static str,
+        /// The parameter missing.
+        needs: &'static str,
+    },
 }
 
 impl StoreUrl {
-    /// Parses `url`; see the [module documentation](self) for the forms.
+    /// Parses `url`; see the [module documentation](self) for the forms and the parameters.
     pub fn parse(url: &str) -> Result<StoreUrl, UrlError> {
         if url.is_empty() {
             return Err(UrlError::Empty);
@@ -103,18 +217,26 @@ impl StoreUrl {
         if url.chars().any(char::is_control) {
             return Err(UrlError::ControlCharacter);
         }
-        let (scheme, rest) = url
-            .split_once(':')
-            .ok_or_else(|| UrlError::NoScheme(url.to_owned()))?;
+        let (scheme, rest) = url.split_once(':').ok_or(UrlError::NoScheme)?;
         match scheme {
             "memory" if rest.is_empty() => Ok(StoreUrl::Memory),
-            "memory" => Err(UrlError::MemoryTakesNothing(rest.to_owned())),
-            "sqlite" if rest.is_empty() => Err(UrlError::NoPath),
-            "sqlite" => Ok(StoreUrl::Sqlite(PathBuf::from(rest))),
-            "etcd" => parse_endpoints(rest).map(StoreUrl::Etcd),
+            "memory" => Err(UrlError::MemoryTakesNothing),
+            "sqlite" => parse_sqlite(rest).map(StoreUrl::Sqlite),
+            "etcd" => parse_etcd(rest).map(StoreUrl::Etcd),
             "fdb" if rest.is_empty() => Ok(StoreUrl::Fdb(None)),
             "fdb" => Ok(StoreUrl::Fdb(Some(PathBuf::from(rest)))),
-            other => Err(UrlError::UnknownScheme(other.to_owned())),
+            other if other.contains(['/', '@']) => Err(UrlError::NoScheme),
+            other => Err(UrlError::UnknownScheme(other.chars().take(32).collect())),
+        }
+    }
+
+    /// The scheme: `memory`, `sqlite`, `etcd` or `fdb`.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            StoreUrl::Memory => "memory",
+            StoreUrl::Sqlite(_) => "sqlite",
+            StoreUrl::Etcd(_) => "etcd",
+            StoreUrl::Fdb(_) => "fdb",
         }
     }
 }
@@ -127,16 +249,250 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 
+/// The canonical form, with the user and the credential and key files replaced by
+/// `<redacted>`: safe to log.
 impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Memory => write!(f, "memory:"),
-            StoreUrl::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
-            StoreUrl::Etcd(endpoints) => write!(f, "etcd:{}", endpoints.join(",")),
+            StoreUrl::Sqlite(sqlite) => {
+                write!(f, "sqlite:{}", sqlite.path.display())?;
+                if let Some(wait) = sqlite.busy_wait {
+                    write!(f, "?busy-wait-ms={}", wait.as_millis())?;
+                }
+                Ok(())
+            }
+            StoreUrl::Etcd(etcd) => write!(f, "{etcd}"),
             StoreUrl::Fdb(None) => write!(f, "fdb:"),
             StoreUrl::Fdb(Some(path)) => write!(f, "fdb:{}", path.display()),
         }
     }
+}
+
+/// As `Display`: never shows the secrets.
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreUrl({self})")
+    }
+}
+
+impl fmt::Display for EtcdUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Endpoints that carry their own `http(s)://` only fit the short form.
+        let list = self.endpoints.join(",");
+        if list.contains("://") {
+            write!(f, "etcd:{list}")?;
+        } else {
+            write!(f, "etcd://{list}/")?;
+        }
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(prefix) = &self.prefix {
+            query.append_pair("prefix", prefix);
+        }
+        if self.user.is_some() {
+            query.append_pair("user", REDACTED);
+        }
+        if self.password_file.is_some() {
+            query.append_pair("password-file", REDACTED);
+        }
+        for (name, path) in [("ca", &self.ca), ("cert", &self.cert)] {
+            if let Some(path) = path {
+                query.append_pair(name, &path.to_string_lossy());
+            }
+        }
+        if self.key.is_some() {
+            query.append_pair("key", REDACTED);
+        }
+        if let Some(name) = &self.server_name {
+            query.append_pair("server-name", name);
+        }
+        for (name, timeout) in [
+            ("connect-timeout-ms", self.connect_timeout),
+            ("request-timeout-ms", self.request_timeout),
+        ] {
+            if let Some(timeout) = timeout {
+                query.append_pair(name, &timeout.as_millis().to_string());
+            }
+        }
+        let query = query.finish();
+        if !query.is_empty() {
+            write!(f, "?{query}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for EtcdUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EtcdUrl({self})")
+    }
+}
+
+/// `sqlite:PATH[?busy-wait-ms=N]`: the path is literal (not percent-decoded) up to the first `?`.
+fn parse_sqlite(rest: &str) -> Result<SqliteUrl, UrlError> {
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    if path.is_empty() {
+        return Err(UrlError::NoPath);
+    }
+    // `sqlite:///var/x.db` names `/var/x.db`, as the authority form of file URLs does.
+    let path = path.strip_prefix("//").unwrap_or(path);
+    let mut sqlite = SqliteUrl {
+        path: PathBuf::from(path),
+        busy_wait: None,
+    };
+    for (name, value) in query.map(parameters).into_iter().flatten() {
+        match name.as_ref() {
+            "busy-wait-ms" => {
+                let wait = milliseconds("busy-wait-ms", &value, 0, BUSY_WAIT_MAX_MS)?;
+                set_once(&mut sqlite.busy_wait, "busy-wait-ms", wait)?;
+            }
+            other => return Err(unknown("sqlite", other)),
+        }
+    }
+    Ok(sqlite)
+}
+
+fn parse_etcd(rest: &str) -> Result<EtcdUrl, UrlError> {
+    if rest.contains('#') {
+        return Err(UrlError::BadPath);
+    }
+    let (list, query) = match rest.split_once('?') {
+        Some((list, query)) => (list, Some(query)),
+        None => (rest, None),
+    };
+    let list = match list.strip_prefix("//") {
+        Some(authority) => match authority.split_once('/') {
+            Some((authority, "")) => authority,
+            Some(_) => return Err(UrlError::BadPath),
+            None => authority,
+        },
+        None => list,
+    };
+    if list.contains('@') {
+        return Err(UrlError::CredentialsInUrl);
+    }
+    let mut etcd = EtcdUrl {
+        endpoints: parse_endpoints(list)?,
+        ..EtcdUrl::default()
+    };
+    for (name, value) in query.map(parameters).into_iter().flatten() {
+        let value = value.as_ref();
+        match name.as_ref() {
+            "prefix" => set_once(&mut etcd.prefix, "prefix", text("prefix", value)?)?,
+            "user" => set_once(&mut etcd.user, "user", text("user", value)?)?,
+            "password" => return Err(UrlError::PasswordInUrl),
+            "password-file" => set_once(
+                &mut etcd.password_file,
+                "password-file",
+                file("password-file", value)?,
+            )?,
+            "ca" => set_once(&mut etcd.ca, "ca", file("ca", value)?)?,
+            "cert" => set_once(&mut etcd.cert, "cert", file("cert", value)?)?,
+            "key" => set_once(&mut etcd.key, "key", file("key", value)?)?,
+            "server-name" => set_once(
+                &mut etcd.server_name,
+                "server-name",
+                text("server-name", value)?,
+            )?,
+            "connect-timeout-ms" => set_once(
+                &mut etcd.connect_timeout,
+                "connect-timeout-ms",
+                milliseconds("connect-timeout-ms", value, 1, TIMEOUT_MAX_MS)?,
+            )?,
+            "request-timeout-ms" => set_once(
+                &mut etcd.request_timeout,
+                "request-timeout-ms",
+                milliseconds("request-timeout-ms", value, 1, TIMEOUT_MAX_MS)?,
+            )?,
+            other => return Err(unknown("etcd", other)),
+        }
+    }
+    let requirements = [
+        (
+            "user",
+            etcd.user.is_some(),
+            "password-file",
+            etcd.password_file.is_some(),
+        ),
+        (
+            "password-file",
+            etcd.password_file.is_some(),
+            "user",
+            etcd.user.is_some(),
+        ),
+        ("cert", etcd.cert.is_some(), "key", etcd.key.is_some()),
+        ("key", etcd.key.is_some(), "cert", etcd.cert.is_some()),
+        ("cert", etcd.cert.is_some(), "ca", etcd.ca.is_some()),
+        (
+            "server-name",
+            etcd.server_name.is_some(),
+            "ca",
+            etcd.ca.is_some(),
+        ),
+    ];
+    for (name, given, needs, has) in requirements {
+        if given && !has {
+            return Err(UrlError::MissingParameter { name, needs });
+        }
+    }
+    Ok(etcd)
+}
+
+/// The decoded `name=value` pairs of a query (`+` is a space, as in forms: write `%2B`).
+fn parameters(query: &str) -> url::form_urlencoded::Parse<'_> {
+    url::form_urlencoded::parse(query.as_bytes())
+}
+
+fn unknown(store: &'static str, name: &str) -> UrlError {
+    UrlError::UnknownParameter {
+        store,
+        name: name.chars().take(64).collect(),
+    }
+}
+
+fn set_once<T>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), UrlError> {
+    if slot.is_some() {
+        return Err(UrlError::RepeatedParameter { name });
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn text(name: &'static str, value: &str) -> Result<String, UrlError> {
+    if value.is_empty() {
+        return Err(UrlError::BadParameter {
+            name,
+            reason: "it is empty",
+        });
+    }
+    if value.chars().any(char::is_control) {
+        return Err(UrlError::BadParameter {
+            name,
+            reason: "it contains a control character",
+        });
+    }
+    Ok(value.to_owned())
+}
+
+fn file(name: &'static str, value: &str) -> Result<PathBuf, UrlError> {
+    text(name, value).map(PathBuf::from)
+}
+
+fn milliseconds(name: &'static str, value: &str, min: u64, max: u64) -> Result<Duration, UrlError> {
+    let bad = |reason| UrlError::BadParameter { name, reason };
+    let millis: u64 = value
+        .parse()
+        .map_err(|_| bad("it is not a whole number of milliseconds"))?;
+    if millis < min {
+        return Err(bad("it must be above zero"));
+    }
+    if millis > max {
+        return Err(bad("it is above the maximum"));
+    }
+    Ok(Duration::from_millis(millis))
 }
 
 fn parse_endpoints(list: &str) -> Result<Vec<String>, UrlError> {
@@ -157,9 +513,11 @@ fn parse_endpoints(list: &str) -> Result<Vec<String>, UrlError> {
     Ok(endpoints)
 }
 
+/// `HOST:PORT`, optionally behind `http://` or `https://`; checked by the `url` crate as the
+/// authority of a URL of a scheme without default port, so that the port must be written.
 fn check_endpoint(endpoint: &str) -> Result<(), UrlError> {
     let bad = |reason| UrlError::BadEndpoint {
-        endpoint: endpoint.to_owned(),
+        endpoint: endpoint.chars().take(128).collect(),
         reason,
     };
     if endpoint.chars().any(char::is_whitespace) {
@@ -169,30 +527,23 @@ fn check_endpoint(endpoint: &str) -> Result<(), UrlError> {
         .strip_prefix("http://")
         .or_else(|| endpoint.strip_prefix("https://"))
         .unwrap_or(endpoint);
-    let (host, port) = if let Some(v6) = address.strip_prefix('[') {
-        let (host, port) = v6
-            .split_once("]:")
-            .ok_or_else(|| bad("an IPv6 host is written [ADDRESS]:PORT"))?;
-        if host.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(bad("the IPv6 address is not valid"));
-        }
-        (host, port)
-    } else {
-        address
-            .rsplit_once(':')
-            .ok_or_else(|| bad("the port is missing"))?
-    };
-    if host.is_empty() {
-        return Err(bad("the host is missing"));
+    if address.contains(['/', '?', '#', '@', '\\', '%']) {
+        return Err(bad("it contains a character hosts do not have"));
     }
-    if host.contains(['/', '@', '?', '#', '[', ']'])
-        || (!address.starts_with('[') && host.contains(':'))
-    {
-        return Err(bad("the host contains a character hosts do not have"));
-    }
-    match port.parse::<u16>() {
-        Ok(0) | Err(_) => Err(bad("the port is not a number from 1 to 65535")),
-        Ok(_) => Ok(()),
+    let parsed = url::Url::parse(&format!("etcd://{address}")).map_err(|error| {
+        bad(match error {
+            url::ParseError::EmptyHost => "the host is missing",
+            url::ParseError::InvalidPort => "the port is not a number from 1 to 65535",
+            url::ParseError::InvalidIpv6Address => "the IPv6 address is not valid",
+            _ => "the host is not valid",
+        })
+    })?;
+    match parsed.port() {
+        None if address.ends_with(':') => Err(bad("the port is not a number from 1 to 65535")),
+        None => Err(bad("the port is missing")),
+        Some(0) => Err(bad("the port is not a number from 1 to 65535")),
+        Some(_) if parsed.host().is_none() => Err(bad("the host is missing")),
+        Some(_) => Ok(()),
     }
 }
 
@@ -200,38 +551,227 @@ fn check_endpoint(endpoint: &str) -> Result<(), UrlError> {
 mod tests {
     use super::*;
 
+    fn etcd(endpoints: &[&str]) -> EtcdUrl {
+        EtcdUrl {
+            endpoints: endpoints.iter().map(|e| e.to_string()).collect(),
+            ..EtcdUrl::default()
+        }
+    }
+
+    fn etcd_of(url: &str) -> EtcdUrl {
+        match StoreUrl::parse(url) {
+            Ok(StoreUrl::Etcd(etcd)) => etcd,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    fn sqlite(path: &str, busy_wait: Option<Duration>) -> StoreUrl {
+        StoreUrl::Sqlite(SqliteUrl {
+            path: path.into(),
+            busy_wait,
+        })
+    }
+
     // covers: Url.Parse
     #[test]
-    fn every_store_form_parses_and_prints_back() {
-        for (url, parsed) in [
-            ("memory:", StoreUrl::Memory),
+    fn every_store_form_parses_and_prints_canonically() {
+        for (url, parsed, canonical) in [
+            ("memory:", StoreUrl::Memory, "memory:"),
             (
                 "sqlite:/var/lib/vvm/leases.db",
-                StoreUrl::Sqlite("/var/lib/vvm/leases.db".into()),
+                sqlite("/var/lib/vvm/leases.db", None),
+                "sqlite:/var/lib/vvm/leases.db",
             ),
-            ("sqlite:leases.db", StoreUrl::Sqlite("leases.db".into())),
+            (
+                "sqlite:leases.db",
+                sqlite("leases.db", None),
+                "sqlite:leases.db",
+            ),
+            (
+                "sqlite:///var/x.db?busy-wait-ms=50",
+                sqlite("/var/x.db", Some(Duration::from_millis(50))),
+                "sqlite:/var/x.db?busy-wait-ms=50",
+            ),
             (
                 "etcd:127.0.0.1:2379",
-                StoreUrl::Etcd(vec!["127.0.0.1:2379".into()]),
+                StoreUrl::Etcd(etcd(&["127.0.0.1:2379"])),
+                "etcd://127.0.0.1:2379/",
+            ),
+            (
+                "etcd://127.0.0.1:2379",
+                StoreUrl::Etcd(etcd(&["127.0.0.1:2379"])),
+                "etcd://127.0.0.1:2379/",
             ),
             (
                 "etcd:a.example:2379,[::1]:2380,https://b.example:2379",
-                StoreUrl::Etcd(vec![
-                    "a.example:2379".into(),
-                    "[::1]:2380".into(),
-                    "https://b.example:2379".into(),
-                ]),
+                StoreUrl::Etcd(etcd(&[
+                    "a.example:2379",
+                    "[::1]:2380",
+                    "https://b.example:2379",
+                ])),
+                "etcd:a.example:2379,[::1]:2380,https://b.example:2379",
             ),
-            ("fdb:", StoreUrl::Fdb(None)),
+            ("fdb:", StoreUrl::Fdb(None), "fdb:"),
             (
                 "fdb:/etc/foundationdb/fdb.cluster",
                 StoreUrl::Fdb(Some("/etc/foundationdb/fdb.cluster".into())),
+                "fdb:/etc/foundationdb/fdb.cluster",
             ),
         ] {
             assert_eq!(StoreUrl::parse(url), Ok(parsed.clone()), "{url}");
-            assert_eq!(parsed.to_string(), url);
+            assert_eq!(parsed.to_string(), canonical);
+            assert_eq!(
+                StoreUrl::parse(canonical),
+                Ok(parsed.clone()),
+                "{canonical}"
+            );
             assert_eq!(url.parse::<StoreUrl>(), Ok(parsed));
         }
+    }
+
+    // covers: Url.Parse
+    #[test]
+    fn every_etcd_parameter_is_read() {
+        let url = etcd_of(
+            "etcd://h1:2379,h2:2379/?prefix=prod%2Fvvm%2F&user=alice&password-file=%2Frun%2Fpw\
+             &ca=/etc/ca.pem&cert=/etc/c.pem&key=/etc/k.pem&server-name=etcd.local\
+             &connect-timeout-ms=1500&request-timeout-ms=700",
+        );
+        assert_eq!(url.endpoints, ["h1:2379", "h2:2379"]);
+        assert_eq!(url.prefix.as_deref(), Some("prod/vvm/"));
+        assert_eq!(url.user.as_deref(), Some("alice"));
+        assert_eq!(url.password_file, Some("/run/pw".into()));
+        assert_eq!(url.ca, Some("/etc/ca.pem".into()));
+        assert_eq!(url.cert, Some("/etc/c.pem".into()));
+        assert_eq!(url.key, Some("/etc/k.pem".into()));
+        assert_eq!(url.server_name.as_deref(), Some("etcd.local"));
+        assert_eq!(url.connect_timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(url.request_timeout, Some(Duration::from_millis(700)));
+        // The short form takes the same parameters.
+        assert_eq!(etcd_of("etcd:h:1?prefix=p/").prefix.as_deref(), Some("p/"));
+        // Limits: both ends of each range.
+        assert_eq!(
+            etcd_of("etcd://h:1?connect-timeout-ms=600000").connect_timeout,
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(
+            etcd_of("etcd://h:1?request-timeout-ms=1").request_timeout,
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite:x.db?busy-wait-ms=0"),
+            Ok(sqlite("x.db", Some(Duration::ZERO)))
+        );
+    }
+
+    // covers: Url.Parse
+    #[test]
+    fn every_bad_parameter_is_named() {
+        let param = |url: &str| StoreUrl::parse(url).unwrap_err();
+        for (url, name) in [
+            ("etcd://h:1?prefix=", "prefix"),
+            ("etcd://h:1?user=&password-file=f", "user"),
+            ("etcd://h:1?user=u&password-file=", "password-file"),
+            ("etcd://h:1?ca=", "ca"),
+            ("etcd://h:1?ca=c&cert=&key=k", "cert"),
+            ("etcd://h:1?ca=c&cert=c&key=", "key"),
+            ("etcd://h:1?ca=c&server-name=", "server-name"),
+            ("etcd://h:1?prefix=a%0Ab", "prefix"),
+            ("etcd://h:1?connect-timeout-ms=0", "connect-timeout-ms"),
+            ("etcd://h:1?connect-timeout-ms=600001", "connect-timeout-ms"),
+            ("etcd://h:1?request-timeout-ms=1.5", "request-timeout-ms"),
+            ("etcd://h:1?request-timeout-ms=-1", "request-timeout-ms"),
+            ("sqlite:x?busy-wait-ms=10001", "busy-wait-ms"),
+            ("sqlite:x?busy-wait-ms=soon", "busy-wait-ms"),
+        ] {
+            match param(url) {
+                UrlError::BadParameter { name: got, .. } => assert_eq!(got, name, "{url}"),
+                other => panic!("{url}: {other:?}"),
+            }
+            assert!(param(url).to_string().contains(name), "{url}");
+        }
+        for (url, name) in [
+            ("etcd://h:1?prefix=a&prefix=b", "prefix"),
+            ("etcd://h:1?user=a&user=b&password-file=f", "user"),
+            ("sqlite:x?busy-wait-ms=1&busy-wait-ms=2", "busy-wait-ms"),
+        ] {
+            assert_eq!(param(url), UrlError::RepeatedParameter { name }, "{url}");
+        }
+        for (url, name, needs) in [
+            ("etcd://h:1?user=u", "user", "password-file"),
+            ("etcd://h:1?password-file=f", "password-file", "user"),
+            ("etcd://h:1?ca=c&cert=c", "cert", "key"),
+            ("etcd://h:1?ca=c&key=k", "key", "cert"),
+            ("etcd://h:1?cert=c&key=k", "cert", "ca"),
+            ("etcd://h:1?server-name=n", "server-name", "ca"),
+        ] {
+            assert_eq!(
+                param(url),
+                UrlError::MissingParameter { name, needs },
+                "{url}"
+            );
+        }
+        assert_eq!(
+            param("etcd://h:1?tls=yes"),
+            UrlError::UnknownParameter {
+                store: "etcd",
+                name: "tls".into()
+            }
+        );
+        assert_eq!(
+            param("sqlite:x?mode=ro"),
+            UrlError::UnknownParameter {
+                store: "sqlite",
+                name: "mode".into()
+            }
+        );
+    }
+
+    // covers: Url.Parse
+    #[test]
+    fn passwords_are_refused_and_never_echoed() {
+        for (url, error) in [
+            ("etcd://vvm:hunter2@h:1", UrlError::CredentialsInUrl),
+            ("etcd://vvm@h:1", UrlError::CredentialsInUrl),
+            ("etcd:vvm:hunter2@h:1", UrlError::CredentialsInUrl),
+            ("etcd://h:1,vvm:hunter2@g:1/", UrlError::CredentialsInUrl),
+            (
+                "etcd://h:1?user=vvm&password=hunter2",
+                UrlError::PasswordInUrl,
+            ),
+            // A scheme typed wrong: the text could be anything, it is not quoted.
+            ("etcd//vvm:hunter2@h:1", UrlError::NoScheme),
+            ("hunter2", UrlError::NoScheme),
+        ] {
+            let refused = StoreUrl::parse(url).unwrap_err();
+            assert_eq!(refused, error, "{url}");
+            assert!(!refused.to_string().contains("hunter2"), "{refused}");
+            assert!(!format!("{refused:?}").contains("hunter2"), "{refused:?}");
+        }
+    }
+
+    // covers: Url.Parse
+    #[test]
+    fn display_and_debug_redact_the_credentials() {
+        let url = StoreUrl::parse(
+            "etcd://h:1/?user=alice&password-file=/run/alice-pw&ca=/etc/ca.pem&cert=/etc/c.pem&key=/etc/alice.key&prefix=p/",
+        )
+        .unwrap();
+        for shown in [url.to_string(), format!("{url:?}")] {
+            for secret in ["alice", "/run/alice-pw", "/etc/alice.key"] {
+                assert!(!shown.contains(secret), "{shown} shows {secret}");
+            }
+            assert!(shown.contains("ca=%2Fetc%2Fca.pem"), "{shown}");
+            assert!(shown.contains("prefix=p%2F"), "{shown}");
+        }
+        let StoreUrl::Etcd(etcd) = &url else {
+            panic!("{url}")
+        };
+        assert!(!format!("{etcd:?}").contains("alice"));
+        // The printed form parses to the same options, less the redacted values.
+        let again = etcd_of(&url.to_string());
+        assert_eq!(again.ca, etcd.ca);
+        assert_eq!(again.prefix, etcd.prefix);
     }
 
     // covers: Url.Parse
@@ -246,36 +786,49 @@ mod tests {
             StoreUrl::parse("sqlite:a\0b"),
             Err(UrlError::ControlCharacter)
         );
-        assert_eq!(
-            StoreUrl::parse("leases.db"),
-            Err(UrlError::NoScheme("leases.db".into()))
-        );
+        assert_eq!(StoreUrl::parse("leases.db"), Err(UrlError::NoScheme));
         assert_eq!(
             StoreUrl::parse("redis:x"),
             Err(UrlError::UnknownScheme("redis".into()))
         );
         assert_eq!(
             StoreUrl::parse("memory:x"),
-            Err(UrlError::MemoryTakesNothing("x".into()))
+            Err(UrlError::MemoryTakesNothing)
         );
         assert_eq!(StoreUrl::parse("sqlite:"), Err(UrlError::NoPath));
+        assert_eq!(
+            StoreUrl::parse("sqlite:?busy-wait-ms=1"),
+            Err(UrlError::NoPath)
+        );
         assert_eq!(StoreUrl::parse("etcd:"), Err(UrlError::NoEndpoint));
+        assert_eq!(StoreUrl::parse("etcd://"), Err(UrlError::NoEndpoint));
         assert_eq!(StoreUrl::parse("etcd:a:1,"), Err(UrlError::NoEndpoint));
+        for bad in [
+            "etcd://h:1/x",
+            "etcd://h:1//",
+            "etcd://h:1#f",
+            "etcd://h:1/?prefix=a#f",
+        ] {
+            assert_eq!(StoreUrl::parse(bad), Err(UrlError::BadPath), "{bad}");
+        }
         for bad in [
             "etcd:localhost",
             "etcd::2379",
+            "etcd:h:",
             "etcd:h:0",
             "etcd:h:65536",
             "etcd:h:port",
             "etcd:h:1:2",
             "etcd:[::1:2379",
             "etcd:[zz]:2379",
-            "etcd:user@h:2379",
             "etcd:h/x:2379",
+            "etcd://h:1,g",
+            "etcd:h%20x:1",
         ] {
             assert!(
                 matches!(StoreUrl::parse(bad), Err(UrlError::BadEndpoint { .. })),
-                "{bad}"
+                "{bad}: {:?}",
+                StoreUrl::parse(bad)
             );
         }
         let many = format!("etcd:{}", vec!["h:1"; ETCD_ENDPOINTS_MAX + 1].join(","));

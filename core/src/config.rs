@@ -37,6 +37,7 @@ pub const ROUND_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 
 /// A configuration value that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The lease is shorter than [`LEASE_MIN`].
     #[error("lease of {lease:?} is shorter than the minimum of {min:?}")]

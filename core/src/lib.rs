@@ -20,6 +20,12 @@
 //! Every store effect carries an [`OpId`] and every timer a [`TimerId`]; a reply or firing the
 //! machine no longer waits for is ignored, so the runtime never has to cancel anything.
 //!
+//! Retries are part of the machines, not of a retry crate: the pause before retrying a failed
+//! renewal (`L/20`, `L/10`, then `L/5`) is a pure function of the lease and of the `now` carried
+//! by events, without jitter, because the kill deadline is computed from the same values and the
+//! model checks and simulations replay every schedule exactly. A crate like `backon` sleeps and
+//! draws random jitter itself, which would put a clock and randomness inside the machine.
+//!
 //! ```
 //! use core::time::Duration;
 //! use vvm_core::*;

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use vvm_core::{
     Effect, Effects, FencingToken, Instant, Lifecycle, Phase, Problem, Slot, VvmConfig, VvmEvent,
@@ -61,7 +62,7 @@ pub(crate) struct Driver<S> {
     pipeline: Option<Pipeline>,
     shutdown: Option<oneshot::Receiver<()>>,
     /// A stop asked through a [`crate::StopHandle`]; `None` once seen (or when none can come).
-    stop: Option<watch::Receiver<bool>>,
+    stop: Option<CancellationToken>,
     status: watch::Sender<Status>,
     queued: VecDeque<VvmEvent>,
     /// The change feed of every slot while the machine waits between rounds; `None` otherwise.
@@ -83,15 +84,12 @@ async fn shutdown_asked(shutdown: &mut Option<oneshot::Receiver<()>>) {
 }
 
 /// Resolves once a stop handle asked to stop; pending once it did, or when no handle can ask.
-async fn stop_asked(stop: &mut Option<watch::Receiver<bool>>) {
-    let asked = match stop.as_mut() {
-        Some(rx) => rx.wait_for(|asked| *asked).await.is_ok(),
-        None => false,
-    };
-    *stop = None;
-    if !asked {
-        std::future::pending::<()>().await;
+async fn stop_asked(stop: &mut Option<CancellationToken>) {
+    match stop.as_ref() {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending::<()>().await,
     }
+    *stop = None;
 }
 
 /// Resolves when the store reports a change of a slot's record; pending while nothing is
@@ -123,7 +121,7 @@ impl<S: LeaseStore> Driver<S> {
         services: Services,
         timeouts: Timeouts,
         shutdown: oneshot::Receiver<()>,
-        stop: watch::Receiver<bool>,
+        stop: CancellationToken,
         status: watch::Sender<Status>,
     ) -> Self {
         let names = services.names();

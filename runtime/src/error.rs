@@ -8,6 +8,7 @@ use vvm_core::{LossReason, Problem, Slot};
 /// [`Vvm::<Launched>::shutdown`](crate::Vvm::shutdown) and resolved by
 /// [`Vvm::<Launched>::problem`](crate::Vvm::problem).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum VvmError {
     /// No slot was won within the acquisition duration.
     #[error("no slot out of {slots} was acquired within {acquisition:?}")]
@@ -90,6 +91,7 @@ impl VvmError {
 
 /// A service list that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServicesError {
     /// More services than [`SERVICES_MAX`](crate::SERVICES_MAX).
     #[error("more than {max} services")]
@@ -101,6 +103,7 @@ pub enum ServicesError {
 
 /// Why an [`Elections`](crate::Elections) call did not win or hold a slot.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ElectionsError {
     /// Another live record holds the slot.
     #[error("slot {} is held by someone else", .0 .0)]

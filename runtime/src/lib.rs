@@ -18,6 +18,31 @@
 //!   [`Vvm::subscribe`]: a VVM's own state as it changes.
 //! - [`Clock`]: tokio's clock from one process-wide origin plus the host's suspended time
 //!   (`CLOCK_BOOTTIME` on Linux), so `tokio::time::pause()` drives all and a suspend ages leases.
+//!
+//! A service reports readiness, then works until it is asked to stop; the `vvm` crate's README
+//! runs one end to end on the memory store.
+//!
+//! ```
+//! use std::borrow::Cow;
+//! use vvm_runtime::{Service, ServiceContext, ServiceError, Services};
+//!
+//! struct Worker;
+//!
+//! impl Service for Worker {
+//!     fn name(&self) -> Cow<'static, str> {
+//!         Cow::Borrowed("worker")
+//!     }
+//!
+//!     async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
+//!         context.ready();
+//!         context.shutdown().requested().await;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let services = Services::new().with(Worker).unwrap().with(Worker).unwrap();
+//! assert_eq!(services.len(), 2); // started in this order, stopped in reverse
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

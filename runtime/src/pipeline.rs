@@ -14,6 +14,7 @@ use crate::driver::Status;
 use crate::services::{ServiceContext, ServiceError, Services, ShutdownSignal};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
 /// How long services get to start and to stop.
@@ -85,7 +86,9 @@ impl Pipeline {
 struct Running {
     index: u16,
     name: Arc<str>,
-    shutdown: watch::Sender<bool>,
+    shutdown: CancellationToken,
+    /// Asks the service to stop when the pipeline is dropped without stopping it.
+    _shutdown_on_drop: DropGuard,
     task: Option<JoinHandle<Result<(), ServiceError>>>,
 }
 
@@ -191,11 +194,13 @@ async fn run(
         // `Services::with` keeps the count within SERVICES_MAX, far below u16::MAX.
         let index = u16::try_from(index).unwrap_or(u16::MAX);
         let (ready_tx, ready_rx) = oneshot::channel();
-        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shutdown = CancellationToken::new();
         let context = ServiceContext {
             tenure: tenure.clone(),
             ready: Some(ready_tx),
-            shutdown: ShutdownSignal { rx: shutdown_rx },
+            shutdown: ShutdownSignal {
+                token: shutdown.clone(),
+            },
         };
         tracing::debug!(index, name = %entry.name, "starting service");
         let span = tracing::info_span!("service", index, name = %entry.name);
@@ -203,6 +208,7 @@ async fn run(
         running.push(Running {
             index,
             name: entry.name,
+            _shutdown_on_drop: shutdown.clone().drop_guard(),
             shutdown,
             task: Some(task),
         });
@@ -256,7 +262,7 @@ async fn stop_all(
 ) -> Option<(u16, ServiceError)> {
     let mut first = None;
     for service in running.iter_mut().rev() {
-        let _ = service.shutdown.send(true);
+        service.shutdown.cancel();
         let Some(task) = service.task.as_mut() else {
             continue;
         };

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
 use vvm_core::FencingToken;
 
 use crate::clock::{Clock, TimeSource};
@@ -95,19 +96,19 @@ impl ServiceContext {
 /// Resolves when the service is asked to stop (also when the VVM is gone).
 #[derive(Clone, Debug)]
 pub struct ShutdownSignal {
-    pub(crate) rx: watch::Receiver<bool>,
+    pub(crate) token: CancellationToken,
 }
 
 impl ShutdownSignal {
     /// Waits until the stop is asked.
     pub async fn requested(&mut self) {
-        // An error means the sender is gone, which only happens once stopping is over.
-        let _ = self.rx.wait_for(|stop| *stop).await;
+        // The pipeline cancels the token when it asks, and when it is dropped.
+        self.token.cancelled().await;
     }
 
     /// Whether the stop was asked already.
     pub fn is_requested(&self) -> bool {
-        *self.rx.borrow()
+        self.token.is_cancelled()
     }
 }
 

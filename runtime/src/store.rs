@@ -33,6 +33,7 @@ pub struct Lease {
 
 /// A stored value that is not a lease value of ours.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ValueError {
     /// Longer than [`VALUE_MAX_BYTES`].
     #[error("value of {len} bytes is longer than {max}")]
@@ -107,6 +108,7 @@ impl LeaseValue {
 /// [`Failed`](StoreError::Failed) nothing was written; after [`Unknown`](StoreError::Unknown) the
 /// write may have committed and must be read back before anything is concluded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The operation failed and wrote nothing.
     #[error("store operation failed, nothing written: {reason}")]

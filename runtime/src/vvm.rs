@@ -10,15 +10,15 @@
 //! wait for the end and learn the problem.
 
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use vvm_core::{
     ConfigError, FencingToken, Incarnation, Instant, Lifecycle, Phase, VvmConfig, VvmConfigBuilder,
 };
@@ -48,7 +48,7 @@ struct Launch {
     timeouts: Timeouts,
     killer: KillerThread,
     shutdown: oneshot::Receiver<()>,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
     status: watch::Sender<Status>,
 }
 
@@ -58,7 +58,7 @@ pub struct Provided {
     services: Services,
     timeouts: Timeouts,
     killer: Option<KillerThread>,
-    stop: Arc<watch::Sender<bool>>,
+    stop: CancellationToken,
     start: Start,
 }
 
@@ -87,18 +87,18 @@ pub struct Provided {
 /// ```
 #[derive(Clone, Debug)]
 pub struct StopHandle {
-    tx: Arc<watch::Sender<bool>>,
+    token: CancellationToken,
 }
 
 impl StopHandle {
     /// Asks the VVM to stop. Later calls do nothing.
     pub fn stop(&self) {
-        self.tx.send_replace(true);
+        self.token.cancel();
     }
 
     /// Whether a stop was asked.
     pub fn is_stopped(&self) -> bool {
-        *self.tx.borrow()
+        self.token.is_cancelled()
     }
 }
 
@@ -158,20 +158,28 @@ impl IntoVvmConfig for VvmConfigBuilder {
     }
 }
 
-/// A fresh incarnation: random per process start (the hasher's keys are seeded randomly once per
-/// process), mixed with the time and a per-VVM counter so that two VVMs of one process never
-/// share one either.
+/// A fresh incarnation: 64 random bits from the operating system's generator (`getrandom`), so
+/// that two VVMs, of one process or of several, practically never share one.
+///
+/// ```
+/// assert_ne!(vvm_runtime::new_incarnation(), vvm_runtime::new_incarnation());
+/// ```
 pub fn new_incarnation() -> Incarnation {
-    static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = SEED.get_or_init(Default::default).build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    hasher.write_u128(since_epoch.as_nanos());
-    Incarnation(hasher.finish())
+    match getrandom::u64() {
+        Ok(random) => Incarnation(random),
+        Err(error) => {
+            // Only without any entropy source (a kernel older than 3.17 with no /dev/urandom):
+            // the time, the process and a per-process counter still tell VVMs apart.
+            static COUNTER: AtomicU64 = AtomicU64::new(0);
+            tracing::warn!(%error, "no random incarnation; using time, process id and a counter");
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos() as u64;
+            let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+            Incarnation(nanos ^ (u64::from(std::process::id()) << 40) ^ count.rotate_right(16))
+        }
+    }
 }
 
 impl Vvm<Provided> {
@@ -216,7 +224,7 @@ impl Vvm<Provided> {
                 services,
                 timeouts,
                 killer: None,
-                stop: Arc::new(watch::channel(false).0),
+                stop: CancellationToken::new(),
                 start,
             },
         })
@@ -226,7 +234,7 @@ impl Vvm<Provided> {
     /// [`StopHandle`].
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle {
-            tx: self.state.stop.clone(),
+            token: self.state.stop.clone(),
         }
     }
 
@@ -261,8 +269,6 @@ impl Vvm<Provided> {
             stop,
             start,
         } = self.state;
-        let mut stop_rx = stop.subscribe();
-        drop(stop);
         let (shutdown, shutdown_rx) = oneshot::channel();
         let (status_tx, mut status) = watch::channel(Status::default());
         if tokio::runtime::Handle::try_current().is_err() {
@@ -284,7 +290,7 @@ impl Vvm<Provided> {
             timeouts,
             killer: killer.unwrap_or_else(KillerThread::global),
             shutdown: shutdown_rx,
-            stop: stop_rx.clone(),
+            stop: stop.clone(),
             status: status_tx,
         };
         let task = start(launch);
@@ -292,7 +298,7 @@ impl Vvm<Provided> {
         // has reached the driver too, which is shutting down: the host awaits it.
         tokio::select! {
             _ = status.wait_for(|s| s.running || s.problem.is_some() || s.finished) => {}
-            Ok(_) = stop_rx.wait_for(|asked| *asked) => {}
+            () = stop.cancelled() => {}
         }
         Vvm {
             state: Launched {

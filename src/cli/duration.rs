@@ -1,40 +1,58 @@
-//! Durations on the command line: `20s`, `1500ms`, `2m`, `1h`, `0.5s`.
+//! Durations on the command line, in `humantime`'s forms: `20s`, `1500ms`, `2m`, `1h`,
+//! `1h 30m`, `2min`; at most [`DURATION_MAX`].
 
 use std::time::Duration;
 
 /// Longest duration accepted on the command line; everything longer is a typo.
-const DURATION_MAX: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+pub const DURATION_MAX: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
-/// Parses `<number><unit>` with unit `ms`, `s`, `m` or `h`; the number may have a fraction.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+/// Longest duration text echoed back in an error, in characters.
+const ECHO_MAX_CHARS: usize = 64;
+
+/// A command-line duration that was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// Not a duration at all (no unit, an unknown unit, no number).
+    #[error("`{text}` is not a duration (a number and a unit: 20s, 1500ms, 2m, 1h)")]
+    Invalid {
+        /// The text (shortened when very long).
+        text: String,
+        /// What `humantime` says.
+        #[source]
+        source: humantime::DurationError,
+    },
+    /// Longer than [`DURATION_MAX`].
+    #[error("`{text}` is longer than {max_days} days")]
+    TooLong {
+        /// The text (shortened when very long).
+        text: String,
+        /// [`DURATION_MAX`] in days.
+        max_days: u64,
+    },
+}
+
+/// Parses a duration: numbers with units (`ms`, `s`, `m`, `h` and `humantime`'s other units),
+/// several of which add up (`1m 30s`).
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("`{text}` has no unit (use ms, s, m or h, e.g. 20s)"))?;
-    let (number, unit) = text.split_at(split);
-    let scale_ms = match unit {
-        "ms" => 1.0,
-        "s" => 1_000.0,
-        "m" => 60_000.0,
-        "h" => 3_600_000.0,
-        _ => return Err(format!("`{unit}` is not a unit (use ms, s, m or h)")),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{number}` is not a number"))?;
-    let millis = value * scale_ms;
-    if !millis.is_finite() || millis > DURATION_MAX.as_millis() as f64 {
-        return Err(format!(
-            "`{text}` is longer than {} days",
-            DURATION_MAX.as_secs() / 86_400
-        ));
+    let echo = || text.chars().take(ECHO_MAX_CHARS).collect::<String>();
+    let duration = humantime::parse_duration(text).map_err(|source| DurationError::Invalid {
+        text: echo(),
+        source,
+    })?;
+    if duration > DURATION_MAX {
+        return Err(DurationError::TooLong {
+            text: echo(),
+            max_days: DURATION_MAX.as_secs() / 86_400,
+        });
     }
-    Ok(Duration::from_micros((millis * 1_000.0).round() as u64))
+    Ok(duration)
 }
 
 /// Parses an acquisition window: a duration as [`parse_duration`], or `forever` for a standby
 /// that waits as long as it lives ([`vvm::ACQUISITION_FOREVER`]).
-pub fn parse_acquire(text: &str) -> Result<Duration, String> {
+pub fn parse_acquire(text: &str) -> Result<Duration, DurationError> {
     if text.trim() == "forever" {
         return Ok(vvm::ACQUISITION_FOREVER);
     }
@@ -47,26 +65,55 @@ mod tests {
 
     #[test]
     fn acquire_is_a_duration_or_forever() {
-        assert_eq!(parse_acquire("forever"), Ok(vvm::ACQUISITION_FOREVER));
-        assert_eq!(parse_acquire(" forever "), Ok(vvm::ACQUISITION_FOREVER));
-        assert_eq!(parse_acquire("120s"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_acquire("forever").unwrap(), vvm::ACQUISITION_FOREVER);
+        assert_eq!(
+            parse_acquire(" forever ").unwrap(),
+            vvm::ACQUISITION_FOREVER
+        );
+        assert_eq!(parse_acquire("120s").unwrap(), Duration::from_secs(120));
         assert!(parse_acquire("Forever").is_err());
         assert!(parse_acquire("never").is_err());
     }
 
     #[test]
-    fn units_and_fractions() {
-        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
-        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1_500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3_600)));
-        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+    fn units_and_sums() {
+        for (text, duration) in [
+            ("20s", Duration::from_secs(20)),
+            ("1500ms", Duration::from_millis(1_500)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3_600)),
+            ("1m 30s", Duration::from_secs(90)),
+            (" 200ms ", Duration::from_millis(200)),
+            ("30days", DURATION_MAX),
+        ] {
+            assert_eq!(parse_duration(text).unwrap(), duration, "{text}");
+        }
     }
 
     #[test]
-    fn bad_values_are_errors() {
-        for bad in ["", "20", "s", "20x", "1.2.3s", "-1s", "99999999h"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+    fn bad_values_are_typed_errors() {
+        for bad in ["", "20", "s", "20x", "1.2.3s", "-1s"] {
+            assert!(
+                matches!(parse_duration(bad), Err(DurationError::Invalid { .. })),
+                "{bad}"
+            );
         }
+        for long in ["99999999h", "30days 1s", "999999999999999999999s"] {
+            assert!(
+                matches!(
+                    parse_duration(long),
+                    Err(DurationError::TooLong { max_days: 30, .. })
+                        | Err(DurationError::Invalid { .. })
+                ),
+                "{long}"
+            );
+        }
+        assert!(matches!(
+            parse_duration("31days"),
+            Err(DurationError::TooLong { max_days: 30, .. })
+        ));
+        let error = parse_duration("20x").unwrap_err();
+        assert!(error.to_string().contains("`20x`"), "{error}");
+        assert!(std::error::Error::source(&error).is_some());
     }
 }

@@ -40,3 +40,16 @@ pub fn block_on(future: impl Future<Output = ExitCode>) -> ExitCode {
         Err(e) => fail(&format!("cannot start the async runtime: {e}")),
     }
 }
+
+/// `error` and its causes on one line, `outer: inner: innermost`: errors do not repeat their
+/// source in their own message, so a host prints the chain.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}

@@ -99,11 +99,14 @@ impl Service for DemoService {
 
 /// A default address that tells processes of one host apart.
 fn default_address() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
+    // The kernel's node name (uname), which is what /etc/hostname sets at boot.
+    let uname = rustix::system::uname();
+    let host = uname.nodename().to_string_lossy().trim().to_owned();
+    let host = if host.is_empty() {
+        "localhost".to_owned()
+    } else {
+        host
+    };
     format!("{host}/pid-{}", std::process::id())
 }
 

@@ -24,11 +24,11 @@ const WATCH_RESYNC: Duration = Duration::from_secs(1);
 
 /// Runs `vvm status`.
 pub async fn status(args: StatusArgs) -> ExitCode {
-    if let Ok(StoreUrl::Sqlite(path)) = StoreUrl::parse(&args.store) {
-        if !path.exists() {
+    if let Ok(StoreUrl::Sqlite(sqlite)) = StoreUrl::parse(&args.store) {
+        if !sqlite.path.exists() {
             return fail(&format!(
                 "no store at {}: nothing to show (status never creates a store)",
-                path.display()
+                sqlite.path.display()
             ));
         }
     }

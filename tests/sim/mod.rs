@@ -774,7 +774,7 @@ impl Sim {
     fn check_token_fresh(&mut self, id: ProcessId, token: FencingToken, now_local: u64, e: Effect) {
         let now_ns = self.now_ns;
         let killer = self.live_mut(id).and_then(|live| live.killer);
-        if killer.map_or(true, |(deadline, _)| now_local >= deadline) {
+        if killer.is_none_or(|(deadline, _)| now_local >= deadline) {
             let text = format!(
                 "{id} emitted {e:?} at local {now_local} ns, at or after its kill deadline \
                  {killer:?} (token {token:?})"

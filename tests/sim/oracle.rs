@@ -212,7 +212,7 @@ pub fn check_intervals(intervals: &[Interval]) -> Vec<Violation> {
                 });
             }
         }
-        if latest.map_or(true, |l| l.end_ns < interval.end_ns) {
+        if latest.is_none_or(|l| l.end_ns < interval.end_ns) {
             latest = Some(interval);
         }
         previous = Some(interval);

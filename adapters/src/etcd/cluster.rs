@@ -41,6 +41,7 @@ const LOG_TAIL_BYTES: usize = 2048;
 
 /// Why a cluster could not be started or changed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClusterError {
     /// The `etcd` executable was not found on `PATH`.
     #[error("the etcd executable was not found on PATH (Debian: apt-get install etcd-server)")]

@@ -20,6 +20,7 @@ pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 
 /// Something that keeps the etcd store from being set up or used as configured.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EtcdError {
     /// No endpoint was given.
     #[error("at least one etcd endpoint is needed")]

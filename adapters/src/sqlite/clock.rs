@@ -38,6 +38,7 @@ pub trait StoreClock: Send + Sync + 'static {
 
 /// The boot clock or the identity of the host cannot be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClockError {
     /// None of [`MACHINE_ID_PATHS`] exists or has content.
     #[error(

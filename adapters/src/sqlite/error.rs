@@ -8,6 +8,7 @@ use super::ClockError;
 /// Why a database file could not be opened as a lease store. Whenever the file turns out not
 /// to be ours (or of a newer version), nothing in it was changed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SqliteStoreError {
     /// SQLite could not open or create the file.
     #[error("cannot open {}: {source}", .path.display())]

@@ -72,6 +72,7 @@ impl Default for TxOptions {
 
 /// A bad [`TxOptions`] value.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TxOptionsError {
     /// The timeout is zero.
     #[error("the transaction timeout must be above zero")]

@@ -17,6 +17,7 @@ pub use memory::{KvFault, MemoryKv};
 
 /// Why a transaction step did not succeed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TxError {
     /// A conflict or a transient condition; nothing was committed, and the whole transaction
     /// may be run again.

@@ -54,6 +54,7 @@ impl StartRefusal {
 /// A call that does not fit the backlog's phase: a bug in the driver, reported instead of
 /// corrupting the state. The state is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BacklogError {
     /// The call needs another phase.
     #[error("backlog is {phase:?}; {call} needs {needs}")]

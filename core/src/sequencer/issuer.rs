@@ -10,6 +10,7 @@ use super::types::{Number, NumberKey, SeqId, WsId, WsKind};
 
 /// Why a sequencing call failed. The sequencer's state is unchanged by a failed call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SeqError {
     /// The workspace kind declares no sequences.
     #[error("workspace kind {0:?} has no sequences")]

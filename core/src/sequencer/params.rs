@@ -23,6 +23,7 @@ pub const UNFLUSHED_EVENTS_DEFAULT: u64 = 1_000;
 
 /// A [`Params`] that cannot work.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ParamsError {
     /// No sequence was declared at all.
     #[error("no sequences declared")]

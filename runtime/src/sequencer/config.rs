@@ -12,6 +12,7 @@ pub const REPLAY_PAGE_EVENTS_MAX: usize = 1_000_000;
 
 /// A [`SeqConfig`] that cannot work.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SeqConfigError {
     /// A duration is zero.
     #[error("{what} must be at least 1 ms")]

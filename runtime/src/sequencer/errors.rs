@@ -10,6 +10,7 @@ use super::storage::{SeqStorage, SeqStorageError};
 
 /// Why a sequencer could not be made.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SetupError {
     /// The [`SeqConfig`](super::SeqConfig) is invalid.
     #[error(transparent)]
@@ -23,6 +24,7 @@ pub enum SetupError {
 /// Why `next` failed. The transaction stays open; after a storage error the caller usually
 /// gives the event up with [`actualize`](Sequencer::actualize).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NextError {
     /// Unknown sequence or exhausted sequence.
     #[error(transparent)]

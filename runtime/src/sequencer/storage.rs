@@ -8,6 +8,7 @@ use vvm_core::sequencer::{Number, PLogOffset, SeqId, SeqValue, WsId};
 
 /// Why a storage call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SeqStorageError {
     /// The call failed. For a write, nothing or all of it may have been applied (never a part:
     /// values and offset are one unit, see [`SeqStorage::write_values_and_next_plog_offset`]).

@@ -1,0 +1,498 @@
+//! Opening the store a [store URL](crate::url) names, and [`AnyStore`], one [`LeaseStore`] over
+//! every store of this build (feature `open`; each store also needs its own feature).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use vvm_adapters::open::{open, AnyStore};
+//! use vvm_core::LeaseConfig;
+//!
+//! let store = open("memory:", &LeaseConfig::default()).await.unwrap();
+//! assert!(matches!(store, AnyStore::Memory(_)));
+//! let refused = open("etcd://h:1?password=x", &LeaseConfig::default()).await.unwrap_err();
+//! assert!(refused.is_usage());
+//! # }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use vvm_core::{LeaseConfig, Revision, Slot};
+use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
+
+use crate::url::{StoreUrl, UrlError};
+
+/// Largest secret or certificate file read for a store URL, in bytes.
+pub const FILE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Any store this build can open; a [`LeaseStore`] by delegation to the one inside.
+#[non_exhaustive]
+pub enum AnyStore {
+    /// `memory:` — this process only.
+    #[cfg(feature = "memory")]
+    Memory(crate::MemoryStore),
+    /// `sqlite:PATH`.
+    #[cfg(feature = "sqlite")]
+    Sqlite(crate::SqliteStore),
+    /// `etcd://…` (boxed: the client is large next to the others).
+    #[cfg(feature = "etcd")]
+    Etcd(Box<crate::EtcdStore>),
+    /// `fdb:[CLUSTER-FILE]`, opened by [`open_fdb`].
+    #[cfg(feature = "foundationdb")]
+    Fdb(Box<FdbHandle>),
+}
+
+impl std::fmt::Debug for AnyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            #[cfg(feature = "memory")]
+            AnyStore::Memory(_) => "memory",
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(_) => "sqlite",
+            #[cfg(feature = "etcd")]
+            AnyStore::Etcd(_) => "etcd",
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(_) => "fdb",
+            #[allow(unreachable_patterns)]
+            _ => "none",
+        };
+        f.debug_tuple("AnyStore").field(&name).finish()
+    }
+}
+
+/// Why a store could not be opened. [`is_usage`](Self::is_usage) tells a wrong URL or value
+/// from a store that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The URL is wrong.
+    #[error("bad store URL")]
+    Url(#[from] UrlError),
+    /// The URL names a store this build does not have.
+    #[error("{scheme}: stores need a build with the `{feature}` feature")]
+    NotBuilt {
+        /// The scheme.
+        scheme: &'static str,
+        /// The cargo feature that adds it.
+        feature: &'static str,
+    },
+    /// `fdb:` stores need the network thread that only `open_fdb` (feature `foundationdb`) is given.
+    #[error("fdb: stores are opened with open_fdb, which takes the FoundationDB network guard")]
+    FdbNeedsNetwork,
+    /// A file named by a parameter could not be read.
+    #[error("parameter {parameter}: cannot read {}", .path.display())]
+    ReadFile {
+        /// The parameter.
+        parameter: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file named by a parameter is larger than [`FILE_MAX_BYTES`] or empty.
+    #[error("parameter {parameter}: {} is empty or larger than {max} bytes", .path.display())]
+    FileSize {
+        /// The parameter.
+        parameter: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// [`FILE_MAX_BYTES`].
+        max: u64,
+    },
+    /// The SQLite store could not be opened.
+    #[cfg(feature = "sqlite")]
+    #[error("cannot open the SQLite store")]
+    Sqlite(#[source] crate::SqliteStoreError),
+    /// An option of the etcd store is not usable (`parameter` says which, when one does).
+    #[cfg(feature = "etcd")]
+    #[error("the etcd store cannot be set up as asked{}", parameter_name(.parameter))]
+    EtcdOption {
+        /// The URL parameter at fault, if any.
+        parameter: Option<&'static str>,
+        /// What etcd's options say.
+        #[source]
+        source: crate::etcd::EtcdError,
+    },
+    /// etcd could not be reached, refused the credentials, or would not honour the lease.
+    #[cfg(feature = "etcd")]
+    #[error("the etcd store failed")]
+    Etcd(#[source] crate::etcd::EtcdError),
+    /// FoundationDB could not be opened.
+    #[cfg(feature = "foundationdb")]
+    #[error("cannot open FoundationDB")]
+    Fdb(#[source] crate::foundationdb::FdbOpenError),
+}
+
+#[cfg(feature = "etcd")]
+fn parameter_name(parameter: &Option<&'static str>) -> String {
+    parameter
+        .map(|name| format!(" (parameter {name})"))
+        .unwrap_or_default()
+}
+
+impl OpenError {
+    /// Whether the URL or a value in it is wrong (a host's usage error), rather than a store
+    /// that could not be used.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            OpenError::Url(_) | OpenError::NotBuilt { .. } | OpenError::FdbNeedsNetwork => true,
+            #[cfg(feature = "etcd")]
+            OpenError::EtcdOption { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Opens the store named by `url`, checking that it can honour `lease`. Files named by the URL
+/// (password, certificates) are read now. `fdb:` URLs need `open_fdb` (feature `foundationdb`).
+pub async fn open(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
+    open_url(&StoreUrl::parse(url)?, lease).await
+}
+
+/// [`open`] for a parsed URL.
+pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
+    let _ = lease;
+    match url {
+        #[cfg(feature = "memory")]
+        StoreUrl::Memory => Ok(AnyStore::Memory(crate::MemoryStore::new())),
+        #[cfg(feature = "sqlite")]
+        StoreUrl::Sqlite(sqlite) => {
+            let mut builder = crate::SqliteStore::builder();
+            if let Some(wait) = sqlite.busy_wait {
+                builder = builder.busy_wait(wait);
+            }
+            builder
+                .open(&sqlite.path)
+                .map(AnyStore::Sqlite)
+                .map_err(OpenError::Sqlite)
+        }
+        #[cfg(feature = "etcd")]
+        StoreUrl::Etcd(etcd) => open_etcd(etcd, lease).await,
+        StoreUrl::Fdb(_) if cfg!(feature = "foundationdb") => Err(OpenError::FdbNeedsNetwork),
+        other => Err(OpenError::NotBuilt {
+            scheme: other.scheme(),
+            feature: match other {
+                StoreUrl::Memory => "memory",
+                StoreUrl::Sqlite(_) => "sqlite",
+                StoreUrl::Etcd(_) => "etcd",
+                _ => "foundationdb",
+            },
+        }),
+    }
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(url: &crate::url::EtcdUrl, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
+    use crate::etcd::{Credentials, EtcdOptions, EtcdStore};
+
+    let option = |parameter| move |source| OpenError::EtcdOption { parameter, source };
+    EtcdStore::check_ttl(lease.lease()).map_err(option(None))?;
+    let mut options = EtcdOptions::new(url.endpoints.iter().cloned()).map_err(option(None))?;
+    if let Some(prefix) = &url.prefix {
+        options = options
+            .prefix(prefix.as_str())
+            .map_err(option(Some("prefix")))?;
+    }
+    if let Some(timeout) = url.connect_timeout {
+        options = options
+            .connect_timeout(timeout)
+            .map_err(option(Some("connect-timeout-ms")))?;
+    }
+    if let Some(timeout) = url.request_timeout {
+        options = options
+            .request_timeout(timeout)
+            .map_err(option(Some("request-timeout-ms")))?;
+    }
+    if let (Some(user), Some(file)) = (&url.user, &url.password_file) {
+        let password = read_file("password-file", file)?;
+        let password = String::from_utf8(password).map_err(|_| OpenError::ReadFile {
+            parameter: "password-file",
+            path: file.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"),
+        })?;
+        // The first line: files written by `echo` end with a newline that is not part of it.
+        let password = password.lines().next().unwrap_or_default();
+        options = options.credentials(Credentials::new(user.as_str(), password));
+    }
+    options = with_tls(options, url)?;
+    let store = EtcdStore::connect(options).await.map_err(OpenError::Etcd)?;
+    // A server that would lengthen the lease (its minimum TTL is above ours) is refused before
+    // launch, never silently rounded.
+    store.validate(lease).await.map_err(OpenError::Etcd)?;
+    Ok(AnyStore::Etcd(Box::new(store)))
+}
+
+#[cfg(feature = "etcd-tls")]
+fn with_tls(
+    options: crate::etcd::EtcdOptions,
+    url: &crate::url::EtcdUrl,
+) -> Result<crate::etcd::EtcdOptions, OpenError> {
+    let Some(ca) = &url.ca else {
+        return Ok(options);
+    };
+    let identity_pem = match (&url.cert, &url.key) {
+        (Some(cert), Some(key)) => Some((read_file("cert", cert)?, read_file("key", key)?)),
+        _ => None,
+    };
+    Ok(options.tls(crate::etcd::EtcdTls {
+        ca_pem: Some(read_file("ca", ca)?),
+        identity_pem,
+        domain: url.server_name.clone(),
+    }))
+}
+
+#[cfg(all(feature = "etcd", not(feature = "etcd-tls")))]
+fn with_tls(
+    options: crate::etcd::EtcdOptions,
+    url: &crate::url::EtcdUrl,
+) -> Result<crate::etcd::EtcdOptions, OpenError> {
+    match url.ca {
+        Some(_) => Err(OpenError::NotBuilt {
+            scheme: "etcd (ca=)",
+            feature: "etcd-tls",
+        }),
+        None => Ok(options),
+    }
+}
+
+/// Reads a file named by `parameter`, at most [`FILE_MAX_BYTES`].
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+fn read_file(parameter: &'static str, path: &Path) -> Result<Vec<u8>, OpenError> {
+    use std::io::Read;
+
+    let failed = |source| OpenError::ReadFile {
+        parameter,
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(failed)?;
+    let mut bytes = Vec::new();
+    file.take(FILE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.is_empty() || bytes.len() as u64 > FILE_MAX_BYTES {
+        return Err(OpenError::FileSize {
+            parameter,
+            path: path.to_path_buf(),
+            max: FILE_MAX_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// A FoundationDB store and the network thread it runs on. Fields drop in order: the store
+/// first, then the guard that stops the network.
+#[cfg(feature = "foundationdb")]
+pub struct FdbHandle {
+    store: crate::foundationdb::FdbStore,
+    _network: crate::foundationdb::NetworkAutoStop,
+}
+
+/// Opens the `fdb:` store `url` names on the network thread that `network` guards (started
+/// with the `unsafe` [`crate::foundationdb::boot`], which this crate cannot call). The guard
+/// lives in the returned store.
+#[cfg(feature = "foundationdb")]
+pub fn open_fdb(
+    url: &StoreUrl,
+    network: crate::foundationdb::NetworkAutoStop,
+) -> Result<AnyStore, OpenError> {
+    let StoreUrl::Fdb(cluster_file) = url else {
+        return Err(OpenError::NotBuilt {
+            scheme: url.scheme(),
+            feature: "open",
+        });
+    };
+    let store = crate::foundationdb::open(
+        &network,
+        cluster_file.as_deref(),
+        crate::txkv::TxOptions::default(),
+    )
+    .map_err(OpenError::Fdb)?;
+    Ok(AnyStore::Fdb(Box::new(FdbHandle {
+        store,
+        _network: network,
+    })))
+}
+
+/// Runs `$call` on the store inside `$any`, bound to `$s`, whichever it is: one line per
+/// [`LeaseStore`] method below, and nothing to edit here when a store is added but its arm.
+macro_rules! each_store {
+    ($any:expr, $s:ident => $call:expr) => {
+        match $any {
+            #[cfg(feature = "memory")]
+            AnyStore::Memory($s) => $call,
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite($s) => $call,
+            #[cfg(feature = "etcd")]
+            AnyStore::Etcd($s) => {
+                let $s: &crate::EtcdStore = $s;
+                $call
+            }
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(handle) => {
+                let $s = &handle.store;
+                $call
+            }
+        }
+    };
+}
+
+impl LeaseStore for AnyStore {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        each_store!(self, s => s.insert_if_not_exists(key, value, ttl).await)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        each_store!(self, s => s.compare_and_swap(key, expected, new_value, ttl).await)
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        each_store!(self, s => s.compare_and_delete(key, expected).await)
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        each_store!(self, s => s.get(key).await)
+    }
+
+    async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
+        each_store!(self, s => s.time_left(key).await)
+    }
+
+    // Forwarded explicitly: the default would hide the feeds of the stores that have one.
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        each_store!(self, s => s.changed(keys))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_urls_open_with_their_options() {
+        let dir = std::env::temp_dir().join(format!("vvm-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("leases.db");
+        let url = format!("sqlite:{}?busy-wait-ms=5", path.display());
+        let store = open(&url, &LeaseConfig::default()).await.unwrap();
+        assert!(matches!(store, AnyStore::Sqlite(_)), "{store:?}");
+        assert!(path.exists());
+        // The store's own limit applies to the value as well.
+        let refused = open(
+            &format!("sqlite:{}", dir.display()),
+            &LeaseConfig::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(refused, OpenError::Sqlite(_)), "{refused:?}");
+        assert!(!refused.is_usage());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(feature = "memory")]
+    #[tokio::test]
+    async fn url_errors_are_usage_errors_with_their_source() {
+        let refused = open("redis:x", &LeaseConfig::default()).await.unwrap_err();
+        assert!(refused.is_usage());
+        assert!(matches!(
+            std::error::Error::source(&refused)
+                .and_then(|source| source.downcast_ref::<UrlError>()),
+            Some(UrlError::UnknownScheme(_))
+        ));
+        let memory = open("memory:", &LeaseConfig::default()).await.unwrap();
+        assert_eq!(memory.get(Slot(1)).await.unwrap(), None);
+    }
+
+    #[cfg(feature = "etcd")]
+    #[tokio::test]
+    async fn etcd_files_and_options_are_checked_before_connecting() {
+        let lease = LeaseConfig::default();
+        let missing = open(
+            "etcd://127.0.0.1:1/?user=u&password-file=/nonexistent/vvm-pw",
+            &lease,
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                &missing,
+                OpenError::ReadFile {
+                    parameter: "password-file",
+                    ..
+                }
+            ),
+            "{missing:?}"
+        );
+        let dir = std::env::temp_dir().join(format!("vvm-open-etcd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        let refused = open(
+            &format!(
+                "etcd://127.0.0.1:1/?user=u&password-file={}",
+                empty.display()
+            ),
+            &lease,
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                &refused,
+                OpenError::FileSize {
+                    parameter: "password-file",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        let long = format!("etcd://127.0.0.1:1/?prefix={}", "p".repeat(300));
+        let refused = open(&long, &lease).await.unwrap_err();
+        assert!(
+            matches!(
+                &refused,
+                OpenError::EtcdOption {
+                    parameter: Some("prefix"),
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.is_usage());
+        assert!(refused.to_string().contains("prefix"));
+        // Not a whole number of seconds: refused before any connection.
+        let short = LeaseConfig::new(Duration::from_millis(4500)).unwrap();
+        let refused = open("etcd://127.0.0.1:1", &short).await.unwrap_err();
+        assert!(matches!(
+            refused,
+            OpenError::EtcdOption {
+                parameter: None,
+                ..
+            }
+        ));
+        #[cfg(not(feature = "etcd-tls"))]
+        {
+            let refused = open("etcd://127.0.0.1:1/?ca=/x", &lease).await.unwrap_err();
+            assert!(matches!(
+                refused,
+                OpenError::NotBuilt {
+                    feature: "etcd-tls",
+                    ..
+                }
+            ));
+        }
+    }
+}
