@@ -88,3 +88,10 @@ conformance::elections_cases!(
         None => return,
     }
 );
+conformance::feed_cases!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    match Etcd::start().await {
+        Some(etcd) => etcd,
+        None => return,
+    }
+);

@@ -37,9 +37,9 @@
 //! one to fire:
 //! - a watched key that is absent or holds a deletion tombstone resolves the feed (released);
 //! - a live record whose holder (value) differs from the baseline resolves it (another holder).
-//!   The baseline is what this process last saw of the slot when the feed's first round runs
-//!   (the notes of its reads: normally the read of the insert that was refused), or, without
-//!   such a note, what the first round reads;
+//!   The baseline is what this process last saw of the slot (the notes of its reads and
+//!   writes) at the call; without a note then, its note when the first round runs (normally
+//!   from the read of the insert that was refused); without either, what the first round reads;
 //! - a watch that fires on a renewal by the same holder (the revision changed, the holder did
 //!   not) only starts the next round: one read transaction per renewal, no wake-up;
 //! - a round that fails (a read, the commit or a watch failed or timed out) cannot tell, so it
@@ -421,16 +421,25 @@ enum Round {
 }
 
 impl<K: TxKv> TxLeaseStore<K> {
-    /// The change feed of `slots` (sorted, distinct); see the module documentation.
-    async fn feed(self, slots: Vec<Slot>) {
+    /// The holder this process last saw in each of `slots`, if it has a note.
+    fn last_seen(&self, slots: &[Slot]) -> Vec<Option<Vec<u8>>> {
+        let notes = self.notes();
+        slots
+            .iter()
+            .map(|slot| notes.get(slot).map(|note| note.value.clone()))
+            .collect()
+    }
+
+    /// The change feed of `slots` (sorted, distinct) from `baseline` (taken at the call); see
+    /// the module documentation.
+    async fn feed(self, slots: Vec<Slot>, baseline: Vec<Option<Vec<u8>>>) {
         let began = tokio::time::Instant::now();
-        let mut baseline: Vec<Option<Vec<u8>>> = {
-            let notes = self.notes();
-            slots
-                .iter()
-                .map(|slot| notes.get(slot).map(|note| note.value.clone()))
-                .collect()
-        };
+        let mut baseline = baseline;
+        for (seen, now) in baseline.iter_mut().zip(self.last_seen(&slots)) {
+            if seen.is_none() {
+                *seen = now;
+            }
+        }
         loop {
             match self.feed_round(&slots, &mut baseline).await {
                 Ok(Round::Changed) => {
@@ -618,6 +627,8 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
         if slots.is_empty() {
             return Box::pin(std::future::pending());
         }
-        Box::pin(self.clone().feed(slots))
+        // Taken at the call: a change after it differs from this.
+        let baseline = self.last_seen(&slots);
+        Box::pin(self.clone().feed(slots, baseline))
     }
 }
