@@ -120,6 +120,13 @@ async fn a_deletion_wakes_the_waiter() {
         resolves_within(&mut feed, WAKE_LIMIT).await,
         "a released record wakes the waiter"
     );
+    // The next feed starts after the event that woke the last one, even if the waiter made no
+    // call since (e.g. its calls failed): it is not woken by the same deletion again.
+    let mut again = waiter.changed(&[SLOT]);
+    assert!(
+        !resolves_within(&mut again, QUIET).await,
+        "a deletion wakes once"
+    );
 
     // A deletion between the call and the first poll is not missed either.
     let held = insert(&holder, SLOT, &value("a", 1)).await;

@@ -7,7 +7,9 @@
 //! responses carried (a lower bound of "now" at the call), and the watch starts right after it:
 //! every change committed after the call has a higher revision, so none is missed, whenever
 //! the watch is actually established. Changes between that revision and the call are replayed
-//! too, which can only wake the waiter once too often. A store that has never had an answer
+//! too, which can only wake the waiter once too often. The event that wakes a feed moves that
+//! revision on as well, so the next feed does not replay it (even when every call of the waiter
+//! failed in between). A store that has never had an answer
 //! knows no revision: its feed resolves after [`UNKNOWN_PAUSE`] (the waiter looks again, and
 //! its next feed starts from the revision of that look).
 //!
@@ -56,8 +58,12 @@ impl SeenRevision {
     /// Notes the revision of a response header.
     pub(super) fn note(&self, header: Option<&etcd_client::ResponseHeader>) {
         if let Some(header) = header {
-            self.0.fetch_max(header.revision(), Ordering::AcqRel);
+            self.note_revision(header.revision());
         }
+    }
+
+    fn note_revision(&self, revision: i64) {
+        self.0.fetch_max(revision, Ordering::AcqRel);
     }
 
     fn get(&self) -> i64 {
@@ -89,13 +95,14 @@ pub(super) fn changed(
     names.dedup();
     // Read at the call, not at the first poll: see the module documentation.
     let after = seen.get();
+    let seen = Arc::clone(seen);
     let slots: Vec<u32> = slots.iter().map(|slot| slot.0).collect();
     Box::pin(async move {
         if names.is_empty() {
             return std::future::pending().await;
         }
         let began = tokio::time::Instant::now();
-        let wake = watch_until_change(watch, &names, after).await;
+        let wake = watch_until_change(watch, &seen, &names, after).await;
         tracing::debug!(?slots, ?wake, "etcd change feed resolved");
         if matches!(wake, Wake::Unknown(_)) {
             tokio::time::sleep_until(began + UNKNOWN_PAUSE).await;
@@ -103,7 +110,12 @@ pub(super) fn changed(
     })
 }
 
-async fn watch_until_change(mut watch: WatchClient, names: &[Vec<u8>], after: i64) -> Wake {
+async fn watch_until_change(
+    mut watch: WatchClient,
+    seen: &SeenRevision,
+    names: &[Vec<u8>],
+    after: i64,
+) -> Wake {
     if after <= 0 {
         return Wake::Unknown("no revision of the cluster known yet".into());
     }
@@ -138,32 +150,37 @@ async fn watch_until_change(mut watch: WatchClient, names: &[Vec<u8>], after: i6
         if response.canceled() {
             return Wake::Unknown(format!("watch cancelled: {}", response.cancel_reason()));
         }
-        if let Some(wake) = response
+        if let Some((wake, revision)) = response
             .events()
             .iter()
             .find_map(|event| wakes(names, event))
         {
+            // The next feed starts after this event: the waiter acts on it now, and a store
+            // whose calls fail (so that no answer moves the start on) must not be woken by the
+            // same event again and again.
+            seen.note_revision(revision);
             return wake;
         }
     }
 }
 
-/// Whether `event` wakes a waiter on `names` (sorted).
-fn wakes(names: &[Vec<u8>], event: &Event) -> Option<Wake> {
+/// Whether `event` wakes a waiter on `names` (sorted), and the event's revision.
+fn wakes(names: &[Vec<u8>], event: &Event) -> Option<(Wake, i64)> {
     let Some(kv) = event.kv() else {
-        return Some(Wake::Unknown("event without a key".into()));
+        return Some((Wake::Unknown("event without a key".into()), 0));
     };
     names
         .binary_search_by(|name| name.as_slice().cmp(kv.key()))
         .ok()?;
-    match event.event_type() {
-        EventType::Delete => Some(Wake::Deleted),
+    let wake = match event.event_type() {
+        EventType::Delete => Wake::Deleted,
         EventType::Put => match event.prev_kv() {
-            Some(previous) if previous.value() == kv.value() => None,
-            Some(_) => Some(Wake::Replaced),
+            Some(previous) if previous.value() == kv.value() => return None,
+            Some(_) => Wake::Replaced,
             // Created: absent when the watch started (see the module documentation).
-            None if kv.version() == 1 => None,
-            None => Some(Wake::Unknown("previous value compacted away".into())),
+            None if kv.version() == 1 => return None,
+            None => Wake::Unknown("previous value compacted away".into()),
         },
-    }
+    };
+    Some((wake, kv.mod_revision()))
 }
