@@ -19,8 +19,10 @@
 //!   this benchmark) to the successor's service starting, and from the write to that start.
 //!
 //! The successor's rounds are 60 s apart, so that only the store's change feed can wake it.
+//! With `-- --handoff-rounds` the same series run with the feed hidden from the successor (the
+//! polling fallback of a store without a feed) and rounds of 1 s, the default.
 //!
-//! `cargo bench --bench etcd -- --handoff`
+//! `cargo bench --bench etcd -- --handoff` and `cargo bench --bench etcd -- --handoff-rounds`
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +31,8 @@ use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use vvm::{
-    Incarnation, KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Service,
-    ServiceContext, ServiceError, Services, Slot, Vvm, VvmConfig,
+    Incarnation, KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Revision, Service,
+    ServiceContext, ServiceError, Services, Slot, StoreError, Vvm, VvmConfig,
 };
 use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;
@@ -133,6 +135,41 @@ const SAMPLES: usize = 25;
 const LEASE: Duration = Duration::from_secs(4);
 /// Their rounds: long enough that only the change feed wakes a waiting VVM.
 const ROUND: Duration = Duration::from_secs(60);
+/// The successor's rounds when its feed is hidden: the default round interval.
+const ROUND_WITHOUT_FEED: Duration = Duration::from_secs(1);
+
+/// The etcd store with its change feed hidden: the polling fallback.
+#[derive(Clone)]
+struct NoFeed(EtcdStore);
+
+impl LeaseStore for NoFeed {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.insert_if_not_exists(key, value, ttl).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.compare_and_swap(key, expected, new_value, ttl).await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.0.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.0.get(key).await
+    }
+}
 
 /// Sends the time its `run` began, then serves until asked to stop.
 struct Started(mpsc::UnboundedSender<Instant>);
@@ -157,11 +194,11 @@ async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
         .expect("the store connects")
 }
 
-fn config(address: &str) -> VvmConfig {
+fn config(address: &str, round: Duration) -> VvmConfig {
     VvmConfig::builder(address)
         .lease(LEASE)
         .store_timeout(Duration::from_millis(190))
-        .round_interval(ROUND)
+        .round_interval(round)
         .build()
         .expect("valid configuration")
 }
@@ -170,27 +207,34 @@ fn config(address: &str) -> VvmConfig {
 async fn successor(
     cluster: &EtcdCluster,
     prefix: &str,
+    feed: bool,
 ) -> (
     tokio::task::JoinHandle<Vvm<vvm::Launched>>,
     mpsc::UnboundedReceiver<Instant>,
 ) {
     let (sender, started) = mpsc::unbounded_channel();
     let services = Services::new().with(Started(sender)).expect("one service");
-    let vvm = Vvm::provide(
-        config("successor:2"),
-        connect(cluster, prefix).await,
-        services,
-    )
-    .expect("valid configuration")
-    .with_killer(KillerThread::new(RecordingKiller::new()))
-    .launch();
-    (tokio::spawn(vvm), started)
+    let store = connect(cluster, prefix).await;
+    let killer = KillerThread::new(RecordingKiller::new());
+    let vvm = if feed {
+        let vvm = Vvm::provide(config("successor:2", ROUND), store, services)
+            .expect("valid configuration")
+            .with_killer(killer);
+        tokio::spawn(vvm.launch())
+    } else {
+        let round = ROUND_WITHOUT_FEED;
+        let vvm = Vvm::provide(config("successor:2", round), NoFeed(store), services)
+            .expect("valid configuration")
+            .with_killer(killer);
+        tokio::spawn(vvm.launch())
+    };
+    (vvm, started)
 }
 
 /// The holder's `shutdown()` → the successor's service started.
-async fn handoff(cluster: &EtcdCluster, prefix: &str) -> Duration {
+async fn handoff(cluster: &EtcdCluster, prefix: &str, feed: bool, pause: Duration) -> Duration {
     let holder = Vvm::provide(
-        config("holder:1"),
+        config("holder:1", ROUND),
         connect(cluster, prefix).await,
         Services::new(),
     )
@@ -199,9 +243,9 @@ async fn handoff(cluster: &EtcdCluster, prefix: &str) -> Duration {
     .launch()
     .await;
     assert!(holder.token().is_some(), "the holder leads");
-    let (successor, mut started) = successor(cluster, prefix).await;
-    // Refused, the successor waits on its feed.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (successor, mut started) = successor(cluster, prefix, feed).await;
+    // Refused, the successor waits on its feed (or its next round).
+    tokio::time::sleep(pause).await;
     let released = Instant::now();
     holder.shutdown().await.expect("clean shutdown");
     let at = started
@@ -215,7 +259,7 @@ async fn handoff(cluster: &EtcdCluster, prefix: &str) -> Duration {
 
 /// etcd's `DELETE` of an expired record → the successor's service started, and the write of
 /// that record → the same start.
-async fn failover(cluster: &EtcdCluster, prefix: &str) -> (Duration, Duration) {
+async fn failover(cluster: &EtcdCluster, prefix: &str, feed: bool) -> (Duration, Duration) {
     let gone = connect(cluster, prefix).await;
     let value = LeaseValue {
         address: "gone:1".into(),
@@ -238,7 +282,7 @@ async fn failover(cluster: &EtcdCluster, prefix: &str) -> (Duration, Duration) {
         )
         .await
         .expect("the watch is set");
-    let (successor, mut started) = successor(cluster, prefix).await;
+    let (successor, mut started) = successor(cluster, prefix, feed).await;
     let deleted = loop {
         let response = watch
             .message()
@@ -282,7 +326,7 @@ fn summary(name: &str, mut samples: Vec<Duration>) {
     );
 }
 
-fn handoff_figures() {
+fn handoff_figures(feed: bool) {
     if find_etcd().is_none() {
         println!("skipped the etcd hand-off figures: etcd is not installed (apt-get install etcd-server)");
         return;
@@ -293,9 +337,18 @@ fn handoff_figures() {
         .build()
         .expect("a runtime");
     let cluster = start(&runtime, 3);
+    let how = if feed {
+        "change feed"
+    } else {
+        "no feed, rounds of 1 s"
+    };
+    println!("successor: {how}");
     let mut handoffs = Vec::with_capacity(SAMPLES);
     for sample in 0..SAMPLES {
-        handoffs.push(runtime.block_on(handoff(&cluster, &format!("handoff/{sample}/"))));
+        // Pauses spread over a round, so that the fallback's wait is sampled across it.
+        let pause = Duration::from_millis(300 + 37 * (sample as u64 % 27));
+        let prefix = format!("handoff/{sample}/");
+        handoffs.push(runtime.block_on(handoff(&cluster, &prefix, feed, pause)));
     }
     summary(
         "graceful hand-off, holder's shutdown() -> successor's service started",
@@ -304,7 +357,8 @@ fn handoff_figures() {
     let mut from_delete = Vec::with_capacity(SAMPLES);
     let mut from_write = Vec::with_capacity(SAMPLES);
     for sample in 0..SAMPLES {
-        let (delete, write) = runtime.block_on(failover(&cluster, &format!("failover/{sample}/")));
+        let prefix = format!("failover/{sample}/");
+        let (delete, write) = runtime.block_on(failover(&cluster, &prefix, feed));
         from_delete.push(delete);
         from_write.push(write);
     }
@@ -324,7 +378,11 @@ criterion_group!(benches, etcd);
 
 fn main() {
     if std::env::args().any(|arg| arg == "--handoff") {
-        handoff_figures();
+        handoff_figures(true);
+        return;
+    }
+    if std::env::args().any(|arg| arg == "--handoff-rounds") {
+        handoff_figures(false);
         return;
     }
     benches();
