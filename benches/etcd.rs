@@ -9,13 +9,31 @@
 //!   background).
 //!
 //! `cargo bench --bench etcd`
+//!
+//! With `-- --handoff` it measures instead, on a 3-member cluster, how long a waiting VVM takes
+//! to have its services started (series of [`SAMPLES`] each; median, p90, p99, max):
+//! - graceful hand-off: from the holder's `shutdown()` (services stopped, then its record
+//!   deleted) to the successor's service starting;
+//! - failover: a record whose holder is gone (written with the lease as TTL and never renewed)
+//!   is removed by etcd when its lease expires; from etcd's `DELETE` event (seen by a watch of
+//!   this benchmark) to the successor's service starting, and from the write to that start.
+//!
+//! The successor's rounds are 60 s apart, so that only the store's change feed can wake it.
+//! With `-- --handoff-rounds` the same series run with the feed hidden from the successor (the
+//! polling fallback of a store without a feed) and rounds of 1 s, the default.
+//!
+//! `cargo bench --bench etcd -- --handoff` and `cargo bench --bench etcd -- --handoff-rounds`
 
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use criterion::{criterion_group, Criterion};
+use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
 use tokio::runtime::Runtime;
-use vvm::{Incarnation, Lease, LeaseStore, LeaseValue, Slot};
+use tokio::sync::mpsc;
+use vvm::{
+    Incarnation, KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Revision, Service,
+    ServiceContext, ServiceError, Services, Slot, StoreError, Vvm, VvmConfig,
+};
 use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;
 
@@ -111,5 +129,262 @@ fn etcd(c: &mut Criterion) {
     bench_cluster(c, &runtime, 3);
 }
 
+/// Samples of each hand-off series.
+const SAMPLES: usize = 25;
+/// The lease of the hand-off VVMs (etcd grants whole seconds, at least 2 s).
+const LEASE: Duration = Duration::from_secs(4);
+/// Their rounds: long enough that only the change feed wakes a waiting VVM.
+const ROUND: Duration = Duration::from_secs(60);
+/// The successor's rounds when its feed is hidden: the default round interval.
+const ROUND_WITHOUT_FEED: Duration = Duration::from_secs(1);
+
+/// The etcd store with its change feed hidden: the polling fallback.
+#[derive(Clone)]
+struct NoFeed(EtcdStore);
+
+impl LeaseStore for NoFeed {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.insert_if_not_exists(key, value, ttl).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.compare_and_swap(key, expected, new_value, ttl).await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.0.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.0.get(key).await
+    }
+}
+
+/// Sends the time its `run` began, then serves until asked to stop.
+struct Started(mpsc::UnboundedSender<Instant>);
+
+impl Service for Started {
+    async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
+        let _ = self.0.send(Instant::now());
+        context.ready();
+        context.shutdown().requested().await;
+        Ok(())
+    }
+}
+
+async fn connect(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
+    let options = cluster
+        .store_options()
+        .expect("options")
+        .prefix(prefix)
+        .expect("prefix");
+    EtcdStore::connect(options)
+        .await
+        .expect("the store connects")
+}
+
+fn config(address: &str, round: Duration) -> VvmConfig {
+    VvmConfig::builder(address)
+        .lease(LEASE)
+        .store_timeout(Duration::from_millis(190))
+        .round_interval(round)
+        .build()
+        .expect("valid configuration")
+}
+
+/// Launches the successor in the background; its service reports its start on the receiver.
+async fn successor(
+    cluster: &EtcdCluster,
+    prefix: &str,
+    feed: bool,
+) -> (
+    tokio::task::JoinHandle<Vvm<vvm::Launched>>,
+    mpsc::UnboundedReceiver<Instant>,
+) {
+    let (sender, started) = mpsc::unbounded_channel();
+    let services = Services::new().with(Started(sender)).expect("one service");
+    let store = connect(cluster, prefix).await;
+    let killer = KillerThread::new(RecordingKiller::new());
+    let vvm = if feed {
+        let vvm = Vvm::provide(config("successor:2", ROUND), store, services)
+            .expect("valid configuration")
+            .with_killer(killer);
+        tokio::spawn(vvm.launch())
+    } else {
+        let round = ROUND_WITHOUT_FEED;
+        let vvm = Vvm::provide(config("successor:2", round), NoFeed(store), services)
+            .expect("valid configuration")
+            .with_killer(killer);
+        tokio::spawn(vvm.launch())
+    };
+    (vvm, started)
+}
+
+/// The holder's `shutdown()` → the successor's service started.
+async fn handoff(cluster: &EtcdCluster, prefix: &str, feed: bool, pause: Duration) -> Duration {
+    let holder = Vvm::provide(
+        config("holder:1", ROUND),
+        connect(cluster, prefix).await,
+        Services::new(),
+    )
+    .expect("valid configuration")
+    .with_killer(KillerThread::new(RecordingKiller::new()))
+    .launch()
+    .await;
+    assert!(holder.token().is_some(), "the holder leads");
+    let (successor, mut started) = successor(cluster, prefix, feed).await;
+    // Refused, the successor waits on its feed (or its next round).
+    tokio::time::sleep(pause).await;
+    let released = Instant::now();
+    holder.shutdown().await.expect("clean shutdown");
+    let at = started
+        .recv()
+        .await
+        .expect("the successor's service starts");
+    let successor = successor.await.expect("the successor's task");
+    successor.shutdown().await.expect("clean shutdown");
+    at.duration_since(released)
+}
+
+/// etcd's `DELETE` of an expired record → the successor's service started, and the write of
+/// that record → the same start.
+async fn failover(cluster: &EtcdCluster, prefix: &str, feed: bool) -> (Duration, Duration) {
+    let gone = connect(cluster, prefix).await;
+    let value = LeaseValue {
+        address: "gone:1".into(),
+        incarnation: Incarnation(1),
+    };
+    let written = Instant::now();
+    let revision = gone
+        .insert_if_not_exists(Slot(1), &value, LEASE)
+        .await
+        .expect("the insert runs")
+        .expect("the slot is free");
+    let mut raw = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("a plain client connects");
+    let start = i64::try_from(revision.0).expect("a revision etcd gave") + 1;
+    let mut watch = raw
+        .watch(
+            gone.key(Slot(1)),
+            Some(WatchOptions::new().with_start_revision(start)),
+        )
+        .await
+        .expect("the watch is set");
+    let (successor, mut started) = successor(cluster, prefix, feed).await;
+    let deleted = loop {
+        let response = watch
+            .message()
+            .await
+            .expect("the watch runs")
+            .expect("the watch goes on");
+        let deletion = response
+            .events()
+            .iter()
+            .any(|event| event.event_type() == EventType::Delete);
+        if deletion {
+            break Instant::now();
+        }
+    };
+    let at = started
+        .recv()
+        .await
+        .expect("the successor's service starts");
+    let successor = successor.await.expect("the successor's task");
+    successor.shutdown().await.expect("clean shutdown");
+    (
+        at.saturating_duration_since(deleted),
+        at.duration_since(written),
+    )
+}
+
+fn summary(name: &str, mut samples: Vec<Duration>) {
+    samples.sort_unstable();
+    let at = |q: f64| {
+        let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples[index.min(samples.len() - 1)]
+    };
+    println!(
+        "{name}: n = {}, median {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, min {:.1} ms, max {:.1} ms",
+        samples.len(),
+        at(0.5).as_secs_f64() * 1e3,
+        at(0.9).as_secs_f64() * 1e3,
+        at(0.99).as_secs_f64() * 1e3,
+        samples[0].as_secs_f64() * 1e3,
+        samples[samples.len() - 1].as_secs_f64() * 1e3,
+    );
+}
+
+fn handoff_figures(feed: bool) {
+    if find_etcd().is_none() {
+        println!("skipped the etcd hand-off figures: etcd is not installed (apt-get install etcd-server)");
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let cluster = start(&runtime, 3);
+    let how = if feed {
+        "change feed"
+    } else {
+        "no feed, rounds of 1 s"
+    };
+    println!("successor: {how}");
+    let mut handoffs = Vec::with_capacity(SAMPLES);
+    for sample in 0..SAMPLES {
+        // Pauses spread over a round, so that the fallback's wait is sampled across it.
+        let pause = Duration::from_millis(300 + 37 * (sample as u64 % 27));
+        let prefix = format!("handoff/{sample}/");
+        handoffs.push(runtime.block_on(handoff(&cluster, &prefix, feed, pause)));
+    }
+    summary(
+        "graceful hand-off, holder's shutdown() -> successor's service started",
+        handoffs,
+    );
+    let mut from_delete = Vec::with_capacity(SAMPLES);
+    let mut from_write = Vec::with_capacity(SAMPLES);
+    for sample in 0..SAMPLES {
+        let prefix = format!("failover/{sample}/");
+        let (delete, write) = runtime.block_on(failover(&cluster, &prefix, feed));
+        from_delete.push(delete);
+        from_write.push(write);
+    }
+    summary(
+        "failover, etcd's DELETE at lease expiry -> successor's service started",
+        from_delete,
+    );
+    summary(
+        &format!(
+            "failover, last write of the record (L = {LEASE:?}) -> successor's service started"
+        ),
+        from_write,
+    );
+}
+
 criterion_group!(benches, etcd);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::args().any(|arg| arg == "--handoff") {
+        handoff_figures(true);
+        return;
+    }
+    if std::env::args().any(|arg| arg == "--handoff-rounds") {
+        handoff_figures(false);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

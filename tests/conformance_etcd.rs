@@ -93,6 +93,13 @@ conformance::elections_cases!(
         None => return,
     }
 );
+conformance::feed_cases!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    match Etcd::start().await {
+        Some(etcd) => etcd,
+        None => return,
+    }
+);
 
 /// Observing runs on a 3-member cluster: the observer's client and the writer's may talk to
 /// different members, so a change reaches the observer through the cluster's replication.

@@ -114,3 +114,10 @@ conformance::elections_cases!(
         None => return,
     }
 );
+conformance::feed_cases!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    match Fdb::start() {
+        Some(fdb) => fdb,
+        None => return,
+    }
+);

@@ -47,3 +47,7 @@ conformance::elections_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
+conformance::feed_cases!(
+    #[tokio::test(start_paused = true)]
+    Txkv
+);

@@ -232,3 +232,162 @@ fn bad_options_are_refused() {
     assert!(TxOptions::default().prefix(vec![b'p'; 257]).is_err());
     assert!(TxOptions::default().retries_max(100).is_ok());
 }
+
+/// Whether `feed` resolves within `limit` (on the paused clock: as soon as nothing else can
+/// happen); it stays usable when it did not.
+async fn resolves_within(feed: &mut vvm::SlotChange, limit: Duration) -> bool {
+    tokio::time::timeout(limit, feed).await.is_ok()
+}
+
+const QUIET: Duration = Duration::from_secs(1);
+
+/// A holder with the slot and a waiter whose insert was refused (so it has seen the record).
+async fn held_and_refused() -> (TxLeaseStore<MemoryKv>, TxLeaseStore<MemoryKv>, Lease) {
+    let holder = store();
+    let waiter = holder.other_observer();
+    let a = value("a");
+    let held = Lease {
+        value: a.clone(),
+        revision: holder
+            .insert_if_not_exists(SLOT, &a, TTL)
+            .await
+            .unwrap()
+            .unwrap(),
+    };
+    assert_eq!(
+        waiter
+            .insert_if_not_exists(SLOT, &value("w"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
+    (holder, waiter, held)
+}
+
+fn other_holder() -> LeaseValue {
+    LeaseValue {
+        address: "b".into(),
+        incarnation: Incarnation(4),
+    }
+}
+
+// covers: Tx.Feed
+#[tokio::test(start_paused = true)]
+async fn the_feed_wakes_on_a_release_and_on_another_holder_not_on_renewals() {
+    let (holder, waiter, mut held) = held_and_refused().await;
+    let mut feed = waiter.changed(&[SLOT]);
+    assert!(!resolves_within(&mut feed, QUIET).await);
+    // Another slot taken and released.
+    let other = Lease {
+        value: other_holder(),
+        revision: holder
+            .insert_if_not_exists(Slot(2), &other_holder(), TTL)
+            .await
+            .unwrap()
+            .unwrap(),
+    };
+    assert!(holder.compare_and_delete(Slot(2), &other).await.unwrap());
+    assert!(
+        !resolves_within(&mut feed, QUIET).await,
+        "a change of another slot does not wake"
+    );
+    for _ in 0..5 {
+        held.revision = holder
+            .compare_and_swap(SLOT, &held, &held.value.clone(), TTL)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            !resolves_within(&mut feed, QUIET).await,
+            "a renewal by the same holder does not wake"
+        );
+    }
+    // Each renewal fired the watch, which was set again: one watch, no more.
+    assert_eq!(holder.kv().watches(), 1);
+    assert!(holder.compare_and_delete(SLOT, &held).await.unwrap());
+    assert!(resolves_within(&mut feed, QUIET).await, "a release wakes");
+    drop(feed);
+    assert_eq!(holder.kv().watches(), 0, "a resolved feed keeps no watch");
+
+    let revision = holder
+        .insert_if_not_exists(SLOT, &held.value, TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    held.revision = revision;
+    waiter.get(SLOT).await.unwrap();
+    let mut feed = waiter.changed(&[SLOT]);
+    assert!(!resolves_within(&mut feed, QUIET).await);
+    holder
+        .compare_and_swap(SLOT, &held, &other_holder(), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        resolves_within(&mut feed, QUIET).await,
+        "another holder wakes"
+    );
+}
+
+// covers: Tx.Feed
+#[tokio::test(start_paused = true)]
+async fn a_change_between_the_call_and_the_first_poll_is_not_missed() {
+    let (holder, waiter, held) = held_and_refused().await;
+    let feed = waiter.changed(&[SLOT]);
+    // Released and taken by another holder before the feed first runs: the record is live
+    // again, but not the one the waiter was refused by.
+    assert!(holder.compare_and_delete(SLOT, &held).await.unwrap());
+    let taker = holder.other_observer();
+    taker
+        .insert_if_not_exists(SLOT, &other_holder(), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(tokio::time::timeout(QUIET, feed).await.is_ok());
+
+    // Released and not taken again: the slot is free.
+    let (holder, waiter, held) = held_and_refused().await;
+    let feed = waiter.changed(&[SLOT]);
+    assert!(holder.compare_and_delete(SLOT, &held).await.unwrap());
+    assert!(tokio::time::timeout(QUIET, feed).await.is_ok());
+}
+
+// covers: Tx.Feed
+#[tokio::test(start_paused = true)]
+async fn a_dropped_feed_cancels_its_watches() {
+    let (holder, waiter, _held) = held_and_refused().await;
+    let mut feeds: Vec<_> = (0..4).map(|_| waiter.changed(&[SLOT])).collect();
+    for feed in &mut feeds {
+        assert!(!resolves_within(feed, QUIET).await);
+    }
+    assert_eq!(holder.kv().watches(), 4);
+    drop(feeds);
+    assert_eq!(holder.kv().watches(), 0);
+}
+
+// covers: Tx.Feed
+#[tokio::test(start_paused = true)]
+async fn a_feed_that_cannot_tell_wakes_after_a_pause() {
+    // The store drops its watches (FoundationDB: the watch fails).
+    let (holder, waiter, _held) = held_and_refused().await;
+    let mut feed = waiter.changed(&[SLOT]);
+    assert!(!resolves_within(&mut feed, QUIET).await);
+    holder.kv().cancel_watches();
+    assert!(resolves_within(&mut feed, QUIET).await);
+
+    // A read of the feed fails: it wakes, but not before the pause.
+    holder.kv().inject(KvFault::FailRead);
+    let started = tokio::time::Instant::now();
+    let feed = waiter.changed(&[SLOT]);
+    assert!(tokio::time::timeout(QUIET, feed).await.is_ok());
+    assert!(started.elapsed() >= vvm_adapters::txkv::FEED_UNKNOWN_PAUSE);
+
+    // A read that hangs is bounded by the operation timeout.
+    holder.kv().inject(KvFault::HangRead);
+    let feed = waiter.changed(&[SLOT]);
+    assert!(
+        tokio::time::timeout(TxOptions::default().operation_timeout() * 2, feed)
+            .await
+            .is_ok()
+    );
+}

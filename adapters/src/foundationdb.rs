@@ -7,15 +7,25 @@
 //! | `begin` | `Database::create_trx`, with the operation's timeout and a retry limit set on it |
 //! | `get` / `set` / `clear` | the transaction's own (serializable reads, not snapshot reads) |
 //! | `commit` | `Transaction::commit` |
+//! | `watch` | `Transaction::watch`, with the transaction's timeout lifted (see below) |
 //! | [`TxError::UnknownResult`] | `commit_unknown_result` and every other "maybe committed" error |
 //! | [`TxError::Retryable`] | errors FoundationDB marks retryable and certainly not committed (conflicts) |
 //! | [`TxError::Failed`] | everything else |
+//!
+//! The change feed of the lease logic waits on FoundationDB watches: a watch is registered by
+//! the commit of the read-only transaction that set it and fires once the key's value differs
+//! from the one that transaction read. The operation timeout would cancel a watch that waits
+//! longer, so a transaction that sets one drops that timeout; its reads and its commit stay
+//! bounded by the lease logic's own timeout, and dropping the watch's future cancels it.
+//! FoundationDB keeps at most 10 000 watches per database by default (`too_many_watches`
+//! beyond), one per watched slot of each waiting candidate.
 //!
 //! Building needs libclang; linking and running need the FoundationDB client library
 //! (`libfdb_c`, 7.3). The network thread must be running before a store is opened: the host
 //! calls `foundationdb::boot()` once (it is `unsafe`: once per process, and its guard must be
 //! dropped before the process exits) and passes the guard to [`open`] as proof.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -137,6 +147,16 @@ impl KvTx for FdbTx {
         match self.0.commit().await {
             Ok(_) => Ok(()),
             Err(error) => Err(map_error(&error)),
+        }
+    }
+
+    fn watch(&mut self, key: &[u8]) -> impl Future<Output = Result<(), TxError>> + Send + 'static {
+        // A watch waits as long as nothing changes: the operation timeout must not cancel it.
+        let untimed = self.0.set_option(TransactionOption::Timeout(0));
+        let watch = self.0.watch(key);
+        async move {
+            untimed.map_err(|error| map_error(&error))?;
+            watch.await.map_err(|error| map_error(&error))
         }
     }
 }

@@ -5,7 +5,8 @@
 //!   independence of keys, and 1000 concurrent inserts on one key;
 //! - [`elections`]: the runtime's [`Elections`](vvm::Elections) acquiring, holding, losing and
 //!   releasing a slot on the store;
-//! - [`observe`]: [`vvm::observe`] reporting every change of holder (and no renewal).
+//! - [`observe`]: [`vvm::observe`] reporting every change of holder (and no renewal);
+//! - [`feed`]: the change feed, for stores that have one (`feed_cases!`).
 //!
 //! # Plugging a store in
 //! 1. Implement [`Harness`]: a fresh store per case, extra clients of it, a short TTL and a way
@@ -27,6 +28,7 @@
 #![allow(dead_code)]
 
 pub mod elections;
+pub mod feed;
 pub mod observe;
 pub mod ttl;
 
@@ -185,3 +187,26 @@ macro_rules! elections_cases {
 pub(crate) use elections_cases;
 #[allow(unused_imports)]
 pub(crate) use observe::observe_cases;
+
+/// One test per change-feed case: `feed_cases!(#[test attribute] harness-expression);`.
+#[allow(unused_macros)]
+macro_rules! feed_cases {
+    (#[$test:meta] $harness:expr) => {
+        $crate::conformance::feed_cases!(@cases #[$test] $harness;
+            feed_wakes_on_a_deletion,
+            feed_wakes_on_another_holder,
+            feed_wakes_on_a_deletion_and_reinsert_after_the_call,
+        );
+    };
+    (@cases #[$test:meta] $harness:expr; $($case:ident),+ $(,)?) => {
+        $(
+            // covers: St.ChangeFeed
+            #[$test]
+            async fn $case() {
+                $crate::conformance::feed::$case(&$harness).await;
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use feed_cases;

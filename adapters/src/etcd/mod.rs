@@ -34,6 +34,14 @@
 //! [`EtcdStore::check_ttl`] says so up front, [`EtcdStore::validate`] also asks the server, and
 //! a write whose lease the server grants with another TTL fails and revokes that lease.
 //!
+//! # Change feed
+//!
+//! [`LeaseStore::changed`] opens one etcd watch over the waited-for keys, starting after the
+//! highest revision any answer of this store carried, so that nothing committed after the call
+//! is missed. It resolves on a deletion, on a write of another value (a renewal by the same
+//! holder does not wake), and whenever it cannot tell (compaction, cancellation, lost stream);
+//! dropping the future cancels the watch. Details in the `feed` module source.
+//!
 //! # Errors
 //!
 //! A write that fails before its transaction was sent (the connection was refused, the TTL was
@@ -42,6 +50,7 @@
 //! (deadline, unavailable, reset connection) is [`StoreError::Unknown`]. Reads only ever fail
 //! with [`StoreError::Failed`]: they write nothing.
 
+mod feed;
 mod options;
 
 #[cfg(feature = "etcd-cluster")]
@@ -53,11 +62,14 @@ use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, LeaseClient,
-    PutOptions, Txn, TxnOp, TxnOpResponse,
+    PutOptions, Txn, TxnOp, TxnOpResponse, WatchClient,
 };
 use tokio::sync::Semaphore;
 use vvm_core::{LeaseConfig, Revision, Slot};
-use vvm_runtime::{Lease, LeaseStore, LeaseValue, StoreError};
+use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
+
+use feed::SeenRevision;
+pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
 
 #[cfg(feature = "etcd-tls")]
 pub use options::EtcdTls;
@@ -79,8 +91,11 @@ pub const REVOKES_IN_FLIGHT_MAX: usize = 64;
 pub struct EtcdStore {
     kv: KvClient,
     lease: LeaseClient,
+    watch: WatchClient,
     prefix: Arc<str>,
     revokes: Arc<Semaphore>,
+    /// The highest cluster revision of any answer: where change feeds start.
+    seen: Arc<SeenRevision>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -129,8 +144,10 @@ impl EtcdStore {
         Ok(EtcdStore {
             kv: client.kv_client(),
             lease: client.lease_client(),
+            watch: client.watch_client(),
             prefix: prefix.into(),
             revokes: Arc::new(Semaphore::new(REVOKES_IN_FLIGHT_MAX)),
+            seen: Arc::default(),
         })
     }
 
@@ -207,6 +224,7 @@ impl EtcdStore {
             .map_err(|error| StoreError::Failed {
                 reason: format!("granting a lease: {}", describe(&error)),
             })?;
+        self.seen.note(granted.header());
         if granted.ttl() != ttl_secs {
             self.revoke_later(granted.id());
             let error = EtcdError::TtlNotHonoured {
@@ -248,7 +266,10 @@ impl EtcdStore {
     /// revoked only when the transaction certainly did not apply.
     async fn write(&self, txn: Txn, lease: i64) -> Result<etcd_client::TxnResponse, StoreError> {
         match self.kv.clone().txn(txn).await {
-            Ok(response) => Ok(response),
+            Ok(response) => {
+                self.seen.note(response.header());
+                Ok(response)
+            }
             Err(error) => {
                 let error = classify_write(&error);
                 if !error.is_unknown() {
@@ -489,6 +510,7 @@ impl LeaseStore for EtcdStore {
             .get(self.key(key), None::<GetOptions>)
             .await
             .map_err(|error| read_failed(&error))?;
+        self.seen.note(response.header());
         let Some(record) = response.kvs().first() else {
             return Ok(None);
         };
@@ -510,6 +532,7 @@ impl LeaseStore for EtcdStore {
             .get(self.key(key), None::<GetOptions>)
             .await
             .map_err(|error| read_failed(&error))?;
+        self.seen.note(response.header());
         let Some(lease) = response
             .kvs()
             .first()
@@ -525,6 +548,13 @@ impl LeaseStore for EtcdStore {
             .await
             .map_err(|error| read_failed(&error))?;
         Ok(u64::try_from(left.ttl()).ok().map(Duration::from_secs))
+    }
+
+    /// One etcd watch over the keys of `keys`, from the highest revision this store has seen;
+    /// see the module documentation (change feed).
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        let names = keys.iter().map(|slot| self.key(*slot)).collect();
+        feed::changed(self.watch.clone(), &self.seen, names, keys)
     }
 }
 

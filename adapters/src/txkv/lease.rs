@@ -29,13 +29,34 @@
 //! a conflict at most [`TxOptions::retries_max`] times, with the whole operation bounded by
 //! [`TxOptions::timeout`]. A read that fails or times out is [`StoreError::Failed`]; a commit
 //! whose outcome is unknown, or that times out, is [`StoreError::Unknown`].
+//!
+//! # Change feed
+//!
+//! [`LeaseStore::changed`] rests on the store's watches ([`KvTx::watch`]). Each round is one
+//! read-only transaction that reads the watched keys and sets a watch on each, then waits for
+//! one to fire:
+//! - a watched key that is absent or holds a deletion tombstone resolves the feed (released);
+//! - a live record whose holder (value) differs from the baseline resolves it (another holder).
+//!   The baseline is what this process last saw of the slot (the notes of its reads and
+//!   writes) at the call; without a note then, its note when the first round runs (normally
+//!   from the read of the insert that was refused); without either, what the first round reads;
+//! - a watch that fires on a renewal by the same holder (the revision changed, the holder did
+//!   not) only starts the next round: one read transaction per renewal, no wake-up;
+//! - a round that fails (a read, the commit or a watch failed or timed out) cannot tell, so it
+//!   resolves, not before [`FEED_UNKNOWN_PAUSE`] after the wait began.
+//!
+//! An expiry is never reported (nothing changes in the store when a holder stops renewing): the
+//! waiter's own timer covers it. Dropping the future drops its transaction or its watches,
+//! which cancels them; no task is spawned.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use vvm_core::{Instant, Revision, Slot};
-use vvm_runtime::{Clock, Lease, LeaseStore, LeaseValue, StoreError, TimeSource, ValueError};
+use vvm_runtime::{
+    Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource, ValueError,
+};
 
 use super::record::Record;
 use super::{KvTx, TxError, TxKv};
@@ -46,6 +67,9 @@ pub const OBSERVATIONS_MAX: usize = 4096;
 pub const RETRIES_MAX_DEFAULT: u32 = 5;
 /// Default bound of one operation, retries included.
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// Shortest wait of a change feed that ends without having seen a change (a failed round): bounds
+/// how often a waiter asks a store that fails.
+pub const FEED_UNKNOWN_PAUSE: Duration = Duration::from_millis(100);
 /// Longest key prefix, in bytes.
 pub const PREFIX_MAX_BYTES: usize = 256;
 /// First pause before running a conflicting transaction again; doubles up to 100 ms.
@@ -389,6 +413,100 @@ impl<K: TxKv> TxLeaseStore<K> {
     }
 }
 
+/// Why a change-feed round ended.
+enum Round {
+    /// A watched slot was released or passed to another holder.
+    Changed,
+    /// A watch fired, but the holders are the same: look again.
+    Again,
+}
+
+impl<K: TxKv> TxLeaseStore<K> {
+    /// The holder this process last saw in each of `slots`, if it has a note.
+    fn last_seen(&self, slots: &[Slot]) -> Vec<Option<Vec<u8>>> {
+        let notes = self.notes();
+        slots
+            .iter()
+            .map(|slot| notes.get(slot).map(|note| note.value.clone()))
+            .collect()
+    }
+
+    /// The change feed of `slots` (sorted, distinct) from `baseline` (taken at the call); see
+    /// the module documentation.
+    async fn feed(self, slots: Vec<Slot>, baseline: Vec<Option<Vec<u8>>>) {
+        let began = tokio::time::Instant::now();
+        let mut baseline = baseline;
+        for (seen, now) in baseline.iter_mut().zip(self.last_seen(&slots)) {
+            if seen.is_none() {
+                *seen = now;
+            }
+        }
+        loop {
+            match self.feed_round(&slots, &mut baseline).await {
+                Ok(Round::Changed) => {
+                    tracing::debug!(?slots, "transactional change feed: a holder changed");
+                    return;
+                }
+                Ok(Round::Again) => {}
+                Err(reason) => {
+                    tracing::debug!(?slots, %reason, "transactional change feed: cannot tell");
+                    tokio::time::sleep_until(began + FEED_UNKNOWN_PAUSE).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One round: read and watch every slot in one transaction, then wait for a watch.
+    async fn feed_round(
+        &self,
+        slots: &[Slot],
+        baseline: &mut [Option<Vec<u8>>],
+    ) -> Result<Round, String> {
+        let deadline = tokio::time::Instant::now() + self.options.timeout;
+        let mut tx = self.kv.begin().map_err(|error| error.to_string())?;
+        let mut watches = Vec::with_capacity(slots.len());
+        for (slot, seen) in slots.iter().zip(baseline.iter_mut()) {
+            let key = self.key(*slot);
+            let read = tokio::time::timeout_at(deadline, tx.get(&key))
+                .await
+                .map_err(|_| format!("reading slot {} timed out", slot.0))?
+                .map_err(|error| error.to_string())?;
+            let holder = match read {
+                None => return Ok(Round::Changed),
+                Some(bytes) => match Record::decode(&bytes) {
+                    None => bytes,
+                    Some(Record::Deleted { .. }) => return Ok(Round::Changed),
+                    Some(Record::Live { value, .. }) => value,
+                },
+            };
+            match seen {
+                Some(seen) if *seen != holder => return Ok(Round::Changed),
+                Some(_) => {}
+                None => *seen = Some(holder),
+            }
+            watches.push(Box::pin(tx.watch(&key)));
+        }
+        tokio::time::timeout_at(deadline, tx.commit())
+            .await
+            .map_err(|_| "committing the watches timed out".to_string())?
+            .map_err(|error| error.to_string())?;
+        let fired = std::future::poll_fn(|cx| {
+            for watch in &mut watches {
+                if let std::task::Poll::Ready(result) =
+                    std::future::Future::poll(watch.as_mut(), cx)
+                {
+                    return std::task::Poll::Ready(result);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+        fired.map_err(|error| error.to_string())?;
+        Ok(Round::Again)
+    }
+}
+
 fn forget_oldest(notes: &mut HashMap<Slot, Observation>) {
     if let Some(oldest) = notes
         .iter()
@@ -500,5 +618,18 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
             }
         })
         .await
+    }
+
+    /// Watches of the store's keys; see the module documentation (change feed).
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        let mut slots = keys.to_vec();
+        slots.sort_unstable();
+        slots.dedup();
+        if slots.is_empty() {
+            return Box::pin(std::future::pending());
+        }
+        // Taken at the call: a change after it differs from this.
+        let baseline = self.last_seen(&slots);
+        Box::pin(self.clone().feed(slots, baseline))
     }
 }

@@ -1,9 +1,17 @@
 //! An in-memory [`TxKv`] with optimistic concurrency like FoundationDB's: a commit fails with
 //! [`TxError::Retryable`] when a key the transaction read was changed since. Faults can be
 //! queued to reproduce conflicts, failures, unknown outcomes and hangs.
+//!
+//! Watches behave like FoundationDB's: registered by the commit of the transaction that made
+//! them, fired once the key's value differs from the one that transaction saw, failed when the
+//! transaction does not commit or the store drops them ([`MemoryKv::cancel_watches`]), and at
+//! most [`WATCHES_MAX`] at once (FoundationDB's default limit per database).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
 
 use super::{KvTx, TxError, TxKv};
 
@@ -11,6 +19,16 @@ use super::{KvTx, TxError, TxKv};
 pub const KEYS_MAX: usize = 65_536;
 /// Most faults queued at once.
 pub const FAULTS_MAX: usize = 1024;
+/// Most active watches at once; a commit that would register more fails the extra ones.
+pub const WATCHES_MAX: usize = 10_000;
+
+/// A watch: fires when the value under `key` is no longer `value`.
+#[derive(Debug)]
+struct Watcher {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    fire: oneshot::Sender<Result<(), TxError>>,
+}
 
 /// What the next commit (or read, for [`KvFault::HangRead`] and [`KvFault::FailRead`]) does
 /// instead of its normal work.
@@ -40,11 +58,28 @@ struct Inner {
     version: u64,
     faults: VecDeque<KvFault>,
     commits: u64,
+    watches: Vec<Watcher>,
 }
 
 impl Inner {
     fn version_of(&self, key: &[u8]) -> u64 {
         self.versions.get(key).copied().unwrap_or(0)
+    }
+
+    /// Fires the watches whose key changed and forgets those nobody waits for any more.
+    fn fire_watches(&mut self) {
+        let watches = std::mem::take(&mut self.watches);
+        for watcher in watches {
+            if watcher.fire.is_closed() {
+                continue;
+            }
+            if self.data.get(&watcher.key) != watcher.value.as_ref() {
+                // The receiver may be gone meanwhile: nothing to tell then.
+                let _ = watcher.fire.send(Ok(()));
+            } else {
+                self.watches.push(watcher);
+            }
+        }
     }
 
     fn take_fault(&mut self, wanted: impl Fn(KvFault) -> bool) -> Option<KvFault> {
@@ -96,7 +131,30 @@ impl MemoryKv {
         let version = inner.version;
         inner.versions.insert(key.to_vec(), version);
         inner.data.insert(key.to_vec(), value.to_vec());
+        inner.fire_watches();
         true
+    }
+
+    /// Removes `key` outside any transaction, as another writer would.
+    pub fn remove(&self, key: &[u8]) {
+        let mut inner = lock(&self.inner);
+        inner.version += 1;
+        let version = inner.version;
+        inner.versions.insert(key.to_vec(), version);
+        inner.data.remove(key);
+        inner.fire_watches();
+    }
+
+    /// How many watches are active (registered and still awaited).
+    pub fn watches(&self) -> usize {
+        let mut inner = lock(&self.inner);
+        inner.watches.retain(|watcher| !watcher.fire.is_closed());
+        inner.watches.len()
+    }
+
+    /// Drops every active watch, as FoundationDB does when it cannot keep them: each fails.
+    pub fn cancel_watches(&self) {
+        lock(&self.inner).watches.clear();
     }
 
     /// How many commits applied.
@@ -110,7 +168,11 @@ impl MemoryKv {
 pub struct MemoryTx {
     inner: Arc<Mutex<Inner>>,
     reads: HashMap<Vec<u8>, u64>,
+    /// The value of every key read, as first read.
+    seen: HashMap<Vec<u8>, Option<Vec<u8>>>,
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Watches made in this transaction, registered by its commit.
+    watches: Vec<Watcher>,
 }
 
 impl TxKv for MemoryKv {
@@ -120,7 +182,9 @@ impl TxKv for MemoryKv {
         Ok(MemoryTx {
             inner: self.inner.clone(),
             reads: HashMap::new(),
+            seen: HashMap::new(),
             writes: BTreeMap::new(),
+            watches: Vec::new(),
         })
     }
 }
@@ -145,7 +209,11 @@ impl KvTx for MemoryTx {
         self.reads
             .entry(key.to_vec())
             .or_insert_with(|| inner.version_of(key));
-        Ok(inner.data.get(key).cloned())
+        let value = inner.data.get(key).cloned();
+        self.seen
+            .entry(key.to_vec())
+            .or_insert_with(|| value.clone());
+        Ok(value)
     }
 
     fn set(&mut self, key: &[u8], value: &[u8]) {
@@ -180,9 +248,12 @@ impl KvTx for MemoryTx {
             _ => {}
         }
         let mut inner = lock(&self.inner);
+        // As in FoundationDB, a read-only transaction never conflicts: it writes nothing that
+        // its reads could invalidate.
         if let Some((key, _)) = self
             .reads
             .iter()
+            .filter(|_| !self.writes.is_empty())
             .find(|(key, seen)| inner.version_of(key) != **seen)
         {
             return Err(TxError::Retryable {
@@ -209,14 +280,58 @@ impl KvTx for MemoryTx {
                     None => inner.data.remove(&key),
                 };
             }
+            inner.fire_watches();
         }
         inner.commits += 1;
         if fault == Some(KvFault::UnknownApplied) {
+            // The watches of a commit with an unknown outcome are dropped: they fail.
             return Err(TxError::UnknownResult {
                 reason: reason("unknown result (applied)"),
             });
         }
+        inner.watches.retain(|watcher| !watcher.fire.is_closed());
+        for watcher in self.watches {
+            if watcher.fire.is_closed() {
+                continue;
+            }
+            // A change between this transaction's read and its commit fires at once.
+            if inner.data.get(&watcher.key) != watcher.value.as_ref() {
+                let _ = watcher.fire.send(Ok(()));
+                continue;
+            }
+            if inner.watches.len() >= WATCHES_MAX {
+                let _ = watcher.fire.send(Err(TxError::Failed {
+                    reason: format!("too many watches (at most {WATCHES_MAX})"),
+                }));
+                continue;
+            }
+            inner.watches.push(watcher);
+        }
         Ok(())
+    }
+
+    fn watch(&mut self, key: &[u8]) -> impl Future<Output = Result<(), TxError>> + Send + 'static {
+        // What this transaction saw: its own write, else its read, else the value now.
+        let value = match self.writes.get(key) {
+            Some(written) => written.clone(),
+            None => match self.seen.get(key) {
+                Some(read) => read.clone(),
+                None => lock(&self.inner).data.get(key).cloned(),
+            },
+        };
+        let (fire, fired) = oneshot::channel();
+        self.watches.push(Watcher {
+            key: key.to_vec(),
+            value,
+            fire,
+        });
+        async move {
+            fired.await.unwrap_or_else(|_| {
+                Err(TxError::Failed {
+                    reason: "watch cancelled (not committed, or dropped by the store)".into(),
+                })
+            })
+        }
     }
 }
 
@@ -257,6 +372,73 @@ mod tests {
             Err(TxError::Retryable { .. })
         ));
         assert_eq!(kv.value(b"other"), None);
+    }
+
+    async fn fired(
+        watch: impl Future<Output = Result<(), TxError>>,
+    ) -> Option<Result<(), TxError>> {
+        tokio::time::timeout(std::time::Duration::from_millis(50), watch)
+            .await
+            .ok()
+    }
+
+    #[tokio::test]
+    async fn a_committed_watch_fires_when_the_value_changes_not_when_it_is_rewritten() {
+        let kv = MemoryKv::new();
+        assert!(kv.put(b"k", b"1"));
+        let mut tx = kv.begin().unwrap();
+        assert_eq!(tx.get(b"k").await.unwrap(), Some(b"1".to_vec()));
+        let mut watch = Box::pin(tx.watch(b"k"));
+        assert!(
+            fired(&mut watch).await.is_none(),
+            "not active before commit"
+        );
+        tx.commit().await.unwrap();
+        assert_eq!(kv.watches(), 1);
+        assert!(kv.put(b"k", b"1"));
+        assert!(fired(&mut watch).await.is_none(), "the same value again");
+        kv.remove(b"k");
+        assert_eq!(fired(&mut watch).await, Some(Ok(())));
+        assert_eq!(kv.watches(), 0);
+
+        // A change between the read and the commit fires at once.
+        let mut tx = kv.begin().unwrap();
+        assert_eq!(tx.get(b"k").await.unwrap(), None);
+        let watch = tx.watch(b"k");
+        assert!(kv.put(b"k", b"2"));
+        tx.commit().await.unwrap();
+        assert_eq!(fired(watch).await, Some(Ok(())));
+    }
+
+    #[tokio::test]
+    async fn watches_fail_when_not_committed_or_dropped_by_the_store() {
+        let kv = MemoryKv::new();
+        let mut tx = kv.begin().unwrap();
+        let watch = tx.watch(b"k");
+        drop(tx);
+        assert!(matches!(
+            fired(watch).await,
+            Some(Err(TxError::Failed { .. }))
+        ));
+
+        assert!(kv.inject(KvFault::Conflict));
+        let mut tx = kv.begin().unwrap();
+        let watch = tx.watch(b"k");
+        assert!(tx.commit().await.is_err());
+        assert!(matches!(
+            fired(watch).await,
+            Some(Err(TxError::Failed { .. }))
+        ));
+
+        let mut tx = kv.begin().unwrap();
+        let watch = tx.watch(b"k");
+        tx.commit().await.unwrap();
+        kv.cancel_watches();
+        assert!(matches!(
+            fired(watch).await,
+            Some(Err(TxError::Failed { .. }))
+        ));
+        assert_eq!(kv.watches(), 0);
     }
 
     #[tokio::test]

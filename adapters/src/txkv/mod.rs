@@ -5,6 +5,9 @@
 //! the small [`TxKv`] trait, judging expiry **by observation** (see [`lease`]); the
 //! FoundationDB store is a thin [`TxKv`] mapping of it, and [`MemoryKv`] runs the same logic in
 //! memory, with injectable faults, so that it passes the conformance suite here.
+//!
+//! The change feed ([`LeaseStore::changed`](vvm_runtime::LeaseStore::changed)) rests on the
+//! store's watches ([`KvTx::watch`]); see [`lease`].
 
 pub mod lease;
 pub mod memory;
@@ -12,8 +15,11 @@ mod record;
 
 use std::future::Future;
 
-pub use lease::{TxLeaseStore, TxOptions, OBSERVATIONS_MAX, RETRIES_MAX_DEFAULT, TIMEOUT_DEFAULT};
-pub use memory::{KvFault, MemoryKv};
+pub use lease::{
+    TxLeaseStore, TxOptions, FEED_UNKNOWN_PAUSE, OBSERVATIONS_MAX, RETRIES_MAX_DEFAULT,
+    TIMEOUT_DEFAULT,
+};
+pub use memory::{KvFault, MemoryKv, WATCHES_MAX};
 
 /// Why a transaction step did not succeed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,7 +59,8 @@ pub trait TxKv: Send + Sync + 'static {
 
 /// One transaction: reads see the writes made in it; [`commit`](KvTx::commit) applies them
 /// atomically, and fails with [`TxError::Retryable`] when a key read in it was changed by a
-/// transaction committed in between.
+/// transaction committed in between (one that writes nothing never conflicts, as in
+/// FoundationDB).
 pub trait KvTx: Send + 'static {
     /// The value under `key`, if any.
     fn get(&mut self, key: &[u8]) -> impl Future<Output = Result<Option<Vec<u8>>, TxError>> + Send;
@@ -66,4 +73,11 @@ pub trait KvTx: Send + 'static {
 
     /// Applies every write of the transaction, or none.
     fn commit(self) -> impl Future<Output = Result<(), TxError>> + Send;
+
+    /// A watch on `key` (FoundationDB's `Transaction::watch`): it becomes active when the
+    /// transaction commits, and then resolves with `Ok(())` once the value under `key` differs
+    /// from the one this transaction saw (read or wrote). It resolves with an error when it is
+    /// cancelled or cannot be kept (the transaction did not commit, the store dropped it, too
+    /// many watches). Dropping the future cancels the watch.
+    fn watch(&mut self, key: &[u8]) -> impl Future<Output = Result<(), TxError>> + Send + 'static;
 }
