@@ -40,7 +40,8 @@ fn leading_child(store: &str, address: &str) -> Child {
     child
 }
 
-// covers: Url.Parse
+// covers: Url.Secrets
+// covers: Url.Open
 // covers: Et.Options
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authenticated_prefixed_etcd_url_works_through_the_binary() {

@@ -171,7 +171,8 @@ fn start_etcd(etcd: &Path, dir: &Path) -> TlsEtcd {
     TlsEtcd { child, port }
 }
 
-// covers: Url.Parse
+// covers: Url.Options
+// covers: Url.Open
 // covers: Et.Options
 #[test]
 fn a_tls_etcd_url_with_a_client_certificate_works_through_the_binary() {

@@ -379,6 +379,7 @@ impl LeaseStore for AnyStore {
 mod tests {
     use super::*;
 
+    // covers: Url.Open
     #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn sqlite_urls_open_with_their_options() {
@@ -401,6 +402,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    // covers: Url.Open
     #[cfg(feature = "memory")]
     #[tokio::test]
     async fn url_errors_are_usage_errors_with_their_source() {
@@ -415,6 +417,7 @@ mod tests {
         assert_eq!(memory.get(Slot(1)).await.unwrap(), None);
     }
 
+    // covers: Url.Open
     #[cfg(feature = "etcd")]
     #[tokio::test]
     async fn etcd_files_and_options_are_checked_before_connecting() {

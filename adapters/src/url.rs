@@ -629,7 +629,7 @@ mod tests {
         }
     }
 
-    // covers: Url.Parse
+    // covers: Url.Options
     #[test]
     fn every_etcd_parameter_is_read() {
         let url = etcd_of(
@@ -664,7 +664,7 @@ mod tests {
         );
     }
 
-    // covers: Url.Parse
+    // covers: Url.Options
     #[test]
     fn every_bad_parameter_is_named() {
         let param = |url: &str| StoreUrl::parse(url).unwrap_err();
@@ -727,7 +727,7 @@ mod tests {
         );
     }
 
-    // covers: Url.Parse
+    // covers: Url.Secrets
     #[test]
     fn passwords_are_refused_and_never_echoed() {
         for (url, error) in [
@@ -750,7 +750,7 @@ mod tests {
         }
     }
 
-    // covers: Url.Parse
+    // covers: Url.Secrets
     #[test]
     fn display_and_debug_redact_the_credentials() {
         let url = StoreUrl::parse(

@@ -42,14 +42,42 @@ pub fn block_on(future: impl Future<Output = ExitCode>) -> ExitCode {
 }
 
 /// `error` and its causes on one line, `outer: inner: innermost`: errors do not repeat their
-/// source in their own message, so a host prints the chain.
+/// source in their own message, so a host prints the chain. A cause whose text the level above
+/// already quotes (some errors still include their source) is not printed twice.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
+    let mut above = message.clone();
     let mut source = error.source();
     while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
+        let text = cause.to_string();
+        if !above.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        above = text;
         source = cause.source();
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot open the store")]
+    struct Outer(#[source] Middle);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot open x.db: {0}")]
+    struct Middle(#[source] std::io::Error);
+
+    #[test]
+    fn the_chain_is_one_line_without_repeats() {
+        let error = Outer(Middle(std::io::Error::other("disk on fire")));
+        assert_eq!(
+            error_chain(&error),
+            "cannot open the store: cannot open x.db: disk on fire"
+        );
+    }
 }
