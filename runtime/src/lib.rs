@@ -26,6 +26,8 @@ pub mod elections;
 mod error;
 mod executor;
 pub mod killer;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod pipeline;
 pub mod sequencer;
 pub mod services;
