@@ -166,6 +166,14 @@ fn leader_and_standby_answer_and_the_leader_gauge_follows_the_hand_off() {
     );
     assert_eq!(get(leader.addr, "/healthz").0, 200);
 
+    // A client that sends half a request and stalls holds only its own connection.
+    let mut stalled = TcpStream::connect(leader.addr).unwrap();
+    stalled
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost:")
+        .unwrap();
+    let idle = TcpStream::connect(leader.addr).unwrap();
+    assert_eq!(get(leader.addr, "/healthz").0, 200);
+
     // A junk request gets 400; the endpoint keeps serving.
     assert_eq!(raw(leader.addr, b"\x16\x03\x01 hello\r\n\r\n").0, 400);
     assert_eq!(raw(leader.addr, b"GET /leader\r\n\r\n").0, 400);
@@ -202,6 +210,7 @@ fn leader_and_standby_answer_and_the_leader_gauge_follows_the_hand_off() {
     );
     assert_eq!(get(standby.addr, "/healthz").0, 200);
     drop(standby);
+    drop((stalled, idle));
     let _ = leader.lines.try_recv();
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -251,6 +260,57 @@ fn a_loss_sets_the_leader_gauge_to_zero_and_counts_it() {
     assert_eq!(get(node.addr, "/leader").0, 503);
     assert_eq!(get(node.addr, "/healthz").0, 200);
     signal(&node.child, Signal::KILL);
+    drop(node);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The sum of every sample of `name` (all label sets) in the Prometheus text.
+fn total(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+// covers: Rt.Metrics
+#[test]
+fn renewals_that_fail_while_the_store_is_locked_are_counted() {
+    let dir = temp_dir("vvm-ops-lock");
+    let node = start(&dir, "ops-r", &["--lease", "4s"]);
+    wait_status(&node, "/leader", 200);
+    let before = get(node.addr, "/metrics").1;
+    assert_eq!(
+        total(&before, "vvm_renewal_failures_total"),
+        0.0,
+        "{before}"
+    );
+
+    // No renewal can be written while the file is locked; the lock goes as soon as a failure is
+    // counted, well before the kill deadline (0.8·L after the last confirmed renewal) on an idle
+    // machine. On a loaded one the VVM may lose the slot: the counter has moved all the same.
+    let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+    database.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let until = Instant::now() + WAIT_MAX;
+    let counted = loop {
+        let metrics = get(node.addr, "/metrics").1;
+        if total(&metrics, "vvm_renewal_failures_total") >= 1.0 {
+            break metrics;
+        }
+        assert!(
+            Instant::now() < until,
+            "no renewal failure counted:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    database.execute_batch("COMMIT").unwrap();
+    assert!(
+        counted.contains("vvm_store_call_duration_seconds_count{operation=\"compare_and_swap\",outcome=\"failed\"}")
+            || counted.contains("vvm_store_call_duration_seconds_count{operation=\"compare_and_swap\",outcome=\"unknown\"}"),
+        "{counted}"
+    );
     drop(node);
     std::fs::remove_dir_all(&dir).unwrap();
 }
