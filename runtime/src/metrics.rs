@@ -194,3 +194,38 @@ fn set_margin(deadlines: &[(Incarnation, Instant)]) {
         });
     metrics::gauge!(LEASE_MARGIN_SECONDS).set(margin);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn armed(incarnation: Incarnation) -> Option<Instant> {
+        DEADLINES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(own, _)| *own == incarnation)
+            .map(|(_, at)| *at)
+    }
+
+    // covers: Rt.Metrics
+    #[test]
+    fn the_margin_table_follows_arm_and_disarm_per_vvm() {
+        // Incarnations no other test uses: the table is process-wide.
+        let (a, b) = (Incarnation(u64::MAX - 1), Incarnation(u64::MAX - 2));
+        kill_deadline(a, Some(Instant::from_nanos(5)));
+        kill_deadline(b, Some(Instant::from_nanos(9)));
+        assert_eq!(armed(a), Some(Instant::from_nanos(5)));
+        // Arming again replaces, also with a later deadline (a confirmed renewal).
+        kill_deadline(a, Some(Instant::from_nanos(7)));
+        assert_eq!(armed(a), Some(Instant::from_nanos(7)));
+        kill_deadline(a, None);
+        assert_eq!(armed(a), None);
+        assert_eq!(armed(b), Some(Instant::from_nanos(9)));
+        kill_deadline(b, None);
+        assert_eq!(armed(b), None);
+        // Disarming what was never armed changes nothing.
+        kill_deadline(a, None);
+        assert_eq!(armed(a), None);
+    }
+}
