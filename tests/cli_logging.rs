@@ -78,6 +78,34 @@ fn json_lines_parse_with_level_and_fields() {
 
 // covers: Cli.Logging
 #[test]
+fn the_final_problem_is_a_json_line_too() {
+    let dir = cli_support::temp_dir("vvm-log-json");
+    // A path inside a regular file: the store cannot be opened, a problem (exit 1).
+    std::fs::write(dir.join("file"), "").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-format", "json", "run", "--store"])
+        .arg(format!("sqlite:{}", dir.join("file/vvm.sqlite").display()))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
+        })
+        .collect();
+    let last = lines.last().unwrap_or_else(|| panic!("no line: {stderr}"));
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert_eq!(last["target"], "vvm", "{stderr}");
+    assert!(last["fields"]["message"].is_string(), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.Logging
+#[test]
 fn rust_log_replaces_the_log_level() {
     // Without RUST_LOG, --log-level (here the default, info) shows info lines…
     let stderr = lead_and_stop(&[], &[]);

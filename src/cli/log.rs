@@ -13,7 +13,7 @@
 //! - nothing on this path panics or waits, except [`flush`], which waits a bounded time.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -110,7 +110,8 @@ fn write_lines(receiver: Receiver<Vec<u8>>, counters: &Counters) {
             let mut stderr = std::io::stderr().lock();
             let mut result = Ok(());
             if dropped > 0 {
-                result = writeln!(stderr, "vvm: {dropped} log lines dropped");
+                let text = own_line(&format!("{dropped} log lines dropped"), "WARN");
+                result = stderr.write_all(text.as_bytes());
             }
             result = result.and_then(|()| stderr.write_all(&line));
             if let Err(error) = result {
@@ -161,6 +162,28 @@ impl<'a> MakeWriter<'a> for StderrQueue {
 }
 
 static QUEUE: OnceLock<Option<StderrQueue>> = OnceLock::new();
+
+/// The log lines are JSON (`--log-format json`): the binary's own lines are too.
+static JSON_LINES: AtomicBool = AtomicBool::new(false);
+
+/// One line of the binary's own: `vvm: <message>`, or with JSON log lines an object shaped like
+/// theirs (`timestamp`, `level`, `fields.message`, `target` `vvm`).
+fn own_line(message: &str, level: &str) -> String {
+    if !JSON_LINES.load(Ordering::Relaxed) {
+        return format!("vvm: {message}\n");
+    }
+    use tracing_subscriber::fmt::format::Writer;
+    use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+    let mut timestamp = String::new();
+    let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    let object = serde_json::json!({
+        "timestamp": timestamp,
+        "level": level,
+        "fields": { "message": message },
+        "target": "vvm",
+    });
+    format!("{object}\n")
+}
 
 /// The process's queue, started on first use.
 fn queue() -> Option<&'static StderrQueue> {
@@ -220,17 +243,19 @@ pub fn init(filter: tracing_subscriber::EnvFilter, format: LogFormat) {
         .with_writer(writer)
         .log_internal_errors(false);
     // `try_init`: a subscriber installed already (none is, in the binary) is kept.
+    JSON_LINES.store(format == LogFormat::Json, Ordering::Relaxed);
     let _ = match format {
         LogFormat::Text => builder.with_ansi(ansi).try_init(),
         LogFormat::Json => builder.with_ansi(false).json().try_init(),
     };
 }
 
-/// Prints one line (`vvm: <message>`) to standard error after the log lines queued before it,
-/// then waits up to [`FLUSH_WAIT_MAX`] for it to be written. Never panics; the line is lost
-/// when standard error is closed or stays stalled.
+/// Prints one line (`vvm: <message>`, a JSON object at level `ERROR` with JSON log lines) to
+/// standard error after the log lines queued before it, then waits up to [`FLUSH_WAIT_MAX`] for
+/// it to be written. Never panics; the line is lost when standard error is closed or stays
+/// stalled.
 pub fn line(message: &str) {
-    let text = format!("vvm: {message}\n");
+    let text = own_line(message, "ERROR");
     match QUEUE.get().and_then(Option::as_ref) {
         Some(queue) => {
             queue.push(text.into_bytes());
