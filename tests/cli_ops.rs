@@ -39,6 +39,8 @@ fn start(dir: &Path, address: &str, extra: &[&str]) -> Node {
         .args(["--round", "100ms", "--address", address])
         .args(["--metrics-addr", ":0"])
         .args(extra)
+        // The flag wins; the variable is there to see that a command does not inherit it.
+        .env("VVM_METRICS_ADDR", "127.0.0.1:1")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
@@ -220,21 +222,26 @@ fn leader_and_standby_answer_and_the_leader_gauge_follows_the_hand_off() {
 fn a_loss_sets_the_leader_gauge_to_zero_and_counts_it() {
     let dir = temp_dir("vvm-ops-loss");
     // The command ignores SIGTERM: after the loss the process stays up for the grace, serving.
+    let inherited = dir.join("inherited");
+    let script = format!(
+        "echo \"${{VVM_METRICS_ADDR-unset}}\" > '{}'; trap '' TERM; while :; do sleep 0.1; done",
+        inherited.display()
+    );
     let node = start(
         &dir,
         "ops-l",
         &[
-            "--lease",
-            "20s",
-            "--grace",
-            "10s",
-            "--",
-            "sh",
-            "-c",
-            "trap '' TERM; while :; do sleep 0.1; done",
+            "--lease", "20s", "--grace", "10s", "--", "sh", "-c", &script,
         ],
     );
     wait_status(&node, "/leader", 200);
+    // The command does not get the address, which is taken.
+    let until = Instant::now() + WAIT_MAX;
+    while !matches!(std::fs::read_to_string(&inherited), Ok(text) if text.ends_with('\n')) {
+        assert!(Instant::now() < until, "the command wrote nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read_to_string(&inherited).unwrap(), "unset\n");
     wait_sample(&node, "vvm_leader{slot=\"1\"}", 1.0);
 
     // The record vanishes: the next renewal (within L/4) is refused, a loss.
