@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 mod cli;
 
 use cli::duration::{parse_acquire, parse_duration};
+use cli::ops::parse_metrics_addr;
 
 /// The exit codes, shown at the end of the help of `vvm` and of each subcommand.
 const EXIT_CODES_HELP: &str = "\
@@ -39,6 +40,18 @@ struct Cli {
     /// Log level on standard error: error, warn, info, debug or trace.
     #[arg(long, global = true, env = "VVM_LOG_LEVEL", default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
+
+    /// Layout of the log lines on standard error: `text` (coloured only on a terminal, never
+    /// with `NO_COLOR` set) or `json` (one object per line). `RUST_LOG`, when set, filters the
+    /// lines instead of `--log-level` (e.g. `RUST_LOG=warn,vvm_runtime=debug`).
+    #[arg(
+        long,
+        global = true,
+        env = "VVM_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: cli::log::LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -110,6 +123,11 @@ pub struct RunArgs {
     /// exit with status 0 shuts `vvm` down cleanly (exit 0); any other end is a failure (exit 1).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+    /// Serve `/metrics` (Prometheus), `/healthz` and `/leader` over HTTP on this address:
+    /// `PORT` or `:PORT` listen on loopback (127.0.0.1), `IP:PORT` as given (`0.0.0.0:PORT`
+    /// exposes them on every interface, without authentication). Off when not set.
+    #[arg(long, env = "VVM_METRICS_ADDR", value_name = "ADDR", value_parser = parse_metrics_addr)]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Arguments of `vvm status`.
@@ -155,8 +173,9 @@ pub struct DemoArgs {
     round: Duration,
 }
 
-/// Logging on standard error that never panics and never blocks the runtime (see `cli::log`).
-fn init_logging(level: &str) {
+/// Logging on standard error that never panics and never blocks the runtime (see `cli::log`);
+/// a `RUST_LOG` that is not a valid filter is a usage error.
+fn init_logging(level: &str, format: cli::log::LogFormat) -> Result<(), ExitCode> {
     let level = match level {
         "error" => tracing::Level::ERROR,
         "warn" => tracing::Level::WARN,
@@ -164,7 +183,10 @@ fn init_logging(level: &str) {
         "trace" => tracing::Level::TRACE,
         _ => tracing::Level::INFO,
     };
-    cli::log::init(level);
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = cli::log::filter(level, rust_log.as_deref()).map_err(|e| cli::usage_error(&e))?;
+    cli::log::init(filter, format);
+    Ok(())
 }
 
 /// `text` ending with a newline (clap's help ends without one after `after_help`).
@@ -206,7 +228,9 @@ fn main() -> ExitCode {
         Command::ExecGuard(args) => return cli::exec::guard(args),
         command => command,
     };
-    init_logging(&cli.log_level);
+    if let Err(code) = init_logging(&cli.log_level, cli.log_format) {
+        return code;
+    }
     let code = match command {
         Command::Demo(args) => cli::demo::demo(args),
         Command::Run(args) => cli::block_on(cli::run::run(args)),

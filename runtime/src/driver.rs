@@ -257,6 +257,8 @@ impl<S: LeaseStore> Driver<S> {
     }
 
     fn notify(&mut self, effect: &Effect) {
+        #[cfg(feature = "metrics")]
+        crate::metrics::notified(effect);
         match *effect {
             Effect::Acquired { token } => {
                 tracing::Span::current().record("slot", token.slot.0);

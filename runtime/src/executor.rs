@@ -96,9 +96,15 @@ impl<S: LeaseStore> Executor<S> {
                 let sleep = Box::pin(tokio::time::sleep_until(Clock.to_tokio(at)));
                 self.timers[timer_index(timer.kind)] = Some(Timer { id: timer, sleep });
             }
-            Effect::ArmKiller { at } => self.killer.arm(at),
+            Effect::ArmKiller { at } => {
+                self.killer.arm(at);
+                #[cfg(feature = "metrics")]
+                crate::metrics::kill_deadline(self.own.incarnation, Some(at));
+            }
             Effect::DisarmKiller => {
                 let removed = self.killer.disarm();
+                #[cfg(feature = "metrics")]
+                crate::metrics::kill_deadline(self.own.incarnation, None);
                 tracing::debug!(removed, "kill deadline disarmed after a clean release");
             }
             Effect::Insert { .. }
@@ -112,6 +118,8 @@ impl<S: LeaseStore> Executor<S> {
 
     fn call(&mut self, effect: &Effect) {
         let call = store_call(self.store.clone(), self.own.clone(), self.lease, effect);
+        #[cfg(feature = "metrics")]
+        let call = call.map(|call| crate::metrics::timed(effect, call));
         match call {
             Some(call) if self.calls.len() < STORE_CALLS_MAX => self.calls.push(call),
             Some(_) => {

@@ -53,6 +53,8 @@ pub mod elections;
 mod error;
 mod executor;
 pub mod killer;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod observe;
 mod pipeline;
 pub mod sequencer;

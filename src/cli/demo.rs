@@ -96,6 +96,8 @@ impl Demo {
             .args(["--lease", &format!("{}ms", args.lease.as_millis())])
             .args(["--round", &format!("{}ms", args.round.as_millis())])
             .args(["--acquire", "120s"])
+            // Three processes cannot share one metrics address.
+            .env_remove("VVM_METRICS_ADDR")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))

@@ -165,6 +165,8 @@ impl Service for ExecService {
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID")
+            // The metrics address is this process's: a nested `vvm` must not try to bind it.
+            .env_remove("VVM_METRICS_ADDR")
             // Its own group, so that one signal reaches everything it starts.
             .process_group(0)
             // If this task is aborted (the stop timeout), the command does not outlive it.

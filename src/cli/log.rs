@@ -13,7 +13,7 @@
 //! - nothing on this path panics or waits, except [`flush`], which waits a bounded time.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -110,7 +110,8 @@ fn write_lines(receiver: Receiver<Vec<u8>>, counters: &Counters) {
             let mut stderr = std::io::stderr().lock();
             let mut result = Ok(());
             if dropped > 0 {
-                result = writeln!(stderr, "vvm: {dropped} log lines dropped");
+                let text = own_line(&format!("{dropped} log lines dropped"), "WARN");
+                result = stderr.write_all(text.as_bytes());
             }
             result = result.and_then(|()| stderr.write_all(&line));
             if let Err(error) = result {
@@ -162,28 +163,99 @@ impl<'a> MakeWriter<'a> for StderrQueue {
 
 static QUEUE: OnceLock<Option<StderrQueue>> = OnceLock::new();
 
+/// The log lines are JSON (`--log-format json`): the binary's own lines are too.
+static JSON_LINES: AtomicBool = AtomicBool::new(false);
+
+/// One line of the binary's own: `vvm: <message>`, or with JSON log lines an object shaped like
+/// theirs (`timestamp`, `level`, `fields.message`, `target` `vvm`).
+fn own_line(message: &str, level: &str) -> String {
+    if !JSON_LINES.load(Ordering::Relaxed) {
+        return format!("vvm: {message}\n");
+    }
+    use tracing_subscriber::fmt::format::Writer;
+    use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+    let mut timestamp = String::new();
+    let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    let object = serde_json::json!({
+        "timestamp": timestamp,
+        "level": level,
+        "fields": { "message": message },
+        "target": "vvm",
+    });
+    format!("{object}\n")
+}
+
 /// The process's queue, started on first use.
 fn queue() -> Option<&'static StderrQueue> {
     QUEUE.get_or_init(StderrQueue::start).as_ref()
 }
 
-/// Installs the fmt subscriber at `level`, writing through the queue.
-pub fn init(level: tracing::Level) {
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .log_internal_errors(false);
-    match queue() {
-        Some(queue) => builder.with_writer(queue.clone()).init(),
-        // Without a writer thread, no logging at all rather than logging that may block.
-        None => builder.with_writer(std::io::sink).init(),
+/// The layout of the log lines.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event; coloured only on a terminal without `NO_COLOR`.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields` (the message among
+    /// them) and the spans.
+    Json,
+}
+
+/// The filter of the log lines: `RUST_LOG` when it is set and not empty (its directives, e.g.
+/// `warn,vvm_runtime=debug`), otherwise everything at `level` and above.
+pub fn filter(
+    level: tracing::Level,
+    rust_log: Option<&str>,
+) -> Result<tracing_subscriber::EnvFilter, String> {
+    match rust_log
+        .map(str::trim)
+        .filter(|directives| !directives.is_empty())
+    {
+        Some(directives) => tracing_subscriber::EnvFilter::builder()
+            .parse(directives)
+            .map_err(|e| format!("RUST_LOG `{directives}` is not a valid filter: {e}")),
+        None => Ok(tracing_subscriber::EnvFilter::new(
+            level.as_str().to_ascii_lowercase(),
+        )),
     }
 }
 
-/// Prints one line (`vvm: <message>`) to standard error after the log lines queued before it,
-/// then waits up to [`FLUSH_WAIT_MAX`] for it to be written. Never panics; the line is lost
-/// when standard error is closed or stays stalled.
+/// Whether text lines get colours: only on a terminal, and never when `NO_COLOR` is set to
+/// anything but the empty string (<https://no-color.org>).
+pub fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && !matches!(no_color, Some(value) if !value.is_empty())
+}
+
+/// Installs the fmt subscriber with `filter` in `format`, writing through the queue.
+pub fn init(filter: tracing_subscriber::EnvFilter, format: LogFormat) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    let writer = match queue() {
+        Some(queue) => BoxMakeWriter::new(queue.clone()),
+        // Without a writer thread, no logging at all rather than logging that may block.
+        None => BoxMakeWriter::new(std::io::sink),
+    };
+    let ansi = colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .log_internal_errors(false);
+    // `try_init`: a subscriber installed already (none is, in the binary) is kept.
+    JSON_LINES.store(format == LogFormat::Json, Ordering::Relaxed);
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(ansi).try_init(),
+        LogFormat::Json => builder.with_ansi(false).json().try_init(),
+    };
+}
+
+/// Prints one line (`vvm: <message>`, a JSON object at level `ERROR` with JSON log lines) to
+/// standard error after the log lines queued before it, then waits up to [`FLUSH_WAIT_MAX`] for
+/// it to be written. Never panics; the line is lost when standard error is closed or stays
+/// stalled.
 pub fn line(message: &str) {
-    let text = format!("vvm: {message}\n");
+    let text = own_line(message, "ERROR");
     match QUEUE.get().and_then(Option::as_ref) {
         Some(queue) => {
             queue.push(text.into_bytes());
@@ -206,6 +278,32 @@ pub fn flush() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some(std::ffi::OsStr::new(""))));
+        assert!(!colour(true, Some(std::ffi::OsStr::new("1"))));
+        assert!(!colour(false, None));
+    }
+
+    #[test]
+    fn rust_log_wins_over_the_level_when_set() {
+        let shown = |filter: &tracing_subscriber::EnvFilter| filter.to_string();
+        assert_eq!(
+            shown(&filter(tracing::Level::DEBUG, None).unwrap()),
+            "debug"
+        );
+        assert_eq!(
+            shown(&filter(tracing::Level::DEBUG, Some(" ")).unwrap()),
+            "debug"
+        );
+        assert_eq!(
+            shown(&filter(tracing::Level::DEBUG, Some("warn")).unwrap()),
+            "warn"
+        );
+        assert!(filter(tracing::Level::INFO, Some("vvm=notalevel")).is_err());
+    }
 
     #[test]
     fn a_full_queue_drops_and_counts_instead_of_waiting() {

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod duration;
 pub mod exec;
 pub mod log;
+pub mod ops;
 pub mod run;
 pub mod status;
 pub mod store;

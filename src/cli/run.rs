@@ -15,6 +15,7 @@ use vvm::{KillerThread, Service, ServiceContext, ServiceError, Services, Vvm, Vv
 
 use super::clock::host_monotonic_ns;
 use super::exec::{CommandGroup, ExecService, GroupKiller};
+use super::ops::OpsState;
 use super::store::{open_store, AnyStore};
 use super::systemd::Notifier;
 use super::{fail, usage_error, RunArgs};
@@ -131,12 +132,23 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(store) => store,
         Err(e) => return e.exit(),
     };
+    let ops = match args.metrics_addr {
+        Some(addr) => match super::ops::start(addr, args.lease, args.slots).await {
+            Ok(ops) => Some(ops.state),
+            Err(e) => return fail(&e),
+        },
+        None => None,
+    };
     if args.command.is_empty() {
         let service = DemoService {
             address,
             acting_log: args.acting_log.clone(),
         };
-        return run_vvm(config, store, service, Host::default()).await;
+        let host = Host {
+            ops,
+            ..Host::default()
+        };
+        return run_vvm(config, store, service, host).await;
     }
     let group = CommandGroup::default();
     let finished = Arc::new(Notify::new());
@@ -151,6 +163,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         killer: Some(KillerThread::new(GroupKiller::new(group))),
         stop_timeout: STOP_TIMEOUT_DEFAULT.max(args.grace.saturating_add(STOP_MARGIN)),
         finished: Some(finished),
+        ops,
     };
     run_vvm(config, store, service, host).await
 }
@@ -163,6 +176,8 @@ struct Host {
     stop_timeout: Duration,
     /// Notified when the service finished its work by itself: shut down cleanly.
     finished: Option<Arc<Notify>>,
+    /// The state `--metrics-addr` answers `/healthz` and `/leader` from.
+    ops: Option<Arc<OpsState>>,
 }
 
 impl Default for Host {
@@ -171,6 +186,7 @@ impl Default for Host {
             killer: None,
             stop_timeout: STOP_TIMEOUT_DEFAULT,
             finished: None,
+            ops: None,
         }
     }
 }
@@ -239,6 +255,9 @@ async fn run_vvm(
     let mut renewals = tokio::time::interval(renewal_poll(lease));
     renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_deadline = vvm.kill_deadline();
+    // `/healthz` and `/leader` answer from a copy refreshed as often as the watchdog polls.
+    let mut ops_refresh = tokio::time::interval(renewal_poll(lease));
+    ops_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Any of them ends the wait; a signal has already asked the VVM to stop through its handle.
     loop {
         tokio::select! {
@@ -252,7 +271,15 @@ async fn run_vvm(
                 }
                 last_deadline = deadline;
             }
+            _ = ops_refresh.tick(), if host.ops.is_some() => {
+                if let Some(ops) = &host.ops {
+                    ops.update(&vvm);
+                }
+            }
         }
+    }
+    if let Some(ops) = &host.ops {
+        ops.stopping();
     }
     notifier.stopping();
     let outcome = vvm.shutdown().await;

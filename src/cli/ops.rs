@@ -1,0 +1,343 @@
+//! `vvm run --metrics-addr`: `/metrics` (Prometheus text), `/healthz` and `/leader` over a
+//! minimal HTTP/1.1 responder.
+//!
+//! The responder answers one request per connection and closes it. Every connection is bounded:
+//! [`CONNECTIONS_MAX`] at once (more are closed unanswered), [`REQUEST_BYTES_MAX`] of request
+//! head, [`CONNECTION_TIME_MAX`] from accept to the last byte written. Each runs in its own task,
+//! so a slow client holds only its own connection. Nothing here touches the kill path: the
+//! state it answers from is a copy ([`OpsState`]) that the host refreshes, and the metrics are
+//! rendered from the recorder's handle.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use vvm::{Clock, Launched, Phase, TimeSource, Vvm};
+
+/// Port of `--metrics-addr` when only a port is given.
+pub const METRICS_PORT_DEFAULT: u16 = 9464;
+
+/// Most connections served at once; further ones are closed at once.
+pub const CONNECTIONS_MAX: usize = 16;
+
+/// Longest request head (request line and headers) read; a longer one gets 400.
+pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
+
+/// Longest time one connection is kept, from accept to the end of the answer.
+pub const CONNECTION_TIME_MAX: Duration = Duration::from_secs(5);
+
+/// Bucket bounds of the store-call latency histogram, in seconds.
+const STORE_CALL_BUCKETS_SECONDS: [f64; 14] = [
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// `--metrics-addr`: `PORT` or `:PORT` mean loopback (`127.0.0.1:PORT`); `IP:PORT` is taken as
+/// given, any interface included (an operator's choice: the endpoints have no authentication).
+pub fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
+    let port_only = text.strip_prefix(':').unwrap_or(text);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse::<SocketAddr>().map_err(|_| {
+        format!("`{text}` is not PORT, :PORT or IP:PORT (e.g. {METRICS_PORT_DEFAULT}, 127.0.0.1:{METRICS_PORT_DEFAULT}, [::1]:{METRICS_PORT_DEFAULT})")
+    })
+}
+
+/// What the endpoints answer from: a copy of the VVM's state that the host refreshes (see
+/// [`OpsState::update`]), judged against the current time when a request comes.
+#[derive(Debug)]
+pub struct OpsState {
+    /// Leadership held and not lost, services starting or running.
+    holding: AtomicBool,
+    /// `holding`, and the services started: the VVM acts while its kill deadline is ahead.
+    running: AtomicBool,
+    /// The kill deadline in nanoseconds of [`Clock`]; `u64::MAX` when none is armed.
+    deadline_ns: AtomicU64,
+    /// How long past the kill deadline a process that still holds leadership is reported
+    /// healthy (the renewal interval, L/4).
+    grace: Duration,
+}
+
+impl OpsState {
+    /// A state that holds nothing yet, for a VVM whose lease is `lease`.
+    pub fn new(lease: Duration) -> Self {
+        OpsState {
+            holding: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+            deadline_ns: AtomicU64::new(u64::MAX),
+            grace: lease / 4,
+        }
+    }
+
+    /// Copies what the endpoints need from `vvm`.
+    pub fn update(&self, vvm: &Vvm<Launched>) {
+        let phase = vvm.phase();
+        let deadline = vvm.kill_deadline();
+        let holding = !vvm.is_lost()
+            && deadline.is_some()
+            && matches!(phase, Phase::StartingServices | Phase::Running);
+        self.deadline_ns.store(
+            deadline.map_or(u64::MAX, |at| at.as_nanos()),
+            Ordering::SeqCst,
+        );
+        self.running
+            .store(holding && phase == Phase::Running, Ordering::SeqCst);
+        self.holding.store(holding, Ordering::SeqCst);
+    }
+
+    /// The VVM is shutting down: it acts no more and holds nothing worth a health check.
+    pub fn stopping(&self) {
+        self.running.store(false, Ordering::SeqCst);
+        self.holding.store(false, Ordering::SeqCst);
+    }
+
+    /// Services running under a kill deadline still ahead.
+    fn acting(&self, now_ns: u64) -> bool {
+        self.running.load(Ordering::SeqCst) && now_ns < self.deadline_ns.load(Ordering::SeqCst)
+    }
+
+    /// Like client-go's leader-election health check: healthy unless leadership is held and the
+    /// kill deadline passed more than the grace ago (the process should have ended then).
+    fn healthy(&self, now_ns: u64) -> bool {
+        if !self.holding.load(Ordering::SeqCst) {
+            return true;
+        }
+        let grace_ns = u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX);
+        let deadline = self.deadline_ns.load(Ordering::SeqCst);
+        now_ns < deadline.saturating_add(grace_ns)
+    }
+}
+
+/// The endpoint of a running `vvm run`.
+pub struct Ops {
+    /// The state `/healthz` and `/leader` answer from.
+    pub state: Arc<OpsState>,
+}
+
+/// Installs the Prometheus recorder, binds `addr` and serves the endpoints on the current
+/// runtime for as long as it runs. `slots` are shown as not led until they are.
+pub async fn start(addr: SocketAddr, lease: Duration, slots: u32) -> Result<Ops, String> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(vvm::metrics::STORE_CALL_DURATION_SECONDS.to_owned()),
+            &STORE_CALL_BUCKETS_SECONDS,
+        )
+        .map_err(|e| format!("metrics: {e}"))?
+        .install_recorder()
+        .map_err(|e| format!("metrics: {e}"))?;
+    vvm::metrics::describe();
+    vvm::metrics::campaigning(slots);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} for --metrics-addr: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "metrics endpoint listening");
+    let state = Arc::new(OpsState::new(lease));
+    tokio::spawn(serve(listener, handle, state.clone()));
+    Ok(Ops { state })
+}
+
+/// Accepts connections and answers each in its own task, at most [`CONNECTIONS_MAX`] at once.
+async fn serve(listener: TcpListener, handle: PrometheusHandle, state: Arc<OpsState>) {
+    let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors, most likely: wait a little instead of spinning.
+                tracing::debug!(%error, "metrics endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::debug!("metrics endpoint: too many connections; closing one");
+            continue;
+        };
+        let handle = handle.clone();
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let answered =
+                tokio::time::timeout(CONNECTION_TIME_MAX, answer(stream, &handle, &state)).await;
+            if answered.is_err() {
+                tracing::debug!("metrics endpoint: connection timed out");
+            }
+        });
+    }
+}
+
+/// A response: status line, content type, body.
+struct Response {
+    status: &'static str,
+    content_type: &'static str,
+    body: String,
+}
+
+impl Response {
+    fn text(status: &'static str, body: &str) -> Self {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{body}\n"),
+        }
+    }
+}
+
+/// Reads one request head and writes the answer.
+async fn answer(mut stream: TcpStream, handle: &PrometheusHandle, state: &OpsState) {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let response = loop {
+        if let Some(end) = head_end(&head) {
+            break respond(&head[..end], handle, state);
+        }
+        if head.len() >= REQUEST_BYTES_MAX {
+            break (
+                Response::text("400 Bad Request", "request head too long"),
+                false,
+            );
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) if head.is_empty() => return,
+            Ok(0) | Err(_) => {
+                break (
+                    Response::text("400 Bad Request", "incomplete request"),
+                    false,
+                );
+            }
+            Ok(read) => head.extend_from_slice(&chunk[..read]),
+        }
+    };
+    let (response, head_only) = response;
+    let mut bytes = format!(
+        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        response.status,
+        response.content_type,
+        response.body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        bytes.extend_from_slice(response.body.as_bytes());
+    }
+    let _ = stream.write_all(&bytes).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Where the request head ends (after its empty line), if it has.
+fn head_end(bytes: &[u8]) -> Option<usize> {
+    let crlf = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
+    let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The answer to the request head `head`, and whether only the head is to be sent (`HEAD`).
+fn respond(head: &[u8], handle: &PrometheusHandle, state: &OpsState) -> (Response, bool) {
+    let bad = |why: &str| (Response::text("400 Bad Request", why), false);
+    let Ok(head) = std::str::from_utf8(head) else {
+        return bad("request is not UTF-8");
+    };
+    let line = head.lines().next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return bad("malformed request line");
+    };
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+        return bad("malformed request line");
+    }
+    let head_only = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => {
+            return (
+                Response::text("405 Method Not Allowed", "GET or HEAD"),
+                false,
+            )
+        }
+    };
+    let path = target.split('?').next().unwrap_or(target);
+    let now_ns = Clock.now().as_nanos();
+    let response = match path {
+        "/metrics" => {
+            vvm::metrics::refresh_lease_margin();
+            handle.run_upkeep();
+            Response {
+                status: "200 OK",
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: handle.render(),
+            }
+        }
+        "/healthz" if state.healthy(now_ns) => Response::text("200 OK", "ok"),
+        "/healthz" => Response::text(
+            "500 Internal Server Error",
+            "leadership held past the kill deadline",
+        ),
+        "/leader" if state.acting(now_ns) => Response::text("200 OK", "leader"),
+        "/leader" => Response::text("503 Service Unavailable", "not leader"),
+        _ => Response::text("404 Not Found", "not found"),
+    };
+    (response, head_only)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_addr_takes_a_port_for_loopback_or_a_full_address() {
+        assert_eq!(
+            parse_metrics_addr("9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert_eq!(
+            parse_metrics_addr(":0").unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert_eq!(
+            parse_metrics_addr("0.0.0.0:80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert!(parse_metrics_addr("[::1]:9").is_ok());
+        assert!(parse_metrics_addr("localhost").is_err());
+        assert!(parse_metrics_addr("70000").is_err());
+    }
+
+    #[test]
+    fn health_follows_the_kill_deadline_only_while_holding() {
+        let state = OpsState::new(Duration::from_secs(4));
+        // Nothing held: healthy, not acting.
+        assert!(state.healthy(u64::MAX));
+        assert!(!state.acting(0));
+        state.holding.store(true, Ordering::SeqCst);
+        state.running.store(true, Ordering::SeqCst);
+        state.deadline_ns.store(10_000_000_000, Ordering::SeqCst);
+        assert!(state.acting(9_999_999_999));
+        assert!(!state.acting(10_000_000_000));
+        // Grace L/4 = 1 s past the deadline.
+        assert!(state.healthy(10_999_999_999));
+        assert!(!state.healthy(11_000_000_000));
+        state.stopping();
+        assert!(state.healthy(u64::MAX));
+        assert!(!state.acting(0));
+    }
+
+    #[test]
+    fn head_ends_at_the_first_empty_line() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nrest"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+    }
+}
