@@ -667,7 +667,7 @@ async fn the_change_feed_sees_writes_of_another_connection_and_its_own() {
 
     // Insert by the other connection.
     let change = waiter.changed(&[SLOT]);
-    let revision = writer
+    let mut revision = writer
         .insert_if_not_exists(SLOT, &a, ttl)
         .await
         .unwrap()
@@ -685,18 +685,36 @@ async fn the_change_feed_sees_writes_of_another_connection_and_its_own() {
     assert!(resolves(both, wake).await);
     assert!(!resolves(one, quiet).await);
 
-    // Compare-and-swap through the waiter's own store (its feed has a connection of its own).
+    // A renewal (compare-and-swap by the same holder) through the waiter's own store wakes
+    // nobody: a waiter would only be refused again.
+    // covers: St.FeedIgnoresRenewals
     let change = waiter.changed(&[SLOT]);
     let held = Lease {
         value: a.clone(),
         revision,
     };
-    let revision = waiter
+    revision = waiter
         .compare_and_swap(SLOT, &held, &a, ttl)
         .await
         .unwrap()
         .unwrap();
-    assert!(resolves(change, wake).await);
+    assert!(!resolves(change, quiet).await);
+
+    // A swap to another holder through the waiter's own store (its feed has a connection of
+    // its own) wakes it; so does the swap back.
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        let change = waiter.changed(&[SLOT]);
+        let held = Lease {
+            value: from.clone(),
+            revision,
+        };
+        revision = waiter
+            .compare_and_swap(SLOT, &held, to, ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(resolves(change, wake).await);
+    }
 
     // A refused insert writes nothing and wakes nobody.
     let change = waiter.changed(&[SLOT]);

@@ -13,7 +13,7 @@ use vvm_core::{
 
 use crate::clock::{Clock, TimeSource};
 use crate::killer::KillerEntry;
-use crate::store::{Lease, LeaseStore, LeaseValue, StoreError};
+use crate::store::{Inserted, Lease, LeaseStore, LeaseValue, StoreError};
 
 /// Most store calls in flight per machine. The machines keep one; the margin only absorbs a
 /// bug without unbounded growth.
@@ -174,8 +174,15 @@ fn store_call<S: LeaseStore>(
     let call: Call = match *effect {
         Effect::Insert { op, slot, ttl } => Box::pin(async move {
             let result =
-                tokio::time::timeout(timeout, store.insert_if_not_exists(slot, &own, ttl)).await;
-            (op, written(slot, result))
+                tokio::time::timeout(timeout, store.insert_or_time_left(slot, &own, ttl)).await;
+            let reply = match result {
+                Ok(Ok(Inserted::Written(revision))) => Reply::Written(revision),
+                Ok(Ok(Inserted::Held { left: Some(left) })) => Reply::Held(left),
+                Ok(Ok(Inserted::Held { left: None })) => Reply::Rejected,
+                Ok(Err(error)) => failure(slot, &error),
+                Err(_) => timed_out(slot),
+            };
+            (op, reply)
         }),
         Effect::CompareAndSwap {
             op,

@@ -43,7 +43,7 @@ pub use killer::{
 pub use services::{
     LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX,
 };
-pub use store::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError};
+pub use store::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError};
 pub use vvm::{
     new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, StopHandle, Vvm, VvmState,
 };

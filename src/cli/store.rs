@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use vvm::{Lease, LeaseConfig, LeaseStore, LeaseValue, Revision, Slot, SlotChange, StoreError};
+use vvm::{
+    Inserted, Lease, LeaseConfig, LeaseStore, LeaseValue, Revision, Slot, SlotChange, StoreError,
+};
 use vvm_adapters::etcd::{EtcdOptions, EtcdStore};
 use vvm_adapters::url::StoreUrl;
 use vvm_adapters::{MemoryStore, SqliteStore};
@@ -87,6 +89,21 @@ impl LeaseStore for AnyStore {
             AnyStore::Etcd(s) => s.insert_if_not_exists(key, value, ttl).await,
             #[cfg(feature = "foundationdb")]
             AnyStore::Fdb(h) => h.store.insert_if_not_exists(key, value, ttl).await,
+        }
+    }
+
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.insert_or_time_left(key, value, ttl).await,
+            AnyStore::Sqlite(s) => s.insert_or_time_left(key, value, ttl).await,
+            AnyStore::Etcd(s) => s.insert_or_time_left(key, value, ttl).await,
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => h.store.insert_or_time_left(key, value, ttl).await,
         }
     }
 

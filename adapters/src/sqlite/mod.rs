@@ -68,7 +68,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use vvm_core::{Revision, Slot};
-use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
+use vvm_runtime::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 pub use busy::{ATTEMPTS_MAX, POLL_MAX, POLL_MIN};
 pub use clock::{
@@ -245,7 +245,11 @@ impl SqliteStore {
                 _ => false,
             };
             if !holds {
-                return Ok(Step::read(Outcome::Refused));
+                let left = match &judged {
+                    Judged::Live(_, left) => Some(*left),
+                    Judged::Absent => None,
+                };
+                return Ok(Step::read(Outcome::Refused(left)));
             }
             match &change {
                 Change::Put { bytes, ttl } => {
@@ -279,7 +283,8 @@ enum Change {
 }
 
 enum Outcome {
-    Refused,
+    /// The condition did not hold; the live record's time left, if there is one.
+    Refused(Option<Duration>),
     Written(Revision),
     Deleted,
 }
@@ -288,7 +293,7 @@ impl Outcome {
     fn revision(self) -> Option<Revision> {
         match self {
             Outcome::Written(revision) => Some(revision),
-            Outcome::Refused | Outcome::Deleted => None,
+            Outcome::Refused(_) | Outcome::Deleted => None,
         }
     }
 }
@@ -398,6 +403,26 @@ impl LeaseStore for SqliteStore {
         Ok(self.change(key, Condition::Absent, put).await?.revision())
     }
 
+    /// One transaction: the record is judged once, and a refusal carries its time left on the
+    /// store clock.
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        let put = Change::Put {
+            bytes: value.encode().into_bytes(),
+            ttl,
+        };
+        Ok(match self.change(key, Condition::Absent, put).await? {
+            Outcome::Written(revision) => Inserted::Written(revision),
+            Outcome::Refused(left) => Inserted::Held { left },
+            // An insert never deletes; should it say so, nothing is known about the record.
+            Outcome::Deleted => Inserted::Held { left: None },
+        })
+    }
+
     async fn compare_and_swap(
         &self,
         key: Slot,
@@ -431,8 +456,9 @@ impl LeaseStore for SqliteStore {
     }
 
     /// Across processes: `PRAGMA data_version` on a connection of its own every
-    /// [`FEED_POLL_INTERVAL`], then the slots' revisions when the file changed. An expiry that
-    /// nobody wrote is not seen; the waiter's own timer covers it.
+    /// [`FEED_POLL_INTERVAL`], then the slots' holders when the file changed: a deleted row or
+    /// another holder's value wakes the waiter, a renewal (same value, new revision) does not.
+    /// An expiry that nobody wrote is not seen; the waiter's own timer covers it.
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         let path: Arc<Path> = Arc::from(self.shared.path.as_path());
         Box::pin(Arc::clone(&self.shared.feed).changed(path, keys))
