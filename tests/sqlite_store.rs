@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use conformance::{value, ScratchDir, LONG_TTL};
 use tokio::task::JoinSet;
-use vvm::{Lease, LeaseStore, Revision, Slot, StoreError};
+use vvm::{Inserted, Lease, LeaseStore, Revision, Slot, StoreError};
 use vvm_adapters::sqlite::{
     ClockError, StoreClock, APPLICATION_ID, BUSY_WAIT_MAX, REVISION_BOOT_GAP, SCHEMA_VERSION,
 };
@@ -625,6 +625,64 @@ async fn a_version_1_file_is_migrated_and_claimed_by_its_first_opener() {
     drop(conn);
     let refused = open_as(&path, "machine-b", &ManualClock::new("boot-b")).unwrap_err();
     assert_other_machine(&refused, "machine-a", "machine-b");
+}
+
+// covers: Sq.Identity, Sq.DeadHolder
+/// A file of schema version 2 gains the lock columns in place; its live records name no lock
+/// file, so they are never taken early, even by a candidate that can take the slot's lock.
+#[tokio::test]
+async fn a_version_2_file_is_migrated_and_its_records_name_no_lock() {
+    let dir = ScratchDir::new("vvm-sqlite-v2");
+    let path = dir.file("leases.sqlite");
+    {
+        let conn = raw(&path);
+        conn.execute_batch(SCHEMA_V1).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE vvm_store ADD COLUMN machine_id TEXT NOT NULL DEFAULT 'machine-a';",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO vvm_leases VALUES (?1, ?2, 7, 'boot-a', ?3)",
+            (i64::from(SLOT.0), value(1).encode().into_bytes(), i64::MAX),
+        )
+        .unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+    }
+
+    let store = open_as(&path, "machine-a", &ManualClock::new("boot-a")).unwrap();
+    // Nobody holds the slot's lock: the candidate takes it, but the record names no file.
+    let refused = store
+        .insert_or_time_left(SLOT, &value(2), LONG_TTL)
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, Inserted::Held { left: Some(_) }),
+        "{refused:?}"
+    );
+    let lease = store
+        .get(SLOT)
+        .await
+        .unwrap()
+        .expect("the v2 record is live");
+    assert_eq!((lease.value, lease.revision), (value(1), Revision(7)));
+    drop(store);
+
+    let conn = raw(&path);
+    let user_version: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(user_version, SCHEMA_VERSION);
+    let named: (Option<i64>, Option<i64>) = conn
+        .query_row(
+            "SELECT lock_dev, lock_ino FROM vvm_leases WHERE slot = ?1",
+            [i64::from(SLOT.0)],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(named, (None, None));
 }
 
 // covers: Sq.OneMachine

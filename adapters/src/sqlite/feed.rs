@@ -13,6 +13,10 @@
 //! Linux-only, while this check costs about 0.1 ms of CPU per interval (see
 //! [`FEED_POLL_INTERVAL`]).
 //!
+//! Besides, the feed watches each slot's lock file (`lock.rs`): a lock seen held that is free
+//! at a later look (every interval, one `flock` call per slot) means its holder released it or
+//! died, which writes nothing to the file; the waiter then tries its insert at once.
+//!
 //! The checks run on the async worker thread: no check ever waits for a lock, and each is
 //! shorter than handing it to the blocking pool would be.
 
@@ -23,6 +27,8 @@ use std::time::Duration;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use vvm_core::Slot;
+
+use super::lock::{self, LockWatch};
 
 /// How often a waiting candidate looks at `PRAGMA data_version`: the latency it adds to a
 /// hand-off is at most this. Each look costs about 0.1 ms of CPU (timer wake-up, the WAL index
@@ -116,7 +122,8 @@ impl Feed {
         })
     }
 
-    /// Resolves once a row of `keys` is deleted or holds another value than now.
+    /// Resolves once a row of `keys` is deleted or holds another value than now, or a slot's
+    /// lock seen held is free (its holder released it or is gone, see `lock.rs`).
     pub(super) fn changed(
         self: Arc<Self>,
         path: Arc<Path>,
@@ -127,12 +134,20 @@ impl Feed {
         keys.dedup();
         // Read at the call, not at the first poll: a change right after it is not missed.
         let start = self.seen(&path, &keys);
+        let mut locks: Vec<LockWatch> = keys
+            .iter()
+            .filter_map(|key| LockWatch::new(&lock::path(&path, Slot(*key))))
+            .collect();
         async move {
             let mut start = start;
             let mut interval = tokio::time::interval(FEED_POLL_INTERVAL);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
+                // A holder's death changes nothing in the file: only its lock tells.
+                if locks.iter_mut().any(LockWatch::freed) {
+                    return;
+                }
                 let Some(seen) = start.as_ref() else {
                     start = self.seen(&path, &keys);
                     continue;
