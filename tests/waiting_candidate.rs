@@ -103,6 +103,10 @@ impl<S: LeaseStore> LeaseStore for Counting<S> {
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         self.inner.changed(keys)
     }
+
+    fn has_change_feed(&self) -> bool {
+        self.inner.has_change_feed()
+    }
 }
 
 fn config(address: &str) -> VvmConfig {
@@ -232,6 +236,10 @@ impl LeaseStore for ReleasedAfterRefusal {
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         self.inner.changed(keys)
     }
+
+    fn has_change_feed(&self) -> bool {
+        self.inner.has_change_feed()
+    }
 }
 
 // covers: VVM.SubscribeBeforeInsert
@@ -259,6 +267,78 @@ async fn a_release_between_the_refusal_and_the_wait_is_not_missed() {
         started.elapsed() < LEASE / 2,
         "the candidate waited {:?} for a slot released right after its refusal",
         started.elapsed()
+    );
+    candidate.shutdown().await.expect("clean shutdown");
+}
+
+/// The memory store seen through a wrapper that hides its change feed (and says it has none).
+#[derive(Clone)]
+struct NoFeed(MemoryStore);
+
+impl LeaseStore for NoFeed {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.insert_if_not_exists(key, value, ttl).await
+    }
+
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        self.0.insert_or_time_left(key, value, ttl).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.compare_and_swap(key, expected, new_value, ttl).await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.0.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.0.get(key).await
+    }
+}
+
+// covers: VVM.TryAtExpiry
+#[tokio::test(start_paused = true)]
+async fn without_a_feed_a_candidate_keeps_its_rounds_despite_the_time_left() {
+    let store = NoFeed(MemoryStore::new());
+    let killer = TestKiller::new();
+    let holder = Vvm::provide(config("holder:1"), store.clone(), Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let candidate = Vvm::provide(config("candidate:2"), store, Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch();
+    let candidate = tokio::spawn(candidate);
+    tokio::time::sleep(LEASE / 4).await;
+    holder.shutdown().await.expect("clean shutdown");
+    let released = tokio::time::Instant::now();
+    let candidate = candidate.await.expect("the candidate's task");
+    assert!(candidate.token().is_some(), "the candidate leads");
+    // Nothing told it of the release: its next round (100 ms) did, not the record's expiry
+    // (more than 1 s away on this paused clock).
+    assert!(
+        released.elapsed() <= ROUND,
+        "the candidate waited {:?} after the release",
+        released.elapsed()
     );
     candidate.shutdown().await.expect("clean shutdown");
 }

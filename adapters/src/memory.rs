@@ -457,6 +457,10 @@ impl LeaseStore for MemoryStore {
         }))
     }
 
+    fn has_change_feed(&self) -> bool {
+        true
+    }
+
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
         let then_unknown = self.before(key, Op::Get).await?;
         let now = self.time.now();

@@ -124,6 +124,11 @@ impl<S: LeaseStore> Driver<S> {
         status: watch::Sender<Status>,
     ) -> Self {
         let names = services.names();
+        let mut exec = exec;
+        if !exec.store().has_change_feed() {
+            // Without a feed nothing tells of a release: rounds stay the bound on the wait.
+            exec.cap_time_left(config.round_interval());
+        }
         Driver {
             machine,
             exec,

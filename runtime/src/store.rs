@@ -247,6 +247,14 @@ pub trait LeaseStore: Send + Sync + 'static {
         let _ = keys;
         Box::pin(std::future::pending())
     }
+
+    /// Whether [`changed`](Self::changed) reports deletions (and holder changes). A store
+    /// without a feed (the default) still has its candidates try every round interval, the
+    /// record's expiry only bringing a try forward: nothing else would tell them of a release.
+    /// A store with one lets its candidates wait for the feed or the expiry.
+    fn has_change_feed(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

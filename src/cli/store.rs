@@ -147,6 +147,16 @@ impl LeaseStore for AnyStore {
         }
     }
 
+    fn has_change_feed(&self) -> bool {
+        match self {
+            AnyStore::Memory(s) => s.has_change_feed(),
+            AnyStore::Sqlite(s) => s.has_change_feed(),
+            AnyStore::Etcd(s) => s.has_change_feed(),
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(h) => h.store.has_change_feed(),
+        }
+    }
+
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
         match self {
             AnyStore::Memory(s) => s.time_left(key).await,

@@ -546,6 +546,10 @@ impl LeaseStore for SqliteStore {
         Box::pin(Arc::clone(&self.shared.feed).changed(path, keys))
     }
 
+    fn has_change_feed(&self) -> bool {
+        true
+    }
+
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
         self.transact(TransactionBehavior::Deferred, move |tx, now| {
             let left = match record::load(tx, key, now)? {

@@ -38,7 +38,9 @@
 //! driver before the first insert of the round, while [`Lifecycle::watches_slots`] — starts a
 //! round at once on a deletion or a new holder (V6a), also when it fired during the round
 //! (V6c, V4a). So a candidate tries at the feed's change, the record's expiry or the end of the
-//! acquisition, whichever comes first; fixed rounds remain for a store that tells neither.
+//! acquisition, whichever comes first. For a store without a change feed the driver reports at
+//! most the round interval as time left, so its candidates keep their rounds (nothing else would
+//! tell them of a release); a store that tells neither is polled in rounds.
 //! None of it can take a slot early: the store's insert decides every try.
 //!
 //! Only the first problem is kept ([`Problem`] is write-once). A loss of leadership stops the
