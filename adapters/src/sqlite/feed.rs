@@ -36,6 +36,9 @@ use super::lock::{self, LockWatch};
 /// at 5 ms (`BENCHMARKS.md`): 10 ms keeps a hand-off well under 20 ms at a modest cost.
 pub const FEED_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Most slots whose lock one wait watches (one open descriptor and one `flock` per look each).
+pub const LOCK_WATCH_SLOTS_MAX: usize = 64;
+
 /// The watching connection, opened at the first wait and shared by every waiter of one store.
 #[derive(Default)]
 pub(super) struct Feed {
@@ -134,8 +137,11 @@ impl Feed {
         keys.dedup();
         // Read at the call, not at the first poll: a change right after it is not missed.
         let start = self.seen(&path, &keys);
+        // One descriptor per watched slot, at most [`LOCK_WATCH_SLOTS_MAX`]: the others' deaths
+        // are learnt at their records' expiry.
         let mut locks: Vec<LockWatch> = keys
             .iter()
+            .take(LOCK_WATCH_SLOTS_MAX)
             .filter_map(|key| LockWatch::new(&lock::path(&path, Slot(*key))))
             .collect();
         async move {

@@ -251,3 +251,37 @@ impl LockWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // covers: Sq.DeadHolder
+    #[test]
+    fn a_file_identity_survives_its_columns_and_a_missing_column_names_nothing() {
+        for id in [
+            FileId { dev: 0, ino: 1 },
+            FileId {
+                dev: u64::MAX,
+                ino: u64::MAX - 1,
+            },
+            FileId {
+                dev: 1 << 63,
+                ino: 42,
+            },
+        ] {
+            let (dev, ino) = id.to_columns();
+            assert_eq!(FileId::from_columns(Some(dev), Some(ino)), Some(id));
+        }
+        assert_eq!(FileId::from_columns(None, Some(1)), None);
+        assert_eq!(FileId::from_columns(Some(1), None), None);
+    }
+
+    #[test]
+    fn the_lock_path_is_next_to_the_database() {
+        assert_eq!(
+            path(Path::new("/var/lib/vvm/leases.sqlite"), Slot(3)),
+            PathBuf::from("/var/lib/vvm/leases.sqlite.slot-3.lock")
+        );
+    }
+}

@@ -86,7 +86,7 @@ pub use clock::{
     MACHINE_ID_MAX_BYTES, MACHINE_ID_PATHS,
 };
 pub use error::SqliteStoreError;
-pub use feed::FEED_POLL_INTERVAL;
+pub use feed::{FEED_POLL_INTERVAL, LOCK_WATCH_SLOTS_MAX};
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 
