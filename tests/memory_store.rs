@@ -159,7 +159,7 @@ async fn resolves(change: vvm::SlotChange, within: Duration) -> bool {
 
 // covers: St.ChangeFeed
 #[tokio::test(start_paused = true)]
-async fn the_change_feed_wakes_on_insert_swap_delete_and_expiry_and_not_on_other_slots() {
+async fn the_change_feed_wakes_on_insert_holder_change_delete_and_expiry_not_on_renewals() {
     let store = MemoryStore::new();
     let (a, b) = (value("a"), value("b"));
     let wait = Duration::from_millis(10);
@@ -183,7 +183,8 @@ async fn the_change_feed_wakes_on_insert_swap_delete_and_expiry_and_not_on_other
     assert!(!resolves(one, wait).await);
     assert!(resolves(both, wait).await);
 
-    // Compare-and-swap (a renewal).
+    // Compare-and-swap by the same holder (a renewal): a waiter would only be refused again.
+    // covers: St.FeedIgnoresRenewals
     let change = store.changed(&[Slot(1)]);
     let held = Lease {
         value: a.clone(),
@@ -194,7 +195,30 @@ async fn the_change_feed_wakes_on_insert_swap_delete_and_expiry_and_not_on_other
         .await
         .unwrap()
         .unwrap();
+    assert!(!resolves(change, wait).await);
+
+    // Compare-and-swap to another holder (value) wakes the waiter.
+    let change = store.changed(&[Slot(1)]);
+    let held = Lease {
+        value: a.clone(),
+        revision,
+    };
+    let c = value("c");
+    let swapped = store
+        .compare_and_swap(Slot(1), &held, &c, TTL)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(resolves(change, wait).await);
+    let held = Lease {
+        value: c,
+        revision: swapped,
+    };
+    let revision = store
+        .compare_and_swap(Slot(1), &held, &a, TTL)
+        .await
+        .unwrap()
+        .unwrap();
 
     // A refused write changes nothing and wakes nobody.
     let change = store.changed(&[Slot(1)]);

@@ -17,6 +17,15 @@
 //! Because time only moves to instants where something is due, whether a process acts can only
 //! change at a state, so checking states checks every instant.
 //!
+//! The store answers a refused insert with the record's time left (`Reply::Held`), so candidates
+//! time their next try by the expiry. It also knows when a holder is dead, as the SQLite store
+//! does through the slot's lock (`~Sq.DeadHolder~`): an insert over a live record whose writer
+//! incarnation is gone — crashed, or killed at its deadline, and everything of it with it — takes
+//! the slot at once ([`LockRule::Sound`]); every other process then hears `SlotChanged`, as the
+//! feed reports a lock freed. Judged by services running, as everything here; made unsound
+//! ([`LockRule::FreedAtLoss`]: the lock let go when leadership ends, while services may still run),
+//! the checker must find two acting leaders.
+//!
 //! Properties: at most one acting leader per slot; fencing tokens never go back; shutdown effects
 //! in the fixed order; and, under fair scheduling, every slot is taken.
 
@@ -46,6 +55,17 @@ enum Mode {
     /// Liveness: faults and crashes only before `FAULTS_UNTIL_NS`; after it the scheduler is fair
     /// and prompt (messages delivered and due timers fired before time moves on).
     Liveness,
+}
+
+/// When the store takes a live record's holder for dead (the SQLite lock of its slot is free).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum LockRule {
+    /// The kernel's fact: the writer incarnation's process is gone (crashed or killed; its
+    /// services with it).
+    Sound,
+    /// Unsound on purpose: also when the writer no longer leads (lost or released its lease),
+    /// although its services may still be stopping — as if the lock were let go at the loss.
+    FreedAtLoss,
 }
 
 /// What the adversary may do per run.
@@ -168,7 +188,12 @@ struct World {
     last_actor: [Option<(u8, u8)>; SLOTS],
     token_went_back: bool,
     order_broken: bool,
+    /// Inserts that took a live record from a holder taken for dead.
+    dead_takeovers: u8,
 }
+
+/// The example the dead-holder check must find.
+const DEAD_TAKEOVER: &str = "a dead holder's slot is taken before its record expires";
 
 /// What the adversary does to the oldest message of a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -225,6 +250,7 @@ struct LeaseModel {
     mode: Mode,
     budget: Budget,
     config: VvmConfig,
+    lock: LockRule,
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
@@ -240,7 +266,7 @@ fn incarnation(p: usize, generation: u8) -> Incarnation {
 }
 
 impl LeaseModel {
-    fn new(mode: Mode, budget: Budget) -> Self {
+    fn new(mode: Mode, budget: Budget, lock: LockRule) -> Self {
         // Rounds of `L/2` keep the general checks small; the cut-off check needs contenders
         // that try often enough to land inside a holder's last margin.
         let round_interval = if budget.cutoffs > 0 && budget.faults == 0 {
@@ -259,6 +285,7 @@ impl LeaseModel {
             mode,
             budget,
             config,
+            lock,
         }
     }
 
@@ -285,13 +312,38 @@ impl LeaseModel {
         }
     }
 
-    /// Starts process `p` as a new incarnation and launches it.
+    /// Starts process `p` as a new incarnation and launches it. The old one is gone: if it
+    /// wrote a record, its lock is free now, which the others' feeds report (`SlotChanged`).
     fn start(&self, world: &mut World, p: usize, generation: u8) {
+        let old = (p as u8, world.procs[p].generation);
         world.procs[p] = self.fresh(p, generation);
         world
             .msgs
             .retain(|m| m.process() != p || matches!(m, Msg::Request { .. }));
         self.handle(world, p, |now| VvmEvent::Launch { now });
+        if world.store.iter().flatten().any(|r| r.writer == old) {
+            self.lock_freed(world, p);
+        }
+    }
+
+    /// The feeds of every other running process report a slot change.
+    fn lock_freed(&self, world: &mut World, except: usize) {
+        for q in (0..PROCESSES).filter(|&q| q != except) {
+            if world.procs[q].paused_until_ns.is_none() {
+                self.handle(world, q, |now| VvmEvent::SlotChanged { now });
+            }
+        }
+    }
+
+    /// Whether the store takes the writer of `record` for dead: its slot's lock is free.
+    fn holder_dead(&self, world: &World, record: &Record) -> bool {
+        let (p, generation) = (record.writer.0 as usize, record.writer.1);
+        let proc = &world.procs[p];
+        let gone = proc.generation != generation;
+        match self.lock {
+            LockRule::Sound => gone,
+            LockRule::FreedAtLoss => gone || proc.machine.leadership().held().is_none(),
+        }
     }
 
     fn faults_allowed(&self, world: &World) -> bool {
@@ -315,6 +367,13 @@ impl LeaseModel {
             proc.machine.handle(&event, &mut out);
             let generation = proc.generation;
             let mut finished = false;
+            // Under the unsound rule the lock goes with the lease; the feeds see it go.
+            let ended = out
+                .iter()
+                .any(|e| matches!(e, Effect::Lost { .. } | Effect::Released { .. }));
+            if ended && self.lock == LockRule::FreedAtLoss {
+                self.lock_freed(world, p);
+            }
             for effect in out.iter().copied() {
                 let proc = &mut world.procs[p];
                 match effect {
@@ -385,7 +444,7 @@ impl LeaseModel {
     }
 
     /// The store applies `effect` of process `p` atomically now.
-    fn apply(world: &mut World, p: usize, generation: u8, effect: &Effect) -> (OpId, Reply) {
+    fn apply(&self, world: &mut World, p: usize, generation: u8, effect: &Effect) -> (OpId, Reply) {
         let now_ns = world.now_ns;
         let who = (p as u8, generation);
         let index = |slot: Slot| slot.0 as usize - 1;
@@ -405,7 +464,15 @@ impl LeaseModel {
         };
         match *effect {
             Effect::Insert { op, slot, .. } => match live(world, slot) {
-                Some(_) => (op, Reply::Rejected),
+                // Another holder's record, whose holder is gone: taken at once.
+                Some(r) if r.writer != who && self.holder_dead(world, &r) => {
+                    world.dead_takeovers = world.dead_takeovers.saturating_add(1);
+                    (op, write(world, slot))
+                }
+                Some(r) => {
+                    let left = Duration::from_nanos(r.expires_ns - now_ns);
+                    (op, Reply::Held(left))
+                }
                 None => (op, write(world, slot)),
             },
             Effect::CompareAndSwap {
@@ -532,6 +599,7 @@ impl Model for LeaseModel {
             last_actor: [None; SLOTS],
             token_went_back: false,
             order_broken: false,
+            dead_takeovers: 0,
         };
         for p in 0..PROCESSES {
             self.start(&mut world, p, 0);
@@ -617,7 +685,7 @@ impl Model for LeaseModel {
                         answered,
                         ..
                     } => {
-                        let (op, reply) = Self::apply(&mut world, p, generation, &effect);
+                        let (op, reply) = self.apply(&mut world, p, generation, &effect);
                         let cut = world.cut_until_ns[p].is_some_and(|u| world.now_ns < u)
                             && !matches!(effect, Effect::Get { .. });
                         let reply = if cut { Reply::Unknown } else { reply };
@@ -647,7 +715,7 @@ impl Model for LeaseModel {
                     Fault::Fail => self.answer(&mut world, p, generation, op, Reply::Failed),
                     Fault::Lose => self.answer(&mut world, p, generation, op, Reply::Unknown),
                     Fault::LoseAnswer => {
-                        Self::apply(&mut world, p, generation, &effect);
+                        self.apply(&mut world, p, generation, &effect);
                         self.answer(&mut world, p, generation, op, Reply::Unknown);
                     }
                     Fault::Late => {
@@ -660,7 +728,7 @@ impl Model for LeaseModel {
                         self.answer(&mut world, p, generation, op, Reply::Unknown);
                     }
                     Fault::SlowAnswer => {
-                        let (op, reply) = Self::apply(&mut world, p, generation, &effect);
+                        let (op, reply) = self.apply(&mut world, p, generation, &effect);
                         world.msgs.push(Msg::Answer {
                             p: p as u8,
                             generation,
@@ -754,6 +822,11 @@ impl Model for LeaseModel {
                 !world.order_broken
             }),
         ];
+        if self.mode == Mode::Safety && self.budget.crashes > 0 && self.budget.faults == 0 {
+            properties.push(Property::sometimes(DEAD_TAKEOVER, |_, world: &World| {
+                world.dead_takeovers > 0
+            }));
+        }
         match self.mode {
             Mode::Safety => properties.extend([
                 Property::sometimes("a slot changes hands", |_, world: &World| {
@@ -799,8 +872,15 @@ enum Search {
 /// Runs the checker; fails with the steps of every counterexample, and when a `sometimes`
 /// property has no example (the search would be too shallow to mean anything).
 fn check(mode: Mode, budget: Budget, search: Search) {
+    let failures = check_with(mode, budget, search, LockRule::Sound);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Runs the checker with the store's dead-holder fact `lock`; returns every counterexample and
+/// every `sometimes` property without an example.
+fn check_with(mode: Mode, budget: Budget, search: Search, lock: LockRule) -> Vec<String> {
     let wall = WallInstant::now();
-    let builder = LeaseModel::new(mode, budget).checker();
+    let builder = LeaseModel::new(mode, budget, lock).checker();
     match search {
         Search::Exhaustive(depth) => {
             let builder = builder.threads(2);
@@ -808,7 +888,7 @@ fn check(mode: Mode, budget: Budget, search: Search) {
                 Some(depth) => builder.target_max_depth(depth),
                 None => builder,
             };
-            report(mode, budget, search, wall, builder.spawn_bfs().join());
+            report(mode, budget, search, wall, builder.spawn_bfs().join())
         }
         Search::Random { depth, states } => {
             let checker = builder
@@ -817,7 +897,7 @@ fn check(mode: Mode, budget: Budget, search: Search) {
                 .target_state_count(states)
                 .spawn_simulation(0x5EED, UniformChooser)
                 .join();
-            report(mode, budget, search, wall, checker);
+            report(mode, budget, search, wall, checker)
         }
     }
 }
@@ -828,9 +908,10 @@ fn report(
     search: Search,
     wall: WallInstant,
     checker: impl Checker<LeaseModel>,
-) {
+) -> Vec<String> {
     println!(
-        "model check ({mode:?}, {budget:?}, {search:?}): {} states explored, {} unique, max depth {}, {:.1} s",
+        "model check ({mode:?}, {budget:?}, {search:?}, {:?}): {} states explored, {} unique, max depth {}, {:.1} s",
+        checker.model().lock,
         checker.state_count(),
         checker.unique_state_count(),
         checker.max_depth(),
@@ -850,14 +931,20 @@ fn report(
                 text.push_str(&format!("final state: {:#?}", path.last_state()));
                 failures.push(text);
             }
-            (None, false) if matches!(search, Search::Random { .. }) => failures.push(format!(
-                "no run reached \"{}\": the model explores too little",
-                property.name
-            )),
+            // Without an example the dead-holder check would check nothing new: required also of
+            // an exhaustive search.
+            (None, false)
+                if matches!(search, Search::Random { .. }) || property.name == DEAD_TAKEOVER =>
+            {
+                failures.push(format!(
+                    "no run reached \"{}\": the model explores too little",
+                    property.name
+                ))
+            }
             _ => {}
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    failures
 }
 
 fn env_usize(name: &str) -> Option<usize> {
@@ -930,6 +1017,45 @@ fn liveness_every_run() {
 fn liveness_random_runs() {
     let states = env_usize("VVM_MODEL_STATES").unwrap_or(LIVENESS_RANDOM_STATES);
     check(Mode::Liveness, FULL, Search::Random { depth: 400, states });
+}
+
+/// The adversary of the dead-holder check: one crash of anyone at any moment, services as slow
+/// to stop as the scheduler likes; nothing else.
+const CRASH: Budget = Budget {
+    faults: 0,
+    crashes: 1,
+    shutdowns: 0,
+    pauses: 0,
+    cutoffs: 0,
+};
+
+// covers: Verify.DeadHolder, Sq.DeadHolder
+/// A holder taken for dead by the store (its lock free: its process and services gone) is
+/// succeeded at once, with the record still live: every run to the horizon with one crash, and
+/// the successor does take a slot early in some run.
+#[test]
+fn safety_of_taking_a_dead_holders_slot_every_run() {
+    check(Mode::Safety, CRASH, Search::Exhaustive(None));
+}
+
+// covers: Verify.DeadHolder
+/// The same checks find two acting leaders when the fact is unsound: a lock let go when the
+/// holder's leadership ends (a loss while its writes' answers are lost), while its services may
+/// still be stopping.
+#[test]
+fn an_unsound_dead_holder_fact_is_caught() {
+    let failures = check_with(
+        Mode::Safety,
+        CUT,
+        Search::Exhaustive(None),
+        LockRule::FreedAtLoss,
+    );
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("at most one acting leader per slot")),
+        "no overlap found with an unsound dead-holder fact: {failures:#?}"
+    );
 }
 
 /// States visited by the random liveness check.

@@ -5,6 +5,11 @@
 //! fencing tokens strictly increase from one tenure to the next.
 //!
 //! `VVM_MP_CYCLES` sets the number of kill cycles (default 100).
+//!
+//! The dead-holder tests below run pairs of `vvm run` processes and judge by relative facts only:
+//! a SIGKILLed holder is succeeded long before its record could expire; a SIGSTOPped one, or one
+//! whose command's child still holds the inherited lock, only after; a removed or replaced lock
+//! file never lets a candidate in beside a live holder.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -226,7 +231,8 @@ fn sigkilled_leaders_never_overlap_and_tokens_increase() {
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         std::thread::sleep(Duration::from_millis((lcg >> 33) % 600));
-        // SIGKILL: no release, no shutdown; the others must wait out the lease.
+        // SIGKILL: no release, no shutdown; the others learn of the death from the slot's lock
+        // (or, should the leader have named no lock file, wait out the lease).
         fleet.children[leader].kill().unwrap();
         fleet.children[leader].wait().unwrap();
         killed_at = Some(Instant::now());
@@ -246,11 +252,238 @@ fn sigkilled_leaders_never_overlap_and_tokens_increase() {
         "{cycles} SIGKILL cycles in {:.0?}: {count} tenures, no overlap; failover median {median} ms, worst {worst} ms (lease {LEASE_MS} ms)",
         started.elapsed()
     );
-    // The survivors were polling all along: after the lease runs out, one round and a start-up.
+    // At worst (a leader that could not lock the file) the lease runs out, then a start-up.
     let bound_ms = LEASE_MS + ROUND_MS + STARTUP_SLACK_MS;
     assert!(
         worst <= bound_ms,
         "a failover took {worst} ms, more than {bound_ms} ms"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// One `vvm run` on an SQLite file, for the dead-holder tests: its stdout lines arrive on a
+/// channel with the time each was read.
+struct Runner {
+    child: Child,
+    lines: mpsc::Receiver<(Instant, String)>,
+}
+
+impl Runner {
+    fn spawn(store: &str, address: &str, lease: &str, command: &[&str]) -> Runner {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args([
+                "--log-level",
+                "warn",
+                "run",
+                "--store",
+                store,
+                "--slots",
+                "1",
+            ])
+            .args(["--address", address, "--lease", lease, "--acquire", "600s"])
+            .args(if command.is_empty() {
+                &[][..]
+            } else {
+                &["--"][..]
+            })
+            .args(command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the vvm binary starts");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send((Instant::now(), line)).is_err() {
+                    return;
+                }
+            }
+        });
+        Runner { child, lines }
+    }
+
+    /// When it printed that it leads (and the revision), waiting at most `within`.
+    fn leading(&self, within: Duration) -> Option<(Instant, u64)> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (at, line) = self.lines.recv_timeout(left).ok()?;
+            let revision = line
+                .strip_prefix("leading ")
+                .and_then(|rest| {
+                    rest.split_whitespace()
+                        .find_map(|f| f.strip_prefix("revision="))
+                })
+                .and_then(|r| r.parse::<u64>().ok());
+            if let Some(revision) = revision {
+                return Some((at, revision));
+            }
+        }
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+    }
+
+    fn kill(&mut self) -> Instant {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        Instant::now()
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A scratch directory and the store URL of a file in it.
+fn scratch(name: &str) -> (PathBuf, String) {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("vvm-{name}-{}-{stamp}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    (dir, store)
+}
+
+/// Long enough for any loaded machine to start a leader.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+// covers: Sq.DeadHolder
+#[test]
+fn a_sigkilled_holder_is_succeeded_at_once_not_at_its_expiry() {
+    // Renewals every 5 s: the holder's record has at least 15 s left when it is killed.
+    let (dir, store) = scratch("dead-holder");
+    let mut holder = Runner::spawn(&store, "holder", "20s", &[]);
+    let (_, first) = holder.leading(START_WAIT).expect("the holder leads");
+    let candidate = Runner::spawn(&store, "candidate", "20s", &[]);
+    // The candidate is refused and waits (for a change, or the expiry).
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(candidate.leading(Duration::ZERO).is_none());
+    let killed = holder.kill();
+    let (led, revision) = candidate.leading(START_WAIT).expect("the candidate leads");
+    let after = led.saturating_duration_since(killed);
+    assert!(
+        revision > first,
+        "the token increases: {first} then {revision}"
+    );
+    // Well before the record's expiry (≥ 15 s after the kill): the kernel told of the death.
+    assert!(
+        after < Duration::from_secs(10),
+        "the successor led {after:?} after the kill, not before the expiry"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Sq.DeadHolder
+#[test]
+fn a_stopped_holder_keeps_its_lock_and_is_succeeded_only_at_its_expiry() {
+    // Renewals every 0.5 s: the record expires at least 1.5 s after the holder stops.
+    let (dir, store) = scratch("stopped-holder");
+    let holder = Runner::spawn(&store, "holder", "2s", &[]);
+    holder.leading(START_WAIT).expect("the holder leads");
+    let candidate = Runner::spawn(&store, "candidate", "2s", &[]);
+    std::thread::sleep(Duration::from_secs(1));
+    holder.signal(rustix::process::Signal::STOP);
+    let stopped = Instant::now();
+    let (led, _) = candidate
+        .leading(START_WAIT)
+        .expect("the candidate leads after the expiry");
+    let after = led.saturating_duration_since(stopped);
+    assert!(
+        after >= Duration::from_millis(1_400),
+        "the successor led {after:?} after the holder stopped, before its record could expire"
+    );
+    holder.signal(rustix::process::Signal::CONT);
+    drop(holder);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Sq.DeadHolder
+#[test]
+fn a_removed_or_replaced_lock_file_never_looks_like_a_dead_holder() {
+    let (dir, store) = scratch("lock-file-gone");
+    let lock = dir.join("vvm.sqlite.slot-1.lock");
+    let holder = Runner::spawn(&store, "holder", "2s", &[]);
+    holder.leading(START_WAIT).expect("the holder leads");
+    assert!(
+        lock.exists(),
+        "the holder's lock file is next to the database"
+    );
+    std::fs::remove_file(&lock).unwrap();
+    let candidate = Runner::spawn(&store, "candidate", "2s", &[]);
+    // Three lease periods: the candidate tries at each expiry it learns, and may create and lock
+    // a new file at the path; the record names the old one.
+    assert!(
+        candidate.leading(Duration::from_secs(6)).is_none(),
+        "the candidate took the slot of a live holder whose lock file was removed"
+    );
+    // Replaced: another file renamed over the path.
+    let other = dir.join("other.lock");
+    std::fs::write(&other, b"").unwrap();
+    std::fs::rename(&other, &lock).unwrap();
+    assert!(
+        candidate.leading(Duration::from_secs(6)).is_none(),
+        "the candidate took the slot of a live holder whose lock file was replaced"
+    );
+    let mut holder = holder;
+    assert!(
+        holder.child.try_wait().unwrap().is_none(),
+        "the holder still runs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Sq.DeadHolder
+#[test]
+fn a_command_that_inherited_the_lock_keeps_the_slot_protected_after_vvm_died() {
+    // `sh` is killed with vvm (the guard's parent-death signal); the `sleep` it started is not,
+    // and holds the inherited lock: the successor must wait for the expiry.
+    let (dir, store) = scratch("inherited-lock");
+    let pid_file = dir.join("sleep.pid");
+    let script = format!(
+        "echo leading revision=$VVM_REVISION; sleep 60 & echo $! > {}; wait",
+        pid_file.display()
+    );
+    let mut holder = Runner::spawn(&store, "holder", "2s", &["sh", "-c", &script]);
+    holder.leading(START_WAIT).expect("the holder leads");
+    let candidate = Runner::spawn(&store, "candidate", "2s", &[]);
+    let started = Instant::now();
+    while !pid_file.exists()
+        || std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .is_empty()
+    {
+        assert!(started.elapsed() < START_WAIT, "the command did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let killed = holder.kill();
+    let (led, _) = candidate
+        .leading(START_WAIT)
+        .expect("the candidate leads after the expiry");
+    let after = led.saturating_duration_since(killed);
+    let sleep: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(sleep).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    assert!(
+        after >= Duration::from_millis(1_400),
+        "the successor led {after:?} after vvm died, while its command's child held the lock"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

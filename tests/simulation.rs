@@ -16,7 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant as WallInstant;
 
 use sim::oracle::Violation;
-use sim::params::Params;
+use sim::params::{DeadHolder, Params};
 use sim::{Sim, Stats};
 
 /// Seeds run by default: enough to hit every fault combination many times, a minute or less.
@@ -73,7 +73,20 @@ struct Outcome {
 
 /// Runs `seed`; a panic inside a machine (a broken assertion) counts as a failure too.
 fn run_seed(seed: u64, trace: bool, strictness: Strictness) -> (Outcome, Option<Sim>) {
-    let params = Params::random(seed);
+    run_seed_with(seed, trace, strictness, None)
+}
+
+/// [`run_seed`], with the store's dead-holder knowledge forced to `dead_holder` if given.
+fn run_seed_with(
+    seed: u64,
+    trace: bool,
+    strictness: Strictness,
+    dead_holder: Option<DeadHolder>,
+) -> (Outcome, Option<Sim>) {
+    let mut params = Params::random(seed);
+    if let Some(dead_holder) = dead_holder {
+        params.dead_holder = dead_holder;
+    }
     let lease_periods = params.duration_ns / params.lease_ns();
     let result = catch_unwind(AssertUnwindSafe(|| {
         let mut sim = Sim::new(seed, params);
@@ -140,6 +153,7 @@ fn add(total: &mut Stats, more: &Stats) {
     total.killed += more.killed;
     total.crashed += more.crashed;
     total.starts += more.starts;
+    total.dead_takeovers += more.dead_takeovers;
 }
 
 /// Runs the seeds of the environment (500 from 0 by default) on every core; fails naming each
@@ -200,6 +214,12 @@ fn run_seeds(strictness: Strictness) {
         total.acquisitions > count && total.renewals > count && total.killed > 0,
         "the runs exercised too little to mean anything: {total:?}"
     );
+    // covers: Verify.DeadHolder
+    // Half the seeds run a store that knows a dead holder: it must have been used.
+    assert!(
+        total.dead_takeovers > 0,
+        "no slot was taken from a dead holder: {total:?}"
+    );
     assert!(
         failures.is_empty(),
         "{} of {count} seeds failed:\n{}",
@@ -224,6 +244,29 @@ fn seeds() {
 #[test]
 fn late_tokens() {
     run_seeds(Strictness::NoLateToken);
+}
+
+// covers: Verify.DeadHolder
+/// The simulator finds two acting leaders when the store's dead-holder fact is unsound (the
+/// lock let go when the holder's leadership ends, while its services may still be stopping).
+#[test]
+fn an_unsound_dead_holder_fact_is_caught() {
+    let seeds = env_u64("VVM_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
+    let caught = (0..seeds).find(|&seed| {
+        let (outcome, _) = run_seed_with(
+            seed,
+            false,
+            Strictness::Safety,
+            Some(DeadHolder::FreedAtLoss),
+        );
+        outcome
+            .failure
+            .is_some_and(|failure| failure.contains("two acting leaders"))
+    });
+    let Some(seed) = caught else {
+        panic!("no seed of {seeds} found two acting leaders with an unsound dead-holder fact");
+    };
+    println!("simulation: an unsound dead-holder fact makes seed {seed} fail");
 }
 
 // covers: Verify.Replay

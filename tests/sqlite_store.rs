@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use conformance::{value, ScratchDir, LONG_TTL};
 use tokio::task::JoinSet;
-use vvm::{Lease, LeaseStore, Revision, Slot, StoreError};
+use vvm::{Inserted, Lease, LeaseStore, Revision, Slot, StoreError};
 use vvm_adapters::sqlite::{
     ClockError, StoreClock, APPLICATION_ID, BUSY_WAIT_MAX, REVISION_BOOT_GAP, SCHEMA_VERSION,
 };
@@ -627,6 +627,64 @@ async fn a_version_1_file_is_migrated_and_claimed_by_its_first_opener() {
     assert_other_machine(&refused, "machine-a", "machine-b");
 }
 
+// covers: Sq.Identity, Sq.DeadHolder
+/// A file of schema version 2 gains the lock columns in place; its live records name no lock
+/// file, so they are never taken early, even by a candidate that can take the slot's lock.
+#[tokio::test]
+async fn a_version_2_file_is_migrated_and_its_records_name_no_lock() {
+    let dir = ScratchDir::new("vvm-sqlite-v2");
+    let path = dir.file("leases.sqlite");
+    {
+        let conn = raw(&path);
+        conn.execute_batch(SCHEMA_V1).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE vvm_store ADD COLUMN machine_id TEXT NOT NULL DEFAULT 'machine-a';",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO vvm_leases VALUES (?1, ?2, 7, 'boot-a', ?3)",
+            (i64::from(SLOT.0), value(1).encode().into_bytes(), i64::MAX),
+        )
+        .unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+    }
+
+    let store = open_as(&path, "machine-a", &ManualClock::new("boot-a")).unwrap();
+    // Nobody holds the slot's lock: the candidate takes it, but the record names no file.
+    let refused = store
+        .insert_or_time_left(SLOT, &value(2), LONG_TTL)
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, Inserted::Held { left: Some(_) }),
+        "{refused:?}"
+    );
+    let lease = store
+        .get(SLOT)
+        .await
+        .unwrap()
+        .expect("the v2 record is live");
+    assert_eq!((lease.value, lease.revision), (value(1), Revision(7)));
+    drop(store);
+
+    let conn = raw(&path);
+    let user_version: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(user_version, SCHEMA_VERSION);
+    let named: (Option<i64>, Option<i64>) = conn
+        .query_row(
+            "SELECT lock_dev, lock_ino FROM vvm_leases WHERE slot = ?1",
+            [i64::from(SLOT.0)],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(named, (None, None));
+}
+
 // covers: Sq.OneMachine
 #[test]
 fn a_bad_machine_id_is_a_clear_error() {
@@ -667,7 +725,7 @@ async fn the_change_feed_sees_writes_of_another_connection_and_its_own() {
 
     // Insert by the other connection.
     let change = waiter.changed(&[SLOT]);
-    let revision = writer
+    let mut revision = writer
         .insert_if_not_exists(SLOT, &a, ttl)
         .await
         .unwrap()
@@ -685,18 +743,36 @@ async fn the_change_feed_sees_writes_of_another_connection_and_its_own() {
     assert!(resolves(both, wake).await);
     assert!(!resolves(one, quiet).await);
 
-    // Compare-and-swap through the waiter's own store (its feed has a connection of its own).
+    // A renewal (compare-and-swap by the same holder) through the waiter's own store wakes
+    // nobody: a waiter would only be refused again.
+    // covers: St.FeedIgnoresRenewals
     let change = waiter.changed(&[SLOT]);
     let held = Lease {
         value: a.clone(),
         revision,
     };
-    let revision = waiter
+    revision = waiter
         .compare_and_swap(SLOT, &held, &a, ttl)
         .await
         .unwrap()
         .unwrap();
-    assert!(resolves(change, wake).await);
+    assert!(!resolves(change, quiet).await);
+
+    // A swap to another holder through the waiter's own store (its feed has a connection of
+    // its own) wakes it; so does the swap back.
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        let change = waiter.changed(&[SLOT]);
+        let held = Lease {
+            value: from.clone(),
+            revision,
+        };
+        revision = waiter
+            .compare_and_swap(SLOT, &held, to, ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(resolves(change, wake).await);
+    }
 
     // A refused insert writes nothing and wakes nobody.
     let change = waiter.changed(&[SLOT]);

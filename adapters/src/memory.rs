@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use vvm_core::{Instant, Revision, Slot};
-use vvm_runtime::{Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource};
+use vvm_runtime::{
+    Clock, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
+};
 
 /// Most live or expired-but-not-yet-pruned records the store holds.
 pub const RECORDS_MAX: usize = 65_536;
@@ -21,7 +23,7 @@ pub const RECORDS_MAX: usize = 65_536;
 /// One of the four store operations; used to aim faults and to count calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
-    /// `insert_if_not_exists`.
+    /// `insert_if_not_exists`, or `insert_or_time_left` (one call here).
     Insert,
     /// `compare_and_swap`.
     CompareAndSwap,
@@ -91,7 +93,9 @@ struct Inner {
     faults: HashMap<Slot, Injection>,
     calls: HashMap<(Slot, Op), u64>,
     /// The change feed of each slot somebody waited on; bumped under the same lock as the write,
-    /// so a waiter that subscribed before a write always sees it.
+    /// so a waiter that subscribed before a write always sees it. Bumped when a record is
+    /// removed (deleted, or found expired) or written by another holder — not when its holder
+    /// renews it (same bytes): a waiting candidate wakes only when it may win.
     feeds: HashMap<Slot, watch::Sender<()>>,
 }
 
@@ -143,8 +147,15 @@ impl Inner {
             revision,
             expires_at: now + ttl,
         };
+        // A record is live here (callers prune expired ones first): same bytes = same holder.
+        let renewal = self
+            .records
+            .get(&key)
+            .is_some_and(|old| old.expires_at > now && old.bytes == stored.bytes);
         self.records.insert(key, stored);
-        self.changed(key);
+        if !renewal {
+            self.changed(key);
+        }
         Ok(revision)
     }
 
@@ -345,6 +356,28 @@ impl LeaseStore for MemoryStore {
         finish(key, then_unknown, result)
     }
 
+    /// One call: the insert and, when refused, the refusing record's exact time left, judged
+    /// under one lock. Counted and faulted as [`Op::Insert`].
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        let then_unknown = self.before(key, Op::Insert).await?;
+        let now = self.time.now();
+        let mut inner = self.lock();
+        let result = match inner.live(key, now) {
+            Some(stored) => Ok(Inserted::Held {
+                left: Some(stored.expires_at.saturating_since(now)),
+            }),
+            None => inner
+                .write(key, value.encode().into_bytes(), now, ttl)
+                .map(Inserted::Written),
+        };
+        finish(key, then_unknown, result)
+    }
+
     async fn compare_and_swap(
         &self,
         key: Slot,
@@ -387,9 +420,10 @@ impl LeaseStore for MemoryStore {
             .map(|stored| stored.expires_at.saturating_since(now)))
     }
 
-    /// In-process: every write, delete and expired record removed under one of `keys` wakes
-    /// the waiter. An expiry nobody touched is not seen (no timer per record); the waiter's own
-    /// timer covers it. Not subject to faults and not counted: it is no store call.
+    /// In-process: a delete, an expired record removed, or a write by another holder under one
+    /// of `keys` wakes the waiter; a renewal by the same holder does not. An expiry nobody
+    /// touched is not seen (no timer per record); the waiter's own timer (the record's expiry,
+    /// learnt from its refused insert) covers it. Not subject to faults and not counted: it is no store call.
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         let mut inner = self.lock();
         let mut waits: Vec<SlotChange> = keys
@@ -421,6 +455,10 @@ impl LeaseStore for MemoryStore {
                 std::task::Poll::Pending
             }
         }))
+    }
+
+    fn has_change_feed(&self) -> bool {
+        true
     }
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {

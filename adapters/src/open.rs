@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use vvm_core::{LeaseConfig, Revision, Slot};
-use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
+use vvm_runtime::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 use crate::url::{StoreUrl, UrlError};
 
@@ -367,6 +367,19 @@ impl LeaseStore for AnyStore {
 
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
         each_store!(self, s => s.time_left(key).await)
+    }
+
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        each_store!(self, s => s.insert_or_time_left(key, value, ttl).await)
+    }
+
+    fn has_change_feed(&self) -> bool {
+        each_store!(self, s => s.has_change_feed())
     }
 
     // Forwarded explicitly: the default would hide the feeds of the stores that have one.

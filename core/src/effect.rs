@@ -110,7 +110,8 @@ pub enum Problem {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Effect {
     /// Write our record under `slot` with time-to-live `ttl`, only if no live record exists.
-    /// Replied to with [`Reply::Written`] or [`Reply::Rejected`].
+    /// Replied to with [`Reply::Written`], or with [`Reply::Held`] (or [`Reply::Rejected`] when
+    /// the store cannot tell how long the live record has left).
     Insert {
         /// Names the reply.
         op: OpId,
@@ -232,6 +233,9 @@ pub enum Reply {
     Written(Revision),
     /// The condition did not hold; nothing was written.
     Rejected,
+    /// An insert found a live record, which has this long left on the store's own clock; nothing
+    /// was written. Only a hint of when to try again: the store still judges every insert.
+    Held(Duration),
     /// Compare-and-delete deleted our record.
     Deleted,
     /// `Get` found this live record, or none.

@@ -62,6 +62,6 @@ pub use effect::{
     Revision, Slot, TimerId, TimerKind, EFFECTS_MAX,
 };
 pub use leadership::{Held, Leadership, LeaseEvent, LeaseState, Pending};
-pub use lifecycle::{Lifecycle, Phase, VvmEvent, VvmState};
+pub use lifecycle::{Lifecycle, Phase, Round, VvmEvent, VvmState, EXPIRY_RETRY_MIN};
 
 pub use time::Instant;

@@ -347,6 +347,24 @@ fn l9r_a_record_read_back_as_ours_after_a_release_was_asked_is_deleted() {
     assert_eq!(h.reply(t0(), 2, Reply::Found(Some(record))), [cad(3, 7)]);
 }
 
+// covers: VVM.TryAtExpiry
+#[test]
+fn l5a_an_insert_refused_with_time_left_is_not_acquired() {
+    let mut h = Harness::new();
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Held(secs(3))),
+        [Effect::NotAcquired {
+            slot: SLOT,
+            refusal: Refusal::Held
+        }]
+    );
+    assert!(h.machine.is_idle());
+}
+
 // covers: Lease.UnknownOutcome
 #[test]
 fn l9b_l9c_a_claim_that_does_not_confirm_is_not_acquired() {

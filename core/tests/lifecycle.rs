@@ -215,14 +215,8 @@ fn v6a_a_slot_change_between_rounds_starts_the_next_round_at_once() {
 
 // covers: VVM.TryAtChange
 #[test]
-fn v6b_a_slot_change_outside_round_wait_changes_nothing() {
-    // Acquiring: the insert is in flight; no second one.
-    let mut h = Harness::new(&config(2));
-    h.on(VvmEvent::Launch { now: t0() });
-    let before = h.vvm.clone();
-    assert_eq!(h.on(VvmEvent::SlotChanged { now: t0() }), []);
-    assert_eq!(h.vvm, before);
-    // Provided, StartingServices, Running, Shutdown.
+fn v6b_a_slot_change_outside_acquisition_changes_nothing() {
+    // Provided, StartingServices, Running.
     let mut provided = Harness::new(&config(1));
     assert_eq!(provided.on(VvmEvent::SlotChanged { now: t0() }), []);
     assert_eq!(provided.vvm.phase(), Phase::Provided);
@@ -231,6 +225,135 @@ fn v6b_a_slot_change_outside_round_wait_changes_nothing() {
         assert_eq!(h.on(VvmEvent::SlotChanged { now: t0() + ms(20) }), []);
         assert_eq!(h.vvm, before);
     }
+}
+
+// covers: VVM.TryAtChange, VVM.SubscribeBeforeInsert
+#[test]
+fn v6c_v4a_a_change_during_a_round_starts_the_next_round_when_it_ends() {
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    assert!(h.vvm.watches_slots());
+    // The insert is in flight: no second one, but the change is noted.
+    assert_eq!(h.on(VvmEvent::SlotChanged { now: t0() }), []);
+    h.reply(t0(), 1, Reply::Held(secs(10)));
+    // The round ends without a timer: slot 1 is tried again at once.
+    assert_eq!(
+        h.reply(t0() + ms(1), 2, Reply::Held(secs(10))),
+        [
+            Effect::NotAcquired {
+                slot: Slot(2),
+                refusal: Refusal::Held
+            },
+            insert(3, 1)
+        ]
+    );
+    assert!(!h.vvm.waits_for_round());
+    // The fresh round forgot the change: it ends waiting for the expiry.
+    h.reply(t0() + ms(2), 3, Reply::Held(secs(10)));
+    let effects = h.reply(t0() + ms(3), 4, Reply::Held(secs(10)));
+    assert!(matches!(effects[1], Effect::SetTimer { .. }), "{effects:?}");
+    assert!(h.vvm.waits_for_round());
+    assert!(h.vvm.watches_slots());
+}
+
+// covers: VVM.TryAtExpiry
+#[test]
+fn v4_a_round_refused_with_time_left_waits_for_the_earliest_expiry() {
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0() + ms(2), 1, Reply::Held(secs(7)));
+    // Expiries t0+7.002 s and t0+3.005 s: the earlier one, past the 1 s round interval.
+    assert_eq!(
+        h.reply(t0() + ms(5), 2, Reply::Held(secs(3))),
+        [
+            Effect::NotAcquired {
+                slot: Slot(2),
+                refusal: Refusal::Held
+            },
+            Effect::SetTimer {
+                timer: TimerId {
+                    kind: TimerKind::Round,
+                    seq: 1
+                },
+                at: t0() + ms(3_005)
+            }
+        ]
+    );
+}
+
+// covers: VVM.TryAtExpiry
+#[test]
+fn v4_a_slot_refused_without_time_left_keeps_the_round_interval() {
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Held(secs(7)));
+    // Slot 2 says nothing of its expiry: the round interval (1 s) is the next try.
+    let effects = h.reply(t0(), 2, Reply::Rejected);
+    assert_eq!(
+        effects[1],
+        Effect::SetTimer {
+            timer: TimerId {
+                kind: TimerKind::Round,
+                seq: 1
+            },
+            at: t0() + secs(1)
+        }
+    );
+    // An expiry sooner than the interval wins over it; a store failure is blind too.
+    let mut h = Harness::new(&config(2));
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Failed);
+    let effects = h.reply(t0(), 2, Reply::Held(ms(300)));
+    assert_eq!(
+        effects[1],
+        Effect::SetTimer {
+            timer: TimerId {
+                kind: TimerKind::Round,
+                seq: 1
+            },
+            at: t0() + ms(300)
+        }
+    );
+}
+
+// covers: VVM.TryAtExpiry
+#[test]
+fn v4_the_expiry_wait_is_bounded_below_and_by_the_acquisition_end() {
+    let config = VvmConfig::builder("a")
+        .acquisition(secs(2))
+        .build()
+        .unwrap();
+    let mut h = Harness::new(&config);
+    h.on(VvmEvent::Launch { now: t0() });
+    let effects = h.reply(t0(), 1, Reply::Held(Duration::ZERO));
+    assert_eq!(
+        effects[1],
+        Effect::SetTimer {
+            timer: TimerId {
+                kind: TimerKind::Round,
+                seq: 1
+            },
+            at: t0() + EXPIRY_RETRY_MIN
+        }
+    );
+    h.on(VvmEvent::Timer {
+        now: t0() + EXPIRY_RETRY_MIN,
+        timer: TimerId {
+            kind: TimerKind::Round,
+            seq: 1,
+        },
+    });
+    let effects = h.reply(t0() + ms(1), 2, Reply::Held(secs(60)));
+    assert_eq!(
+        effects[1],
+        Effect::SetTimer {
+            timer: TimerId {
+                kind: TimerKind::Round,
+                seq: 2
+            },
+            at: t0() + secs(2)
+        }
+    );
 }
 
 // covers: VVM.tryToAcquireLeadership

@@ -34,6 +34,8 @@ enum Step {
 enum ReplyKind {
     Written(u8),
     Rejected,
+    /// Refused with this many milliseconds left (0 included: the floor of the wait).
+    Held(u16),
     Deleted,
     FoundOurs(u8),
     FoundOther,
@@ -46,6 +48,7 @@ fn step() -> impl Strategy<Value = Step> {
     let reply = prop_oneof![
         (0u8..3).prop_map(ReplyKind::Written),
         Just(ReplyKind::Rejected),
+        (0u16..3_000).prop_map(ReplyKind::Held),
         Just(ReplyKind::Deleted),
         (0u8..3).prop_map(ReplyKind::FoundOurs),
         Just(ReplyKind::FoundOther),
@@ -117,6 +120,7 @@ impl World {
         let reply = match kind {
             ReplyKind::Written(bump) => Reply::Written(Revision(ours(bump, self))),
             ReplyKind::Rejected => Reply::Rejected,
+            ReplyKind::Held(ms) => Reply::Held(Duration::from_millis(u64::from(ms))),
             ReplyKind::Deleted => Reply::Deleted,
             ReplyKind::FoundOurs(bump) => Reply::Found(Some(Record {
                 incarnation: ME,
@@ -286,6 +290,16 @@ proptest! {
                     );
                 } else {
                     assert!(out.is_empty(), "SlotChanged outside RoundWait: {out:?}");
+                }
+            }
+            // covers: VVM.TryAtExpiry
+            // A round timer always lies in the future: no refusal (however little time its
+            // record has left) makes a candidate retry without waiting.
+            for effect in out.iter() {
+                if let Effect::SetTimer { timer, at } = *effect {
+                    if timer.kind == TimerKind::Round {
+                        assert!(at > now, "round timer at {at:?} not after {now:?}");
+                    }
                 }
             }
             // covers: Verify.Safety, VVM.LossKeepsRecord, VVM.DisarmAfterCleanRelease

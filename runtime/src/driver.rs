@@ -125,6 +125,11 @@ impl<S: LeaseStore> Driver<S> {
         status: watch::Sender<Status>,
     ) -> Self {
         let names = services.names();
+        let mut exec = exec;
+        if !exec.store().has_change_feed() {
+            // Without a feed nothing tells of a release: rounds stay the bound on the wait.
+            exec.cap_time_left(config.round_interval());
+        }
         Driver {
             machine,
             exec,
@@ -229,13 +234,14 @@ impl<S: LeaseStore> Driver<S> {
         self.machine.handle(&event, &mut self.out);
         let phase = self.machine.phase();
         tracing::debug!(?event, ?phase, effects = ?self.out.as_slice(), "transition");
+        // Before the effects: an insert about to be sent is covered by the feed.
+        self.watch_slots();
         let effects = self.out.clone();
         for effect in &effects {
             if !self.exec.execute(effect) {
                 self.notify(effect);
             }
         }
-        self.watch_slots();
         let deadline = self.exec.deadline();
         self.status.send_modify(|status| {
             status.phase = phase;
@@ -243,12 +249,14 @@ impl<S: LeaseStore> Driver<S> {
         });
     }
 
-    /// Between rounds, watches every slot's feed so that a change starts the next round at once
-    /// (`SlotChanged`); otherwise watches nothing. The feed is subscribed when the last refusal
-    /// of a round has been handled: a change between the store's refusal and that moment is
-    /// not seen, and waits for the round timer as before.
+    /// While acquiring, watches every slot's feed so that a change starts the next round at
+    /// once (`SlotChanged`); otherwise watches nothing. It is called after the machine handled
+    /// an event and *before* its effects run, so the feed exists before the insert it covers is
+    /// sent: a change between the store's refusal and the wait is never missed. A feed that
+    /// fired is subscribed afresh at the next event (the one it caused), before that event's
+    /// inserts.
     fn watch_slots(&mut self) {
-        if !self.machine.waits_for_round() {
+        if !self.machine.watches_slots() {
             self.changes = None;
         } else if self.changes.is_none() {
             let slots: Vec<Slot> = (1..=self.config.slots()).map(Slot).collect();

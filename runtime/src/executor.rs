@@ -5,6 +5,7 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use tokio::time::{error::Elapsed, Sleep};
 use vvm_core::{
@@ -13,7 +14,7 @@ use vvm_core::{
 
 use crate::clock::{Clock, TimeSource};
 use crate::killer::KillerEntry;
-use crate::store::{Lease, LeaseStore, LeaseValue, StoreError};
+use crate::store::{Inserted, Lease, LeaseStore, LeaseValue, StoreError};
 
 /// Most store calls in flight per machine. The machines keep one; the margin only absorbs a
 /// bug without unbounded growth.
@@ -43,6 +44,9 @@ pub(crate) struct Executor<S> {
     calls: Vec<Call>,
     /// One pending timer per [`TimerKind`]: `[Lease, Round]`.
     timers: [Option<Timer>; 2],
+    /// The longest time left a refused insert reports to the machine: the round interval for a
+    /// store without a change feed, which could not tell of a release before the expiry.
+    time_left_cap: Option<Duration>,
 }
 
 fn timer_index(kind: TimerKind) -> usize {
@@ -66,7 +70,14 @@ impl<S: LeaseStore> Executor<S> {
             killer,
             calls: Vec::with_capacity(STORE_CALLS_MAX),
             timers: [None, None],
+            time_left_cap: None,
         }
+    }
+
+    /// Reports at most `cap` as a refused insert's time left, so that a candidate waiting on a
+    /// store without a change feed still tries every `cap` (its rounds), not only at the expiry.
+    pub(crate) fn cap_time_left(&mut self, cap: Duration) {
+        self.time_left_cap = Some(cap);
     }
 
     /// The store the effects go to.
@@ -117,7 +128,13 @@ impl<S: LeaseStore> Executor<S> {
     }
 
     fn call(&mut self, effect: &Effect) {
-        let call = store_call(self.store.clone(), self.own.clone(), self.lease, effect);
+        let call = store_call(
+            self.store.clone(),
+            self.own.clone(),
+            self.lease,
+            self.time_left_cap,
+            effect,
+        );
         #[cfg(feature = "metrics")]
         let call = call.map(|call| crate::metrics::timed(effect, call));
         match call {
@@ -176,14 +193,24 @@ fn store_call<S: LeaseStore>(
     store: Arc<S>,
     own: LeaseValue,
     lease: LeaseConfig,
+    time_left_cap: Option<Duration>,
     effect: &Effect,
 ) -> Option<Call> {
     let timeout = lease.store_timeout();
     let call: Call = match *effect {
         Effect::Insert { op, slot, ttl } => Box::pin(async move {
             let result =
-                tokio::time::timeout(timeout, store.insert_if_not_exists(slot, &own, ttl)).await;
-            (op, written(slot, result))
+                tokio::time::timeout(timeout, store.insert_or_time_left(slot, &own, ttl)).await;
+            let reply = match result {
+                Ok(Ok(Inserted::Written(revision))) => Reply::Written(revision),
+                Ok(Ok(Inserted::Held { left: Some(left) })) => {
+                    Reply::Held(time_left_cap.map_or(left, |cap| left.min(cap)))
+                }
+                Ok(Ok(Inserted::Held { left: None })) => Reply::Rejected,
+                Ok(Err(error)) => failure(slot, &error),
+                Err(_) => timed_out(slot),
+            };
+            (op, reply)
         }),
         Effect::CompareAndSwap {
             op,

@@ -76,7 +76,7 @@ pub use services::{
     LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX,
 };
 pub use snapshot::{VvmSnapshot, VvmSubscription};
-pub use store::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError};
+pub use store::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError};
 pub use vvm::{
     new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, StopHandle, Vvm, VvmState,
 };

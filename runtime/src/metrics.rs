@@ -118,7 +118,8 @@ pub(crate) fn timed(effect: &Effect, call: TimedCall) -> TimedCall {
 fn outcome(reply: &Reply) -> &'static str {
     match reply {
         Reply::Written(_) => "written",
-        Reply::Rejected => "rejected",
+        // A refused insert that tells the record's time left is still a refusal.
+        Reply::Rejected | Reply::Held(_) => "rejected",
         Reply::Deleted => "deleted",
         Reply::Found(_) => "found",
         Reply::Failed => "failed",

@@ -31,6 +31,18 @@ pub struct Lease {
     pub revision: Revision,
 }
 
+/// The answer of [`LeaseStore::insert_or_time_left`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Inserted {
+    /// Our record was written with this revision.
+    Written(Revision),
+    /// A live record holds the slot; nothing was written.
+    Held {
+        /// Its time left on the store's clock; `None` when the store cannot tell.
+        left: Option<Duration>,
+    },
+}
+
 /// A stored value that is not a lease value of ours.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -180,9 +192,39 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Reads the live record, if any.
     fn get(&self, key: Slot) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
 
+    /// [`insert_if_not_exists`](Self::insert_if_not_exists), and when a live record refuses it,
+    /// how long that record has left on the store's own clock: a refused candidate tries again
+    /// at that expiry (or at the change feed's word, whichever comes first) instead of at fixed
+    /// rounds. The time left is only a hint for *when* to try: the insert alone decides.
+    ///
+    /// The default makes two calls (insert, then [`time_left`](Self::time_left); a failure of
+    /// the second is reported as "cannot tell"). Stores that can answer both in one call or
+    /// transaction override it, so a waiting candidate costs one call per try.
+    fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Inserted, StoreError>> + Send {
+        async move {
+            if let Some(revision) = self.insert_if_not_exists(key, value, ttl).await? {
+                return Ok(Inserted::Written(revision));
+            }
+            let left = match self.time_left(key).await {
+                Ok(left) => left,
+                Err(error) => {
+                    tracing::debug!(slot = key.0, %error, "time left of a refusing record unknown");
+                    None
+                }
+            };
+            Ok(Inserted::Held { left })
+        }
+    }
+
     /// How long the live record under `key` has left, as far as the store can tell; `Ok(None)`
-    /// when there is no live record or the store cannot say. Only for display (`vvm status`):
-    /// no decision of the elections depends on it.
+    /// when there is no live record or the store cannot say. Shown by `vvm status`, and used by
+    /// the default [`insert_or_time_left`](Self::insert_or_time_left) to time a candidate's
+    /// next try; no decision of who holds a slot depends on it.
     fn time_left(
         &self,
         key: Slot,
@@ -206,6 +248,14 @@ pub trait LeaseStore: Send + Sync + 'static {
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         let _ = keys;
         Box::pin(std::future::pending())
+    }
+
+    /// Whether [`changed`](Self::changed) reports deletions (and holder changes). A store
+    /// without a feed (the default) still has its candidates try every round interval, the
+    /// record's expiry only bringing a try forward: nothing else would tell them of a release.
+    /// A store with one lets its candidates wait for the feed or the expiry.
+    fn has_change_feed(&self) -> bool {
+        false
     }
 }
 

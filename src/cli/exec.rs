@@ -151,6 +151,13 @@ impl Service for ExecService {
         let Some(token) = context.token() else {
             return Err(ServiceError::new("no valid fencing token at start"));
         };
+        // The command inherits the SQLite slot locks this process holds: while it lives, the
+        // slot's holder is not taken for dead, also after this process died.
+        if let Err(e) = vvm_adapters::sqlite::let_children_inherit_slot_locks() {
+            return Err(ServiceError::new(format!(
+                "cannot pass the slot lock to the command: {e}"
+            )));
+        }
         // Started through `vvm __exec-guard` (see [`guard`]): SIGKILL when this process dies.
         let mut child = Command::new(SELF_EXE)
             .arg(GUARD_SUBCOMMAND)

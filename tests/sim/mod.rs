@@ -30,7 +30,7 @@ use vvm_core::{
 
 use clock::LocalClock;
 use oracle::{Oracle, ProcessId, Violation};
-use params::{Fate, Outcome, Params};
+use params::{DeadHolder, Fate, Outcome, Params};
 use rng::Rng;
 use store::{StoreModel, Writer};
 use trace::{Death, Note};
@@ -147,6 +147,8 @@ pub struct Stats {
     pub crashed: u64,
     /// Processes started.
     pub starts: u64,
+    /// Slots taken at once from a holder the store knew dead.
+    pub dead_takeovers: u64,
 }
 
 /// The simulation.
@@ -275,7 +277,10 @@ impl Sim {
 
     /// Counts so far.
     pub fn stats(&self) -> Stats {
-        self.stats
+        Stats {
+            dead_takeovers: self.store.dead_takeovers,
+            ..self.stats
+        }
     }
 
     /// The store.
@@ -805,7 +810,22 @@ impl Sim {
             outcome,
             Outcome::Apply | Outcome::UnknownCommitted | Outcome::Hang { commit: true }
         );
-        let applied = apply.then(|| self.store.apply(&effect, writer, now_ns).reply);
+        let rule = self.params.dead_holder;
+        let places = &self.places;
+        // The writer's process is gone when no running process carries its incarnation.
+        let dead = |holder: Writer| {
+            let live = places
+                .iter()
+                .filter_map(|place| place.live.as_ref())
+                .find(|live| live.writer == holder);
+            match (rule, live) {
+                (DeadHolder::Unknown, _) => false,
+                (DeadHolder::Known | DeadHolder::FreedAtLoss, None) => true,
+                (DeadHolder::Known, Some(_)) => false,
+                (DeadHolder::FreedAtLoss, Some(live)) => live.machine.leadership().held().is_none(),
+            }
+        };
+        let applied = apply.then(|| self.store.apply(&effect, writer, now_ns, &dead).reply);
         self.note(Note::Store {
             at_ns: now_ns,
             process: id,

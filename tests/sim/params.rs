@@ -101,6 +101,21 @@ pub struct Params {
     pub service_delay_max_ns: u64,
     /// The faults.
     pub faults: Faults,
+    /// Whether the store knows a holder is dead (the SQLite lock, `~Sq.DeadHolder~`).
+    pub dead_holder: DeadHolder,
+}
+
+/// What the store knows of a record's holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadHolder {
+    /// Nothing: a live record is taken only at its expiry.
+    Unknown,
+    /// The kernel's fact: an insert over another holder's live record takes it at once when
+    /// the writer incarnation's process is gone (crashed or killed, its services with it).
+    Known,
+    /// Unsound on purpose: also when the writer's leadership ended (lost or released) while its
+    /// services may still be stopping — as if the lock were let go at the loss.
+    FreedAtLoss,
 }
 
 impl Params {
@@ -122,6 +137,7 @@ impl Params {
             host_delay_max_ns: 0,
             service_delay_max_ns: 0,
             faults: Faults::none(),
+            dead_holder: DeadHolder::Unknown,
         }
     }
 
@@ -180,6 +196,13 @@ impl Params {
             host_delay_max_ns: rng.between(0, l / 4),
             service_delay_max_ns: rng.between(0, l / 10),
             faults,
+            // Every other seed: stores that know a dead holder (SQLite) and stores that do not.
+            // From the seed, not the generator, so that every other draw stays as it was.
+            dead_holder: if seed % 2 == 0 {
+                DeadHolder::Known
+            } else {
+                DeadHolder::Unknown
+            },
         }
     }
 

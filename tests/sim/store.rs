@@ -38,6 +38,8 @@ pub struct Applied {
 pub struct StoreModel {
     records: Vec<Option<Stored>>,
     revision: u64,
+    /// Inserts that took a live record from a holder known dead.
+    pub dead_takeovers: u64,
 }
 
 impl StoreModel {
@@ -46,6 +48,7 @@ impl StoreModel {
         StoreModel {
             records: vec![None; slots as usize],
             revision: 0,
+            dead_takeovers: 0,
         }
     }
 
@@ -70,13 +73,29 @@ impl StoreModel {
         revision
     }
 
-    /// Applies a store effect of `writer` at true time `now_ns`, atomically.
-    pub fn apply(&mut self, effect: &Effect, writer: Writer, now_ns: u64) -> Applied {
+    /// Applies a store effect of `writer` at true time `now_ns`, atomically. `dead` tells
+    /// whether the store knows the holder of a record is dead (its lock is free): an insert then
+    /// takes another holder's live record at once, with a new revision.
+    pub fn apply(
+        &mut self,
+        effect: &Effect,
+        writer: Writer,
+        now_ns: u64,
+        dead: &dyn Fn(Writer) -> bool,
+    ) -> Applied {
         let ours = |stored: &Stored, expected: Revision| {
             stored.writer == writer && stored.revision == expected
         };
         match *effect {
             Effect::Insert { slot, ttl, .. } => match self.live(slot, now_ns) {
+                Some(stored) if stored.writer != writer && dead(stored.writer) => {
+                    self.dead_takeovers += 1;
+                    let revision = self.write(slot, writer, ttl.as_nanos() as u64, now_ns);
+                    Applied {
+                        reply: Reply::Written(revision),
+                        wrote: true,
+                    }
+                }
                 Some(_) => Applied {
                     reply: Reply::Rejected,
                     wrote: false,

@@ -556,6 +556,12 @@ impl LeaseStore for EtcdStore {
         let names = keys.iter().map(|slot| self.key(*slot)).collect();
         feed::changed(self.watch.clone(), &self.seen, names, keys)
     }
+
+    /// The watch reports deletions (a release, or etcd revoking an expired lease) and holder
+    /// changes: candidates wait for it or the expiry instead of polling in rounds.
+    fn has_change_feed(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -3,12 +3,19 @@
 //!
 //! `data_version` changes whenever *another* connection (of this or any other process)
 //! committed to the file, so the feed needs a connection that never writes. Only when it changed
-//! is the slot's revision read (one WAL read transaction: it never waits for the write lock);
-//! the feed resolves when that differs from the one seen when the wait began. File
+//! are the slots' holders read (one WAL read transaction: it never waits for the write lock);
+//! the feed resolves when a row was deleted or holds another value (another holder, or another
+//! incarnation of one) than when the wait began. A renewal rewrites the row with the same value
+//! and a new revision: it does not wake the waiter, who would only be refused again — so a
+//! waiting candidate costs about one store call per lease, at the record's expiry. File
 //! notifications (inotify) were the alternative: they need a watching thread or descriptor per
 //! store, say nothing about which slot changed (so a read per event is needed anyway) and are
 //! Linux-only, while this check costs about 0.1 ms of CPU per interval (see
 //! [`FEED_POLL_INTERVAL`]).
+//!
+//! Besides, the feed watches each slot's lock file (`lock.rs`): a lock seen held that is free
+//! at a later look (every interval, one `flock` call per slot) means its holder released it or
+//! died, which writes nothing to the file; the waiter then tries its insert at once.
 //!
 //! The checks run on the async worker thread: no check ever waits for a lock, and each is
 //! shorter than handing it to the blocking pool would be.
@@ -17,8 +24,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use vvm_core::Slot;
+
+use super::lock::{self, LockWatch};
 
 /// How often a waiting candidate looks at `PRAGMA data_version`: the latency it adds to a
 /// hand-off is at most this. Each look costs about 0.1 ms of CPU (timer wake-up, the WAL index
@@ -26,18 +36,21 @@ use vvm_core::Slot;
 /// at 5 ms (`BENCHMARKS.md`): 10 ms keeps a hand-off well under 20 ms at a modest cost.
 pub const FEED_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Most slots whose lock one wait watches (one open descriptor and one `flock` per look each).
+pub const LOCK_WATCH_SLOTS_MAX: usize = 64;
+
 /// The watching connection, opened at the first wait and shared by every waiter of one store.
 #[derive(Default)]
 pub(super) struct Feed {
     conn: Mutex<Option<Connection>>,
 }
 
-/// What the feed compares: the version of the file and the revisions of the watched slots that
-/// have a row, in slot order.
+/// What the feed compares: the version of the file and the values (holders) of the watched
+/// slots that have a row, in slot order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
     version: i64,
-    revisions: Vec<(u32, i64)>,
+    holders: Vec<(u32, Vec<u8>)>,
 }
 
 impl Feed {
@@ -78,7 +91,7 @@ impl Feed {
         })
     }
 
-    /// The version and the revisions of `keys` (sorted), read in one read transaction so that
+    /// The version and the holders of `keys` (sorted), read in one read transaction so that
     /// the version is not newer than the rows.
     fn seen(&self, path: &Path, keys: &[u32]) -> Option<Seen> {
         self.with(path, |conn| {
@@ -86,25 +99,34 @@ impl Feed {
             let version = tx
                 .prepare_cached("PRAGMA data_version")?
                 .query_row([], |row| row.get(0))?;
-            let mut revisions = Vec::with_capacity(keys.len());
+            let mut holders = Vec::with_capacity(keys.len());
             {
                 let mut rows =
-                    tx.prepare_cached("SELECT slot, revision FROM vvm_leases ORDER BY slot")?;
-                for row in rows.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get(1)?)))? {
-                    let (slot, revision) = row?;
+                    tx.prepare_cached("SELECT slot, value FROM vvm_leases ORDER BY slot")?;
+                let read = |row: &rusqlite::Row<'_>| {
+                    // Text or blob alike; anything else reads as empty (a corrupt row).
+                    let value = match row.get_ref(1)? {
+                        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes.to_vec(),
+                        _ => Vec::new(),
+                    };
+                    Ok((row.get::<_, i64>(0)?, value))
+                };
+                for row in rows.query_map([], read)? {
+                    let (slot, value) = row?;
                     if let Ok(slot) = u32::try_from(slot) {
                         if keys.binary_search(&slot).is_ok() {
-                            revisions.push((slot, revision));
+                            holders.push((slot, value));
                         }
                     }
                 }
             }
             tx.finish()?;
-            Ok(Seen { version, revisions })
+            Ok(Seen { version, holders })
         })
     }
 
-    /// Resolves once the rows of `keys` differ from what they are now.
+    /// Resolves once a row of `keys` is deleted or holds another value than now, or a slot's
+    /// lock seen held is free (its holder released it or is gone, see `lock.rs`).
     pub(super) fn changed(
         self: Arc<Self>,
         path: Arc<Path>,
@@ -115,12 +137,23 @@ impl Feed {
         keys.dedup();
         // Read at the call, not at the first poll: a change right after it is not missed.
         let start = self.seen(&path, &keys);
+        // One descriptor per watched slot, at most [`LOCK_WATCH_SLOTS_MAX`]: the others' deaths
+        // are learnt at their records' expiry.
+        let mut locks: Vec<LockWatch> = keys
+            .iter()
+            .take(LOCK_WATCH_SLOTS_MAX)
+            .filter_map(|key| LockWatch::new(&lock::path(&path, Slot(*key))))
+            .collect();
         async move {
             let mut start = start;
             let mut interval = tokio::time::interval(FEED_POLL_INTERVAL);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
+                // A holder's death changes nothing in the file: only its lock tells.
+                if locks.iter_mut().any(LockWatch::freed) {
+                    return;
+                }
                 let Some(seen) = start.as_ref() else {
                     start = self.seen(&path, &keys);
                     continue;
@@ -129,8 +162,8 @@ impl Feed {
                     continue;
                 }
                 match self.seen(&path, &keys) {
-                    Some(now) if now.revisions != seen.revisions => return,
-                    // Another slot changed: wait for the next commit.
+                    Some(now) if now.holders != seen.holders => return,
+                    // Another slot changed, or a holder renewed: wait for the next commit.
                     Some(now) => start = Some(now),
                     None => {}
                 }

@@ -51,6 +51,15 @@
 //! timeout) does not interrupt a transaction: it finishes or rolls back on its own. Clones of a
 //! store share one connection; separate [`SqliteStore::open`]s have their own.
 //!
+//! **A dead holder** is known at once on one host (`lock.rs`). The holder
+//! of a slot keeps an exclusive `flock` on the slot's lock file (`<database>.slot-<n>.lock`)
+//! from before its insert until its release is done or it (and every process that inherited the
+//! descriptor) is gone, and its record names that file (device, inode). A candidate whose insert
+//! obtains that very lock while the record is another holder's, the file still linked at its
+//! path, takes the slot at once with a new revision: no process that could act under the record
+//! is left. A stopped or hung holder keeps its lock, and a removed or replaced lock file names
+//! nothing, so those cases wait for the expiry as before.
+//!
 //! **Corrupt rows** never panic the decoder: a live record that cannot be read is
 //! [`StoreError::Corrupt`] for `get` and never matches an expected lease, so it is not
 //! overwritten or deleted before it expires.
@@ -59,6 +68,7 @@ mod busy;
 mod clock;
 mod error;
 mod feed;
+mod lock;
 mod record;
 mod schema;
 
@@ -68,7 +78,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use vvm_core::{Revision, Slot};
-use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
+use vvm_runtime::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 pub use busy::{ATTEMPTS_MAX, POLL_MAX, POLL_MIN};
 pub use clock::{
@@ -76,10 +86,12 @@ pub use clock::{
     MACHINE_ID_MAX_BYTES, MACHINE_ID_PATHS,
 };
 pub use error::SqliteStoreError;
-pub use feed::FEED_POLL_INTERVAL;
+pub use feed::{FEED_POLL_INTERVAL, LOCK_WATCH_SLOTS_MAX};
+pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 
 use busy::{is_busy, Backoff};
+use lock::FileId;
 use record::{Judged, Now, Stored, TxError};
 
 /// How long an operation waits for the write lock by default: well below the store-call
@@ -214,10 +226,18 @@ impl SqliteStore {
         behavior: TransactionBehavior,
         body: impl FnMut(&Transaction<'_>, Now<'_>) -> Result<Step<T>, TxError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.blocking(move |conn, shared| transact(conn, shared, behavior, body))
+            .await
+    }
+
+    /// Runs `work` with the connection on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection, &Shared) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let mut conn = Arc::clone(&self.conn).lock_owned().await;
         let shared = Arc::clone(&self.shared);
-        let task =
-            tokio::task::spawn_blocking(move || transact(&mut conn, &shared, behavior, body));
+        let task = tokio::task::spawn_blocking(move || work(&mut conn, &shared));
         match task.await {
             Ok(result) => result,
             // Never started (the runtime is shutting down): nothing was written.
@@ -230,67 +250,124 @@ impl SqliteStore {
         }
     }
 
-    /// Applies `change` to `key` in one write transaction if the record satisfies `condition`.
-    async fn change(
+    /// Rewrites the record under `key` with `bytes` and a fresh `ttl` in one write transaction
+    /// if the live record equals `expected`; the new revision, or `None`.
+    async fn swap(
         &self,
         key: Slot,
-        condition: Condition,
-        change: Change,
-    ) -> Result<Outcome, StoreError> {
+        expected: Stored,
+        bytes: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
         self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            let judged = record::load(tx, key, now)?;
-            let holds = match (&condition, &judged) {
-                (Condition::Absent, Judged::Absent) => true,
-                (Condition::Equals(expected), Judged::Live(stored, _)) => stored == expected,
-                _ => false,
-            };
-            if !holds {
-                return Ok(Step::read(Outcome::Refused));
-            }
-            match &change {
-                Change::Put { bytes, ttl } => {
-                    let revision = record::write(tx, key, bytes, *ttl, now)?;
-                    Ok(Step::wrote(Outcome::Written(revision)))
+            match record::load(tx, key, now)? {
+                Judged::Live(stored, _) if stored == expected => {
+                    // A rewrite by the holder: the record goes on naming the holder's lock.
+                    let lock = record::lock_of(tx, key)?;
+                    let revision = record::write(tx, key, &bytes, ttl, now, lock)?;
+                    Ok(Step::wrote(Some(revision)))
                 }
-                Change::Delete => {
-                    record::delete(tx, key)?;
-                    Ok(Step::wrote(Outcome::Deleted))
-                }
+                _ => Ok(Step::read(None)),
             }
         })
         .await
     }
 }
 
-/// When a write applies.
-enum Condition {
-    /// No live record.
-    Absent,
-    /// A live record equal to this one.
-    Equals(Stored),
-}
-
-/// What a write does.
-enum Change {
-    /// Writes a record with a fresh revision and expiry.
-    Put { bytes: Vec<u8>, ttl: Duration },
-    /// Deletes the record.
-    Delete,
-}
-
-enum Outcome {
-    Refused,
+/// What an insert did.
+enum Taken {
+    /// Written on a free slot.
     Written(Revision),
-    Deleted,
+    /// Written over the live record of a holder known dead by its lock.
+    FromDead(Revision),
+    /// A live record holds the slot, with this long left.
+    Held(Duration),
 }
 
-impl Outcome {
-    fn revision(self) -> Option<Revision> {
-        match self {
-            Outcome::Written(revision) => Some(revision),
-            Outcome::Refused | Outcome::Deleted => None,
+/// The insert of [`LeaseStore::insert_or_time_left`], with the slot's lock (see `lock.rs`):
+/// blocking, on the blocking pool.
+fn insert(
+    conn: &mut Connection,
+    shared: &Shared,
+    key: Slot,
+    bytes: Vec<u8>,
+    ttl: Duration,
+) -> Result<Inserted, StoreError> {
+    let lock_path = lock::path(&shared.path, key);
+    // Kept across the transaction: a release of ours cannot let go of the lock meanwhile.
+    let mut registry = lock::registry();
+    let held = registry.held(&lock_path);
+    let fresh = match held {
+        Some(_) => None,
+        None => lock::try_lock(&registry, &lock_path),
+    };
+    let ours = held.or(fresh.as_ref().map(|lock| lock.id));
+    let fresh_id = fresh.as_ref().map(|lock| lock.id);
+    let result =
+        transact(
+            conn,
+            shared,
+            TransactionBehavior::Immediate,
+            |tx, now| match record::load(tx, key, now)? {
+                Judged::Absent => {
+                    let revision = record::write(tx, key, &bytes, ttl, now, ours)?;
+                    Ok(Step::wrote(Taken::Written(revision)))
+                }
+                Judged::Live(stored, left) => {
+                    if let Some(id) = fresh_id {
+                        if holder_dead(tx, key, &stored, &bytes, id, &lock_path)? {
+                            let revision = record::write(tx, key, &bytes, ttl, now, Some(id))?;
+                            return Ok(Step::wrote(Taken::FromDead(revision)));
+                        }
+                    }
+                    Ok(Step::read(Taken::Held(left)))
+                }
+            },
+        );
+    match &result {
+        // Written, or perhaps written: the record names our lock, which stays until its release.
+        Ok(Taken::Written(_) | Taken::FromDead(_)) | Err(StoreError::Unknown { .. }) => {
+            if ours.is_some() {
+                registry.keep(&lock_path, fresh);
+            }
         }
+        // Nothing written: a lock taken for this insert is let go (dropped).
+        Ok(Taken::Held(_)) | Err(_) => {}
     }
+    drop(registry);
+    Ok(match result? {
+        Taken::Written(revision) => Inserted::Written(revision),
+        Taken::FromDead(revision) => {
+            tracing::info!(
+                slot = key.0,
+                revision = revision.0,
+                "slot taken at once: its holder's lock was free, so the holder is gone"
+            );
+            Inserted::Written(revision)
+        }
+        Taken::Held(left) => Inserted::Held { left: Some(left) },
+    })
+}
+
+/// Whether the live record `stored` under `key` belongs to a holder that can no longer act: it
+/// is another holder's readable record, it names the lock file `id` — whose lock we just
+/// obtained, so no process holds it any more — and that file is still the one at `lock_path`.
+fn holder_dead(
+    tx: &Transaction<'_>,
+    key: Slot,
+    stored: &Stored,
+    bytes: &[u8],
+    id: FileId,
+    lock_path: &Path,
+) -> Result<bool, TxError> {
+    if stored.is_value(bytes) || stored.lease(key).is_err() {
+        // Ours (resolved by the caller's read-back), or unreadable (never overwritten alive).
+        return Ok(false);
+    }
+    if record::lock_of(tx, key)? != Some(id) {
+        return Ok(false);
+    }
+    Ok(lock::linked(lock_path, id))
 }
 
 /// What a transaction body did: its result, and whether it wrote, which decides what a
@@ -391,11 +468,24 @@ impl LeaseStore for SqliteStore {
         value: &LeaseValue,
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
-        let put = Change::Put {
-            bytes: value.encode().into_bytes(),
-            ttl,
-        };
-        Ok(self.change(key, Condition::Absent, put).await?.revision())
+        Ok(match self.insert_or_time_left(key, value, ttl).await? {
+            Inserted::Written(revision) => Some(revision),
+            Inserted::Held { .. } => None,
+        })
+    }
+
+    /// One transaction: the record is judged once, and a refusal carries its time left on the
+    /// store clock. The slot's lock is taken first (see `lock.rs`): the record names it, and a
+    /// live record of a holder known dead by it is taken over.
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        let bytes = value.encode().into_bytes();
+        self.blocking(move |conn, shared| insert(conn, shared, key, bytes, ttl))
+            .await
     }
 
     async fn compare_and_swap(
@@ -405,18 +495,35 @@ impl LeaseStore for SqliteStore {
         new_value: &LeaseValue,
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
-        let put = Change::Put {
-            bytes: new_value.encode().into_bytes(),
-            ttl,
-        };
-        let condition = Condition::Equals(Stored::expected(expected));
-        Ok(self.change(key, condition, put).await?.revision())
+        let bytes = new_value.encode().into_bytes();
+        self.swap(key, Stored::expected(expected), bytes, ttl).await
     }
 
+    /// Deleting our record lets go of the slot's lock it names (once no other record of this
+    /// process names it): the release is done, nothing acts under the record any more.
     async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        let condition = Condition::Equals(Stored::expected(expected));
-        let outcome = self.change(key, condition, Change::Delete).await?;
-        Ok(matches!(outcome, Outcome::Deleted))
+        let expected = Stored::expected(expected);
+        self.blocking(move |conn, shared| {
+            let lock_path = lock::path(&shared.path, key);
+            let mut registry = lock::registry();
+            let held = registry.held(&lock_path);
+            let body = |tx: &Transaction<'_>, now: Now<'_>| match record::load(tx, key, now)? {
+                Judged::Live(stored, _) if stored == expected => {
+                    let named = record::lock_of(tx, key)?;
+                    record::delete(tx, key)?;
+                    Ok(Step::wrote(Some(named)))
+                }
+                _ => Ok(Step::read(None)),
+            };
+            let deleted = transact(conn, shared, TransactionBehavior::Immediate, body)?;
+            if let Some(named) = deleted {
+                if named.is_some() && named == held {
+                    registry.released(&lock_path);
+                }
+            }
+            Ok(deleted.is_some())
+        })
+        .await
     }
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
@@ -431,11 +538,16 @@ impl LeaseStore for SqliteStore {
     }
 
     /// Across processes: `PRAGMA data_version` on a connection of its own every
-    /// [`FEED_POLL_INTERVAL`], then the slots' revisions when the file changed. An expiry that
-    /// nobody wrote is not seen; the waiter's own timer covers it.
+    /// [`FEED_POLL_INTERVAL`], then the slots' holders when the file changed: a deleted row or
+    /// another holder's value wakes the waiter, a renewal (same value, new revision) does not.
+    /// An expiry that nobody wrote is not seen; the waiter's own timer covers it.
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         let path: Arc<Path> = Arc::from(self.shared.path.as_path());
         Box::pin(Arc::clone(&self.shared.feed).changed(path, keys))
+    }
+
+    fn has_change_feed(&self) -> bool {
+        true
     }
 
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {

@@ -8,6 +8,7 @@ use vvm_core::{Revision, Slot};
 use vvm_runtime::{Lease, LeaseValue, StoreError, ValueError};
 
 use super::busy::is_busy;
+use super::lock::FileId;
 
 /// Why a transaction body stopped.
 #[derive(Debug)]
@@ -63,6 +64,11 @@ impl Stored {
     }
 
     /// The lease this record holds, or [`StoreError::Corrupt`].
+    /// Whether the record holds exactly these value bytes (the same holder).
+    pub(crate) fn is_value(&self, bytes: &[u8]) -> bool {
+        self.bytes.as_deref() == Some(bytes)
+    }
+
     pub(crate) fn lease(&self, key: Slot) -> Result<Lease, StoreError> {
         let corrupt = |source| StoreError::Corrupt {
             slot: key.0,
@@ -165,6 +171,24 @@ pub(crate) fn load(tx: &Transaction<'_>, key: Slot, now: Now<'_>) -> Result<Judg
 }
 
 /// Nanoseconds since boot at which a record written at `now_ns` for `ttl` expires.
+/// The lock file the record under `key` names (see `lock.rs`), if any.
+pub(crate) fn lock_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<FileId>, TxError> {
+    let columns: Option<(Option<i64>, Option<i64>)> = tx
+        .prepare_cached("SELECT lock_dev, lock_ino FROM vvm_leases WHERE slot = ?1")?
+        .query_row([i64::from(key.0)], |row| {
+            // A value of another type names nothing.
+            let int = |index: usize| -> rusqlite::Result<Option<i64>> {
+                Ok(match row.get_ref(index)? {
+                    ValueRef::Integer(i) => Some(i),
+                    _ => None,
+                })
+            };
+            Ok((int(0)?, int(1)?))
+        })
+        .optional()?;
+    Ok(columns.and_then(|(dev, ino)| FileId::from_columns(dev, ino)))
+}
+
 pub(crate) fn expiry_ns(now_ns: i64, ttl: Duration) -> i64 {
     let ttl_ns = i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX);
     now_ns.saturating_add(ttl_ns)
@@ -177,6 +201,7 @@ pub(crate) fn write(
     bytes: &[u8],
     ttl: Duration,
     now: Now<'_>,
+    lock: Option<FileId>,
 ) -> Result<Revision, TxError> {
     let next: Option<i64> = tx
         .prepare_cached(
@@ -193,8 +218,9 @@ pub(crate) fn write(
         }
     };
     tx.prepare_cached(
-        "INSERT OR REPLACE INTO vvm_leases (slot, value, revision, boot_id, expires_ns) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT OR REPLACE INTO vvm_leases \
+         (slot, value, revision, boot_id, expires_ns, lock_dev, lock_ino) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
     .execute((
         i64::from(key.0),
@@ -203,6 +229,8 @@ pub(crate) fn write(
         i64::try_from(revision.0).unwrap_or(i64::MAX),
         now.boot_id,
         expiry_ns(now.ns, ttl),
+        lock.map(|id| id.to_columns().0),
+        lock.map(|id| id.to_columns().1),
     ))?;
     Ok(revision)
 }

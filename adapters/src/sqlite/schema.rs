@@ -6,6 +6,10 @@
 //! refused before the first byte could change. So is a file of ours that records another
 //! machine: its machine id is read, and compared, before anything is written.
 //!
+//! Version 2 recorded no lock file. Such a file is migrated in place (two added columns, empty
+//! in its existing rows: those records name no lock file, so their holders are never judged dead
+//! by one); version-2 programs then refuse it as newer.
+//!
 //! Version 1 recorded no machine. Such a file is migrated in place (one added column) and
 //! claimed by the first machine that opens it with this version; version-1 programs then refuse
 //! it as newer. A version-1 file that two machines already shared cannot be told apart from one
@@ -24,10 +28,13 @@ use super::SqliteStoreError;
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
 
 /// `PRAGMA user_version` this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The earlier version this build migrates: the same, without the machine id.
 const SCHEMA_VERSION_1: i32 = 1;
+
+/// The version before the lock file's identity (`lock_dev`, `lock_ino`) was recorded.
+const SCHEMA_VERSION_2: i32 = 2;
 
 /// How far the revision counter jumps on the first open under a new boot id.
 ///
@@ -43,7 +50,7 @@ pub const REVISION_BOOT_GAP: i64 = 1 << 32;
 /// open claims it). `vvm_leases` holds one row per slot ever written and not deleted; a row is
 /// live while its boot id is the host's current one and its expiry (ns of `CLOCK_BOOTTIME`) is
 /// in the future.
-const SCHEMA_V2: &str = "
+const SCHEMA_V3: &str = "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
     revision INTEGER NOT NULL,
@@ -55,7 +62,9 @@ CREATE TABLE vvm_leases (
     value BLOB NOT NULL,
     revision INTEGER NOT NULL,
     boot_id TEXT NOT NULL,
-    expires_ns INTEGER NOT NULL
+    expires_ns INTEGER NOT NULL,
+    lock_dev INTEGER,
+    lock_ino INTEGER
 ) STRICT;
 INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 ";
@@ -63,6 +72,10 @@ INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 /// Version 1 → 2: the machine id, empty until the next step of opening claims the file.
 const MIGRATE_V1_TO_V2: &str =
     "ALTER TABLE vvm_store ADD COLUMN machine_id TEXT NOT NULL DEFAULT '';";
+
+/// Adds the identity of the holder's lock file (see `lock.rs`); `NULL` names none.
+const MIGRATE_V2_TO_V3: &str = "ALTER TABLE vvm_leases ADD COLUMN lock_dev INTEGER;
+ALTER TABLE vvm_leases ADD COLUMN lock_ino INTEGER;";
 
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +86,8 @@ pub(crate) enum Identity {
     Ours,
     /// Ours, at version 1: migrated on open.
     Version1,
+    /// Ours, at version 2: migrated on open.
+    Version2,
     /// Ours, from a later version of this program.
     Newer(i32),
     /// Something else's.
@@ -90,6 +105,7 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
         (0, 0) if objects == 0 => Identity::Empty,
         (APPLICATION_ID, SCHEMA_VERSION) => Identity::Ours,
         (APPLICATION_ID, SCHEMA_VERSION_1) => Identity::Version1,
+        (APPLICATION_ID, SCHEMA_VERSION_2) => Identity::Version2,
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
         _ => Identity::Foreign {
             application_id,
@@ -108,7 +124,7 @@ fn read_identity(conn: &Connection) -> rusqlite::Result<Identity> {
 
 fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
     match identity {
-        Identity::Empty | Identity::Ours | Identity::Version1 => Ok(()),
+        Identity::Empty | Identity::Ours | Identity::Version1 | Identity::Version2 => Ok(()),
         Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
@@ -213,7 +229,7 @@ pub(crate) fn open(
         read_identity(&conn).map_err(sqlite("reading the file header"))
     })?;
     refuse(identity)?;
-    if identity == Identity::Ours {
+    if matches!(identity, Identity::Ours | Identity::Version2) {
         let recorded = retry_busy(busy_wait, "reading the machine id", || {
             read_machine_id(&conn)
         })?;
@@ -240,7 +256,7 @@ pub(crate) fn open(
         refuse(identity)?;
         match identity {
             Identity::Empty => {
-                tx.execute_batch(SCHEMA_V2)
+                tx.execute_batch(SCHEMA_V3)
                     .map_err(sqlite("creating the schema"))?;
                 tx.pragma_update(None, "application_id", APPLICATION_ID)
                     .map_err(sqlite("creating the schema"))?;
@@ -248,10 +264,19 @@ pub(crate) fn open(
             Identity::Version1 => {
                 tx.execute_batch(MIGRATE_V1_TO_V2)
                     .map_err(sqlite("migrating from schema version 1"))?;
+                tx.execute_batch(MIGRATE_V2_TO_V3)
+                    .map_err(sqlite("migrating from schema version 2"))?;
+            }
+            Identity::Version2 => {
+                tx.execute_batch(MIGRATE_V2_TO_V3)
+                    .map_err(sqlite("migrating from schema version 2"))?;
             }
             _ => {}
         }
-        if matches!(identity, Identity::Empty | Identity::Version1) {
+        if matches!(
+            identity,
+            Identity::Empty | Identity::Version1 | Identity::Version2
+        ) {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sqlite("creating the schema"))?;
         }
@@ -327,6 +352,7 @@ mod tests {
         assert_eq!(classify(0, 0, 0), Identity::Empty);
         assert_eq!(classify(APPLICATION_ID, SCHEMA_VERSION, 3), Identity::Ours);
         assert_eq!(classify(APPLICATION_ID, 1, 3), Identity::Version1);
+        assert_eq!(classify(APPLICATION_ID, 2, 3), Identity::Version2);
         assert_eq!(
             classify(APPLICATION_ID, SCHEMA_VERSION + 1, 3),
             Identity::Newer(SCHEMA_VERSION + 1)

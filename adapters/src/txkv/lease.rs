@@ -632,4 +632,10 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
         let baseline = self.last_seen(&slots);
         Box::pin(self.clone().feed(slots, baseline))
     }
+
+    /// Watches report deletions and holder changes: candidates wait for them or the expiry
+    /// instead of polling in rounds.
+    fn has_change_feed(&self) -> bool {
+        true
+    }
 }

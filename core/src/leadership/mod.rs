@@ -13,6 +13,7 @@
 //! | L3 | Inserting | Written(r) | no release asked | Holding | ArmKiller(t_send+0.8L), Acquired(slot,r), SetTimer(t_send+L/4) |
 //! | L4 | Inserting, Renewing | Written(r) | release asked | Releasing | CompareAndDelete(r) (no ArmKiller: nobody acts under a lease being released) |
 //! | L5 | Inserting | Rejected | | Idle | NotAcquired(Held) [+ Released if release asked] |
+//! | L5a | Inserting | Held(left) | | Idle | NotAcquired(Held) [+ Released if release asked]; `left` (the record's time left on the store's clock) is reported to the lifecycle, which times its next try by it |
 //! | L6 | Inserting | Failed | | Idle | NotAcquired(StoreFailed) [+ Released if release asked] |
 //! | L7 | Inserting | Unknown | | InsertResolving | Get |
 //! | L8 | Inserting, InsertResolving, Renewing, RenewResolving, Releasing | Release | | same, release asked | — |
@@ -20,13 +21,13 @@
 //! | L9r | InsertResolving | Found(ours, r) | release asked | Releasing | CompareAndDelete(r) |
 //! | L9a | Claiming | Written(r' > r) | | as L3 / L4, anchored to the claim's send time | |
 //! | L9b | Claiming | Rejected | | Idle | NotAcquired(Held) [+ Released] |
-//! | L9c | Claiming | Failed, Unknown, other | | Idle | NotAcquired(StoreFailed) [+ Released] |
+//! | L9c | Claiming | Failed, Unknown, Held, other | | Idle | NotAcquired(StoreFailed) [+ Released] |
 //! | L10 | InsertResolving | Found(other) | | Idle | NotAcquired(Held) [+ Released] |
 //! | L11 | InsertResolving | Found(none), Failed, Unknown | | Idle | NotAcquired(StoreFailed) [+ Released] |
 //! | L12 | Holding, RetryWait | Timer | | Renewing | [ArmKiller(now+0.75L) if earlier], CompareAndSwap(r) |
 //! | L13 | Renewing | Written(r') | no release asked | Holding | ArmKiller(t_send+0.8L), Renewed(slot,r'), SetTimer(t_send+L/4) |
 //! | L14 | Renewing | Rejected | | Idle | Lost(Overtaken) [+ Released(slot, not deleted) if release asked]: the record is someone else's or gone |
-//! | L15 | Renewing | Failed | now + backoff(n) + timeout < deadline, no release asked | RetryWait(n) | SetTimer(now + backoff(n)); n = failed attempts in a row, backoff L/20, L/10, then L/5 |
+//! | L15 | Renewing | Failed (or a reply no renewal gets: Deleted, Found, Held) | now + backoff(n) + timeout < deadline, no release asked | RetryWait(n) | SetTimer(now + backoff(n)); n = failed attempts in a row, backoff L/20, L/10, then L/5 |
 //! | L16 | Renewing | Failed | now + backoff(n) + timeout ≥ deadline, no release asked | Idle | Lost(RenewalFailed); the record is left to expire |
 //! | L17 | Renewing, RenewResolving | Failed | release asked | Releasing | CompareAndDelete(r) |
 //! | L18 | Renewing | Unknown | | RenewResolving | Get |
@@ -139,6 +140,8 @@ pub(crate) struct Notices {
     pub(crate) released: bool,
     /// ... and it said that a record of ours was deleted.
     pub(crate) deleted: bool,
+    /// The refused insert found a live record with this long left on the store's clock (L5a).
+    pub(crate) left: Option<core::time::Duration>,
 }
 
 /// The statig context: the caller's effect buffer and the notices of this event.

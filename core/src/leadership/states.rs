@@ -241,6 +241,11 @@ impl Shared {
                     self.confirmed(*slot, revision, *pending, true, now, context)
                 }
                 Reply::Rejected => self.not_acquired(*slot, Refusal::Held, *pending, context),
+                Reply::Held(left) => {
+                    // The lifecycle times its next try by the holder's expiry.
+                    context.notices.left = Some(left);
+                    self.not_acquired(*slot, Refusal::Held, *pending, context)
+                }
                 Reply::Unknown => {
                     let op = self.get(*slot, context);
                     Transition(State::insert_resolving(*slot, Pending { op, ..*pending }))
@@ -376,9 +381,11 @@ impl Shared {
                 }
                 // A store that returns a revision not above ours broke its contract: nothing
                 // about the write can be trusted, so it counts as a failed attempt.
-                Reply::Written(_) | Reply::Failed | Reply::Deleted | Reply::Found(_) => {
-                    self.renewal_failed(*held, *pending, *failures, now, context)
-                }
+                Reply::Written(_)
+                | Reply::Failed
+                | Reply::Deleted
+                | Reply::Found(_)
+                | Reply::Held(_) => self.renewal_failed(*held, *pending, *failures, now, context),
             },
             _ => Handled,
         }

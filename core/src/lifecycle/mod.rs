@@ -6,12 +6,14 @@
 //! |---|---|---|---|---|---|
 //! | V1 | Provided | Launch | | Acquiring(1) | Insert(1) |
 //! | V2 | Acquiring(k) | reply → Acquired(token) | | StartingServices | …, StartServices(token) |
-//! | V3 | Acquiring(k) | reply → NotAcquired | k < N | Acquiring(k+1) | NotAcquired, Insert(k+1) |
-//! | V4 | Acquiring(N) | reply → NotAcquired | now < until | RoundWait | NotAcquired, SetTimer(Round, min(now+round, until)) |
+//! | V3 | Acquiring(k) | reply → NotAcquired | k < N | Acquiring(k+1) | NotAcquired, Insert(k+1); the round notes the refusal (below) |
+//! | V4 | Acquiring(N) | reply → NotAcquired | now < until, no change noted | RoundWait | NotAcquired, SetTimer(Round, next try) |
+//! | V4a | Acquiring(N) | reply → NotAcquired | now < until, change noted | Acquiring(1), fresh round | NotAcquired, Insert(1): a record changed after the feed was subscribed, maybe after its slot was tried |
 //! | V5 | Acquiring(N) | reply → NotAcquired | now ≥ until | Idle | NotAcquired, ProblemRaised(AcquisitionFailed) |
-//! | V6 | RoundWait | Timer(Round) | | Acquiring(1) | Insert(1) |
-//! | V6a | RoundWait | SlotChanged | | Acquiring(1) | Insert(1) (the round timer left set is stale and ignored) |
-//! | V6b | every state but RoundWait | SlotChanged | | same | — |
+//! | V6 | RoundWait | Timer(Round) | | Acquiring(1), fresh round | Insert(1) |
+//! | V6a | RoundWait | SlotChanged | | Acquiring(1), fresh round | Insert(1) (the round timer left set is stale and ignored) |
+//! | V6b | every state but Acquiring and RoundWait | SlotChanged | | same | — |
+//! | V6c | Acquiring | SlotChanged | | same, change noted | — |
 //! | V7 | StartingServices | ServicesStarted | | Running | Running(token) if still leading |
 //! | V8 | StartingServices | ServiceFailed(i) | | Running | ProblemRaised(ServiceStartFailed(i)) |
 //! | V9 | Running | ServiceFailed(i) | | Running | ProblemRaised(ServiceFailed(i)) |
@@ -26,6 +28,20 @@
 //! | V16 | StoppingMonitor | reply | | CleaningElections, or Shutdown | the leadership's release: CompareAndDelete, or Released + Finished(problem) as in V17 |
 //! | V17 | CleaningElections | reply → Released | | Shutdown | Released, [DisarmKiller if the record was deleted and every stop was clean], Finished(problem) |
 //! | V18 | ShuttingDown, Shutdown | Shutdown | | same | — |
+//!
+//! **When the next round starts (V4).** Each refusal of a round is noted: an insert refused
+//! with the record's time left (`Held(left)`, L5a) gives that record's expiry `now + left` (the
+//! store's clock counted on ours from the reply, so never earlier than the store's expiry, up to
+//! the clocks' rates); a refusal without it (`Rejected`, a failed store) makes the round *blind*.
+//! The next try is at `min(until, earliest expiry, now + round if blind)`, and never sooner than
+//! [`EXPIRY_RETRY_MIN`] after the refusal. Besides, the store's change feed — subscribed by the
+//! driver before the first insert of the round, while [`Lifecycle::watches_slots`] — starts a
+//! round at once on a deletion or a new holder (V6a), also when it fired during the round
+//! (V6c, V4a). So a candidate tries at the feed's change, the record's expiry or the end of the
+//! acquisition, whichever comes first. For a store without a change feed the driver reports at
+//! most the round interval as time left, so its candidates keep their rounds (nothing else would
+//! tell them of a release); a store that tells neither is polled in rounds.
+//! None of it can take a slot early: the store's insert decides every try.
 //!
 //! Only the first problem is kept ([`Problem`] is write-once). A loss of leadership stops the
 //! services at once and, once they stopped, finishes the shutdown by itself (without deleting the
@@ -94,9 +110,9 @@ pub enum VvmEvent {
         /// deadline be removed after the release.
         clean: bool,
     },
-    /// The store's change feed says the record of a slot changed or went away. In
-    /// [`Phase::AcquiringLeadership`] between rounds, the next round starts at once instead of
-    /// at the round timer; elsewhere it is ignored. Only a hint to try sooner: the store's
+    /// The store's change feed says the record of a slot changed or went away. Between rounds,
+    /// the next round starts at once instead of at the round timer; during a round, the next
+    /// one starts as soon as this one ends; elsewhere it is ignored. Only a hint to try sooner: the store's
     /// insert-if-not-exists still decides, so it can never take a slot early.
     SlotChanged {
         /// Current time.
@@ -141,6 +157,47 @@ pub enum Phase {
     CleaningElections,
     /// Done.
     Shutdown,
+}
+
+/// The shortest wait before retrying a slot whose record is about to expire: a store answering
+/// "live, 0 ns left" again and again (its clock and ours disagree slightly) costs one try per
+/// millisecond at most.
+pub const EXPIRY_RETRY_MIN: Duration = Duration::from_millis(1);
+
+/// What one acquisition round learned so far: it decides when the next round starts (V4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Round {
+    /// The earliest expiry of a refusing record, on our clock.
+    expiry: Option<Instant>,
+    /// A slot was refused without its time left, or the store failed: the round interval applies.
+    blind: bool,
+    /// The change feed fired during the round (V6c).
+    changed: bool,
+}
+
+impl Round {
+    /// Notes the refusal of one slot at `now`; `left` is the refusing record's time left.
+    fn refused(&mut self, now: Instant, left: Option<Duration>) {
+        match left {
+            Some(left) => {
+                let at = now + left;
+                self.expiry = Some(self.expiry.map_or(at, |earlier| earlier.min(at)));
+            }
+            None => self.blind = true,
+        }
+    }
+
+    /// When the next round starts, for a round that ended at `now` without a change noted.
+    fn next_try(&self, now: Instant, round_interval: Duration, until: Instant) -> Instant {
+        let blind = (self.blind || self.expiry.is_none()).then(|| now + round_interval);
+        let expiry = self.expiry.map(|at| at.max(now + EXPIRY_RETRY_MIN));
+        let at = match (blind, expiry) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => now + round_interval,
+        };
+        at.min(until)
+    }
 }
 
 /// Shared storage of the statig machine.
@@ -231,9 +288,20 @@ impl Lifecycle {
     }
 
     /// Whether the VVM waits between acquisition rounds: then a [`VvmEvent::SlotChanged`]
-    /// starts the next round, so a driver watches the store's change feeds.
+    /// starts the next round at once.
     pub fn waits_for_round(&self) -> bool {
         matches!(self.machine.state(), State::RoundWait { .. })
+    }
+
+    /// Whether the VVM acquires (in a round or between rounds): then a driver keeps the store's
+    /// change feed of every slot subscribed, subscribing it *before* executing the effects of the
+    /// transition that entered acquisition, so that no change after an insert's refusal is
+    /// missed (V6a, V6c).
+    pub fn watches_slots(&self) -> bool {
+        matches!(
+            self.machine.state(),
+            State::Acquiring { .. } | State::RoundWait { .. }
+        )
     }
 
     /// The current state.

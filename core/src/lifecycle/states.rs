@@ -40,34 +40,45 @@ impl Shared {
         &mut self,
         slot: Slot,
         until: Instant,
+        round: Round,
         now: Instant,
         out: &mut Effects,
     ) -> Outcome<State> {
         self.forward(&LeaseEvent::Acquire { now, slot }, out);
-        Transition(State::acquiring(slot, until))
+        Transition(State::acquiring(slot, until, round))
     }
 
-    /// Slot `slot` was not won: try the next one, wait for the next round, or give up.
+    /// Slot `slot` was not won (`left`: the refusing record's time left, if told): try the
+    /// next one, start the next round, wait for it, or give up.
     fn next_slot(
         &mut self,
         slot: Slot,
         until: Instant,
+        round: Round,
+        left: Option<Duration>,
         now: Instant,
         out: &mut Effects,
     ) -> Outcome<State> {
+        let mut round = round;
+        round.refused(now, left);
         if slot.0 < self.slots {
-            return self.acquire(Slot(slot.0 + 1), until, now, out);
+            return self.acquire(Slot(slot.0 + 1), until, round, now, out);
         }
         if now >= until {
             self.raise(Problem::AcquisitionFailed, out);
             return Transition(State::idle());
+        }
+        if round.changed {
+            // A record changed since the feed was subscribed, perhaps after its slot was
+            // tried: look again now rather than at an expiry that may no longer exist.
+            return self.acquire(Slot(1), until, Round::default(), now, out);
         }
         self.seq += 1;
         let timer = TimerId {
             kind: TimerKind::Round,
             seq: self.seq,
         };
-        let at = core::cmp::min(now + self.round_interval, until);
+        let at = round.next_try(now, self.round_interval, until);
         out.push(Effect::SetTimer { timer, at });
         Transition(State::round_wait(until, timer))
     }
@@ -147,22 +158,31 @@ impl Shared {
     #[state]
     fn provided(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
         match *event {
-            VvmEvent::Launch { now } => self.acquire(Slot(1), now + self.acquisition, now, context),
+            VvmEvent::Launch { now } => {
+                let until = now + self.acquisition;
+                self.acquire(Slot(1), until, Round::default(), now, context)
+            }
             _ => Handled,
         }
     }
 
-    /// Trying `slot`; acquisition ends at `until`.
+    /// Trying `slot`; acquisition ends at `until`; `round` is what this round learned.
     #[state]
     fn acquiring(
         &mut self,
         context: &mut Effects,
         slot: &Slot,
         until: &Instant,
+        round: &mut Round,
         event: &VvmEvent,
     ) -> Outcome<State> {
         match *event {
             VvmEvent::Shutdown { now } => self.stop_monitor(now, context),
+            // The insert in flight stays the only one; the round ends with a fresh one (V4a).
+            VvmEvent::SlotChanged { .. } => {
+                round.changed = true;
+                Handled
+            }
             _ => {
                 let notices = self.forward_vvm(event, context);
                 if let Some(token) = notices.acquired {
@@ -170,7 +190,8 @@ impl Shared {
                     return Transition(State::starting_services(token));
                 }
                 if notices.not_acquired {
-                    return self.next_slot(*slot, *until, event.now(), context);
+                    let now = event.now();
+                    return self.next_slot(*slot, *until, *round, notices.left, now, context);
                 }
                 Handled
             }
@@ -189,11 +210,13 @@ impl Shared {
         match *event {
             VvmEvent::Shutdown { now } => self.stop_monitor(now, context),
             VvmEvent::Timer { now, timer: fired } if fired == *timer => {
-                self.acquire(Slot(1), *until, now, context)
+                self.acquire(Slot(1), *until, Round::default(), now, context)
             }
             // A slot's record changed: try again now rather than at the round timer, whose
             // later firing no longer matches a state and is ignored.
-            VvmEvent::SlotChanged { now } => self.acquire(Slot(1), *until, now, context),
+            VvmEvent::SlotChanged { now } => {
+                self.acquire(Slot(1), *until, Round::default(), now, context)
+            }
             _ => Handled,
         }
     }

@@ -1,0 +1,287 @@
+//! One host: the kernel knows when a holder died. Each slot has a lock file next to the database
+//! (`<database>.slot-<n>.lock`, created on first use and never removed). A process takes an
+//! exclusive advisory lock on it (`flock`, non-blocking) before its insert, writes the file's
+//! identity (device, inode) into the record it inserts, and keeps the lock until its own release
+//! of that record was confirmed, or until it and everything that inherited the descriptor (the
+//! command of `vvm run -- CMD`, see [`let_children_inherit_slot_locks`]) are gone: the kernel
+//! drops a `flock` only when the last descriptor of its open file is closed.
+//!
+//! A candidate that obtains the lock of the very file a live record of another holder names
+//! (same device and inode, and that file still linked at the slot's lock path) knows that no
+//! process that could act under the record is left: it may take the slot at once (a new revision,
+//! so the fencing token increases). Everything else falls back to the record's expiry:
+//! - a SIGSTOPped or hung holder keeps its lock: the candidate cannot take it and waits;
+//! - a lock file removed or replaced while the holder lives is another file (another inode; the
+//!   holder's open descriptor keeps its inode from being reused): its lock proves nothing, and
+//!   the record does not name it;
+//! - a holder that could not take the lock (held by a predecessor that is stopped, or any error)
+//!   names no file, so its death is only ever learnt from the expiry.
+//!
+//! Locks are kept in one registry per process, not in the store value: dropping a store never
+//! releases one (services of a lost tenure may still be stopping; only the killer or the
+//! process's end may let a successor in early).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use rustix::io::{Errno, FdFlags};
+use vvm_core::Slot;
+
+/// Most slot locks one process holds (every slot of a few stores).
+pub const SLOT_LOCKS_MAX: usize = 4_096;
+
+/// The identity of a lock file: what a record names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+}
+
+impl FileId {
+    /// As stored in the record's `lock_dev` and `lock_ino` columns: SQLite integers are signed,
+    /// so the bits are kept and reinterpreted.
+    pub(crate) fn to_columns(self) -> (i64, i64) {
+        (
+            i64::from_ne_bytes(self.dev.to_ne_bytes()),
+            i64::from_ne_bytes(self.ino.to_ne_bytes()),
+        )
+    }
+
+    /// From the columns; `None` unless both are integers.
+    pub(crate) fn from_columns(dev: Option<i64>, ino: Option<i64>) -> Option<Self> {
+        Some(FileId {
+            dev: u64::from_ne_bytes(dev?.to_ne_bytes()),
+            ino: u64::from_ne_bytes(ino?.to_ne_bytes()),
+        })
+    }
+}
+
+/// A lock taken on a slot's lock file.
+#[derive(Debug)]
+pub(crate) struct SlotLock {
+    fd: OwnedFd,
+    pub(crate) id: FileId,
+}
+
+struct Held {
+    path: PathBuf,
+    lock: SlotLock,
+    /// Records of this process that name the lock and were not deleted by their release.
+    records: u32,
+}
+
+static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+/// This process's slot locks. An insert and a release each keep it for their whole transaction,
+/// so that a release letting go of a lock and an insert naming it can never interleave.
+pub(crate) struct Registry(std::sync::MutexGuard<'static, Vec<Held>>);
+
+/// Takes the registry. Always before a transaction begins: never while holding SQLite's lock.
+pub(crate) fn registry() -> Registry {
+    // Pushes and removals cannot leave the list half-updated; a poisoned lock is usable.
+    Registry(HELD.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+impl Registry {
+    /// The identity of the lock file this process holds at `path`, if it holds it.
+    pub(crate) fn held(&self, path: &Path) -> Option<FileId> {
+        self.0
+            .iter()
+            .find(|held| held.path == path)
+            .map(|held| held.lock.id)
+    }
+
+    /// Whether no more lock can be kept.
+    pub(crate) fn full(&self) -> bool {
+        self.0.len() >= SLOT_LOCKS_MAX
+    }
+
+    /// A record naming the lock at `path` was written (or may have been): the lock is kept
+    /// until that record's release. `fresh` is the lock taken for it, if it was not held yet.
+    pub(crate) fn keep(&mut self, path: &Path, fresh: Option<SlotLock>) {
+        if let Some(held) = self.0.iter_mut().find(|held| held.path == path) {
+            held.records = held.records.saturating_add(1);
+            return;
+        }
+        if let Some(lock) = fresh {
+            self.0.push(Held {
+                path: path.to_owned(),
+                lock,
+                records: 1,
+            });
+        }
+    }
+
+    /// Our record under the lock at `path` was deleted by our own release: once no other
+    /// record of ours names it, the lock goes (its descriptor is closed).
+    pub(crate) fn released(&mut self, path: &Path) {
+        if let Some(held) = self.0.iter_mut().find(|held| held.path == path) {
+            held.records = held.records.saturating_sub(1);
+        }
+        self.0.retain(|held| held.path != path || held.records > 0);
+    }
+}
+
+/// The lock file of `slot` of the database at `database`.
+pub(crate) fn path(database: &Path, slot: Slot) -> PathBuf {
+    let mut name = database.as_os_str().to_owned();
+    name.push(format!(".slot-{}.lock", slot.0));
+    PathBuf::from(name)
+}
+
+fn identity(stat: &rustix::fs::Stat) -> FileId {
+    FileId {
+        // Widened where the platform's types are narrower.
+        #[allow(clippy::useless_conversion)]
+        dev: u64::from(stat.st_dev),
+        #[allow(clippy::useless_conversion)]
+        ino: u64::from(stat.st_ino),
+    }
+}
+
+/// Takes the lock of the file at `path` without waiting (creating the file if needed): `None`
+/// when another open file holds it, when this process's registry is full, or on any error (the
+/// caller then simply names no file). Blocking: a few file system calls.
+pub(crate) fn try_lock(registry: &Registry, path: &Path) -> Option<SlotLock> {
+    if registry.full() {
+        tracing::warn!(
+            max = SLOT_LOCKS_MAX,
+            "too many slot locks held; inserting without one"
+        );
+        return None;
+    }
+    // No symbolic link: the lock must be the file at the path itself.
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => fd,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), %error, "slot lock file cannot be opened");
+            return None;
+        }
+    };
+    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(Errno::WOULDBLOCK) => return None,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), %error, "slot lock cannot be taken");
+            return None;
+        }
+    }
+    let id = match rustix::fs::fstat(&fd) {
+        Ok(stat) => identity(&stat),
+        Err(error) => {
+            tracing::debug!(path = %path.display(), %error, "slot lock file cannot be read");
+            return None;
+        }
+    };
+    Some(SlotLock { fd, id })
+}
+
+/// Whether the file linked at `path` now is the file `id` (not removed, not replaced).
+pub(crate) fn linked(path: &Path, id: FileId) -> bool {
+    match rustix::fs::lstat(path) {
+        Ok(stat) => identity(&stat) == id,
+        Err(_) => false,
+    }
+}
+
+/// Lets every process started from now on inherit the slot locks this process holds (clears
+/// close-on-exec on their descriptors), so that a command started by the holder keeps the slot
+/// protected as long as it lives, also after the holder died: a candidate can take the slot
+/// early only when nothing that could act under the record is left. Returns how many locks are
+/// held.
+///
+/// # Errors
+/// When a descriptor's flags cannot be changed; the others are still changed.
+pub fn let_children_inherit_slot_locks() -> std::io::Result<usize> {
+    let registry = registry();
+    let mut result = Ok(registry.0.len());
+    for held in registry.0.iter() {
+        if let Err(error) = rustix::io::fcntl_setfd(held.lock.fd.as_fd(), FdFlags::empty()) {
+            result = Err(error.into());
+        }
+    }
+    result
+}
+
+/// Watches a slot's lock file for a waiting candidate: tells when a lock seen held became free
+/// (its holder released, or died with everything that inherited it), so that the candidate tries
+/// its insert — which alone judges — at once instead of at the record's expiry.
+///
+/// Looking means taking the lock without waiting and dropping it at once: for that instant, an
+/// insert of another process cannot take it and names no file (its own successor then waits for
+/// the expiry). Never the other way round: a held lock is never taken from its holder.
+#[derive(Debug)]
+pub(crate) struct LockWatch {
+    fd: OwnedFd,
+    seen_held: bool,
+}
+
+impl LockWatch {
+    /// Opens the lock file at `path` (creating it if needed) and looks once; `None` on errors.
+    pub(crate) fn new(path: &Path) -> Option<Self> {
+        let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(0o600))
+            .map_err(|error| {
+                tracing::debug!(path = %path.display(), %error, "slot lock file cannot be watched");
+            })
+            .ok()?;
+        let mut watch = LockWatch {
+            fd,
+            seen_held: false,
+        };
+        watch.freed();
+        Some(watch)
+    }
+
+    /// Whether the lock, seen held before, is free now.
+    pub(crate) fn freed(&mut self) -> bool {
+        match rustix::fs::flock(&self.fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {
+                // Let go at once: a watcher never holds the slot's lock.
+                let _ = rustix::fs::flock(&self.fd, FlockOperation::Unlock);
+                self.seen_held
+            }
+            Err(_) => {
+                self.seen_held = true;
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // covers: Sq.DeadHolder
+    #[test]
+    fn a_file_identity_survives_its_columns_and_a_missing_column_names_nothing() {
+        for id in [
+            FileId { dev: 0, ino: 1 },
+            FileId {
+                dev: u64::MAX,
+                ino: u64::MAX - 1,
+            },
+            FileId {
+                dev: 1 << 63,
+                ino: 42,
+            },
+        ] {
+            let (dev, ino) = id.to_columns();
+            assert_eq!(FileId::from_columns(Some(dev), Some(ino)), Some(id));
+        }
+        assert_eq!(FileId::from_columns(None, Some(1)), None);
+        assert_eq!(FileId::from_columns(Some(1), None), None);
+    }
+
+    #[test]
+    fn the_lock_path_is_next_to_the_database() {
+        assert_eq!(
+            path(Path::new("/var/lib/vvm/leases.sqlite"), Slot(3)),
+            PathBuf::from("/var/lib/vvm/leases.sqlite.slot-3.lock")
+        );
+    }
+}

@@ -1,0 +1,190 @@
+//! Failover between two real `vvm run` processes on one SQLite file (lease 2 s, renewals every
+//! 0.5 s), timed from the outside:
+//!
+//! - `kill`: the holder is SIGKILLed at a random point of its renewal cycle; the figure is the
+//!   time from the kill to the waiting candidate's `leading` line (printed when its services have
+//!   started). The candidate learns of the death from the slot's lock (`~Sq.DeadHolder~`).
+//! - `stop`: the holder is SIGSTOPped (it can neither release nor die, and keeps its lock); the
+//!   figure is the time from the record's expiry — read from the file, on the store's clock
+//!   (`CLOCK_BOOTTIME`) — to the candidate's `leading` line: how late after the expiry the
+//!   candidate, which timed its next try by the record's time left, takes over.
+//!
+//! `cargo bench --bench failover_sqlite -- [kill|stop|both] [RUNS]` (default: both, 20 runs).
+//! Prints every run, then p50, p99 and the maximum per mode.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process, Pid, Signal};
+use vvm_adapters::sqlite::{BootClock, StoreClock};
+
+/// Longest wait for a `leading` line on a loaded machine.
+const LEAD_WAIT: Duration = Duration::from_secs(30);
+
+struct Runner {
+    child: Child,
+    lines: mpsc::Receiver<Instant>,
+}
+
+impl Runner {
+    fn spawn(store: &str, address: &str) -> Runner {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args([
+                "--log-level",
+                "warn",
+                "run",
+                "--store",
+                store,
+                "--slots",
+                "1",
+            ])
+            .args(["--address", address, "--lease", "2s", "--acquire", "600s"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the vvm binary starts");
+        let stdout = child.stdout.take().expect("piped");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // Stamped as soon as it is read.
+                let at = Instant::now();
+                if line.starts_with("leading ") && sender.send(at).is_err() {
+                    return;
+                }
+            }
+        });
+        Runner { child, lines }
+    }
+
+    fn leading(&self) -> Instant {
+        self.lines
+            .recv_timeout(LEAD_WAIT)
+            .expect("a leading line within the wait")
+    }
+
+    fn signal(&self, signal: Signal) {
+        let pid = Pid::from_raw(self.child.id() as i32).expect("a pid");
+        kill_process(pid, signal).expect("the signal is sent");
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory per run: no lock file, record or feed of an earlier run.
+fn scratch(run: usize) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "vvm-failover-bench-{}-{run}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+/// A pseudo-random delay in `0.1..1.1 s`: spread over two renewal cycles.
+fn delay(state: &mut u64) -> Duration {
+    *state = state
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    Duration::from_millis(100 + (*state >> 33) % 1_000)
+}
+
+/// The record's expiry of slot 1 as an `Instant` of this process: read on the store's clock.
+fn expiry(database: &Path) -> Instant {
+    let conn =
+        rusqlite::Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("the database opens");
+    let expires_ns: i64 = conn
+        .query_row(
+            "SELECT expires_ns FROM vvm_leases WHERE slot = 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the holder's record");
+    let clock = BootClock::new().expect("the boot clock");
+    let now = Instant::now();
+    let since_boot = clock.since_boot().expect("the boot clock reads");
+    let left_ns = u64::try_from(expires_ns)
+        .unwrap_or(0)
+        .saturating_sub(since_boot.as_nanos() as u64);
+    now + Duration::from_nanos(left_ns)
+}
+
+fn run(mode: &str, index: usize, state: &mut u64) -> Duration {
+    let dir = scratch(index);
+    let database = dir.join("vvm.sqlite");
+    let store = format!("sqlite:{}", database.display());
+    let holder = Runner::spawn(&store, "holder");
+    holder.leading();
+    let candidate = Runner::spawn(&store, "candidate");
+    std::thread::sleep(delay(state));
+    let figure = match mode {
+        "kill" => {
+            let mut holder = holder;
+            holder.child.kill().expect("SIGKILL");
+            let killed = Instant::now();
+            holder.child.wait().expect("reaped");
+            candidate.leading().saturating_duration_since(killed)
+        }
+        _ => {
+            holder.signal(Signal::STOP);
+            let expires = expiry(&database);
+            let led = candidate.leading();
+            holder.signal(Signal::CONT);
+            led.saturating_duration_since(expires)
+        }
+    };
+    drop(candidate);
+    let _ = std::fs::remove_dir_all(&dir);
+    figure
+}
+
+fn report(mode: &str, mut figures: Vec<Duration>) {
+    figures.sort_unstable();
+    let pick = |q: f64| figures[((figures.len() as f64 - 1.0) * q).round() as usize];
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "{mode}: {} runs: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        figures.len(),
+        ms(pick(0.5)),
+        ms(pick(0.99)),
+        ms(figures[figures.len() - 1])
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mode = args.first().map_or("both", String::as_str);
+    let runs: usize = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(20);
+    let modes: &[&str] = match mode {
+        "kill" => &["kill"],
+        "stop" => &["stop"],
+        _ => &["kill", "stop"],
+    };
+    let mut state = 0x5EED;
+    for mode in modes {
+        let figures: Vec<Duration> = (0..runs)
+            .map(|index| {
+                let figure = run(mode, index, &mut state);
+                println!("{mode} run {index:2}: {:.1} ms", figure.as_secs_f64() * 1e3);
+                figure
+            })
+            .collect();
+        report(mode, figures);
+    }
+}

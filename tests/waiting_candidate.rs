@@ -1,0 +1,344 @@
+//! What a waiting candidate costs the store: a VVM waits for a slot whose holder renews it for
+//! several lease periods, through a wrapper that counts every store call the candidate makes.
+//! With the feed quiet on renewals and the next try timed by the record's expiry, the candidate
+//! makes at most 2 calls per lease period (a count, not a timing); it still takes the slot as
+//! soon as the holder releases it.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestKiller;
+use vvm::{
+    Inserted, Lease, LeaseStore, LeaseValue, Revision, Services, Slot, SlotChange, StoreError, Vvm,
+    VvmConfig,
+};
+use vvm_adapters::{MemoryStore, SqliteStore};
+
+/// The shortest lease: renewals every 0.5 s.
+const LEASE: Duration = Duration::from_secs(2);
+/// Short rounds: a candidate that fell back to them would make 20 calls per lease.
+const ROUND: Duration = Duration::from_millis(100);
+/// Lease periods the candidate waits through.
+const PERIODS: u32 = 5;
+/// The bound under test.
+const CALLS_PER_LEASE_MAX: u64 = 2;
+
+/// Counts every store call made through it (the change feed is no call and is not counted).
+#[derive(Clone)]
+struct Counting<S> {
+    inner: S,
+    calls: Arc<AtomicU64>,
+}
+
+impl<S> Counting<S> {
+    fn new(inner: S) -> Self {
+        Counting {
+            inner,
+            calls: Arc::default(),
+        }
+    }
+
+    fn count(&self) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl<S: LeaseStore> LeaseStore for Counting<S> {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.count();
+        self.inner.insert_if_not_exists(key, value, ttl).await
+    }
+
+    // One call when the store answers both in one (memory, SQLite): counted once here.
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        self.count();
+        self.inner.insert_or_time_left(key, value, ttl).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.count();
+        self.inner
+            .compare_and_swap(key, expected, new_value, ttl)
+            .await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.count();
+        self.inner.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.count();
+        self.inner.get(key).await
+    }
+
+    async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
+        self.count();
+        self.inner.time_left(key).await
+    }
+
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        self.inner.changed(keys)
+    }
+
+    fn has_change_feed(&self) -> bool {
+        self.inner.has_change_feed()
+    }
+}
+
+fn config(address: &str) -> VvmConfig {
+    VvmConfig::builder(address)
+        .lease(LEASE)
+        .round_interval(ROUND)
+        .acquisition(Duration::from_secs(600))
+        .build()
+        .expect("valid configuration")
+}
+
+/// A holder renews slot 1 for [`PERIODS`] lease periods while a candidate waits for it through
+/// a counting store; returns the candidate's calls while waiting. Then the holder releases and
+/// the candidate must take the slot.
+async fn calls_while_waiting<S: LeaseStore + Clone>(store: S) -> u64 {
+    let killer = TestKiller::new();
+    let holder = Vvm::provide(config("holder:1"), store.clone(), Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    assert!(holder.token().is_some(), "the holder leads");
+    let counting = Counting::new(store);
+    let candidate = Vvm::provide(config("candidate:2"), counting.clone(), Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch();
+    let candidate = tokio::spawn(candidate);
+    tokio::time::sleep(LEASE * PERIODS).await;
+    let calls = counting.calls();
+    assert!(!candidate.is_finished(), "the candidate still waits");
+    holder.shutdown().await.expect("clean shutdown");
+    // Generous: only that it comes, not how soon (the figures are in BENCHMARKS.md).
+    let candidate = tokio::time::timeout(LEASE * 5, candidate)
+        .await
+        .expect("the candidate takes the released slot")
+        .expect("the candidate's task");
+    assert!(candidate.token().is_some(), "the candidate leads");
+    candidate.shutdown().await.expect("clean shutdown");
+    calls
+}
+
+fn assert_bounded(store: &str, calls: u64) {
+    let periods = u64::from(PERIODS);
+    eprintln!("{store}: {calls} store calls while waiting {periods} lease periods");
+    assert!(
+        calls <= CALLS_PER_LEASE_MAX * periods,
+        "{store}: {calls} store calls in {periods} lease periods, more than {CALLS_PER_LEASE_MAX} per lease"
+    );
+    // Not idle either: it tried again at each expiry it learnt (one refusal per try).
+    assert!(
+        calls >= periods / 2,
+        "{store}: only {calls} calls in {periods} lease periods"
+    );
+}
+
+// covers: St.FeedIgnoresRenewals, VVM.TryAtExpiry
+#[tokio::test(start_paused = true)]
+async fn a_waiting_candidate_makes_at_most_two_memory_store_calls_per_lease() {
+    let calls = calls_while_waiting(MemoryStore::new()).await;
+    assert_bounded("memory", calls);
+}
+
+// covers: St.FeedIgnoresRenewals, St.InsertOrTimeLeft, VVM.TryAtExpiry
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_candidate_makes_at_most_two_sqlite_store_calls_per_lease() {
+    let dir = std::env::temp_dir().join(format!("vvm-waiting-candidate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let store = SqliteStore::open(dir.join("leases.sqlite")).expect("the store opens");
+    let calls = calls_while_waiting(store).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_bounded("SQLite", calls);
+}
+
+/// The memory store, whose record under the slot is deleted right after the first insert it
+/// refuses — a release that lands between the refusal and the candidate's wait.
+#[derive(Clone)]
+struct ReleasedAfterRefusal {
+    inner: MemoryStore,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LeaseStore for ReleasedAfterRefusal {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.inner.insert_if_not_exists(key, value, ttl).await
+    }
+
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        let inserted = self.inner.insert_or_time_left(key, value, ttl).await;
+        if matches!(inserted, Ok(Inserted::Held { .. })) && self.armed.swap(false, Ordering::SeqCst)
+        {
+            self.inner.delete(key);
+        }
+        inserted
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.inner
+            .compare_and_swap(key, expected, new_value, ttl)
+            .await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.inner.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        self.inner.changed(keys)
+    }
+
+    fn has_change_feed(&self) -> bool {
+        self.inner.has_change_feed()
+    }
+}
+
+// covers: VVM.SubscribeBeforeInsert
+#[tokio::test(start_paused = true)]
+async fn a_release_between_the_refusal_and_the_wait_is_not_missed() {
+    let inner = MemoryStore::new();
+    inner
+        .set(Slot(1), &common::foreign("holder:1"), LEASE)
+        .expect("a record");
+    let store = ReleasedAfterRefusal {
+        inner,
+        armed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    };
+    let killer = TestKiller::new();
+    let started = tokio::time::Instant::now();
+    let candidate = Vvm::provide(config("candidate:2"), store, Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    assert!(candidate.token().is_some(), "the candidate leads");
+    // The refused record would have expired a lease after the start: the feed, subscribed
+    // before the insert, saw the deletion instead (paused clock: no time passes otherwise).
+    assert!(
+        started.elapsed() < LEASE / 2,
+        "the candidate waited {:?} for a slot released right after its refusal",
+        started.elapsed()
+    );
+    candidate.shutdown().await.expect("clean shutdown");
+}
+
+/// The memory store seen through a wrapper that hides its change feed (and says it has none).
+#[derive(Clone)]
+struct NoFeed(MemoryStore);
+
+impl LeaseStore for NoFeed {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.insert_if_not_exists(key, value, ttl).await
+    }
+
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        self.0.insert_or_time_left(key, value, ttl).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.0.compare_and_swap(key, expected, new_value, ttl).await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.0.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.0.get(key).await
+    }
+}
+
+// covers: VVM.TryAtExpiry
+#[tokio::test(start_paused = true)]
+async fn without_a_feed_a_candidate_keeps_its_rounds_despite_the_time_left() {
+    let store = NoFeed(MemoryStore::new());
+    let killer = TestKiller::new();
+    let holder = Vvm::provide(config("holder:1"), store.clone(), Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let candidate = Vvm::provide(config("candidate:2"), store, Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch();
+    let candidate = tokio::spawn(candidate);
+    tokio::time::sleep(LEASE / 4).await;
+    holder.shutdown().await.expect("clean shutdown");
+    let released = tokio::time::Instant::now();
+    let candidate = candidate.await.expect("the candidate's task");
+    assert!(candidate.token().is_some(), "the candidate leads");
+    // Nothing told it of the release: its next round (100 ms) did, not the record's expiry
+    // (more than 1 s away on this paused clock).
+    assert!(
+        released.elapsed() <= ROUND,
+        "the candidate waited {:?} after the release",
+        released.elapsed()
+    );
+    candidate.shutdown().await.expect("clean shutdown");
+}
