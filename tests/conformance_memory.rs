@@ -34,6 +34,10 @@ impl Harness for Memory {
     }
 }
 
+conformance::feed_cases!(
+    #[tokio::test(start_paused = true)]
+    Memory
+);
 conformance::observe_cases!(
     #[tokio::test(start_paused = true)]
     Memory

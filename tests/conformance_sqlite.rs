@@ -107,6 +107,10 @@ mod paused_clock {
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
+    conformance::feed_cases!(
+        #[tokio::test(start_paused = true)]
+        Sqlite::new(true)
+    );
 }
 
 // covers: Sq.BootClock, Sq.Atomic

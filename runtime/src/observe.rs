@@ -215,19 +215,22 @@ impl<S: LeaseStore> Observer<S> {
     }
 
     /// Waits for the feed, the earliest expiry or the resync interval, whichever comes first.
+    /// Without a feed — the last one resolved and the look after it was cancelled — it does
+    /// not wait: that look is still due.
     async fn wait(&mut self) {
         let wait = self
             .next_expiry
             .map_or(self.options.resync, |left| left.min(self.options.resync));
-        let feed = self.feed.as_mut();
-        tokio::select! {
-            () = async {
-                match feed {
-                    Some(feed) => feed.await,
-                    None => std::future::pending().await,
-                }
-            } => {}
-            () = tokio::time::sleep(wait) => {}
+        let Some(feed) = self.feed.as_mut() else {
+            return;
+        };
+        let fired = tokio::select! {
+            () = feed => true,
+            () = tokio::time::sleep(wait) => false,
+        };
+        if fired {
+            // A resolved feed is never polled again.
+            self.feed = None;
         }
     }
 

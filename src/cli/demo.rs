@@ -243,7 +243,9 @@ impl Demo {
             }
         ));
         if failover > crash_bound {
-            return Err(format!("failover took {failover:?}, more than {crash_bound:?}"));
+            return Err(format!(
+                "failover took {failover:?}, more than {crash_bound:?}"
+            ));
         }
 
         // 2. A hung holder (SIGSTOP): alive, keeps its lock, cannot renew. Nobody may take the
@@ -253,7 +255,8 @@ impl Demo {
         self.say(&format!(
             "SIGSTOP demo-{second}: hung, not dead; the others must wait for its lease to expire"
         ));
-        let (third, slot, revision_3, at) = self.wait_leader(Some(second), revision_2, lease * 3)?;
+        let (third, slot, revision_3, at) =
+            self.wait_leader(Some(second), revision_2, lease * 3)?;
         let expiry_wait = at.saturating_duration_since(stopped_at);
         // Its last renewal was at most L/4 before the stop: at least 0.75·L was left.
         let (earliest, latest) = (
@@ -282,7 +285,8 @@ impl Demo {
         self.say(&format!(
             "SIGTERM demo-{third}: services stop, then the lease is released"
         ));
-        let (fourth, slot, revision_4, at) = self.wait_leader(Some(third), revision_3, lease * 3)?;
+        let (fourth, slot, revision_4, at) =
+            self.wait_leader(Some(third), revision_3, lease * 3)?;
         let handoff = at.saturating_duration_since(term_at);
         let handoff_bound = lease / 2;
         self.say(&format!(
@@ -291,7 +295,9 @@ impl Demo {
             handoff_bound.as_secs_f64()
         ));
         if handoff > handoff_bound {
-            return Err(format!("hand-off took {handoff:?}, more than {handoff_bound:?}"));
+            return Err(format!(
+                "hand-off took {handoff:?}, more than {handoff_bound:?}"
+            ));
         }
         match self.wait_exit(third, EXIT_WAIT)? {
             Some(0) => self.say(&format!("demo-{third} exited cleanly (code 0)")),
