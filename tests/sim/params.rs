@@ -198,7 +198,7 @@ impl Params {
             faults,
             // Every other seed: stores that know a dead holder (SQLite) and stores that do not.
             // From the seed, not the generator, so that every other draw stays as it was.
-            dead_holder: if seed % 2 == 0 {
+            dead_holder: if seed.is_multiple_of(2) {
                 DeadHolder::Known
             } else {
                 DeadHolder::Unknown
