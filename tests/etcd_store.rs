@@ -368,3 +368,43 @@ async fn credentials_authenticate_the_store() {
         revision
     );
 }
+
+/// One member of three killed: every operation still succeeds on the other two. The client
+/// keeps the dead member's endpoint in its rotation; a request routed there is refused before
+/// it leaves the process and is sent again, so no operation fails for it.
+// covers: Et.MemberRefused
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_member_does_not_fail_operations() {
+    let test = "a_dead_member_does_not_fail_operations";
+    let Some(mut cluster) = etcd_support::three(test).await else {
+        return;
+    };
+    let store = store(&cluster, "dead-member/").await;
+    let mut lease = Lease {
+        value: value("a"),
+        revision: store
+            .insert_if_not_exists(Slot(1), &value("a"), TTL * 30)
+            .await
+            .expect("the insert runs")
+            .expect("the slot is free"),
+    };
+    // A follower: the cluster keeps its leader, so only the refused connections are tested.
+    let leader = cluster.leader().await.expect("the cluster has a leader");
+    let follower = (0..cluster.len())
+        .find(|member| *member != leader)
+        .expect("a member that does not lead");
+    cluster.kill(follower).expect("the member is killed");
+    // Each renewal is a lease grant and a transaction, each routed to any member.
+    for round in 0..30 {
+        let revision = store
+            .compare_and_swap(Slot(1), &lease, &value("a"), TTL * 30)
+            .await
+            .unwrap_or_else(|error| panic!("renewal {round} failed: {error}"))
+            .expect("our record is swapped");
+        lease.revision = revision;
+        assert_eq!(
+            store.get(Slot(1)).await.expect("the read runs"),
+            Some(lease.clone())
+        );
+    }
+}

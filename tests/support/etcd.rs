@@ -40,11 +40,28 @@ pub fn skipped(line: &str) {
 
 /// A started cluster of `members`, or `None` (after the skip line) without etcd.
 pub async fn start(test: &str, members: usize) -> Option<EtcdCluster> {
+    let options = ClusterOptions::new(members).expect("cluster options are valid");
+    start_with(test, options).await
+}
+
+/// A 3-member cluster with etcd's own default timing (100 ms heartbeat, 1 s election timeout)
+/// instead of the harness's quick one: on a loaded machine a 500 ms election timeout lets
+/// starved members depose each other again and again, and a test about surviving the loss of
+/// one member would measure that instead.
+pub async fn three_steady(test: &str) -> Option<EtcdCluster> {
+    let options = ClusterOptions::new(3)
+        .and_then(|options| options.timing(Duration::from_millis(100), Duration::from_millis(1000)))
+        .expect("cluster options are valid");
+    start_with(test, options).await
+}
+
+/// A cluster started with `options`, or `None` (after the skip line) without etcd.
+pub async fn start_with(test: &str, options: ClusterOptions) -> Option<EtcdCluster> {
     if !available(test) {
         return None;
     }
-    let options = ClusterOptions::new(members)
-        .and_then(|options| options.start_timeout(START_LIMIT))
+    let options = options
+        .start_timeout(START_LIMIT)
         .expect("cluster options are valid");
     Some(
         EtcdCluster::start(options)

@@ -85,6 +85,8 @@ pub const TTL_MIN: Duration = Duration::from_secs(2);
 pub const TTL_MAX: Duration = Duration::from_secs(9_000_000_000);
 /// Most lease revocations running in the background at once; beyond it leases expire by TTL.
 pub const REVOKES_IN_FLIGHT_MAX: usize = 64;
+/// Most sends of one request whose connection a member refused (see [`EtcdStore`]).
+pub const UNSENT_SENDS_MAX: usize = 16;
 
 /// A [`LeaseStore`] on an etcd cluster. Cloning shares the connection.
 #[derive(Clone)]
@@ -96,6 +98,9 @@ pub struct EtcdStore {
     revokes: Arc<Semaphore>,
     /// The highest cluster revision of any answer: where change feeds start.
     seen: Arc<SeenRevision>,
+    /// Sends of one request at most while members refuse the connection: twice the endpoints
+    /// plus one, at most [`UNSENT_SENDS_MAX`].
+    unsent_sends: usize,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -141,6 +146,7 @@ impl EtcdStore {
                 reason: describe(&error),
             })?;
         tracing::debug!(endpoints = ?endpoints, prefix = %prefix, authenticated = credentials.is_some(), "etcd store set up");
+        let unsent_sends = (2 * endpoints.len() + 1).min(UNSENT_SENDS_MAX);
         Ok(EtcdStore {
             kv: client.kv_client(),
             lease: client.lease_client(),
@@ -148,7 +154,32 @@ impl EtcdStore {
             prefix: prefix.into(),
             revokes: Arc::new(Semaphore::new(REVOKES_IN_FLIGHT_MAX)),
             seen: Arc::default(),
+            unsent_sends,
         })
+    }
+
+    /// Runs `call` again, at once, while it fails before its request left this process (a
+    /// member refused the connection), at most `unsent_sends` times in all. The client spreads
+    /// requests over every endpoint and keeps a dead member's endpoint in its rotation, trying
+    /// to reconnect with each request routed there: without this, every operation of several
+    /// requests (a lease grant, then a transaction) would likely meet the dead member once and
+    /// fail, and a VVM would lose its lease to the death of one member of three. Resending is
+    /// safe because the server never saw the request; the store-call timeout bounds the whole.
+    async fn resend_unsent<T, F, Fut>(&self, mut call: F) -> Result<T, etcd_client::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut sends = 1;
+        loop {
+            match call().await {
+                Err(error) if never_sent(&error) && sends < self.unsent_sends => {
+                    tracing::debug!(sends, error = %describe(&error), "connection refused; sending again");
+                    sends += 1;
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     /// The TTL in whole seconds when etcd can honour `ttl`: at least [`TTL_MIN`], at most
@@ -217,9 +248,10 @@ impl EtcdStore {
             reason: error.to_string(),
         })?;
         let granted = self
-            .lease
-            .clone()
-            .grant(ttl_secs, None)
+            .resend_unsent(|| {
+                let mut client = self.lease.clone();
+                async move { client.grant(ttl_secs, None).await }
+            })
             .await
             .map_err(|error| StoreError::Failed {
                 reason: format!("granting a lease: {}", describe(&error)),
@@ -265,7 +297,13 @@ impl EtcdStore {
     /// Runs a write transaction that carries `lease` (0 for none). On an error the lease is
     /// revoked only when the transaction certainly did not apply.
     async fn write(&self, txn: Txn, lease: i64) -> Result<etcd_client::TxnResponse, StoreError> {
-        match self.kv.clone().txn(txn).await {
+        let sent = self
+            .resend_unsent(|| {
+                let (mut kv, txn) = (self.kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await;
+        match sent {
             Ok(response) => {
                 self.seen.note(response.header());
                 Ok(response)
@@ -505,9 +543,10 @@ impl LeaseStore for EtcdStore {
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
         let response = self
-            .kv
-            .clone()
-            .get(self.key(key), None::<GetOptions>)
+            .resend_unsent(|| {
+                let (mut kv, name) = (self.kv.clone(), self.key(key));
+                async move { kv.get(name, None::<GetOptions>).await }
+            })
             .await
             .map_err(|error| read_failed(&error))?;
         self.seen.note(response.header());
@@ -527,9 +566,10 @@ impl LeaseStore for EtcdStore {
     /// The remaining TTL of the record's etcd lease, in whole seconds as etcd reports it.
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
         let response = self
-            .kv
-            .clone()
-            .get(self.key(key), None::<GetOptions>)
+            .resend_unsent(|| {
+                let (mut kv, name) = (self.kv.clone(), self.key(key));
+                async move { kv.get(name, None::<GetOptions>).await }
+            })
             .await
             .map_err(|error| read_failed(&error))?;
         self.seen.note(response.header());
@@ -542,9 +582,10 @@ impl LeaseStore for EtcdStore {
             return Ok(None);
         };
         let left = self
-            .lease
-            .clone()
-            .time_to_live(lease, None)
+            .resend_unsent(|| {
+                let mut client = self.lease.clone();
+                async move { client.time_to_live(lease, None).await }
+            })
             .await
             .map_err(|error| read_failed(&error))?;
         Ok(u64::try_from(left.ttl()).ok().map(Duration::from_secs))
