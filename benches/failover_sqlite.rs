@@ -9,7 +9,7 @@
 //!   (`CLOCK_BOOTTIME`) — to the candidate's `leading` line: how late after the expiry the
 //!   candidate, which timed its next try by the record's time left, takes over.
 //!
-//! `cargo bench --bench failover_sqlite -- [kill|stop|both] [RUNS]` (default: both, 20 runs).
+//! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|both] [RUNS]` (default: both, 20 runs).
 //! Prints every run, then p50, p99 and the maximum per mode.
 
 use std::io::{BufRead, BufReader};

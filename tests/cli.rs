@@ -148,7 +148,7 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
 }
 
 // covers: Cli.BrokenStderr
-/// Issue 11, finding 4: `vvm run … 2>&1 >/dev/null | head -2`, then SIGINT. The reader of
+/// `vvm run … 2>&1 >/dev/null | head -2`, then SIGINT. The reader of
 /// standard error goes away after two lines; every later log line meets a closed pipe. The
 /// process must neither panic nor wedge: it shuts down on SIGINT with the clean exit code.
 #[test]

@@ -66,7 +66,7 @@ impl Drop for FakeRoot {
 }
 
 // covers: Cli.FreshMachine
-/// Issue 11, finding 6: a fresh machine had `libclang-cpp.so.14` (pulled in by other packages)
+/// A fresh machine had `libclang-cpp.so.14` (pulled in by other packages)
 /// and no libclang; the script took the former for the latter and skipped installing it.
 #[test]
 fn libclang_cpp_alone_is_not_libclang() {
