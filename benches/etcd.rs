@@ -26,13 +26,17 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/no_feed.rs"]
+mod no_feed;
+
 use criterion::{criterion_group, Criterion};
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
+use no_feed::NoFeed;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use vvm::{
-    Incarnation, KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Revision, Service,
-    ServiceContext, ServiceError, Services, Slot, StoreError, Vvm, VvmConfig,
+    Incarnation, KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Service,
+    ServiceContext, ServiceError, Services, Slot, Vvm, VvmConfig,
 };
 use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;
@@ -138,39 +142,6 @@ const ROUND: Duration = Duration::from_secs(60);
 /// The successor's rounds when its feed is hidden: the default round interval.
 const ROUND_WITHOUT_FEED: Duration = Duration::from_secs(1);
 
-/// The etcd store with its change feed hidden: the polling fallback.
-#[derive(Clone)]
-struct NoFeed(EtcdStore);
-
-impl LeaseStore for NoFeed {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.0.insert_if_not_exists(key, value, ttl).await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.0.compare_and_swap(key, expected, new_value, ttl).await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.0.compare_and_delete(key, expected).await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.0.get(key).await
-    }
-}
-
 /// Sends the time its `run` began, then serves until asked to stop.
 struct Started(mpsc::UnboundedSender<Instant>);
 
@@ -223,9 +194,13 @@ async fn successor(
         tokio::spawn(vvm.launch())
     } else {
         let round = ROUND_WITHOUT_FEED;
-        let vvm = Vvm::provide(config("successor:2", round), NoFeed(store), services)
-            .expect("valid configuration")
-            .with_killer(killer);
+        let vvm = Vvm::provide(
+            config("successor:2", round),
+            NoFeed::rounds_only(store),
+            services,
+        )
+        .expect("valid configuration")
+        .with_killer(killer);
         tokio::spawn(vvm.launch())
     };
     (vvm, started)

@@ -12,11 +12,12 @@
 
 use std::time::Duration;
 
+#[path = "../tests/support/no_feed.rs"]
+mod no_feed;
+
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use vvm::{
-    KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Revision, Services, Slot,
-    StoreError, Vvm, VvmConfig,
-};
+use no_feed::NoFeed;
+use vvm::{KillerThread, LeaseStore, RecordingKiller, Services, Vvm, VvmConfig};
 use vvm_adapters::MemoryStore;
 
 const LEASE: Duration = Duration::from_secs(20);
@@ -59,39 +60,6 @@ fn renewals(c: &mut Criterion) {
         b.iter_custom(|iterations| (0..iterations).map(|_| renewals_wall_time()).sum())
     });
     group.finish();
-}
-
-/// The memory store without its change feed: candidates fall back to rounds.
-#[derive(Clone, Default)]
-struct NoFeed(MemoryStore);
-
-impl LeaseStore for NoFeed {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.0.insert_if_not_exists(key, value, ttl).await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.0.compare_and_swap(key, expected, new_value, ttl).await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.0.compare_and_delete(key, expected).await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.0.get(key).await
-    }
 }
 
 const ROUND: Duration = Duration::from_millis(100);
@@ -147,7 +115,9 @@ fn handoffs(c: &mut Criterion) {
     group.bench_function("memory, rounds of 100 ms (no feed)", |b| {
         b.iter_custom(|iterations| {
             (0..iterations)
-                .map(|i| runtime.block_on(handoff(NoFeed::default(), pause(i))))
+                .map(|i| {
+                    runtime.block_on(handoff(NoFeed::rounds_only(MemoryStore::new()), pause(i)))
+                })
                 .sum()
         })
     });

@@ -5,12 +5,15 @@
 //! soon as the holder releases it.
 
 mod common;
+#[path = "support/no_feed.rs"]
+mod no_feed;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::TestKiller;
+use no_feed::NoFeed;
 use vvm::{
     Inserted, Lease, LeaseStore, LeaseValue, Revision, Services, Slot, SlotChange, StoreError, Vvm,
     VvmConfig,
@@ -271,52 +274,10 @@ async fn a_release_between_the_refusal_and_the_wait_is_not_missed() {
     candidate.shutdown().await.expect("clean shutdown");
 }
 
-/// The memory store seen through a wrapper that hides its change feed (and says it has none).
-#[derive(Clone)]
-struct NoFeed(MemoryStore);
-
-impl LeaseStore for NoFeed {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.0.insert_if_not_exists(key, value, ttl).await
-    }
-
-    async fn insert_or_time_left(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Inserted, StoreError> {
-        self.0.insert_or_time_left(key, value, ttl).await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.0.compare_and_swap(key, expected, new_value, ttl).await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.0.compare_and_delete(key, expected).await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.0.get(key).await
-    }
-}
-
 // covers: VVM.TryAtExpiry
 #[tokio::test(start_paused = true)]
 async fn without_a_feed_a_candidate_keeps_its_rounds_despite_the_time_left() {
-    let store = NoFeed(MemoryStore::new());
+    let store = NoFeed::new(MemoryStore::new());
     let killer = TestKiller::new();
     let holder = Vvm::provide(config("holder:1"), store.clone(), Services::new())
         .expect("valid configuration")
