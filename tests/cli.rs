@@ -5,10 +5,10 @@
 mod cli_support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use cli_support::{signal_and_wait, temp_dir};
+use cli_support::{leading_child, signal_and_wait, temp_dir};
 use rustix::process::Signal;
 
 fn vvm(args: &[&str]) -> Output {
@@ -79,28 +79,12 @@ fn help_describes_every_flag() {
     }
 }
 
-/// Starts `vvm run` on `store` as `address` and waits for its first line, which must say it leads.
-fn leading_child(store: &str, address: &str) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", store])
-        .args(["--lease", "2s", "--address", address])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a line").expect("readable");
-    assert!(first.starts_with("leading slot=1 "), "{first}");
-    child
-}
-
 // covers: Cli.Errors
 #[test]
 fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
     let dir = temp_dir("vvm-cli-term");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
-    let mut child = leading_child(&store, "cli-a");
+    let mut child = leading_child(&store, "cli-a", Stdio::null());
 
     let status = vvm(&["status", "--store", &store]);
     let table = String::from_utf8_lossy(&status.stdout);
@@ -123,7 +107,7 @@ fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
 fn a_failed_acquisition_is_printed_and_exits_1() {
     let dir = temp_dir("vvm-cli-busy");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
-    let mut holder = leading_child(&store, "holder");
+    let mut holder = leading_child(&store, "holder", Stdio::null());
 
     let output = vvm(&[
         "--log-level",

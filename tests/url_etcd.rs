@@ -6,11 +6,10 @@ mod cli_support;
 #[path = "support/etcd.rs"]
 mod etcd_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use cli_support::{signal_and_wait, temp_dir};
+use cli_support::{leading_child, signal_and_wait, temp_dir};
 use etcd_support::single;
 use rustix::process::Signal;
 
@@ -22,22 +21,6 @@ fn vvm(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("the vvm binary runs")
-}
-
-/// `vvm run` on `store`; waits for its first line, which must say it leads.
-fn leading_child(store: &str, address: &str) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", store])
-        .args(["--lease", "2s", "--address", address])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a line").expect("readable");
-    assert!(first.starts_with("leading slot=1 "), "{first}");
-    child
 }
 
 // covers: Url.Secrets
@@ -78,7 +61,7 @@ async fn an_authenticated_prefixed_etcd_url_works_through_the_binary() {
     };
     let store = url(&password_file);
 
-    let mut child = leading_child(&store, "url-a");
+    let mut child = leading_child(&store, "url-a", Stdio::piped());
     // The record is under the prefix, where only the authenticated user may write.
     let mut root = etcd_client::Client::connect(
         cluster.endpoints(),

@@ -2,8 +2,9 @@
 //! child process to end.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
@@ -52,4 +53,21 @@ pub fn signal_and_wait(child: &mut Child, signal_sent: Signal, limit: Duration) 
             panic!("no exit within {limit:?} of {signal_sent:?}");
         }
     }
+}
+
+/// Starts `vvm run` on `store` as `address` (lease 2 s, warnings only on `stderr`) and waits for
+/// its first line, which must say it leads.
+pub fn leading_child(store: &str, address: &str, stderr: Stdio) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", store])
+        .args(["--lease", "2s", "--address", address])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("the vvm binary runs");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    assert!(first.starts_with("leading slot=1 "), "{first}");
+    child
 }
