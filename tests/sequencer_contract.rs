@@ -218,11 +218,9 @@ impl SeqStorage for LateWrite {
             this.note(format!("write lands (offset {})", next_plog_offset.0));
             let _ = done.send(result);
         });
-        landed.await.unwrap_or_else(|_| {
-            Err(SeqStorageError::Failed {
-                reason: "writer task lost".into(),
-            })
-        })
+        landed
+            .await
+            .unwrap_or_else(|lost| Err(SeqStorageError::failed(lost)))
     }
 
     async fn actualize_from_plog(

@@ -432,7 +432,8 @@ async fn a_lock_held_elsewhere_fails_writes_after_the_wait_and_writes_nothing() 
 
     let refused = store.insert_if_not_exists(SLOT, &value(1), LONG_TTL).await;
     assert!(
-        matches!(&refused, Err(StoreError::Failed { reason }) if reason.contains("locked")),
+        matches!(&refused, Err(error @ StoreError::Failed { .. })
+            if matches!(error.find::<SqliteStoreError>(), Some(SqliteStoreError::Busy { .. }))),
         "{refused:?}"
     );
     // WAL readers do not wait for the writer.

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use vvm::{Incarnation, Lease, LeaseStore, LeaseValue, Slot, StoreError};
-use vvm_adapters::txkv::{KvFault, MemoryKv, TxLeaseStore, TxOptions};
+use vvm_adapters::txkv::{KvFault, MemoryKv, TxError, TxLeaseError, TxLeaseStore, TxOptions};
 
 const TTL: Duration = Duration::from_secs(10);
 const SLOT: Slot = Slot(1);
@@ -160,7 +160,14 @@ async fn conflicts_are_retried_up_to_the_limit_then_fail() {
     }
     let outcome = store.insert_if_not_exists(Slot(2), &value("a"), TTL).await;
     assert!(
-        matches!(&outcome, Err(StoreError::Failed { reason }) if reason.contains("3 attempts")),
+        matches!(
+            outcome.as_ref().map_err(|e| e.find::<TxLeaseError>()),
+            Err(Some(TxLeaseError::Conflicted {
+                attempts: 3,
+                last: Some(TxError::Retryable { .. }),
+                ..
+            }))
+        ),
         "{outcome:?}"
     );
     assert_eq!(store.get(Slot(2)).await.unwrap(), None);

@@ -11,7 +11,7 @@ use common::{
     Worker, LEASE,
 };
 use tokio::sync::Notify;
-use vvm::{leaders, LossReason, Phase, Services, Slot, Vvm, VvmError};
+use vvm::{leaders, ErrorChain, LossReason, Phase, ServiceError, Services, Slot, Vvm, VvmError};
 use vvm_adapters::MemoryStore;
 
 const SLOT: Slot = Slot(1);
@@ -131,11 +131,14 @@ async fn a_service_that_fails_to_start_becomes_the_problem_shutdown_returns() {
     let expected = VvmError::ServiceStartFailed {
         index: 1,
         name: "fails-to-start".into(),
-        message: "port 8080 is taken".into(),
+        source: ServiceError::new("port 8080 is taken"),
     };
     assert_eq!(vvm.problem().await, expected);
     assert_eq!(vvm.shutdown().await, Err(expected.clone()));
-    assert!(expected.to_string().contains("port 8080 is taken"));
+    assert_eq!(
+        ErrorChain(&expected).to_string(),
+        "service #1 `fails-to-start` failed to start: port 8080 is taken"
+    );
     assert_eq!(
         journal.entries(),
         ["start first", "start fails-to-start", "stop first"]
@@ -164,7 +167,7 @@ async fn a_running_service_that_fails_becomes_the_problem() {
     let expected = VvmError::ServiceFailed {
         index: 0,
         name: "fails-later".into(),
-        message: "disk full".into(),
+        source: ServiceError::new("disk full"),
     };
     assert_eq!(vvm.problem().await, expected);
     assert_eq!(vvm.shutdown().await, Err(expected));
@@ -326,7 +329,7 @@ async fn a_service_that_never_reports_readiness_fails_after_the_start_timeout() 
 
     let problem = vvm.current_problem();
     assert!(
-        matches!(&problem, Some(VvmError::ServiceStartFailed { index: 0, message, .. }) if message.contains("readiness")),
+        matches!(&problem, Some(VvmError::ServiceStartFailed { index: 0, source, .. }) if source.message().contains("readiness")),
         "{problem:?}"
     );
     assert!(vvm.shutdown().await.is_err());
@@ -351,7 +354,7 @@ async fn a_service_that_ignores_the_stop_is_aborted_and_reported() {
 
     let outcome = vvm.shutdown().await;
     assert!(
-        matches!(&outcome, Err(VvmError::ServiceFailed { index: 0, message, .. }) if message.contains("did not stop")),
+        matches!(&outcome, Err(VvmError::ServiceFailed { index: 0, source, .. }) if source.message().contains("did not stop")),
         "{outcome:?}"
     );
     assert_eq!(

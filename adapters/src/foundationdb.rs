@@ -51,8 +51,8 @@ pub enum FdbOpenError {
     #[error("cluster file path {0:?} is not usable (not UTF-8, or contains a NUL byte)")]
     ClusterFilePath(std::path::PathBuf),
     /// FoundationDB refused to open the database.
-    #[error("could not open FoundationDB: {0}")]
-    Open(FdbError),
+    #[error("could not open FoundationDB")]
+    Open(#[source] FdbError),
 }
 
 /// Opens the database of `cluster_file` (FoundationDB's default cluster file when `None`) as a
@@ -164,13 +164,12 @@ impl KvTx for FdbTx {
 /// Maps FoundationDB's error: "maybe committed" first, so that `commit_unknown_result` (which
 /// FoundationDB also calls retryable) is never retried blindly.
 fn map_error(error: &FdbError) -> TxError {
-    let reason = format!("{} (FoundationDB error {})", error.message(), error.code());
     if error.is_maybe_committed() {
-        TxError::UnknownResult { reason }
+        TxError::unknown_result(*error)
     } else if error.is_retryable_not_committed() {
-        TxError::Retryable { reason }
+        TxError::retryable(*error)
     } else {
-        TxError::Failed { reason }
+        TxError::failed(*error)
     }
 }
 

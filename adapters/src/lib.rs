@@ -35,7 +35,7 @@
 pub mod memory;
 
 #[cfg(feature = "memory")]
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, MemoryStoreError};
 
 #[cfg(feature = "memory")]
 pub mod seq_memory;

@@ -33,6 +33,23 @@ pub enum Op {
     Get,
 }
 
+/// Why a call to the memory store failed: the cause inside its [`StoreError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryStoreError {
+    /// [`RECORDS_MAX`] live records exist; nothing was written.
+    #[error("memory store is full ({RECORDS_MAX} records)")]
+    Full,
+    /// A test injected this failure (see [`Injection`]).
+    #[error("injected {fault:?} on slot {slot}")]
+    Injected {
+        /// The key.
+        slot: u32,
+        /// What was injected.
+        fault: Fault,
+    },
+}
+
 /// What goes wrong with a call hit by an injection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -135,9 +152,7 @@ impl Inner {
         if self.records.len() >= RECORDS_MAX && !self.records.contains_key(&key) {
             self.records.retain(|_, record| record.expires_at > now);
             if self.records.len() >= RECORDS_MAX {
-                return Err(StoreError::Failed {
-                    reason: format!("memory store is full ({RECORDS_MAX} records)"),
-                });
+                return Err(StoreError::failed(MemoryStoreError::Full));
             }
         }
         self.revision += 1;
@@ -305,10 +320,11 @@ impl MemoryStore {
         let fault = self.lock().fault_for(key, op);
         match fault {
             None => Ok(false),
-            Some(Fault::Fail) => Err(StoreError::Failed {
-                reason: format!("injected failure on slot {}", key.0),
-            }),
-            Some(Fault::UnknownNotCommitted) => Err(unknown(key)),
+            Some(Fault::Fail) => Err(StoreError::failed(MemoryStoreError::Injected {
+                slot: key.0,
+                fault: Fault::Fail,
+            })),
+            Some(Fault::UnknownNotCommitted) => Err(unknown(key, Fault::UnknownNotCommitted)),
             Some(Fault::UnknownCommitted) => Ok(true),
             Some(Fault::Delay(delay)) => {
                 tokio::time::sleep(delay).await;
@@ -319,10 +335,8 @@ impl MemoryStore {
     }
 }
 
-fn unknown(key: Slot) -> StoreError {
-    StoreError::Unknown {
-        reason: format!("injected unknown outcome on slot {}", key.0),
-    }
+fn unknown(key: Slot, fault: Fault) -> StoreError {
+    StoreError::unknown(MemoryStoreError::Injected { slot: key.0, fault })
 }
 
 /// `Ok(result)`, or the injected unknown outcome after the operation was applied.
@@ -332,7 +346,7 @@ fn finish<T>(
     result: Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     match (then_unknown, result) {
-        (true, Ok(_)) => Err(unknown(key)),
+        (true, Ok(_)) => Err(unknown(key, Fault::UnknownCommitted)),
         (_, result) => result,
     }
 }

@@ -205,10 +205,10 @@ async fn open_etcd(url: &crate::url::EtcdUrl, lease: &LeaseConfig) -> Result<Any
     }
     if let (Some(user), Some(file)) = (&url.user, &url.password_file) {
         let password = read_file("password-file", file)?;
-        let password = String::from_utf8(password).map_err(|_| OpenError::ReadFile {
+        let password = String::from_utf8(password).map_err(|error| OpenError::ReadFile {
             parameter: "password-file",
             path: file.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, error),
         })?;
         // The first line: files written by `echo` end with a newline that is not part of it.
         let password = password.lines().next().unwrap_or_default();

@@ -191,14 +191,20 @@ impl MemorySeqStorage {
     }
 }
 
-fn failed(op: &str) -> SeqStorageError {
-    SeqStorageError::Failed {
-        reason: format!("injected fault in {op}"),
-    }
+fn failed(op: &'static str) -> SeqStorageError {
+    SeqStorageError::failed(InjectedFault { op })
+}
+
+/// The cause of a storage call failed by an injected [`SeqFault`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("injected fault in {op}")]
+pub struct InjectedFault {
+    /// The call that failed.
+    pub op: &'static str,
 }
 
 /// Applies a non-halfway fault; `Ok(true)` means "go on normally".
-async fn common_fault(fault: Option<SeqFault>, op: &str) -> Result<bool, SeqStorageError> {
+async fn common_fault(fault: Option<SeqFault>, op: &'static str) -> Result<bool, SeqStorageError> {
     match fault {
         None => Ok(true),
         Some(SeqFault::Fail) => Err(failed(op)),

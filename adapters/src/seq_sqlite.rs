@@ -59,7 +59,7 @@ pub enum Durability {
 #[non_exhaustive]
 pub enum SqliteSeqError {
     /// SQLite said no.
-    #[error("sqlite: {0}")]
+    #[error("SQLite failed")]
     Sqlite(#[from] rusqlite::Error),
     /// The PLog already has an event at this offset.
     #[error("PLog offset {0:?} is taken")]
@@ -68,8 +68,8 @@ pub enum SqliteSeqError {
     #[error("event carries {0} numbers, more than {EVENT_VALUES_MAX}")]
     TooManyValues(usize),
     /// The blocking task running the statement was lost.
-    #[error("sqlite task failed: {0}")]
-    Task(String),
+    #[error("the SQLite task was lost")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// The SQLite storage. Cheap to clone; clones share the connection.
@@ -101,7 +101,7 @@ fn encode_values(values: &[SeqValue]) -> Vec<u8> {
 fn decode_values(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), SeqStorageError> {
     if !bytes.len().is_multiple_of(VALUE_BYTES) {
         return Err(SeqStorageError::Corrupt {
-            reason: format!("PLog values of {} bytes", bytes.len()),
+            what: format!("PLog values of {} bytes", bytes.len()),
         });
     }
     out.clear();
@@ -109,7 +109,7 @@ fn decode_values(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), SeqStorage
         let (ws, rest) = chunk.split_at(8);
         let (seq, n) = rest.split_at(2);
         let corrupt = |_| SeqStorageError::Corrupt {
-            reason: "PLog value field of the wrong size".into(),
+            what: "PLog value field of the wrong size".into(),
         };
         out.push(SeqValue {
             key: NumberKey {
@@ -122,10 +122,8 @@ fn decode_values(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), SeqStorage
     Ok(())
 }
 
-fn failed(e: impl std::fmt::Display) -> SeqStorageError {
-    SeqStorageError::Failed {
-        reason: e.to_string(),
-    }
+fn failed(e: SqliteSeqError) -> SeqStorageError {
+    SeqStorageError::failed(e)
 }
 
 impl SqliteSeqStorage {
@@ -174,7 +172,7 @@ impl SqliteSeqStorage {
             f(&mut conn)
         })
         .await
-        .map_err(|e| SqliteSeqError::Task(e.to_string()))?
+        .map_err(SqliteSeqError::Task)?
     }
 
     /// Appends an event to the PLog (insert-only: an offset is written once).

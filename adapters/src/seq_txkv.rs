@@ -116,9 +116,7 @@ impl From<SeqStorageError> for Fault {
 impl From<Fault> for SeqStorageError {
     fn from(f: Fault) -> Self {
         match f {
-            Fault::Tx(e) => SeqStorageError::Failed {
-                reason: e.to_string(),
-            },
+            Fault::Tx(e) => SeqStorageError::failed(e),
             Fault::Corrupt(e) => e,
         }
     }
@@ -392,11 +390,12 @@ mod tests {
     #[test]
     fn conflicts_and_unknown_outcomes_are_run_again_failures_and_corruption_not() {
         let tx = |e| retryable(&Fault::Tx(e));
-        assert!(tx(TxError::Retryable { reason: "c".into() }));
-        assert!(tx(TxError::UnknownResult { reason: "u".into() }));
-        assert!(!tx(TxError::Failed { reason: "f".into() }));
+        let io = || std::io::Error::other("x");
+        assert!(tx(TxError::retryable(io())));
+        assert!(tx(TxError::unknown_result(io())));
+        assert!(!tx(TxError::failed(io())));
         assert!(!retryable(&Fault::Corrupt(SeqStorageError::Corrupt {
-            reason: "x".into()
+            what: "x".into()
         })));
     }
 }

@@ -58,7 +58,7 @@ impl Keys {
 /// A stored big-endian `u64`; anything but 8 bytes is corrupt.
 pub(crate) fn be_u64(bytes: &[u8], what: &str) -> Result<u64, SeqStorageError> {
     let array: [u8; 8] = bytes.try_into().map_err(|_| SeqStorageError::Corrupt {
-        reason: format!("{what} of {} bytes, not 8", bytes.len()),
+        what: format!("{what} of {} bytes, not 8", bytes.len()),
     })?;
     Ok(u64::from_be_bytes(array))
 }
@@ -78,7 +78,7 @@ pub(crate) fn encode_event(values: &[SeqValue]) -> Vec<u8> {
 pub(crate) fn decode_event(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), SeqStorageError> {
     if !bytes.len().is_multiple_of(VALUE_BYTES) {
         return Err(SeqStorageError::Corrupt {
-            reason: format!("PLog event of {} bytes", bytes.len()),
+            what: format!("PLog event of {} bytes", bytes.len()),
         });
     }
     out.clear();
@@ -86,7 +86,7 @@ pub(crate) fn decode_event(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), 
         let (ws, rest) = chunk.split_at(8);
         let (seq, n) = rest.split_at(2);
         let seq: [u8; 2] = seq.try_into().map_err(|_| SeqStorageError::Corrupt {
-            reason: "PLog sequence id of the wrong size".into(),
+            what: "PLog sequence id of the wrong size".into(),
         })?;
         out.push(SeqValue {
             key: NumberKey {

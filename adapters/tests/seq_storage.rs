@@ -312,7 +312,13 @@ mod sqlite {
             .write_values_and_next_plog_offset(&[sv(1, 1, 9), sv(2, 1, 9)], PLogOffset(3))
             .await
             .unwrap_err();
-        assert!(err.to_string().contains("offset refused"), "{err}");
+        // The SQLite error is kept whole below the storage error.
+        let chain = vvm_runtime::ErrorChain(&err).to_string();
+        assert!(chain.contains("offset refused"), "{chain}");
+        let vvm_runtime::sequencer::SeqStorageError::Failed { source } = &err else {
+            panic!("{chain}")
+        };
+        assert!(source.find::<rusqlite::Error>().is_some(), "{chain}");
         assert_eq!(
             s.read_numbers(WsId(1), &[SeqId(1)]).await.unwrap(),
             vec![Number(5)]

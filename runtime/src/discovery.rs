@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use vvm_core::{FencingToken, Slot, SLOTS_MAX};
 
-use crate::store::{LeaseStore, LeaseValue, StoreError};
+use crate::store::{CallTimedOut, LeaseStore, LeaseValue, StoreError};
 
 /// The holder of one slot at the moment it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,8 +29,12 @@ pub async fn leaders<S: LeaseStore>(
         let slot = Slot(number);
         let lease = tokio::time::timeout(timeout, store.get(slot))
             .await
-            .map_err(|_| StoreError::Unknown {
-                reason: format!("reading slot {number} took longer than {timeout:?}"),
+            .map_err(|_| {
+                StoreError::unknown(CallTimedOut {
+                    call: "reading",
+                    slot: number,
+                    timeout,
+                })
             })??;
         let holder = lease.map(|lease| {
             let token = FencingToken {

@@ -324,7 +324,7 @@ impl<S: LeaseStore> Driver<S> {
             }
             Effect::ProblemRaised { problem } => {
                 let error = self.error(problem);
-                tracing::warn!(%error, "problem raised");
+                tracing::warn!(error = %crate::ErrorChain(&error), "problem raised");
                 self.status.send_modify(|status| {
                     status.problem.get_or_insert(error);
                 });
@@ -362,12 +362,14 @@ impl<S: LeaseStore> Driver<S> {
                 .names
                 .get(usize::from(index))
                 .map_or("?".into(), |n| n.to_string());
-            let message = self
+            // The pipeline records the error before it reports the failure; a missing one would
+            // be a bug, told as such rather than hidden behind an empty message.
+            let source = self
                 .errors
                 .get(usize::from(index))
-                .and_then(|e| e.as_ref().map(|e| e.message().to_owned()))
-                .unwrap_or_default();
-            (name, message)
+                .and_then(Option::clone)
+                .unwrap_or_else(|| ServiceError::new("(the service's error was not recorded)"));
+            (name, source)
         };
         match problem {
             Problem::AcquisitionFailed => VvmError::AcquisitionFailed {
@@ -377,19 +379,19 @@ impl<S: LeaseStore> Driver<S> {
             Problem::LeadershipLost { slot, reason } => VvmError::LeadershipLost { slot, reason },
             Problem::ServicesVanished => VvmError::ServicesVanished,
             Problem::ServiceStartFailed { index } => {
-                let (name, message) = service(index);
+                let (name, source) = service(index);
                 VvmError::ServiceStartFailed {
                     index,
                     name,
-                    message,
+                    source,
                 }
             }
             Problem::ServiceFailed { index } => {
-                let (name, message) = service(index);
+                let (name, source) = service(index);
                 VvmError::ServiceFailed {
                     index,
                     name,
-                    message,
+                    source,
                 }
             }
         }

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use vvm_core::{LossReason, Problem, Slot};
 
+use crate::services::ServiceError;
+
 /// The first problem of a VVM, as returned by
 /// [`Vvm::<Launched>::shutdown`](crate::Vvm::shutdown) and resolved by
 /// [`Vvm::<Launched>::problem`](crate::Vvm::problem).
@@ -18,15 +20,15 @@ pub enum VvmError {
         /// How long acquisition kept trying.
         acquisition: Duration,
     },
-    /// A service failed to start; the message is the service's own.
-    #[error("service #{index} `{name}` failed to start: {message}")]
+    /// A service failed to start; the source is the service's own error.
+    #[error("service #{index} `{name}` failed to start")]
     ServiceStartFailed {
         /// Position in the start order.
         index: u16,
         /// The service's name.
         name: String,
         /// What the service reported.
-        message: String,
+        source: ServiceError,
     },
     /// Leadership of the slot was lost while the VVM ran.
     #[error("leadership of slot {} was lost: {}", .slot.0, describe(*.reason))]
@@ -36,15 +38,15 @@ pub enum VvmError {
         /// Why it was lost.
         reason: LossReason,
     },
-    /// A running service failed; the message is the service's own.
-    #[error("service #{index} `{name}` failed: {message}")]
+    /// A running service failed; the source is the service's own error.
+    #[error("service #{index} `{name}` failed")]
     ServiceFailed {
         /// Position in the start order.
         index: u16,
         /// The service's name.
         name: String,
         /// What the service reported.
-        message: String,
+        source: ServiceError,
     },
     /// The services ended without being asked to and without saying which failed: the task
     /// running them vanished (it panicked). Whatever they left behind was aborted.

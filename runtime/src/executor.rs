@@ -263,7 +263,7 @@ fn written(slot: Slot, result: Result<Result<Option<Revision>, StoreError>, Elap
 }
 
 fn failure(slot: Slot, error: &StoreError) -> Reply {
-    tracing::warn!(slot = slot.0, %error, "store call failed");
+    tracing::warn!(slot = slot.0, error = %crate::ErrorChain(&error), "store call failed");
     match error {
         StoreError::Unknown { .. } => Reply::Unknown,
         StoreError::Failed { .. } | StoreError::Corrupt { .. } => Reply::Failed,

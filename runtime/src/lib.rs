@@ -46,6 +46,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod cause;
 pub mod clock;
 pub mod discovery;
 mod driver;
@@ -63,6 +64,7 @@ mod snapshot;
 pub mod store;
 mod vvm;
 
+pub use cause::{Cause, ErrorChain};
 pub use clock::{Clock, HostSuspend, ManualSuspend, SuspendSource, TimeSource};
 pub use discovery::{leaders, SlotHolder};
 pub use elections::{Elections, Tenure};
@@ -76,7 +78,9 @@ pub use services::{
     LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX,
 };
 pub use snapshot::{VvmSnapshot, VvmSubscription};
-pub use store::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError};
+pub use store::{
+    CallTimedOut, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,
+};
 pub use vvm::{
     new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, StopHandle, Vvm, VvmState,
 };

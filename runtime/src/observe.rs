@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use vvm_core::{FencingToken, Incarnation, Slot, SLOTS_MAX};
 
-use crate::store::{LeaseStore, LeaseValue, SlotChange, StoreError};
+use crate::store::{CallTimedOut, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 /// Shortest resync interval accepted: a shorter one would turn observing into busy polling.
 pub const RESYNC_MIN: Duration = Duration::from_millis(10);
@@ -270,8 +270,12 @@ impl<S: LeaseStore> Observer<S> {
 
     async fn read(&self, slot: Slot) -> Result<Option<Holder>, StoreError> {
         let timeout = self.options.call_timeout;
-        let late = |what: &str| StoreError::Unknown {
-            reason: format!("{what} of slot {} took longer than {timeout:?}", slot.0),
+        let late = |call: &'static str| {
+            StoreError::unknown(CallTimedOut {
+                call,
+                slot: slot.0,
+                timeout,
+            })
         };
         let lease = tokio::time::timeout(timeout, self.store.get(slot))
             .await

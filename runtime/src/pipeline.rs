@@ -116,8 +116,8 @@ fn outcome(
     match joined {
         Ok(Err(error)) => error,
         Ok(Ok(())) => ServiceError::new(format!("{name} {early}")),
-        Err(join) if join.is_panic() => ServiceError::new(format!("{name} panicked")),
-        Err(_) => ServiceError::new(format!("{name} was cancelled")),
+        Err(join) if join.is_panic() => ServiceError::with_source(format!("{name} panicked"), join),
+        Err(join) => ServiceError::with_source(format!("{name} was cancelled"), join),
     }
 }
 
@@ -218,7 +218,7 @@ async fn run(
         match start_one(current, ready_rx, &mut stop, timeouts.start, &mut clean).await {
             Start::Ready => tracing::info!(index, name = %current.name, "service ready"),
             Start::Failed(error) => {
-                tracing::warn!(index, name = %current.name, %error, "service failed to start");
+                tracing::warn!(index, name = %current.name, error = %crate::ErrorChain(&error), "service failed to start");
                 failed = true;
                 let _ = reports.send(Report::Failed { index, error }).await;
                 break;
@@ -237,7 +237,7 @@ async fn run(
             _ = &mut stop => stop_asked = true,
             (index, error, returned) = first_ended(&mut running) => {
                 clean &= returned;
-                tracing::warn!(index, %error, "service failed");
+                tracing::warn!(index, error = %crate::ErrorChain(&error), "service failed");
                 if !failed {
                     failed = true;
                     let _ = reports.send(Report::Failed { index, error }).await;
@@ -273,7 +273,7 @@ async fn stop_all(
             Ok(joined) => {
                 *clean &= returned(&joined);
                 let error = outcome(&service.name, joined, "");
-                tracing::warn!(index = service.index, name = %service.name, %error, "service failed while stopping");
+                tracing::warn!(index = service.index, name = %service.name, error = %crate::ErrorChain(&error), "service failed while stopping");
                 first.get_or_insert((service.index, error));
             }
             Err(_) => {

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use vvm_core::{Incarnation, Revision, Slot};
 
+use crate::cause::Cause;
+
 /// The longest encoded value accepted by [`LeaseValue::decode`].
 pub const VALUE_MAX_BYTES: usize = 512;
 
@@ -119,24 +121,28 @@ impl LeaseValue {
 /// Why a store operation did not succeed. The split matters to the core: after
 /// [`Failed`](StoreError::Failed) nothing was written; after [`Unknown`](StoreError::Unknown) the
 /// write may have committed and must be read back before anything is concluded.
+///
+/// The message says which of the three it is; [`Error::source`](std::error::Error::source) says
+/// why (the store client's own error, kept whole): print it with
+/// [`ErrorChain`](crate::ErrorChain).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The operation failed and wrote nothing.
-    #[error("store operation failed, nothing written: {reason}")]
+    #[error("store operation failed, nothing written")]
     Failed {
-        /// What the store said.
-        reason: String,
+        /// Why: the store's or its client's error.
+        source: Cause,
     },
     /// The operation may or may not have been applied (timeout, lost connection after sending).
-    #[error("store operation outcome unknown: {reason}")]
+    #[error("store operation outcome unknown")]
     Unknown {
-        /// What happened.
-        reason: String,
+        /// Why: the store's or its client's error, or [`CallTimedOut`].
+        source: Cause,
     },
     /// The record under `slot` is live but not a lease record we can read. It is never
     /// overwritten while it lives.
-    #[error("record of slot {slot} is corrupt: {source}")]
+    #[error("record of slot {slot} is corrupt")]
     Corrupt {
         /// The key.
         slot: u32,
@@ -146,10 +152,48 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// [`Failed`](StoreError::Failed) because of `source`.
+    pub fn failed(source: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        StoreError::Failed {
+            source: Cause::new(source),
+        }
+    }
+
+    /// [`Unknown`](StoreError::Unknown) because of `source`.
+    pub fn unknown(source: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        StoreError::Unknown {
+            source: Cause::new(source),
+        }
+    }
+
     /// Whether the operation may have been applied.
     pub fn is_unknown(&self) -> bool {
         matches!(self, StoreError::Unknown { .. })
     }
+
+    /// The first error of type `E` among the causes, e.g. a `rusqlite::Error` or an
+    /// `etcd_client::Error`.
+    pub fn find<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            StoreError::Failed { source } | StoreError::Unknown { source } => source.find::<E>(),
+            StoreError::Corrupt { source, .. } => {
+                (source as &(dyn std::error::Error + 'static)).downcast_ref::<E>()
+            }
+        }
+    }
+}
+
+/// A store call that did not answer within its timeout: its outcome is unknown, or, for a read,
+/// nothing was learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{call} of slot {slot} did not answer within {timeout:?}")]
+pub struct CallTimedOut {
+    /// What was called ("reading", "committing", ...).
+    pub call: &'static str,
+    /// The key.
+    pub slot: u32,
+    /// The timeout that ran out.
+    pub timeout: Duration,
 }
 
 /// Resolves at some point after the record of one of the watched slots changed (written,
@@ -213,7 +257,7 @@ pub trait LeaseStore: Send + Sync + 'static {
             let left = match self.time_left(key).await {
                 Ok(left) => left,
                 Err(error) => {
-                    tracing::debug!(slot = key.0, %error, "time left of a refusing record unknown");
+                    tracing::debug!(slot = key.0, error = %crate::ErrorChain(&error), "time left of a refusing record unknown");
                     None
                 }
             };

@@ -185,7 +185,7 @@ impl Demo {
                 let options = ClusterOptions::new(3).map_err(|e| e.to_string())?;
                 let cluster = runtime
                     .block_on(EtcdCluster::start(options))
-                    .map_err(|e| format!("cannot start etcd: {e}"))?;
+                    .map_err(|e| format!("cannot start etcd: {}", super::error_chain(&e)))?;
                 let url = cluster.store_url();
                 self.cluster = Some(Cluster {
                     _cluster: cluster,

@@ -154,9 +154,10 @@ impl Service for ExecService {
         // The command inherits the SQLite slot locks this process holds: while it lives, the
         // slot's holder is not taken for dead, also after this process died.
         if let Err(e) = vvm_adapters::sqlite::let_children_inherit_slot_locks() {
-            return Err(ServiceError::new(format!(
-                "cannot pass the slot lock to the command: {e}"
-            )));
+            return Err(ServiceError::with_source(
+                "cannot pass the slot lock to the command",
+                e,
+            ));
         }
         // Started through `vvm __exec-guard` (see [`guard`]): SIGKILL when this process dies.
         let mut child = Command::new(SELF_EXE)
@@ -180,10 +181,8 @@ impl Service for ExecService {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| {
-                ServiceError::new(format!(
-                    "cannot start {}: {e}",
-                    self.command[0].to_string_lossy()
-                ))
+                let what = format!("cannot start {}", self.command[0].to_string_lossy());
+                ServiceError::with_source(what, e)
             })?;
         // The group id is the child's pid (`process_group(0)`). While the group has a member no
         // other process or group can take that id; once the command is reaped and the group is
@@ -206,7 +205,7 @@ impl Service for ExecService {
         let lost = context.lost();
         tokio::select! {
             status = child.wait() => {
-                let status = status.map_err(|e| ServiceError::new(format!("waiting for the command: {e}")));
+                let status = status.map_err(|e| ServiceError::with_source("waiting for the command failed", e));
                 // Nothing it started may go on acting once it is gone.
                 self.group.signal(Signal::KILL);
                 self.group.pgid.store(0, Ordering::Release);
@@ -233,7 +232,7 @@ impl Service for ExecService {
                     }
                     Ok(Err(e)) => {
                         self.group.signal(Signal::KILL);
-                        Err(ServiceError::new(format!("waiting for the command: {e}")))
+                        Err(ServiceError::with_source("waiting for the command failed", e))
                     }
                     Err(_) => {
                         tracing::warn!(pid, "the command did not stop within the grace period: SIGKILL");

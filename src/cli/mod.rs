@@ -42,23 +42,10 @@ pub fn block_on(future: impl Future<Output = ExitCode>) -> ExitCode {
     }
 }
 
-/// `error` and its causes on one line, `outer: inner: innermost`: errors do not repeat their
-/// source in their own message, so a host prints the chain. A cause whose text the level above
-/// already quotes (some errors still include their source) is not printed twice.
+/// `error` and its causes on one line, `outer: inner: innermost` (see [`vvm::ErrorChain`]):
+/// errors do not repeat their source in their own message, so a host prints the chain.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut above = message.clone();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !above.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        above = text;
-        source = cause.source();
-    }
-    message
+    vvm::ErrorChain(error).to_string()
 }
 
 #[cfg(test)]

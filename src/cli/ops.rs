@@ -150,7 +150,7 @@ async fn serve(listener: TcpListener, handle: PrometheusHandle, state: Arc<OpsSt
             Ok((stream, _)) => stream,
             Err(error) => {
                 // Out of descriptors, most likely: wait a little instead of spinning.
-                tracing::debug!(%error, "metrics endpoint: accept failed");
+                tracing::debug!(error = %vvm::ErrorChain(&error), "metrics endpoint: accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }

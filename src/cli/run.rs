@@ -49,7 +49,8 @@ impl Service for DemoService {
                     .append(true)
                     .open(path)
                     .map_err(|e| {
-                        ServiceError::new(format!("acting log {}: {e}", path.display()))
+                        let what = format!("cannot open the acting log {}", path.display());
+                        ServiceError::with_source(what, e)
                     })?,
             ),
             None => None,
@@ -72,7 +73,7 @@ impl Service for DemoService {
                 );
                 // One write per line: appends of one line are not interleaved between processes.
                 file.write_all(line.as_bytes())
-                    .map_err(|e| ServiceError::new(format!("acting log: {e}")))?;
+                    .map_err(|e| ServiceError::with_source("cannot append to the acting log", e))?;
             }
             Ok(())
         };
@@ -206,7 +207,7 @@ async fn run_vvm(
     let lease = config.lease().lease();
     let services = match Services::new().with(service) {
         Ok(services) => services,
-        Err(e) => return fail(&e.to_string()),
+        Err(e) => return fail(&super::error_chain(&e)),
     };
     let vvm = match Vvm::provide(config, store, services) {
         Ok(vvm) => vvm,
@@ -290,6 +291,6 @@ async fn run_vvm(
             tracing::info!("shut down cleanly");
             ExitCode::SUCCESS
         }
-        Err(problem) => fail(&problem.to_string()),
+        Err(problem) => fail(&super::error_chain(&problem)),
     }
 }

@@ -64,7 +64,7 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         tokio::select! {
             change = observer.next() => match change {
                 Ok(change) => table.push(change),
-                Err(e) => return fail(&e.to_string()),
+                Err(e) => return fail(&super::error_chain(&e)),
             },
             () = stop.asked() => return ExitCode::SUCCESS,
         }
@@ -85,7 +85,10 @@ pub async fn status(args: StatusArgs) -> ExitCode {
                     }
                 }
                 // The store may come back: say so and keep watching.
-                Err(e) => super::log::line(&format!("reading the store failed: {e}")),
+                Err(e) => super::log::line(&format!(
+                    "reading the store failed: {}",
+                    super::error_chain(&e)
+                )),
             },
             () = stop.asked() => return ExitCode::SUCCESS,
         }

@@ -69,7 +69,7 @@ impl Notifier {
                         }
                     };
                     if let Err(e) = sd_notify::notify(std::slice::from_ref(&state)) {
-                        tracing::debug!(%state, error = %e, "systemd notification failed");
+                        tracing::debug!(%state, error = %vvm::ErrorChain(&e), "systemd notification failed");
                     }
                 }
             });
@@ -79,7 +79,7 @@ impl Notifier {
                 watchdog: sd_notify::watchdog_enabled(),
             },
             Err(e) => {
-                tracing::warn!(error = %e, "cannot start the systemd notifier: notifications are off");
+                tracing::warn!(error = %vvm::ErrorChain(&e), "cannot start the systemd notifier: notifications are off");
                 Notifier {
                     queue: None,
                     watchdog: None,
@@ -128,7 +128,7 @@ impl Notifier {
         match queue.try_send(message) {
             Ok(()) => true,
             Err(e) => {
-                tracing::debug!(error = %e, "systemd notification dropped");
+                tracing::debug!(error = %vvm::ErrorChain(&e), "systemd notification dropped");
                 false
             }
         }

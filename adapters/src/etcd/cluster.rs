@@ -69,7 +69,7 @@ pub enum ClusterError {
         state: &'static str,
     },
     /// A file or process operation failed.
-    #[error("{what}: {source}")]
+    #[error("{what} failed")]
     Io {
         /// What was being done.
         what: String,
@@ -85,12 +85,15 @@ pub enum ClusterError {
         log: String,
     },
     /// The members did not become healthy in time.
-    #[error("etcd was not healthy within {limit:?}: {last}")]
+    #[error("etcd was not healthy within {limit:?}: {what}")]
     NotHealthy {
         /// The bound waited.
         limit: Duration,
-        /// The last probe's error.
-        last: String,
+        /// What the last probe found, e.g. "member etcd-1 did not answer".
+        what: String,
+        /// The client's error, if the probe got one.
+        #[source]
+        source: Option<super::EtcdClientError>,
     },
     /// The options for a store on this cluster were refused.
     #[error(transparent)]
@@ -448,12 +451,16 @@ impl EtcdCluster {
         let deadline = Instant::now() + limit;
         loop {
             self.check_exits()?;
-            let last = match self.probe().await {
+            let (what, source) = match self.probe().await {
                 Ok(()) => return Ok(()),
-                Err(error) => error,
+                Err(failed) => failed,
             };
             if Instant::now() + PROBE_INTERVAL >= deadline {
-                return Err(ClusterError::NotHealthy { limit, last });
+                return Err(ClusterError::NotHealthy {
+                    limit,
+                    what,
+                    source: Some(super::EtcdClientError(source)),
+                });
             }
             tokio::time::sleep(PROBE_INTERVAL).await;
         }
@@ -470,32 +477,35 @@ impl EtcdCluster {
                 member: 0,
                 state: "not running, as every other member",
             })?;
-        let not_healthy = |last: String| ClusterError::NotHealthy {
-            limit: PROBE_TIMEOUT,
-            last,
+        let not_healthy =
+            |what: String, error: Option<etcd_client::Error>| ClusterError::NotHealthy {
+                limit: PROBE_TIMEOUT,
+                what,
+                source: error.map(super::EtcdClientError),
+            };
+        let failed = |what: &str| {
+            let what = format!("{what} of member {index}");
+            move |error| not_healthy(what, Some(error))
         };
         let mut client = connect_one(member.client_port)
             .await
-            .map_err(|error| not_healthy(error.to_string()))?;
-        let status = client
-            .status()
-            .await
-            .map_err(|error| not_healthy(error.to_string()))?;
+            .map_err(failed("connecting"))?;
+        let status = client.status().await.map_err(failed("the status"))?;
         let leader_id = status.leader();
         let members = client
             .member_list()
             .await
-            .map_err(|error| not_healthy(error.to_string()))?;
+            .map_err(failed("the member list"))?;
         let leader_name = members
             .members()
             .iter()
             .find(|m| m.id() == leader_id)
             .map(|m| m.name().to_owned())
-            .ok_or_else(|| not_healthy(format!("member {index} knows no leader")))?;
+            .ok_or_else(|| not_healthy(format!("member {index} knows no leader"), None))?;
         self.members
             .iter()
             .position(|member| member.name == leader_name)
-            .ok_or_else(|| not_healthy(format!("leader {leader_name} is not a member")))
+            .ok_or_else(|| not_healthy(format!("leader {leader_name} is not a member"), None))
     }
 
     fn check_exits(&mut self) -> Result<(), ClusterError> {
@@ -514,15 +524,16 @@ impl EtcdCluster {
         Ok(())
     }
 
-    async fn probe(&self) -> Result<(), String> {
+    /// `Err((what failed, the client's error))` at the first member that does not answer.
+    async fn probe(&self) -> Result<(), (String, etcd_client::Error)> {
         for member in self.members.iter().filter(|member| member.child.is_some()) {
             let mut client = connect_one(member.client_port)
                 .await
-                .map_err(|error| format!("{}: {error}", member.name))?;
+                .map_err(|error| (format!("connecting to {}", member.name), error))?;
             client
                 .get("vvm-health-probe", None)
                 .await
-                .map_err(|error| format!("{}: {error}", member.name))?;
+                .map_err(|error| (format!("a read from {}", member.name), error))?;
         }
         Ok(())
     }
@@ -551,12 +562,12 @@ impl Drop for EtcdCluster {
         for member in &mut self.members {
             if let Some(mut child) = member.child.take() {
                 if let Err(error) = kill_child(&mut child) {
-                    tracing::warn!(member = %member.name, %error, "could not kill an etcd member");
+                    tracing::warn!(member = %member.name, error = %vvm_runtime::ErrorChain(&error), "could not kill an etcd member");
                 }
             }
         }
         if let Err(error) = std::fs::remove_dir_all(&self.root) {
-            tracing::warn!(root = %self.root.display(), %error, "could not remove the etcd data directory");
+            tracing::warn!(root = %self.root.display(), error = %vvm_runtime::ErrorChain(&error), "could not remove the etcd data directory");
         }
     }
 }

@@ -44,7 +44,12 @@ use etcd_client::{Event, EventType, WatchClient, WatchOptions};
 use vvm_core::Slot;
 use vvm_runtime::SlotChange;
 
-use super::describe;
+use super::EtcdClientError;
+
+/// The client's error and its causes, for the feed's diagnostic (logged, never returned).
+fn chain(error: etcd_client::Error) -> String {
+    vvm_runtime::ErrorChain(&EtcdClientError(error)).to_string()
+}
 
 /// Shortest wait of a feed that ends without having seen a change (unknown state: error,
 /// cancellation, no revision known): bounds how often a waiter asks a cluster that is down.
@@ -131,15 +136,13 @@ async fn watch_until_change(
         .with_prev_key();
     let mut stream = match watch.watch(first.clone(), Some(options)).await {
         Ok(stream) => stream,
-        Err(error) => return Wake::Unknown(format!("watch not established: {}", describe(&error))),
+        Err(error) => return Wake::Unknown(format!("watch not established: {}", chain(error))),
     };
     loop {
         let response = match stream.message().await {
             Ok(Some(response)) => response,
             Ok(None) => return Wake::Unknown("watch stream ended".into()),
-            Err(error) => {
-                return Wake::Unknown(format!("watch stream failed: {}", describe(&error)))
-            }
+            Err(error) => return Wake::Unknown(format!("watch stream failed: {}", chain(error))),
         };
         if response.compact_revision() != 0 {
             return Wake::Unknown(format!(

@@ -66,7 +66,7 @@ use etcd_client::{
 };
 use tokio::sync::Semaphore;
 use vvm_core::{LeaseConfig, Revision, Slot};
-use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
+use vvm_runtime::{Cause, ErrorChain, Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 use feed::SeenRevision;
 pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
@@ -143,7 +143,7 @@ impl EtcdStore {
         let client = Client::connect(&endpoints, Some(connect))
             .await
             .map_err(|error| EtcdError::Connect {
-                reason: describe(&error),
+                source: cause(error),
             })?;
         tracing::debug!(endpoints = ?endpoints, prefix = %prefix, authenticated = credentials.is_some(), "etcd store set up");
         let unsent_sends = (2 * endpoints.len() + 1).min(UNSENT_SENDS_MAX);
@@ -174,7 +174,7 @@ impl EtcdStore {
         loop {
             match call().await {
                 Err(error) if never_sent(&error) && sends < self.unsent_sends => {
-                    tracing::debug!(sends, error = %describe(&error), "connection refused; sending again");
+                    tracing::debug!(sends, error = %ErrorChain(&EtcdClientError(error)), "connection refused; sending again");
                     sends += 1;
                 }
                 outcome => return outcome,
@@ -216,7 +216,7 @@ impl EtcdStore {
             .grant(ttl_secs, None)
             .await
             .map_err(|error| EtcdError::Connect {
-                reason: describe(&error),
+                source: cause(error),
             })?;
         let outcome = if granted.ttl() == ttl_secs {
             Ok(())
@@ -227,7 +227,7 @@ impl EtcdStore {
             })
         };
         if let Err(error) = client.revoke(granted.id()).await {
-            tracing::debug!(lease = granted.id(), error = %describe(&error), "probe lease not revoked; it expires with its TTL");
+            tracing::debug!(lease = granted.id(), error = %ErrorChain(&EtcdClientError(error)), "probe lease not revoked; it expires with its TTL");
         }
         outcome
     }
@@ -244,17 +244,17 @@ impl EtcdStore {
 
     /// Grants a lease of exactly `ttl`; `Failed` otherwise (nothing is written yet).
     async fn grant(&self, ttl: Duration) -> Result<i64, StoreError> {
-        let ttl_secs = Self::check_ttl(ttl).map_err(|error| StoreError::Failed {
-            reason: error.to_string(),
-        })?;
+        let ttl_secs = Self::check_ttl(ttl).map_err(StoreError::failed)?;
         let granted = self
             .resend_unsent(|| {
                 let mut client = self.lease.clone();
                 async move { client.grant(ttl_secs, None).await }
             })
             .await
-            .map_err(|error| StoreError::Failed {
-                reason: format!("granting a lease: {}", describe(&error)),
+            .map_err(|error| {
+                StoreError::failed(EtcdError::Grant {
+                    source: cause(error),
+                })
             })?;
         self.seen.note(granted.header());
         if granted.ttl() != ttl_secs {
@@ -263,9 +263,7 @@ impl EtcdStore {
                 asked_secs: ttl_secs,
                 granted_secs: granted.ttl(),
             };
-            return Err(StoreError::Failed {
-                reason: error.to_string(),
-            });
+            return Err(StoreError::failed(error));
         }
         Ok(granted.id())
     }
@@ -288,7 +286,7 @@ impl EtcdStore {
         let mut client = self.lease.clone();
         runtime.spawn(async move {
             if let Err(error) = client.revoke(lease).await {
-                tracing::debug!(lease, error = %describe(&error), "lease not revoked; it expires with its TTL");
+                tracing::debug!(lease, error = %ErrorChain(&EtcdClientError(error)), "lease not revoked; it expires with its TTL");
             }
             drop(permit);
         });
@@ -309,7 +307,7 @@ impl EtcdStore {
                 Ok(response)
             }
             Err(error) => {
-                let error = classify_write(&error);
+                let error = classify_write(error);
                 if !error.is_unknown() {
                     self.revoke_later(lease);
                 }
@@ -332,9 +330,7 @@ impl EtcdStore {
         let revision = response
             .header()
             .map(|header| header.revision())
-            .ok_or_else(|| StoreError::Unknown {
-                reason: "etcd answered a write without a revision".into(),
-            })?;
+            .ok_or_else(|| StoreError::unknown(EtcdError::NoRevision))?;
         let mut previous = 0;
         for op in response.op_responses() {
             if let TxnOpResponse::Put(put) = op {
@@ -368,9 +364,7 @@ fn revision_from(revision: i64) -> Result<Revision, StoreError> {
         .ok()
         .filter(|revision| *revision > 0)
         .map(Revision)
-        .ok_or_else(|| StoreError::Unknown {
-            reason: format!("etcd answered with revision {revision}"),
-        })
+        .ok_or_else(|| StoreError::unknown(EtcdError::BadRevision { revision }))
 }
 
 fn expected_revision(expected: &Lease) -> Option<i64> {
@@ -395,17 +389,28 @@ fn causes<'a>(
     .take(16)
 }
 
-/// The error and its causes, one line. etcd's errors never carry the credentials.
-fn describe(error: &etcd_client::Error) -> String {
-    let mut text = error.to_string();
-    for cause in causes(error) {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
+/// An error of the etcd client, as the cause of a failure. etcd-client's error does not expose
+/// what caused it; this one does (the gRPC status's and the transport's causes, e.g. the
+/// `io::Error` of a refused connection), so that [`ErrorChain`] prints them and
+/// [`StoreError::find`] finds them. etcd's errors never carry the credentials.
+#[derive(Debug)]
+pub struct EtcdClientError(pub etcd_client::Error);
+
+impl std::fmt::Display for EtcdClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
     }
-    text
+}
+
+impl std::error::Error for EtcdClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        causes(&self.0).next()
+    }
+}
+
+/// `error` as a cause.
+fn cause(error: etcd_client::Error) -> Cause {
+    Cause::new(EtcdClientError(error))
 }
 
 /// Whether the request never left this process: the TCP connection to the member was refused,
@@ -422,15 +427,14 @@ fn never_sent(error: &etcd_client::Error) -> bool {
 }
 
 /// Maps the error of a write transaction: `Failed` only when it certainly did not apply.
-fn classify_write(error: &etcd_client::Error) -> StoreError {
+fn classify_write(error: etcd_client::Error) -> StoreError {
     use etcd_client::Error;
     use tonic::Code;
 
-    let reason = describe(error);
-    if never_sent(error) {
-        return StoreError::Failed { reason };
+    if never_sent(&error) {
+        return read_failed(error);
     }
-    let applied_maybe = match error {
+    let applied_maybe = match &error {
         Error::GRpcStatus(status) => match status.code() {
             // The server refused the request as such: nothing was proposed.
             Code::InvalidArgument
@@ -453,16 +457,17 @@ fn classify_write(error: &etcd_client::Error) -> StoreError {
         | Error::Utf8Error(_) => false,
         _ => true,
     };
-    if applied_maybe {
-        StoreError::Unknown { reason }
-    } else {
-        StoreError::Failed { reason }
+    match applied_maybe {
+        true => StoreError::Unknown {
+            source: cause(error),
+        },
+        false => read_failed(error),
     }
 }
 
-fn read_failed(error: &etcd_client::Error) -> StoreError {
+fn read_failed(error: etcd_client::Error) -> StoreError {
     StoreError::Failed {
-        reason: describe(error),
+        source: cause(error),
     }
 }
 
@@ -548,7 +553,7 @@ impl LeaseStore for EtcdStore {
                 async move { kv.get(name, None::<GetOptions>).await }
             })
             .await
-            .map_err(|error| read_failed(&error))?;
+            .map_err(read_failed)?;
         self.seen.note(response.header());
         let Some(record) = response.kvs().first() else {
             return Ok(None);
@@ -557,8 +562,10 @@ impl LeaseStore for EtcdStore {
             slot: key.0,
             source,
         })?;
-        let revision = revision_from(record.mod_revision()).map_err(|_| StoreError::Failed {
-            reason: format!("etcd returned mod_revision {}", record.mod_revision()),
+        let revision = revision_from(record.mod_revision()).map_err(|_| {
+            StoreError::failed(EtcdError::BadRevision {
+                revision: record.mod_revision(),
+            })
         })?;
         Ok(Some(Lease { value, revision }))
     }
@@ -571,7 +578,7 @@ impl LeaseStore for EtcdStore {
                 async move { kv.get(name, None::<GetOptions>).await }
             })
             .await
-            .map_err(|error| read_failed(&error))?;
+            .map_err(read_failed)?;
         self.seen.note(response.header());
         let Some(lease) = response
             .kvs()
@@ -587,7 +594,7 @@ impl LeaseStore for EtcdStore {
                 async move { client.time_to_live(lease, None).await }
             })
             .await
-            .map_err(|error| read_failed(&error))?;
+            .map_err(read_failed)?;
         Ok(u64::try_from(left.ttl()).ok().map(Duration::from_secs))
     }
 
@@ -639,32 +646,37 @@ mod tests {
         use tonic::{Code, Status};
         let status =
             |code, message: &str| etcd_client::Error::GRpcStatus(Status::new(code, message));
-        assert!(!classify_write(&status(
+        assert!(!classify_write(status(
             Code::InvalidArgument,
             "etcdserver: key is not provided"
         ))
         .is_unknown());
-        assert!(!classify_write(&status(
+        assert!(!classify_write(status(
             Code::PermissionDenied,
             "etcdserver: permission denied"
         ))
         .is_unknown());
-        assert!(classify_write(&status(Code::DeadlineExceeded, "timeout")).is_unknown());
+        assert!(classify_write(status(Code::DeadlineExceeded, "timeout")).is_unknown());
         assert!(
-            classify_write(&status(Code::Unavailable, "etcdserver: request timed out"))
-                .is_unknown()
+            classify_write(status(Code::Unavailable, "etcdserver: request timed out")).is_unknown()
         );
-        assert!(classify_write(&status(Code::Unknown, "raft proposal dropped")).is_unknown());
+        assert!(classify_write(status(Code::Unknown, "raft proposal dropped")).is_unknown());
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert!(!classify_write(&etcd_client::Error::IoError(refused)).is_unknown());
+        assert!(!classify_write(etcd_client::Error::IoError(refused)).is_unknown());
         let with_cause = |kind: std::io::ErrorKind| {
             let mut status = Status::new(Code::Unavailable, "transport error");
             status.set_source(std::sync::Arc::new(std::io::Error::from(kind)));
             etcd_client::Error::GRpcStatus(status)
         };
-        let refused = classify_write(&with_cause(std::io::ErrorKind::ConnectionRefused));
+        let refused = classify_write(with_cause(std::io::ErrorKind::ConnectionRefused));
         assert!(!refused.is_unknown(), "{refused:?}");
-        let reset = classify_write(&with_cause(std::io::ErrorKind::ConnectionReset));
+        // The refused connection is kept whole, below the client's error.
+        let io = refused
+            .find::<std::io::Error>()
+            .expect("the io error is kept");
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert!(refused.find::<EtcdClientError>().is_some());
+        let reset = classify_write(with_cause(std::io::ErrorKind::ConnectionReset));
         assert!(
             reset.is_unknown(),
             "a reset connection may have carried the request: {reset:?}"

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::time::Duration;
+use vvm_runtime::Cause;
 
 /// Most endpoints one store connects to.
 pub const ENDPOINTS_MAX: usize = 64;
@@ -87,10 +88,25 @@ pub enum EtcdError {
         granted_secs: i64,
     },
     /// The client could not be set up or the server could not be reached.
-    #[error("could not reach etcd: {reason}")]
+    #[error("could not reach etcd")]
     Connect {
-        /// What the client said.
-        reason: String,
+        /// What the client said (an [`EtcdClientError`](super::EtcdClientError)).
+        source: Cause,
+    },
+    /// A lease could not be granted (the cause of a failed insert or swap).
+    #[error("etcd did not grant a lease")]
+    Grant {
+        /// What the client said (an [`EtcdClientError`](super::EtcdClientError)).
+        source: Cause,
+    },
+    /// A write was answered without the revision it created.
+    #[error("etcd answered a write without a revision")]
+    NoRevision,
+    /// etcd answered a revision no record can have (not above zero).
+    #[error("etcd answered with revision {revision}")]
+    BadRevision {
+        /// What it answered.
+        revision: i64,
     },
 }
 

@@ -50,7 +50,7 @@ pub enum ClockError {
         tried: &'static [&'static str],
     },
     /// A machine id file exists but could not be read.
-    #[error("cannot read the machine id from {path}: {source}")]
+    #[error("cannot read the machine id from {path}")]
     MachineIdUnreadable {
         /// The file.
         path: &'static str,
@@ -66,7 +66,7 @@ pub enum ClockError {
         found: String,
     },
     /// The boot id file could not be read.
-    #[error("cannot read the boot id from {path}: {source}")]
+    #[error("cannot read the boot id from {path}")]
     BootIdUnreadable {
         /// The file.
         path: &'static str,
@@ -81,7 +81,7 @@ pub enum ClockError {
         found: String,
     },
     /// `clock_gettime(CLOCK_BOOTTIME)` failed.
-    #[error("cannot read CLOCK_BOOTTIME: {0}")]
+    #[error("cannot read CLOCK_BOOTTIME")]
     Read(#[source] std::io::Error),
     /// This platform has no boot clock with a boot id.
     #[error("the SQLite store needs CLOCK_BOOTTIME and a boot id, which only Linux provides")]

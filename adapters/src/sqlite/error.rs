@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use super::ClockError;
 
-/// Why a database file could not be opened as a lease store. Whenever the file turns out not
-/// to be ours (or of a newer version), nothing in it was changed.
+/// Why a database file could not be opened as a lease store, or — as the cause inside a
+/// [`StoreError`](vvm_runtime::StoreError) — why a call to an open one failed. Whenever the file
+/// turns out not to be ours (or of a newer version), nothing in it was changed. The message
+/// leaves the underlying error out; it is the [`source`](std::error::Error::source).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteStoreError {
     /// SQLite could not open or create the file.
-    #[error("cannot open {}: {source}", .path.display())]
+    #[error("cannot open {}", .path.display())]
     Open {
         /// The file.
         path: PathBuf,
@@ -68,10 +70,13 @@ pub enum SqliteStoreError {
         ours: String,
     },
     /// Our file, but its contents are not what our schema wrote.
-    #[error("the lease store is damaged: {reason}")]
+    #[error("the lease store is damaged: {what}")]
     Damaged {
-        /// What is wrong.
-        reason: String,
+        /// What is wrong, e.g. "the revision counter is negative (-3)".
+        what: String,
+        /// The SQLite error that showed it, if one did.
+        #[source]
+        source: Option<rusqlite::Error>,
     },
     /// The file system did not accept write-ahead logging (e.g. some network file systems).
     #[error("the database could not switch to WAL (journal mode stays {found:?})")]
@@ -99,7 +104,7 @@ pub enum SqliteStoreError {
     #[error(transparent)]
     Clock(#[from] ClockError),
     /// Any other SQLite failure.
-    #[error("SQLite failed while {what}: {source}")]
+    #[error("SQLite failed while {what}")]
     Sqlite {
         /// The step that failed.
         what: &'static str,

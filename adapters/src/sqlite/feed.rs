@@ -72,14 +72,14 @@ impl Feed {
             match opened {
                 Ok(opened) => *conn = Some(opened),
                 Err(error) => {
-                    tracing::debug!(%error, "SQLite change feed: cannot open its connection");
+                    tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: cannot open its connection");
                     return None;
                 }
             }
         }
         let result = read(conn.as_ref()?);
         result
-            .map_err(|error| tracing::debug!(%error, "SQLite change feed: check failed"))
+            .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: check failed"))
             .ok()
     }
 

@@ -157,7 +157,7 @@ pub(crate) fn try_lock(registry: &Registry, path: &Path) -> Option<SlotLock> {
     let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(0o600)) {
         Ok(fd) => fd,
         Err(error) => {
-            tracing::debug!(path = %path.display(), %error, "slot lock file cannot be opened");
+            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be opened");
             return None;
         }
     };
@@ -165,14 +165,14 @@ pub(crate) fn try_lock(registry: &Registry, path: &Path) -> Option<SlotLock> {
         Ok(()) => {}
         Err(Errno::WOULDBLOCK) => return None,
         Err(error) => {
-            tracing::debug!(path = %path.display(), %error, "slot lock cannot be taken");
+            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock cannot be taken");
             return None;
         }
     }
     let id = match rustix::fs::fstat(&fd) {
         Ok(stat) => identity(&stat),
         Err(error) => {
-            tracing::debug!(path = %path.display(), %error, "slot lock file cannot be read");
+            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be read");
             return None;
         }
     };
@@ -225,7 +225,7 @@ impl LockWatch {
         let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(0o600))
             .map_err(|error| {
-                tracing::debug!(path = %path.display(), %error, "slot lock file cannot be watched");
+                tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be watched");
             })
             .ok()?;
         let mut watch = LockWatch {

@@ -241,12 +241,8 @@ impl SqliteStore {
         match task.await {
             Ok(result) => result,
             // Never started (the runtime is shutting down): nothing was written.
-            Err(error) if error.is_cancelled() => Err(StoreError::Failed {
-                reason: "the SQLite task was cancelled before it ran".into(),
-            }),
-            Err(error) => Err(StoreError::Unknown {
-                reason: format!("the SQLite task failed: {error}"),
-            }),
+            Err(error) if error.is_cancelled() => Err(StoreError::failed(error)),
+            Err(error) => Err(StoreError::unknown(error)),
         }
     }
 
@@ -393,17 +389,16 @@ impl<T> Step<T> {
     }
 }
 
-fn failed(what: &str, error: impl std::fmt::Display) -> StoreError {
-    StoreError::Failed {
-        reason: format!("SQLite {what}: {error}"),
-    }
+fn failed(what: &'static str, source: rusqlite::Error) -> StoreError {
+    StoreError::failed(SqliteStoreError::Sqlite { what, source })
 }
 
 fn locked(shared: &Shared, backoff: &Backoff) -> StoreError {
     tracing::warn!(busy_wait = ?shared.busy_wait, attempts = backoff.attempts(), "SQLite lock wait ran out");
-    StoreError::Failed {
-        reason: format!("the database stayed locked for {:?}", shared.busy_wait),
-    }
+    StoreError::failed(SqliteStoreError::Busy {
+        what: "running a transaction",
+        busy_wait: shared.busy_wait,
+    })
 }
 
 /// One transaction, retried while another connection holds the lock, within the busy wait.
@@ -419,7 +414,7 @@ fn transact<T>(
         // A rollback that failed earlier leaves a transaction open; end it before starting one.
         if !conn.is_autocommit() {
             conn.execute_batch("ROLLBACK")
-                .map_err(|error| failed("could not end an earlier transaction", error))?;
+                .map_err(|error| failed("ending an earlier transaction", error))?;
         }
         let tx = match conn.transaction_with_behavior(behavior) {
             Ok(tx) => tx,
@@ -427,13 +422,13 @@ fn transact<T>(
                 true => continue,
                 false => return Err(locked(shared, &backoff)),
             },
-            Err(error) => return Err(failed("could not begin a transaction", error)),
+            Err(error) => return Err(failed("beginning a transaction", error)),
         };
         // Read under the lock: no later transaction can see an earlier time.
         let since_boot = shared
             .clock
             .since_boot()
-            .map_err(|error| failed("could not read the clock", error))?;
+            .map_err(|error| StoreError::failed(SqliteStoreError::Clock(error)))?;
         let now = Now {
             boot_id: shared.clock.boot_id(),
             ns: i64::try_from(since_boot.as_nanos()).unwrap_or(i64::MAX),
@@ -453,10 +448,11 @@ fn transact<T>(
         };
         return match tx.commit() {
             Ok(()) => Ok(step.result),
-            Err(error) if step.wrote => Err(StoreError::Unknown {
-                reason: format!("SQLite COMMIT failed: {error}"),
-            }),
-            Err(error) => Err(failed("COMMIT of a read failed", error)),
+            Err(source) if step.wrote => Err(StoreError::unknown(SqliteStoreError::Sqlite {
+                what: "committing a write",
+                source,
+            })),
+            Err(error) => Err(failed("committing a read", error)),
         };
     }
 }

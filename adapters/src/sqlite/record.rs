@@ -9,6 +9,7 @@ use vvm_runtime::{Lease, LeaseValue, StoreError, ValueError};
 
 use super::busy::is_busy;
 use super::lock::FileId;
+use super::SqliteStoreError;
 
 /// Why a transaction body stopped.
 #[derive(Debug)]
@@ -24,9 +25,10 @@ impl From<rusqlite::Error> for TxError {
         if is_busy(&error) {
             TxError::Busy
         } else {
-            TxError::Store(StoreError::Failed {
-                reason: format!("SQLite statement failed: {error}"),
-            })
+            TxError::Store(StoreError::failed(SqliteStoreError::Sqlite {
+                what: "running a statement",
+                source: error,
+            }))
         }
     }
 }
@@ -212,9 +214,12 @@ pub(crate) fn write(
     let revision = match next.map(u64::try_from) {
         Some(Ok(revision)) if revision > 0 => Revision(revision),
         _ => {
-            return Err(TxError::Store(StoreError::Failed {
-                reason: "the store's revision counter is missing or negative".into(),
-            }))
+            return Err(TxError::Store(StoreError::failed(
+                SqliteStoreError::Damaged {
+                    what: "the store's revision counter is missing or not positive".into(),
+                    source: None,
+                },
+            )))
         }
     };
     tx.prepare_cached(

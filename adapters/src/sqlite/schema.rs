@@ -150,7 +150,8 @@ fn read_machine_id(conn: &Connection) -> Result<String, SqliteStoreError> {
             source,
         },
         false => SqliteStoreError::Damaged {
-            reason: format!("the machine id cannot be read: {source}"),
+            what: "the machine id cannot be read".into(),
+            source: Some(source),
         },
     })
 }
@@ -299,7 +300,8 @@ pub(crate) fn open(
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
             .map_err(|source| SqliteStoreError::Damaged {
-                reason: format!("the store row cannot be read: {source}"),
+                what: "the store row cannot be read".into(),
+                source: Some(source),
             })?;
         // Again under the write lock: another machine may have claimed a new file meanwhile.
         // Returning drops `tx`, which rolls back: nothing was written.
@@ -307,14 +309,16 @@ pub(crate) fn open(
         refuse_other_machine(path, recorded, machine_id)?;
         if revision < 0 {
             return Err(SqliteStoreError::Damaged {
-                reason: format!("the revision counter is negative ({revision})"),
+                what: format!("the revision counter is negative ({revision})"),
+                source: None,
             });
         }
         let jump = boot_id != clock.boot_id();
         if jump {
             let jumped = revision.checked_add(REVISION_BOOT_GAP).ok_or_else(|| {
                 SqliteStoreError::Damaged {
-                    reason: format!("the revision counter ({revision}) is exhausted"),
+                    what: format!("the revision counter ({revision}) is exhausted"),
+                    source: None,
                 }
             })?;
             tx.execute(

@@ -55,7 +55,8 @@ use std::time::Duration;
 
 use vvm_core::{Instant, Revision, Slot};
 use vvm_runtime::{
-    Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource, ValueError,
+    CallTimedOut, Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
+    ValueError,
 };
 
 use super::record::Record;
@@ -92,6 +93,30 @@ impl Default for TxOptions {
             prefix: b"vvm/slot/".to_vec(),
         }
     }
+}
+
+/// Why an operation of a [`TxLeaseStore`] failed although each transaction ran: the cause
+/// inside its [`StoreError`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TxLeaseError {
+    /// Every attempt conflicted with another transaction (or met another retryable error).
+    #[error("slot {slot} conflicted on {attempts} attempts")]
+    Conflicted {
+        /// The key.
+        slot: u32,
+        /// How many transactions were run.
+        attempts: u32,
+        /// The last attempt's error.
+        #[source]
+        last: Option<TxError>,
+    },
+    /// The record's revision is `u64::MAX`: no later revision can be written.
+    #[error("slot {slot} has run out of revisions")]
+    RevisionsExhausted {
+        /// The key.
+        slot: u32,
+    },
 }
 
 /// A bad [`TxOptions`] value.
@@ -347,7 +372,7 @@ impl<K: TxKv> TxLeaseStore<K> {
         let timeout = self.options.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut backoff = BACKOFF_FIRST;
-        let mut last = String::from("no attempt made");
+        let mut last: Option<TxError> = None;
         for attempt in 0..=self.options.retries_max {
             if attempt > 0 {
                 tokio::time::sleep(
@@ -360,12 +385,14 @@ impl<K: TxKv> TxLeaseStore<K> {
             let mut tx = self.kv.begin().map_err(|error| failed(&error))?;
             let read = match tokio::time::timeout_at(deadline, tx.get(&key)).await {
                 Err(_) => {
-                    return Err(StoreError::Failed {
-                        reason: format!("reading slot {} took longer than {timeout:?}", slot.0),
-                    })
+                    return Err(StoreError::failed(CallTimedOut {
+                        call: "reading",
+                        slot: slot.0,
+                        timeout,
+                    }))
                 }
-                Ok(Err(TxError::Retryable { reason })) => {
-                    last = reason;
+                Ok(Err(error @ TxError::Retryable { .. })) => {
+                    last = Some(error);
                     continue;
                 }
                 Ok(Err(error)) => return Err(failed(&error)),
@@ -386,30 +413,30 @@ impl<K: TxKv> TxLeaseStore<K> {
             }
             match tokio::time::timeout_at(deadline, tx.commit()).await {
                 Err(_) => {
-                    return Err(StoreError::Unknown {
-                        reason: format!("committing slot {} took longer than {timeout:?}", slot.0),
-                    })
+                    return Err(StoreError::unknown(CallTimedOut {
+                        call: "committing",
+                        slot: slot.0,
+                        timeout,
+                    }))
                 }
                 Ok(Ok(())) => {
                     self.note_own(slot, own, started);
                     return Ok(answer);
                 }
-                Ok(Err(TxError::Retryable { reason })) => last = reason,
-                Ok(Err(TxError::UnknownResult { reason })) => {
+                Ok(Err(error @ TxError::Retryable { .. })) => last = Some(error),
+                Ok(Err(error @ TxError::UnknownResult { .. })) => {
                     // The note may be stale now either way; the next read renews it.
                     self.notes().remove(&slot);
-                    return Err(StoreError::Unknown { reason });
+                    return Err(StoreError::unknown(error));
                 }
-                Ok(Err(TxError::Failed { reason })) => return Err(StoreError::Failed { reason }),
+                Ok(Err(error)) => return Err(failed(&error)),
             }
         }
-        Err(StoreError::Failed {
-            reason: format!(
-                "slot {} conflicted on {} attempts; last: {last}",
-                slot.0,
-                self.options.retries_max + 1
-            ),
-        })
+        Err(StoreError::failed(TxLeaseError::Conflicted {
+            slot: slot.0,
+            attempts: self.options.retries_max + 1,
+            last,
+        }))
     }
 }
 
@@ -448,8 +475,8 @@ impl<K: TxKv> TxLeaseStore<K> {
                     return;
                 }
                 Ok(Round::Again) => {}
-                Err(reason) => {
-                    tracing::debug!(?slots, %reason, "transactional change feed: cannot tell");
+                Err(error) => {
+                    tracing::debug!(?slots, error = %vvm_runtime::ErrorChain(&error), "transactional change feed: cannot tell");
                     tokio::time::sleep_until(began + FEED_UNKNOWN_PAUSE).await;
                     return;
                 }
@@ -462,16 +489,23 @@ impl<K: TxKv> TxLeaseStore<K> {
         &self,
         slots: &[Slot],
         baseline: &mut [Option<Vec<u8>>],
-    ) -> Result<Round, String> {
-        let deadline = tokio::time::Instant::now() + self.options.timeout;
-        let mut tx = self.kv.begin().map_err(|error| error.to_string())?;
+    ) -> Result<Round, StoreError> {
+        let timeout = self.options.timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut tx = self.kv.begin().map_err(|error| failed(&error))?;
         let mut watches = Vec::with_capacity(slots.len());
         for (slot, seen) in slots.iter().zip(baseline.iter_mut()) {
             let key = self.key(*slot);
             let read = tokio::time::timeout_at(deadline, tx.get(&key))
                 .await
-                .map_err(|_| format!("reading slot {} timed out", slot.0))?
-                .map_err(|error| error.to_string())?;
+                .map_err(|_| {
+                    StoreError::failed(CallTimedOut {
+                        call: "reading",
+                        slot: slot.0,
+                        timeout,
+                    })
+                })?
+                .map_err(|error| failed(&error))?;
             let holder = match read {
                 None => return Ok(Round::Changed),
                 Some(bytes) => match Record::decode(&bytes) {
@@ -489,8 +523,15 @@ impl<K: TxKv> TxLeaseStore<K> {
         }
         tokio::time::timeout_at(deadline, tx.commit())
             .await
-            .map_err(|_| "committing the watches timed out".to_string())?
-            .map_err(|error| error.to_string())?;
+            .map_err(|_| {
+                let slot = slots.first().map_or(0, |slot| slot.0);
+                StoreError::unknown(CallTimedOut {
+                    call: "committing the watches",
+                    slot,
+                    timeout,
+                })
+            })?
+            .map_err(|error| failed(&error))?;
         let fired = std::future::poll_fn(|cx| {
             for watch in &mut watches {
                 if let std::task::Poll::Ready(result) =
@@ -502,7 +543,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             std::task::Poll::Pending
         })
         .await;
-        fired.map_err(|error| error.to_string())?;
+        fired.map_err(|error| failed(&error))?;
         Ok(Round::Again)
     }
 }
@@ -518,15 +559,13 @@ fn forget_oldest(notes: &mut HashMap<Slot, Observation>) {
 }
 
 fn failed(error: &TxError) -> StoreError {
-    StoreError::Failed {
-        reason: error.to_string(),
-    }
+    StoreError::failed(error.clone())
 }
 
 fn next_revision(slot: Slot, revision: u64) -> Result<u64, StoreError> {
-    revision.checked_add(1).ok_or_else(|| StoreError::Failed {
-        reason: format!("slot {} has run out of revisions", slot.0),
-    })
+    revision
+        .checked_add(1)
+        .ok_or_else(|| StoreError::failed(TxLeaseError::RevisionsExhausted { slot: slot.0 }))
 }
 
 fn matches(revision: u64, value: &[u8], expected: &Lease) -> bool {

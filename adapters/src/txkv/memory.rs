@@ -30,6 +30,33 @@ struct Watcher {
     fire: oneshot::Sender<Result<(), TxError>>,
 }
 
+/// Why a [`MemoryKv`] transaction step failed: the cause inside its [`TxError`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryKvError {
+    /// A test injected this fault (see [`MemoryKv::inject`]).
+    #[error("injected {0:?}")]
+    Injected(KvFault),
+    /// A key this transaction read was changed by another commit since.
+    #[error("conflict on key {}", String::from_utf8_lossy(.key))]
+    Conflict {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Committing would store more than `KEYS_MAX` keys.
+    #[error("memory key-value store is full ({max} keys)")]
+    Full {
+        /// The limit.
+        max: usize,
+    },
+    /// [`WATCHES_MAX`] watches are waiting already.
+    #[error("too many watches (at most {WATCHES_MAX})")]
+    TooManyWatches,
+    /// The watch's transaction was not committed, or the store dropped the watch.
+    #[error("watch cancelled (not committed, or dropped by the store)")]
+    WatchCancelled,
+}
+
 /// What the next commit (or read, for [`KvFault::HangRead`] and [`KvFault::FailRead`]) does
 /// instead of its normal work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,11 +225,7 @@ impl KvTx for MemoryTx {
             lock(&self.inner).take_fault(|f| matches!(f, KvFault::HangRead | KvFault::FailRead));
         match fault {
             Some(KvFault::HangRead) => std::future::pending().await,
-            Some(_) => {
-                return Err(TxError::Failed {
-                    reason: "injected read failure".into(),
-                })
-            }
+            Some(_) => return Err(TxError::failed(MemoryKvError::Injected(KvFault::FailRead))),
             None => {}
         }
         let inner = lock(&self.inner);
@@ -227,22 +250,16 @@ impl KvTx for MemoryTx {
     async fn commit(self) -> Result<(), TxError> {
         let fault =
             lock(&self.inner).take_fault(|f| !matches!(f, KvFault::HangRead | KvFault::FailRead));
-        let reason = |what: &str| format!("injected {what}");
+        let injected = MemoryKvError::Injected;
         match fault {
             Some(KvFault::Conflict) => {
-                return Err(TxError::Retryable {
-                    reason: reason("conflict"),
-                })
+                return Err(TxError::retryable(injected(KvFault::Conflict)));
             }
-            Some(KvFault::Fail) => {
-                return Err(TxError::Failed {
-                    reason: reason("failure"),
-                })
-            }
+            Some(KvFault::Fail) => return Err(TxError::failed(injected(KvFault::Fail))),
             Some(KvFault::UnknownNotApplied) => {
-                return Err(TxError::UnknownResult {
-                    reason: reason("unknown result (not applied)"),
-                })
+                return Err(TxError::unknown_result(injected(
+                    KvFault::UnknownNotApplied,
+                )));
             }
             Some(KvFault::HangCommit) => std::future::pending().await,
             _ => {}
@@ -256,9 +273,9 @@ impl KvTx for MemoryTx {
             .filter(|_| !self.writes.is_empty())
             .find(|(key, seen)| inner.version_of(key) != **seen)
         {
-            return Err(TxError::Retryable {
-                reason: format!("conflict on key {}", String::from_utf8_lossy(key)),
-            });
+            return Err(TxError::retryable(MemoryKvError::Conflict {
+                key: key.clone(),
+            }));
         }
         let new_keys = self
             .writes
@@ -266,9 +283,7 @@ impl KvTx for MemoryTx {
             .filter(|(key, value)| value.is_some() && !inner.data.contains_key(*key))
             .count();
         if inner.data.len() + new_keys > KEYS_MAX {
-            return Err(TxError::Failed {
-                reason: format!("memory key-value store is full ({KEYS_MAX} keys)"),
-            });
+            return Err(TxError::failed(MemoryKvError::Full { max: KEYS_MAX }));
         }
         if !self.writes.is_empty() {
             inner.version += 1;
@@ -285,9 +300,7 @@ impl KvTx for MemoryTx {
         inner.commits += 1;
         if fault == Some(KvFault::UnknownApplied) {
             // The watches of a commit with an unknown outcome are dropped: they fail.
-            return Err(TxError::UnknownResult {
-                reason: reason("unknown result (applied)"),
-            });
+            return Err(TxError::unknown_result(injected(KvFault::UnknownApplied)));
         }
         inner.watches.retain(|watcher| !watcher.fire.is_closed());
         for watcher in self.watches {
@@ -300,9 +313,9 @@ impl KvTx for MemoryTx {
                 continue;
             }
             if inner.watches.len() >= WATCHES_MAX {
-                let _ = watcher.fire.send(Err(TxError::Failed {
-                    reason: format!("too many watches (at most {WATCHES_MAX})"),
-                }));
+                let _ = watcher
+                    .fire
+                    .send(Err(TxError::failed(MemoryKvError::TooManyWatches)));
                 continue;
             }
             inner.watches.push(watcher);
@@ -326,11 +339,9 @@ impl KvTx for MemoryTx {
             fire,
         });
         async move {
-            fired.await.unwrap_or_else(|_| {
-                Err(TxError::Failed {
-                    reason: "watch cancelled (not committed, or dropped by the store)".into(),
-                })
-            })
+            fired
+                .await
+                .unwrap_or_else(|_| Err(TxError::failed(MemoryKvError::WatchCancelled)))
         }
     }
 }

@@ -16,36 +16,62 @@ mod record;
 use std::future::Future;
 
 pub use lease::{
-    TxLeaseStore, TxOptions, FEED_UNKNOWN_PAUSE, OBSERVATIONS_MAX, RETRIES_MAX_DEFAULT,
-    TIMEOUT_DEFAULT,
+    TxLeaseError, TxLeaseStore, TxOptions, FEED_UNKNOWN_PAUSE, OBSERVATIONS_MAX,
+    RETRIES_MAX_DEFAULT, TIMEOUT_DEFAULT,
 };
-pub use memory::{KvFault, MemoryKv, WATCHES_MAX};
+pub use memory::{KvFault, MemoryKv, MemoryKvError, WATCHES_MAX};
+use vvm_runtime::Cause;
 
-/// Why a transaction step did not succeed.
+/// Why a transaction step did not succeed. The message says which of the three it is; the
+/// [`source`](std::error::Error::source) is the store's own error (e.g. FoundationDB's
+/// `FdbError`, or [`MemoryKvError`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TxError {
     /// A conflict or a transient condition; nothing was committed, and the whole transaction
     /// may be run again.
-    #[error("transaction must be retried: {reason}")]
+    #[error("transaction must be retried")]
     Retryable {
         /// What the store said.
-        reason: String,
+        source: Cause,
     },
     /// The commit may or may not have been applied (FoundationDB's `commit_unknown_result`).
     /// Never retried blindly: a conditional write that did apply would then be judged against
     /// its own result.
-    #[error("transaction outcome unknown: {reason}")]
+    #[error("transaction outcome unknown")]
     UnknownResult {
         /// What the store said.
-        reason: String,
+        source: Cause,
     },
     /// Failed; nothing was committed.
-    #[error("transaction failed: {reason}")]
+    #[error("transaction failed")]
     Failed {
         /// What the store said.
-        reason: String,
+        source: Cause,
     },
+}
+
+impl TxError {
+    /// [`Retryable`](TxError::Retryable) because of `source`.
+    pub fn retryable(source: impl std::error::Error + Send + Sync + 'static) -> TxError {
+        TxError::Retryable {
+            source: Cause::new(source),
+        }
+    }
+
+    /// [`UnknownResult`](TxError::UnknownResult) because of `source`.
+    pub fn unknown_result(source: impl std::error::Error + Send + Sync + 'static) -> TxError {
+        TxError::UnknownResult {
+            source: Cause::new(source),
+        }
+    }
+
+    /// [`Failed`](TxError::Failed) because of `source`.
+    pub fn failed(source: impl std::error::Error + Send + Sync + 'static) -> TxError {
+        TxError::Failed {
+            source: Cause::new(source),
+        }
+    }
 }
 
 /// A transactional key-value store: serializable transactions of reads and writes.

@@ -16,6 +16,7 @@ use super::types::{KeyBuildHasher, Number, NumberKey, PLogOffset, SeqId, SeqValu
 
 /// Why `start` did not begin a transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartRefusal {
     /// The sequencer is catching up with the PLog; try again shortly.
     #[error("sequencer is actualizing")]

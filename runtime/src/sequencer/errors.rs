@@ -83,8 +83,8 @@ pub enum ActualizeError {
         got: PLogOffset,
     },
     /// The backlog refused a step: a bug in the driver, reported instead of corrupting state.
-    #[error("actualization out of step: {0}")]
-    OutOfStep(BacklogError),
+    #[error("actualization out of step")]
+    OutOfStep(#[source] BacklogError),
 }
 
 impl From<BacklogError> for ActualizeError {
@@ -116,19 +116,14 @@ pub enum ShutdownError {
     },
     /// The sequencer had not caught up with the PLog: its actualization was unfinished or had
     /// failed, so it did not even know every committed event, let alone store it.
-    #[error("sequencer shut down not actualized ({phase:?}){}", cause_text(.cause))]
+    #[error("sequencer shut down not actualized ({phase:?})")]
     NotActualized {
         /// Where the actualization stood.
         phase: Phase,
         /// Why the last actualization gave up, if one did (a later one may be unfinished).
+        #[source]
         cause: Option<ActualizeError>,
     },
-}
-
-fn cause_text(cause: &Option<ActualizeError>) -> String {
-    cause.as_ref().map_or_else(String::new, |e| {
-        format!(": the last actualization failed: {e}")
-    })
 }
 
 /// A snapshot of where a sequencer stands.

@@ -168,7 +168,7 @@ impl<St: SeqStorage> Sequencer<Idle, St> {
                 Err(SeqError::UnknownWsKind(kind)) => StartRefusal::UnknownWsKind(kind),
                 Err(e) => {
                     // An idle handle has an idle issuer by construction; recover, don't trust.
-                    tracing::error!(error = %e, "sequencer issuer out of step; actualizing");
+                    tracing::error!(error = %crate::ErrorChain(&e), "sequencer issuer out of step; actualizing");
                     self.inner.restart();
                     StartRefusal::Actualizing
                 }
@@ -269,7 +269,7 @@ impl<St: SeqStorage> Sequencer<InTx, St> {
             .await?;
         if stored.len() != seqs.len() {
             return Err(SeqStorageError::Corrupt {
-                reason: format!(
+                what: format!(
                     "read_numbers returned {} numbers for {} sequences",
                     stored.len(),
                     seqs.len()

@@ -12,10 +12,10 @@ use vvm_core::sequencer::{Number, PLogOffset, SeqId, SeqValue, WsId};
 pub enum SeqStorageError {
     /// The call failed. For a write, nothing or all of it may have been applied (never a part:
     /// values and offset are one unit, see [`SeqStorage::write_values_and_next_plog_offset`]).
-    #[error("sequence storage call failed: {reason}")]
+    #[error("sequence storage call failed")]
     Failed {
-        /// What the storage said.
-        reason: String,
+        /// Why: the storage's own error, kept whole.
+        source: crate::Cause,
     },
     /// The call did not finish within its timeout (set by the runtime).
     #[error("sequence storage call {op} timed out after {timeout_ms} ms")]
@@ -25,12 +25,22 @@ pub enum SeqStorageError {
         /// The timeout.
         timeout_ms: u64,
     },
-    /// The storage answered something that cannot be right.
-    #[error("sequence storage is inconsistent: {reason}")]
+    /// The storage answered something that cannot be right. There is no underlying error: the
+    /// storage answered, and the answer is wrong.
+    #[error("sequence storage is inconsistent: {what}")]
     Corrupt {
-        /// What is wrong.
-        reason: String,
+        /// What is wrong, e.g. "stored number of 7 bytes, not 8".
+        what: String,
     },
+}
+
+impl SeqStorageError {
+    /// [`Failed`](SeqStorageError::Failed) because of `source`.
+    pub fn failed(source: impl std::error::Error + Send + Sync + 'static) -> SeqStorageError {
+        SeqStorageError::Failed {
+            source: crate::Cause::new(source),
+        }
+    }
 }
 
 /// The replay sink: called once per PLog event, in offset order, with the event's numbers (keys

@@ -178,10 +178,10 @@ pub(crate) async fn flush_round<St: SeqStorage>(
                 shared.writes_failed.fetch_add(1, Ordering::Relaxed);
                 shared.set_last_error(Some(e.to_string()));
                 if retry >= shared.config.retries_max {
-                    tracing::error!(error = %e, retries = retry, "sequencer flush gave up");
+                    tracing::error!(error = %crate::ErrorChain(&e), retries = retry, "sequencer flush gave up");
                     return Err(e.into());
                 }
-                tracing::warn!(error = %e, retry, "sequencer flush failed; retrying");
+                tracing::warn!(error = %crate::ErrorChain(&e), retry, "sequencer flush failed; retrying");
                 stop.unless_stopped(tokio::time::sleep(shared.config.backoff(retry)))
                     .await?;
                 retry += 1;
@@ -206,7 +206,7 @@ where
             Ok(v) => return Ok(v),
             Err(e) if retry >= shared.config.retries_max => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, retry, op, "sequencer storage call failed; retrying");
+                tracing::warn!(error = %crate::ErrorChain(&e), retry, op, "sequencer storage call failed; retrying");
                 shared.set_last_error(Some(e.to_string()));
                 tokio::time::sleep(shared.config.backoff(retry)).await;
                 retry += 1;
@@ -278,7 +278,7 @@ async fn actualize<St: SeqStorage>(shared: &Shared<St>, stop: &Stop) -> Result<(
         match result? {
             Err(e) if retry >= shared.config.retries_max => return Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %e, retry, "sequencer replay failed; retrying");
+                tracing::warn!(error = %crate::ErrorChain(&e), retry, "sequencer replay failed; retrying");
                 shared.set_last_error(Some(e.to_string()));
                 // Events fed before the failure stay merged; the retry resumes after them.
                 stop.unless_stopped(tokio::time::sleep(shared.config.backoff(retry)))
@@ -346,7 +346,7 @@ pub(crate) async fn run<St: SeqStorage>(
         }
         Err(Halt::Stopped) => tracing::debug!("sequencer task stopped"),
         Err(Halt::Failed(e)) => {
-            tracing::error!(error = %e, "sequencer actualization gave up");
+            tracing::error!(error = %crate::ErrorChain(&e), "sequencer actualization gave up");
             let Ok(mut backlog) = shared.backlog_unless(&stop) else {
                 return;
             };
