@@ -39,11 +39,13 @@ main() {
   cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
   # System packages the tests use. Installed only when missing and only when we can (root + apt-get);
-  # tests that need a missing tool say so in one line and are skipped.
+  # tests that need a missing tool say so in one line and are skipped (under CI=true they fail).
   need=()
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+  # openssl: the etcd TLS test makes its certificate authority and certificates with it.
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
   # libclang: the FoundationDB client crate generates its bindings at build time.
   if ! find_libclang >/dev/null; then
     need+=(libclang-dev)
@@ -62,6 +64,9 @@ main() {
   # `vvm/cli`: the host binary and the tests that run it (the library's default is lean).
   cargo clippy --workspace --all-targets --features vvm/cli -- -D warnings
   cargo test --workspace --features vvm/cli
+  # The runtime without its `metrics` feature: the workspace build above unifies features and
+  # turns it on, so the build without the hooks is compiled and linted only here.
+  cargo clippy -p vvm-runtime --all-targets -- -D warnings
 
   # FoundationDB: its client library cannot be installed here, so the feature (store and tests) is
   # type-checked and linted (the store, its tests and the host binary's `fdb:` URLs); the live

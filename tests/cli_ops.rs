@@ -1,5 +1,6 @@
 //! `vvm run --metrics-addr`: `/metrics`, `/healthz` and `/leader` of real `vvm run` processes
-//! sharing a SQLite file.
+//! sharing a SQLite file; and the release counter, which a process can only be seen to record
+//! in-process (its endpoint ends with it, right after the release).
 
 mod cli_support;
 
@@ -320,4 +321,52 @@ fn renewals_that_fail_while_the_store_is_locked_are_counted() {
     );
     drop(node);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Rt.Metrics
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_at_shutdown_is_counted_once_and_the_leader_gauge_drops_to_zero() {
+    // `vvm run` releases on SIGTERM and exits right after, with nothing left to scrape: the
+    // counter is read from the same Prometheus recorder the binary installs, here in-process.
+    // It is the only recorder of this test binary (the other tests record in child processes).
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .unwrap();
+    vvm::metrics::describe();
+    let store = vvm::adapters::MemoryStore::new();
+    // A lease far longer than the test: the process-wide killer never comes near its deadline.
+    let config = vvm::VvmConfig::builder("ops-release")
+        .slots(1)
+        .lease(Duration::from_secs(60));
+    let vvm = vvm::Vvm::provide(config, store.clone(), vvm::Services::new()).unwrap();
+    let stop = vvm.stop_handle();
+    let vvm = vvm.launch().await;
+    assert_eq!(vvm.token().map(|token| token.slot), Some(vvm::Slot(1)));
+    let leading = handle.render();
+    assert_eq!(
+        sample(&leading, "vvm_leader{slot=\"1\"}"),
+        Some(1.0),
+        "{leading}"
+    );
+    assert_eq!(total(&leading, "vvm_releases_total"), 0.0, "{leading}");
+
+    // What SIGTERM does in the binary: stop through the handle, then the ordered shutdown.
+    stop.stop();
+    assert_eq!(vvm.shutdown().await, Ok(()));
+    let table = vvm::leaders(&store, 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(table[0].holder.is_none(), "the record is still there");
+    let released = handle.render();
+    assert_eq!(
+        sample(&released, "vvm_releases_total{slot=\"1\",deleted=\"true\"}"),
+        Some(1.0),
+        "{released}"
+    );
+    assert_eq!(total(&released, "vvm_releases_total"), 1.0, "{released}");
+    assert_eq!(
+        sample(&released, "vvm_leader{slot=\"1\"}"),
+        Some(0.0),
+        "{released}"
+    );
 }

@@ -25,7 +25,8 @@ fn vvm(args: &[&str]) -> Output {
         .expect("the vvm binary runs")
 }
 
-/// Whether `openssl` runs; prints the skip line when it does not (a failure under CI).
+/// Whether `openssl` runs; prints the skip line when it does not. Panics under CI (`CI=true`
+/// or `1`), where it must be present, like etcd (`etcd_support::available`).
 fn openssl_available(test: &str) -> bool {
     let found = Command::new("openssl")
         .arg("version")
@@ -35,8 +36,13 @@ fn openssl_available(test: &str) -> bool {
         .is_ok_and(|status| status.success());
     if !found {
         let ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
-        assert!(!ci, "{test}: openssl is not installed");
-        skipped(&format!("skipped {test}: openssl is not installed"));
+        assert!(
+            !ci,
+            "{test}: openssl is not installed, and under CI the TLS test must run (scripts/test.sh installs openssl)"
+        );
+        skipped(&format!(
+            "skipped {test}: openssl is not installed (apt-get install openssl, or run scripts/test.sh as root)"
+        ));
     }
     found
 }

@@ -44,6 +44,28 @@ enum Command {
 }
 
 /// Handle of a single-slot election. Dropping it releases what it holds, in the background.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use vvm_adapters::MemoryStore;
+/// use vvm_core::{LeaseConfig, Slot};
+/// use vvm_runtime::{Elections, ElectionsError, KillerThread, Tenure};
+///
+/// let lease = LeaseConfig::new(Duration::from_secs(20))?;
+/// // While the slot is held, the process-wide killer ends the process before the lease could
+/// // pass to someone else.
+/// let killer = KillerThread::global();
+/// let elections = Elections::start(MemoryStore::new(), "10.0.0.7:7000", lease, &killer)?;
+/// let token = elections.acquire(Slot(1)).await?;
+/// assert_eq!(elections.tenure(), Tenure::Held(token));
+/// elections.release().await?; // deletes the record; renewals stop
+/// assert_eq!(elections.tenure(), Tenure::Idle);
+/// elections.cleanup().await;
+/// assert_eq!(elections.acquire(Slot(1)).await, Err(ElectionsError::Closed));
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Elections {
     commands: mpsc::Sender<Command>,

@@ -71,18 +71,32 @@ pub struct Provided {
 /// time-to-live when its outcome stays unknown). On a launched VVM it starts the shutdown; the
 /// host still awaits it with `shutdown()`. Cloneable, cheap, and it never blocks.
 ///
-/// ```no_run
-/// # async fn host(store: impl vvm_runtime::LeaseStore) -> Result<(), Box<dyn std::error::Error>> {
+/// Here another VVM holds the only slot, so the second one campaigns until it is stopped:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use vvm_adapters::MemoryStore;
+/// use vvm_core::VvmConfig;
 /// use vvm_runtime::{Services, Vvm};
 ///
-/// let vvm = Vvm::provide(vvm_core::VvmConfig::builder("10.0.0.7:7000"), store, Services::new())?;
+/// let store = MemoryStore::new();
+/// let holder = VvmConfig::builder("10.0.0.6:7000").slots(1);
+/// let holder = Vvm::provide(holder, store.clone(), Services::new())?.launch().await;
+///
+/// let config = VvmConfig::builder("10.0.0.7:7000").slots(1).acquire_forever();
+/// let vvm = Vvm::provide(config, store, Services::new())?;
 /// let stop = vvm.stop_handle();
 /// tokio::spawn(async move {
-///     let _ = tokio::signal::ctrl_c().await;
+///     // A host waits for a signal here, e.g. `tokio::signal::ctrl_c().await`.
+///     tokio::time::sleep(Duration::from_millis(50)).await;
 ///     stop.stop(); // reaches the VVM even while it still campaigns
 /// });
 /// let vvm = vvm.launch().await;
+/// assert_eq!(vvm.token(), None); // stopped before it won a slot
 /// vvm.shutdown().await?;
+/// holder.shutdown().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
@@ -124,15 +138,19 @@ impl VvmState for Launched {}
 /// runtime keeps running. Only [`Vvm::shutdown`] lets the host wait for the end and learn the
 /// problem. The kill deadline stays armed either way.
 ///
-/// ```no_run
-/// # async fn host(store: impl vvm_runtime::LeaseStore) -> Result<(), Box<dyn std::error::Error>> {
-/// use vvm_runtime::{Services, Vvm};
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use vvm_adapters::MemoryStore;
 /// use vvm_core::VvmConfig;
+/// use vvm_runtime::{Services, Vvm};
 ///
 /// let config = VvmConfig::builder("10.0.0.7:7000").slots(3);
-/// let vvm = Vvm::provide(config, store, Services::new())?.launch().await;
+/// let vvm = Vvm::provide(config, MemoryStore::new(), Services::new())?.launch().await;
 /// let problem = vvm.problem();
-/// tokio::select! { _ = problem => {}, _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {} }
+/// // Lead until a problem is raised, or (a host would wait for a signal) a tenth of a second.
+/// tokio::select! { _ = problem => {}, _ = tokio::time::sleep(Duration::from_millis(100)) => {} }
 /// vvm.shutdown().await?;
 /// # Ok(()) }
 /// ```

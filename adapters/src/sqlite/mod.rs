@@ -1,15 +1,25 @@
 //! The embedded store: one SQLite file shared by the processes of one host.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use vvm_adapters::SqliteStore;
 //! use vvm_core::{Incarnation, Slot};
 //! use vvm_runtime::{LeaseStore, LeaseValue};
 //!
-//! let store = SqliteStore::open("vvm.sqlite")?;
+//! // Every process of the host opens the same file.
+//! let dir = std::env::temp_dir().join(format!("vvm-sqlite-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let store = SqliteStore::open(dir.join("vvm.sqlite"))?;
 //! let value = LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(1) };
-//! let won = store.insert_if_not_exists(Slot(0), &value, Duration::from_secs(20)).await?;
+//! let won = store.insert_if_not_exists(Slot(1), &value, Duration::from_secs(20)).await?;
+//! assert!(won.is_some());
+//! let other = LeaseValue { address: "10.0.0.2:7000".into(), incarnation: Incarnation(2) };
+//! let lost = store.insert_if_not_exists(Slot(1), &other, Duration::from_secs(20)).await?;
+//! assert_eq!(lost, None); // the slot is held until its lease ends
+//! # drop(store);
+//! # std::fs::remove_dir_all(&dir)?;
 //! # Ok(()) }
 //! ```
 //!

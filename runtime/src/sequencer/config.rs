@@ -54,9 +54,10 @@ pub struct SeqConfig {
     /// task gives the step up: the flusher until the next flush or refused `start`, the
     /// actualizer until the next `start`.
     pub retries_max: u32,
-    /// Wait before the first retry; doubles per retry.
+    /// Longest wait before the first retry; doubles per retry. Each wait is a random point
+    /// between half of this ceiling and all of it (see [`backoff`](Self::backoff)).
     pub backoff_initial_ms: u64,
-    /// Longest wait between retries.
+    /// Longest wait between retries: the ceiling stops doubling here.
     pub backoff_max_ms: u64,
     /// How long `shutdown` may take: stopping the tasks, then a last flush.
     pub shutdown_timeout_ms: u64,
@@ -127,8 +128,9 @@ impl SeqConfig {
         Ok(())
     }
 
-    /// The wait before retry number `retry` (0-based): doubling, capped.
-    pub fn backoff(&self, retry: u32) -> Duration {
+    /// The longest wait before retry number `retry` (0-based): `backoff_initial_ms` doubled per
+    /// retry, capped at `backoff_max_ms`.
+    pub fn backoff_ceiling(&self, retry: u32) -> Duration {
         let factor = 1u64.checked_shl(retry.min(32)).unwrap_or(u64::MAX);
         Duration::from_millis(
             self.backoff_initial_ms
@@ -136,6 +138,39 @@ impl SeqConfig {
                 .min(self.backoff_max_ms),
         )
     }
+
+    /// The wait before retry number `retry` (0-based): a random point between half of
+    /// [`backoff_ceiling`](Self::backoff_ceiling) and all of it (equal jitter), in whole
+    /// microseconds, so never above `backoff_max_ms`.
+    ///
+    /// Why random, when the core's lease retries are not: those are inputs of the pure
+    /// machines, replayed exactly by the model checks and simulations, and the kill deadline is
+    /// computed from the same values; nothing of that holds here. The sequencer's retries are
+    /// runtime sleeps that no deadline or replay depends on, and many sequencers (one per
+    /// leader, on every host) share one storage: an outage fails all of them at once, and
+    /// identical doubling schedules would bring their retries back in waves at the same
+    /// instants. The random half spreads them. Why hand-written, not a backoff crate: the
+    /// retry loop has to stay inside the task's stop (a sleep that a stop drops) and give up
+    /// after `retries_max`, so only this delay would come from such a crate, and it would add a
+    /// random number generator of its own to the `getrandom` the runtime already uses.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        // Without the operating system's generator, the clock's nanoseconds still differ
+        // between processes and calls, which is all the spreading needs.
+        let random = getrandom::u64().unwrap_or_else(|_| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| u64::from(since.subsec_nanos()))
+        });
+        jittered(self.backoff_ceiling(retry), random)
+    }
+}
+
+/// A wait between half of `ceiling` and `ceiling`, chosen by `random`, in whole microseconds.
+fn jittered(ceiling: Duration, random: u64) -> Duration {
+    // At most `SEQ_DURATION_MAX_MS` (validated), so the microseconds fit in a u64.
+    let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
+    let spread_us = ceiling_us / 2;
+    Duration::from_micros(ceiling_us - random % spread_us.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -173,8 +208,41 @@ mod tests {
             assert!(c.validate().is_err(), "{c:?}");
         }
         let c = SeqConfig::default();
-        assert_eq!(c.backoff(0), Duration::from_millis(10));
-        assert_eq!(c.backoff(3), Duration::from_millis(80));
-        assert_eq!(c.backoff(40), Duration::from_millis(1_000));
+        assert_eq!(c.backoff_ceiling(0), Duration::from_millis(10));
+        assert_eq!(c.backoff_ceiling(3), Duration::from_millis(80));
+        assert_eq!(c.backoff_ceiling(40), Duration::from_millis(1_000));
+    }
+
+    // covers: Seq.ConfigValid
+    #[test]
+    fn a_backoff_lies_between_half_its_ceiling_and_its_ceiling() {
+        let max = Duration::from_millis(SEQ_DURATION_MAX_MS);
+        for ceiling in [Duration::from_millis(1), Duration::from_millis(80), max] {
+            let half = ceiling / 2;
+            for random in [0, 1, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+                let wait = jittered(ceiling, random);
+                assert!(half <= wait && wait <= ceiling, "{wait:?} of {ceiling:?}");
+            }
+            assert_eq!(jittered(ceiling, 0), ceiling);
+            let spread_us = u64::try_from(half.as_micros()).unwrap();
+            assert_eq!(jittered(ceiling, spread_us), ceiling - half);
+        }
+        let c = SeqConfig::default();
+        for retry in [0, 3, 40] {
+            let ceiling = c.backoff_ceiling(retry);
+            let waits: Vec<Duration> = (0..200).map(|_| c.backoff(retry)).collect();
+            for wait in &waits {
+                assert!(
+                    ceiling / 2 <= *wait && *wait <= ceiling,
+                    "{wait:?} of {ceiling:?}"
+                );
+            }
+            // 200 draws out of thousands of microsecond values: all alike means no jitter.
+            assert!(
+                waits.iter().any(|wait| *wait != waits[0]),
+                "retry {retry}: every wait is {:?}",
+                waits[0]
+            );
+        }
     }
 }

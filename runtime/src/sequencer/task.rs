@@ -7,60 +7,48 @@
 //! only once its predecessor has ended. Only a crash (drop) or a shutdown past its budget aborts.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The task was asked to stop: someone else (a newer actualization, or shutdown) owns the
 /// backlog from now on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stopped;
 
-/// Asks one task to stop. Set once, never reset.
-#[derive(Debug, Default)]
+/// Asks one task to stop. Set once, never reset: a cancellation token, which cannot be
+/// un-cancelled; clones share it (the worker's handle keeps one, the task another).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Stop {
-    stopped: AtomicBool,
-    notify: Notify,
+    token: CancellationToken,
 }
 
 impl Stop {
     /// Asks the task to stop and wakes it where it waits.
     pub(crate) fn stop(&self) {
-        self.stopped.store(true, Ordering::Release);
-        self.notify.notify_waiters();
+        self.token.cancel();
     }
 
     /// Whether the task was asked to stop.
     pub(crate) fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
-    }
-
-    /// Completes once the task is asked to stop.
-    async fn stopped(&self) {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            // Registered before the check: a stop between the two still wakes us.
-            notified.as_mut().enable();
-            if self.is_stopped() {
-                return;
-            }
-            notified.await;
-        }
+        self.token.is_cancelled()
     }
 
     /// Runs `work` unless the task is asked to stop first, in which case `work` is dropped.
     /// Only for what may be dropped half-way without a trace: reads, replays, sleeps, waits.
+    ///
+    /// Biased to the stop: when the stop and the end of `work` are both seen in one poll, the
+    /// result is [`Stopped`], so that a stopped task takes no further step on a result it got
+    /// after its successor took over. (`CancellationToken::run_until_cancelled` is biased the
+    /// other way after its first poll, hence the `select!`.)
     pub(crate) async fn unless_stopped<T>(
         &self,
         work: impl Future<Output = T>,
     ) -> Result<T, Stopped> {
         tokio::select! {
             biased;
-            () = self.stopped() => Err(Stopped),
+            () = self.token.cancelled() => Err(Stopped),
             done = work => Ok(done),
         }
     }
@@ -72,18 +60,18 @@ impl Stop {
 #[derive(Debug)]
 pub(crate) struct Worker {
     handle: JoinHandle<()>,
-    stop: Arc<Stop>,
+    stop: Stop,
 }
 
 impl Worker {
     /// Spawns `task`, which is handed the stop it must obey.
     pub(crate) fn spawn<F, T>(runtime: &tokio::runtime::Handle, task: T) -> Worker
     where
-        T: FnOnce(Arc<Stop>) -> F,
+        T: FnOnce(Stop) -> F,
         F: Future<Output = ()> + Send + 'static,
     {
-        let stop = Arc::new(Stop::default());
-        let handle = runtime.spawn(task(Arc::clone(&stop)));
+        let stop = Stop::default();
+        let handle = runtime.spawn(task(stop.clone()));
         Worker { handle, stop }
     }
 
@@ -137,6 +125,37 @@ mod tests {
         assert!(!worker.is_finished());
         assert!(worker.join_within(Duration::from_secs(5)).await);
         assert_eq!(written.await, Ok(true), "the write ran to its end");
+    }
+
+    #[tokio::test]
+    async fn a_stop_before_the_work_runs_drops_it_unpolled() {
+        let stop = Stop::default();
+        stop.stop();
+        stop.stop();
+        assert!(stop.is_stopped(), "a second stop changes nothing");
+        assert_eq!(stop.unless_stopped(async { 1 }).await, Err(Stopped));
+        assert!(stop.clone().is_stopped(), "a clone shares the stop");
+    }
+
+    #[test]
+    fn a_stop_seen_with_the_end_of_the_work_wins() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::task::{Context, Poll, Waker};
+
+        let stop = Stop::default();
+        let done = AtomicBool::new(false);
+        let work = std::future::poll_fn(|_| match done.load(Ordering::SeqCst) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        });
+        let waiting = stop.unless_stopped(work);
+        let mut waiting = std::pin::pin!(waiting);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(waiting.as_mut().poll(&mut cx), Poll::Pending);
+        // Between two polls the work ends and the task is asked to stop.
+        done.store(true, Ordering::SeqCst);
+        stop.stop();
+        assert_eq!(waiting.as_mut().poll(&mut cx), Poll::Ready(Err(Stopped)));
     }
 
     #[tokio::test]

@@ -322,7 +322,7 @@ async fn flusher<St: SeqStorage>(shared: &Shared<St>, stop: &Stop) {
 /// flush until stopped.
 pub(crate) async fn run<St: SeqStorage>(
     shared: Arc<Shared<St>>,
-    stop: Arc<Stop>,
+    stop: Stop,
     previous: Option<Worker>,
 ) {
     if let Some(previous) = previous {
