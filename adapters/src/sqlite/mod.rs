@@ -79,6 +79,7 @@ mod clock;
 mod error;
 mod feed;
 mod lock;
+mod probe;
 mod record;
 mod schema;
 
@@ -98,6 +99,7 @@ pub use clock::{
 pub use error::SqliteStoreError;
 pub use feed::{FEED_POLL_INTERVAL, LOCK_WATCH_SLOTS_MAX};
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
+pub use probe::write_locked;
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 
 use busy::{is_busy, Backoff};
