@@ -47,25 +47,3 @@ pub fn block_on(future: impl Future<Output = ExitCode>) -> ExitCode {
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     vvm::ErrorChain(error).to_string()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::error_chain;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("cannot open the store")]
-    struct Outer(#[source] Middle);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("cannot open x.db: {0}")]
-    struct Middle(#[source] std::io::Error);
-
-    #[test]
-    fn the_chain_is_one_line_without_repeats() {
-        let error = Outer(Middle(std::io::Error::other("disk on fire")));
-        assert_eq!(
-            error_chain(&error),
-            "cannot open the store: cannot open x.db: disk on fire"
-        );
-    }
-}

@@ -7,6 +7,9 @@
 //! Dropping the cluster kills every member and removes the directory, also while a test panics.
 //! (A process that is itself killed with SIGKILL cannot clean up: its members keep running.)
 //!
+//! The example is compiled, not run: it needs the `etcd` executable, which the tests that start
+//! clusters (`tests/etcd_*.rs`) require and `scripts/test.sh` installs.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use vvm_adapters::etcd::cluster::{ClusterOptions, EtcdCluster};
