@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
+
 /// Largest timeout or backoff accepted, in milliseconds (10 minutes).
 pub const SEQ_DURATION_MAX_MS: u64 = 600_000;
 /// Most retries accepted per storage step.
@@ -139,9 +141,9 @@ impl SeqConfig {
         )
     }
 
-    /// The wait before retry number `retry` (0-based): a random point between half of
-    /// [`backoff_ceiling`](Self::backoff_ceiling) and all of it (equal jitter), in whole
-    /// microseconds, so never above `backoff_max_ms`.
+    /// The waits before retries 0, 1, 2, …: each a random point between half of
+    /// [`backoff_ceiling`](Self::backoff_ceiling) and all of it (equal jitter), so never above
+    /// `backoff_max_ms`. Endless: the caller counts retries against `retries_max`.
     ///
     /// Why random, when the core's lease retries are not: those are inputs of the pure
     /// machines, replayed exactly by the model checks and simulations, and the kill deadline is
@@ -149,28 +151,23 @@ impl SeqConfig {
     /// runtime sleeps that no deadline or replay depends on, and many sequencers (one per
     /// leader, on every host) share one storage: an outage fails all of them at once, and
     /// identical doubling schedules would bring their retries back in waves at the same
-    /// instants. The random half spreads them. Why hand-written, not a backoff crate: the
-    /// retry loop has to stay inside the task's stop (a sleep that a stop drops) and give up
-    /// after `retries_max`, so only this delay would come from such a crate, and it would add a
-    /// random number generator of its own to the `getrandom` the runtime already uses.
-    pub fn backoff(&self, retry: u32) -> Duration {
-        // Without the operating system's generator, the clock's nanoseconds still differ
-        // between processes and calls, which is all the spreading needs.
-        let random = getrandom::u64().unwrap_or_else(|_| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| u64::from(since.subsec_nanos()))
-        });
-        jittered(self.backoff_ceiling(retry), random)
+    /// instants. The random half spreads them. The schedule is `backon`'s exponential backoff:
+    /// half the ceiling doubled per retry, plus up to as much again of jitter.
+    pub fn backoff(&self) -> impl Iterator<Item = Duration> + Send + use<> {
+        let initial = Duration::from_millis(self.backoff_initial_ms);
+        let max = Duration::from_millis(self.backoff_max_ms);
+        ExponentialBuilder::new()
+            .with_min_delay(initial / 2)
+            .with_max_delay(max / 2)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            // The schedule is endless; should it ever end, the longest wait stays.
+            .chain(std::iter::repeat(max))
+            // backon's jitter adds up to the base itself: at most the ceiling, never above.
+            .map(move |wait| wait.min(max))
     }
-}
-
-/// A wait between half of `ceiling` and `ceiling`, chosen by `random`, in whole microseconds.
-fn jittered(ceiling: Duration, random: u64) -> Duration {
-    // At most `SEQ_DURATION_MAX_MS` (validated), so the microseconds fit in a u64.
-    let ceiling_us = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
-    let spread_us = ceiling_us / 2;
-    Duration::from_micros(ceiling_us - random % spread_us.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -216,33 +213,37 @@ mod tests {
     // covers: Seq.ConfigValid
     #[test]
     fn a_backoff_lies_between_half_its_ceiling_and_its_ceiling() {
-        let max = Duration::from_millis(SEQ_DURATION_MAX_MS);
-        for ceiling in [Duration::from_millis(1), Duration::from_millis(80), max] {
-            let half = ceiling / 2;
-            for random in [0, 1, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
-                let wait = jittered(ceiling, random);
-                assert!(half <= wait && wait <= ceiling, "{wait:?} of {ceiling:?}");
-            }
-            assert_eq!(jittered(ceiling, 0), ceiling);
-            let spread_us = u64::try_from(half.as_micros()).unwrap();
-            assert_eq!(jittered(ceiling, spread_us), ceiling - half);
-        }
-        let c = SeqConfig::default();
-        for retry in [0, 3, 40] {
-            let ceiling = c.backoff_ceiling(retry);
-            let waits: Vec<Duration> = (0..200).map(|_| c.backoff(retry)).collect();
-            for wait in &waits {
+        for c in [
+            SeqConfig::default(),
+            SeqConfig {
+                backoff_initial_ms: 1,
+                backoff_max_ms: 1,
+                ..SeqConfig::default()
+            },
+            SeqConfig {
+                backoff_initial_ms: 7,
+                backoff_max_ms: SEQ_DURATION_MAX_MS,
+                ..SeqConfig::default()
+            },
+        ] {
+            let schedules: Vec<Vec<Duration>> =
+                (0..50).map(|_| c.backoff().take(40).collect()).collect();
+            for (retry, _) in schedules[0].iter().enumerate() {
+                let ceiling = c.backoff_ceiling(u32::try_from(retry).unwrap());
+                let waits: Vec<Duration> = schedules.iter().map(|s| s[retry]).collect();
+                for wait in &waits {
+                    assert!(
+                        ceiling / 2 <= *wait && *wait <= ceiling,
+                        "{c:?} retry {retry}: {wait:?} of {ceiling:?}"
+                    );
+                }
+                // 50 schedules: all alike at a retry means no jitter.
                 assert!(
-                    ceiling / 2 <= *wait && *wait <= ceiling,
-                    "{wait:?} of {ceiling:?}"
+                    waits.iter().any(|wait| *wait != waits[0]),
+                    "retry {retry}: every wait is {:?}",
+                    waits[0]
                 );
             }
-            // 200 draws out of thousands of microsecond values: all alike means no jitter.
-            assert!(
-                waits.iter().any(|wait| *wait != waits[0]),
-                "retry {retry}: every wait is {:?}",
-                waits[0]
-            );
         }
     }
 }

@@ -139,6 +139,7 @@ pub struct SeqStatus {
     pub writes_ok: u64,
     /// Batch writes that failed.
     pub writes_failed: u64,
-    /// The last storage error, cleared by the next successful write.
+    /// The last storage error with its causes, as [`ErrorChain`](crate::ErrorChain) prints it;
+    /// cleared by the next successful write.
     pub last_error: Option<String>,
 }

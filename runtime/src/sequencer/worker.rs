@@ -152,6 +152,7 @@ pub(crate) async fn flush_round<St: SeqStorage>(
     buf: &mut Vec<SeqValue>,
 ) -> Result<(), Halt> {
     let mut retry = 0u32;
+    let mut backoff = shared.config.backoff();
     loop {
         let Some(ticket) = shared.backlog_unless(stop)?.take_batch(buf) else {
             return Ok(());
@@ -172,22 +173,33 @@ pub(crate) async fn flush_round<St: SeqStorage>(
                 shared.writes_ok.fetch_add(1, Ordering::Relaxed);
                 shared.set_last_error(None);
                 retry = 0;
+                backoff = shared.config.backoff();
             }
             Err(e) => {
                 shared.backlog().batch_failed(ticket);
                 shared.writes_failed.fetch_add(1, Ordering::Relaxed);
-                shared.set_last_error(Some(e.to_string()));
+                shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
                 if retry >= shared.config.retries_max {
                     tracing::error!(error = %crate::ErrorChain(&e), retries = retry, "sequencer flush gave up");
                     return Err(e.into());
                 }
                 tracing::warn!(error = %crate::ErrorChain(&e), retry, "sequencer flush failed; retrying");
-                stop.unless_stopped(tokio::time::sleep(shared.config.backoff(retry)))
+                stop.unless_stopped(tokio::time::sleep(next_wait(&mut backoff, shared)))
                     .await?;
                 retry += 1;
             }
         }
     }
+}
+
+/// The next wait of a retry schedule (see [`SeqConfig::backoff`](super::SeqConfig::backoff)).
+fn next_wait<St: SeqStorage>(
+    backoff: &mut impl Iterator<Item = Duration>,
+    shared: &Shared<St>,
+) -> Duration {
+    backoff
+        .next()
+        .unwrap_or(Duration::from_millis(shared.config.backoff_max_ms))
 }
 
 async fn retrying<St: SeqStorage, T, F, Fut>(
@@ -201,14 +213,15 @@ where
     Fut: Future<Output = Result<T, SeqStorageError>>,
 {
     let mut retry = 0u32;
+    let mut backoff = shared.config.backoff();
     loop {
         match shared.call(op, timeout_ms, attempt()).await {
             Ok(v) => return Ok(v),
             Err(e) if retry >= shared.config.retries_max => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %crate::ErrorChain(&e), retry, op, "sequencer storage call failed; retrying");
-                shared.set_last_error(Some(e.to_string()));
-                tokio::time::sleep(shared.config.backoff(retry)).await;
+                shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
+                tokio::time::sleep(next_wait(&mut backoff, shared)).await;
                 retry += 1;
             }
         }
@@ -231,6 +244,7 @@ async fn actualize<St: SeqStorage>(shared: &Shared<St>, stop: &Stop) -> Result<(
     tracing::debug!(offset = stored.0, "sequencer replaying the PLog");
     let mut buf = Vec::new();
     let mut retry = 0u32;
+    let mut backoff = shared.config.backoff();
     let page = shared.config.replay_page_events;
     loop {
         let from = {
@@ -279,17 +293,21 @@ async fn actualize<St: SeqStorage>(shared: &Shared<St>, stop: &Stop) -> Result<(
             Err(e) if retry >= shared.config.retries_max => return Err(e.into()),
             Err(e) => {
                 tracing::warn!(error = %crate::ErrorChain(&e), retry, "sequencer replay failed; retrying");
-                shared.set_last_error(Some(e.to_string()));
+                shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
                 // Events fed before the failure stay merged; the retry resumes after them.
-                stop.unless_stopped(tokio::time::sleep(shared.config.backoff(retry)))
+                stop.unless_stopped(tokio::time::sleep(next_wait(&mut backoff, shared)))
                     .await?;
                 retry += 1;
             }
             Ok(()) if full => {
                 flush_round(shared, stop, &mut buf).await?;
                 retry = 0;
+                backoff = shared.config.backoff();
             }
-            Ok(()) if fed >= page => retry = 0,
+            Ok(()) if fed >= page => {
+                retry = 0;
+                backoff = shared.config.backoff();
+            }
             Ok(()) => break,
         }
     }
@@ -351,7 +369,7 @@ pub(crate) async fn run<St: SeqStorage>(
                 return;
             };
             backlog.actualization_failed();
-            shared.set_last_error(Some(e.to_string()));
+            shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
             shared.set_actualize_failure(Some(e));
             drop(backlog);
             shared.phase_changed.notify_waiters();
