@@ -46,6 +46,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod backoff;
 mod cause;
 pub mod clock;
 pub mod discovery;
@@ -64,6 +65,7 @@ mod snapshot;
 pub mod store;
 mod vvm;
 
+pub use backoff::jittered_backoff;
 pub use cause::{Cause, ErrorChain};
 pub use clock::{Clock, HostSuspend, ManualSuspend, SuspendSource, TimeSource};
 pub use discovery::{leaders, SlotHolder};

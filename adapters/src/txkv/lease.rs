@@ -53,7 +53,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use vvm_core::{Instant, Revision, Slot};
 use vvm_runtime::{
     CallTimedOut, Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
@@ -80,20 +79,12 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(2);
 /// Longest pause between two attempts.
 const BACKOFF_MAX: Duration = Duration::from_millis(100);
 
-/// The pauses between attempts: each a random point between half of its ceiling and all of it
-/// (`backon`'s jitter over half the ceiling). Candidates that conflicted on one key would, with
-/// equal pauses, meet again at the same instant on every attempt; the jitter spreads them, as
-/// FoundationDB's own retry loop does. Endless; the attempts are counted by the caller.
+/// The pauses between attempts: a random point between half of a ceiling and the ceiling, which
+/// doubles from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`] ([`vvm_runtime::jittered_backoff`]).
+/// Candidates that conflicted on one key would, with equal pauses, meet again at the same instant
+/// on every attempt; the jitter spreads them, as FoundationDB's own retry loop does.
 fn conflict_backoff() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::new()
-        .with_min_delay(BACKOFF_FIRST / 2)
-        .with_max_delay(BACKOFF_MAX / 2)
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-        .build()
-        .chain(std::iter::repeat(BACKOFF_MAX))
-        .map(|pause| pause.min(BACKOFF_MAX))
+    vvm_runtime::jittered_backoff(BACKOFF_FIRST, BACKOFF_MAX)
 }
 
 /// Retry limit, timeout and key prefix of a [`TxLeaseStore`].
@@ -695,33 +686,5 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
     /// instead of polling in rounds.
     fn has_change_feed(&self) -> bool {
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // covers: Tx.Retry, Tx.Transactions
-    #[test]
-    fn conflict_pauses_are_spread_within_their_doubling_ceilings() {
-        let schedules: Vec<Vec<Duration>> = (0..50)
-            .map(|_| conflict_backoff().take(12).collect())
-            .collect();
-        for attempt in 0..12 {
-            let ceiling = (BACKOFF_FIRST * (1 << attempt)).min(BACKOFF_MAX);
-            let pauses: Vec<Duration> = schedules.iter().map(|s| s[attempt]).collect();
-            for pause in &pauses {
-                assert!(
-                    ceiling / 2 <= *pause && *pause <= ceiling,
-                    "attempt {attempt}: {pause:?} of {ceiling:?}"
-                );
-            }
-            assert!(
-                pauses.iter().any(|pause| *pause != pauses[0]),
-                "attempt {attempt}: every pause is {:?}",
-                pauses[0]
-            );
-        }
     }
 }

