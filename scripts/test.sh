@@ -67,6 +67,8 @@ main() {
   # The runtime without its `metrics` feature: the workspace build above unifies features and
   # turns it on, so the build without the hooks is compiled and linted only here.
   cargo clippy -p vvm-runtime --all-targets -- -D warnings
+  # The documentation: a broken or ambiguous intra-doc link fails the run.
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --features vvm/cli
 
   # FoundationDB: its client library cannot be installed here, so the feature (store and tests) is
   # type-checked and linted (the store, its tests and the host binary's `fdb:` URLs); the live

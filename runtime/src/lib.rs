@@ -14,7 +14,7 @@
 //! - [`services`]: the [`Service`] trait; services start in order once leadership is held and
 //!   stop in reverse order.
 //! - [`Elections`]: one slot's leadership without a VVM around it; [`leaders`]: who holds what;
-//!   [`observe`]: every change of who holds what, pushed by the store's change feed;
+//!   [`observe()`]: every change of who holds what, pushed by the store's change feed;
 //!   [`Vvm::subscribe`]: a VVM's own state as it changes.
 //! - [`Clock`]: tokio's clock from one process-wide origin plus the host's suspended time
 //!   (`CLOCK_BOOTTIME` on Linux), so `tokio::time::pause()` drives all and a suspend ages leases.
