@@ -26,12 +26,12 @@
 
 use std::time::{Duration, Instant};
 
-#[path = "../tests/support/no_feed.rs"]
-mod no_feed;
+#[path = "../tests/support/hooked.rs"]
+mod hooked;
 
 use criterion::{criterion_group, Criterion};
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
-use no_feed::NoFeed;
+use hooked::NoFeed;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use vvm::{

@@ -8,16 +8,18 @@
 //! Run: `cargo bench --bench failover` (`VVM_BENCH_KILLS=N` for N deaths, default 20; lease 2 s,
 //! so a run takes about N × 2.5 s). Prints every figure, then p50, p90, p99 and max.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "../tests/support/hooked.rs"]
+mod hooked;
+
+use hooked::{Hooked, Hooks};
 use tokio::sync::oneshot;
 use vvm::{
-    Clock, Instant, KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Revision,
-    Service, ServiceContext, ServiceError, Services, Slot, SlotChange, StoreError, TimeSource, Vvm,
-    VvmConfig,
+    Clock, Instant, KillerThread, LeaseStore, RecordingKiller, Service, ServiceContext,
+    ServiceError, Services, Slot, TimeSource, Vvm, VvmConfig,
 };
 use vvm_adapters::MemoryStore;
 
@@ -26,62 +28,20 @@ const SLOT: Slot = Slot(1);
 const KILLS_DEFAULT: usize = 20;
 
 /// A store client that can die: after [`Mortal::die`] no call of it returns.
-#[derive(Clone)]
-struct Mortal {
-    store: MemoryStore,
-    dead: Arc<AtomicBool>,
-}
+#[derive(Clone, Default)]
+struct Mortal(Arc<AtomicBool>);
 
 impl Mortal {
     fn die(&self) {
-        self.dead.store(true, Ordering::SeqCst);
-    }
-
-    async fn call<T>(&self, call: impl Future<Output = T>) -> T {
-        if self.dead.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        call.await
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
-impl LeaseStore for Mortal {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.call(self.store.insert_if_not_exists(key, value, ttl))
-            .await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.call(self.store.compare_and_swap(key, expected, new_value, ttl))
-            .await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.call(self.store.compare_and_delete(key, expected))
-            .await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.call(self.store.get(key)).await
-    }
-
-    async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
-        self.call(self.store.time_left(key)).await
-    }
-
-    fn changed(&self, keys: &[Slot]) -> SlotChange {
-        self.store.changed(keys)
+impl Hooks for Mortal {
+    async fn before(&self) {
+        if self.0.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -111,11 +71,12 @@ fn config(address: &str) -> VvmConfig {
 async fn failover(offset: Duration) -> i128 {
     let (killer, _time) = KillerThread::manual(RecordingKiller::new());
     let store = MemoryStore::new();
-    let mortal = Mortal {
+    let mortal = Mortal::default();
+    let holder_store = Hooked {
         store: store.clone(),
-        dead: Arc::new(AtomicBool::new(false)),
+        hooks: mortal.clone(),
     };
-    let holder = Vvm::provide(config("holder:1"), mortal.clone(), Services::new())
+    let holder = Vvm::provide(config("holder:1"), holder_store, Services::new())
         .expect("valid configuration")
         .with_killer(killer.clone())
         .launch()

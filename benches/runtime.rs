@@ -12,11 +12,11 @@
 
 use std::time::Duration;
 
-#[path = "../tests/support/no_feed.rs"]
-mod no_feed;
+#[path = "../tests/support/hooked.rs"]
+mod hooked;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use no_feed::NoFeed;
+use hooked::NoFeed;
 use vvm::{KillerThread, LeaseStore, RecordingKiller, Services, Vvm, VvmConfig};
 use vvm_adapters::MemoryStore;
 

@@ -5,19 +5,16 @@
 //! soon as the holder releases it.
 
 mod common;
-#[path = "support/no_feed.rs"]
-mod no_feed;
+#[path = "support/hooked.rs"]
+mod hooked;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::TestKiller;
-use no_feed::NoFeed;
-use vvm::{
-    Inserted, Lease, LeaseStore, LeaseValue, Revision, Services, Slot, SlotChange, StoreError, Vvm,
-    VvmConfig,
-};
+use hooked::{Hooked, Hooks, NoFeed};
+use vvm::{Inserted, LeaseStore, Services, Slot, StoreError, Vvm, VvmConfig};
 use vvm_adapters::{MemoryStore, SqliteStore};
 
 /// The shortest lease: renewals every 0.5 s.
@@ -30,85 +27,18 @@ const PERIODS: u32 = 5;
 const CALLS_PER_LEASE_MAX: u64 = 2;
 
 /// Counts every store call made through it (the change feed is no call and is not counted).
-#[derive(Clone)]
-struct Counting<S> {
-    inner: S,
-    calls: Arc<AtomicU64>,
-}
+#[derive(Clone, Default)]
+struct Counting(Arc<AtomicU64>);
 
-impl<S> Counting<S> {
-    fn new(inner: S) -> Self {
-        Counting {
-            inner,
-            calls: Arc::default(),
-        }
-    }
-
-    fn count(&self) {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-
+impl Counting {
     fn calls(&self) -> u64 {
-        self.calls.load(Ordering::SeqCst)
+        self.0.load(Ordering::SeqCst)
     }
 }
 
-impl<S: LeaseStore> LeaseStore for Counting<S> {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.count();
-        self.inner.insert_if_not_exists(key, value, ttl).await
-    }
-
-    // One call when the store answers both in one (memory, SQLite): counted once here.
-    async fn insert_or_time_left(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Inserted, StoreError> {
-        self.count();
-        self.inner.insert_or_time_left(key, value, ttl).await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.count();
-        self.inner
-            .compare_and_swap(key, expected, new_value, ttl)
-            .await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.count();
-        self.inner.compare_and_delete(key, expected).await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.count();
-        self.inner.get(key).await
-    }
-
-    async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
-        self.count();
-        self.inner.time_left(key).await
-    }
-
-    fn changed(&self, keys: &[Slot]) -> SlotChange {
-        self.inner.changed(keys)
-    }
-
-    fn has_change_feed(&self) -> bool {
-        self.inner.has_change_feed()
+impl Hooks for Counting {
+    async fn before(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -132,8 +62,12 @@ async fn calls_while_waiting<S: LeaseStore + Clone>(store: S) -> u64 {
         .launch()
         .await;
     assert!(holder.token().is_some(), "the holder leads");
-    let counting = Counting::new(store);
-    let candidate = Vvm::provide(config("candidate:2"), counting.clone(), Services::new())
+    let counting = Counting::default();
+    let store = Hooked {
+        store,
+        hooks: counting.clone(),
+    };
+    let candidate = Vvm::provide(config("candidate:2"), store, Services::new())
         .expect("valid configuration")
         .with_killer(killer.thread.clone())
         .launch();
@@ -184,64 +118,19 @@ async fn a_waiting_candidate_makes_at_most_two_sqlite_store_calls_per_lease() {
     assert_bounded("SQLite", calls);
 }
 
-/// The memory store, whose record under the slot is deleted right after the first insert it
-/// refuses — a release that lands between the refusal and the candidate's wait.
-#[derive(Clone)]
-struct ReleasedAfterRefusal {
-    inner: MemoryStore,
-    armed: Arc<std::sync::atomic::AtomicBool>,
+/// Deletes the record under the slot right after the first insert it sees refused — a release
+/// that lands between the refusal and the candidate's wait.
+struct ReleaseAfterRefusal {
+    store: MemoryStore,
+    armed: std::sync::atomic::AtomicBool,
 }
 
-impl LeaseStore for ReleasedAfterRefusal {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.inner.insert_if_not_exists(key, value, ttl).await
-    }
-
-    async fn insert_or_time_left(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Inserted, StoreError> {
-        let inserted = self.inner.insert_or_time_left(key, value, ttl).await;
+impl Hooks for ReleaseAfterRefusal {
+    fn after_insert(&self, key: Slot, inserted: &Result<Inserted, StoreError>) {
         if matches!(inserted, Ok(Inserted::Held { .. })) && self.armed.swap(false, Ordering::SeqCst)
         {
-            self.inner.delete(key);
+            self.store.delete(key);
         }
-        inserted
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.inner
-            .compare_and_swap(key, expected, new_value, ttl)
-            .await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.inner.compare_and_delete(key, expected).await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.inner.get(key).await
-    }
-
-    fn changed(&self, keys: &[Slot]) -> SlotChange {
-        self.inner.changed(keys)
-    }
-
-    fn has_change_feed(&self) -> bool {
-        self.inner.has_change_feed()
     }
 }
 
@@ -252,9 +141,12 @@ async fn a_release_between_the_refusal_and_the_wait_is_not_missed() {
     inner
         .set(Slot(1), &common::foreign("holder:1"), LEASE)
         .expect("a record");
-    let store = ReleasedAfterRefusal {
-        inner,
-        armed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    let store = Hooked {
+        store: inner.clone(),
+        hooks: ReleaseAfterRefusal {
+            store: inner,
+            armed: std::sync::atomic::AtomicBool::new(true),
+        },
     };
     let killer = TestKiller::new();
     let started = tokio::time::Instant::now();
