@@ -254,8 +254,12 @@ fn bad_paths_and_options_are_clear_errors() {
     let dir = ScratchDir::new("vvm-sqlite-bad");
     let missing_dir = dir.file("no-such-dir").join("leases.sqlite");
     let error = SqliteStore::open(&missing_dir).unwrap_err();
-    assert!(matches!(error, SqliteStoreError::Open { .. }), "{error}");
+    assert!(
+        matches!(error, SqliteStoreError::NoDirectory { .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("no-such-dir"), "{error}");
+    assert!(error.to_string().contains("does not exist"), "{error}");
 
     let too_long = SqliteStore::builder()
         .busy_wait(BUSY_WAIT_MAX + Duration::from_millis(1))

@@ -21,6 +21,45 @@ pub enum SqliteStoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The directory the store would live in does not exist (or is not a directory).
+    #[error("the directory {} does not exist: create it (e.g. `mkdir -m 700`) or choose another path", .dir.display())]
+    NoDirectory {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A file of the store (the database, a companion, a lock file or the directory) that
+    /// another user could have written or pointed elsewhere: refused before it was opened.
+    #[error("refusing {}: it {why}", .path.display())]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: super::Untrusted,
+    },
+    /// The file's status could not be read.
+    #[error("cannot inspect {}", .path.display())]
+    Inspect {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A new store could not be created.
+    #[error("cannot create {}", .path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file was removed or replaced while it was being opened.
+    #[error("{} was removed or replaced while it was being opened; try again", .path.display())]
+    Replaced {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is write-protected.
     #[error("{} is read-only", .path.display())]
     ReadOnly {

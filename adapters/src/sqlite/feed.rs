@@ -13,9 +13,14 @@
 //! Linux-only, while this check costs about 0.1 ms of CPU per interval (see
 //! [`FEED_POLL_INTERVAL`]).
 //!
-//! Besides, the feed watches each slot's lock file (`lock.rs`): a lock seen held that is free
-//! at a later look (every interval, one `flock` call per slot) means its holder released it or
-//! died, which writes nothing to the file; the waiter then tries its insert at once.
+//! Besides, the feed watches each slot's lock file (`lock.rs`): when the record of a slot names
+//! the very file the watch has open and its lock is free at a look (every interval, one `flock`
+//! call per such slot), no process that could act under the record is left — it died, which
+//! writes nothing to the file — and the waiter tries its insert at once. No earlier sighting of
+//! the lock held is needed, so a holder that dies right after its insert is not missed. Each
+//! record (slot and revision) wakes waiters this way once per store: an insert that was refused
+//! all the same (a record that cannot be read, say) falls back to the expiry instead of waking
+//! its waiter again and again.
 //!
 //! The checks run on the async worker thread: no check ever waits for a lock, and each is
 //! shorter than handing it to the blocking pool would be.
@@ -28,7 +33,8 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use vvm_core::Slot;
 
-use super::lock::{self, LockWatch};
+use super::file::Sharing;
+use super::lock::{self, FileId, LockWatch};
 
 /// How often a waiting candidate looks at `PRAGMA data_version`: the latency it adds to a
 /// hand-off is at most this. Each look costs about 0.1 ms of CPU (timer wake-up, the WAL index
@@ -39,10 +45,15 @@ pub const FEED_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Most slots whose lock one wait watches (one open descriptor and one `flock` per look each).
 pub const LOCK_WATCH_SLOTS_MAX: usize = 64;
 
+/// Most records remembered as having woken their waiters through a free lock.
+const WOKEN_MAX: usize = 1_024;
+
 /// The watching connection, opened at the first wait and shared by every waiter of one store.
 #[derive(Default)]
 pub(super) struct Feed {
     conn: Mutex<Option<Connection>>,
+    /// Records (slot, revision) whose free lock already woke the waiters, oldest first.
+    woken: Mutex<Vec<(u32, i64)>>,
 }
 
 /// What the feed compares: the version of the file and the values (holders) of the watched
@@ -51,6 +62,16 @@ pub(super) struct Feed {
 struct Seen {
     version: i64,
     holders: Vec<(u32, Vec<u8>)>,
+    /// The revision of each watched record and the lock file it names, if any.
+    named: Vec<Named>,
+}
+
+/// A record's revision and the lock file it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Named {
+    slot: u32,
+    revision: i64,
+    lock: Option<FileId>,
 }
 
 impl Feed {
@@ -64,7 +85,9 @@ impl Feed {
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if conn.is_none() {
             // The file exists (the store opened it); never create one here.
-            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW;
             // No busy wait (rusqlite's default is 5 s): the checks run on an async worker
             // thread, and a check that finds the file busy is simply repeated at the next look.
             let opened = Connection::open_with_flags(path, flags)
@@ -100,37 +123,81 @@ impl Feed {
                 .prepare_cached("PRAGMA data_version")?
                 .query_row([], |row| row.get(0))?;
             let mut holders = Vec::with_capacity(keys.len());
+            let mut named = Vec::with_capacity(keys.len());
             {
-                let mut rows =
-                    tx.prepare_cached("SELECT slot, value FROM vvm_leases ORDER BY slot")?;
+                let mut rows = tx.prepare_cached(
+                    "SELECT slot, value, revision, lock_dev, lock_ino FROM vvm_leases ORDER BY slot",
+                )?;
                 let read = |row: &rusqlite::Row<'_>| {
                     // Text or blob alike; anything else reads as empty (a corrupt row).
                     let value = match row.get_ref(1)? {
                         ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes.to_vec(),
                         _ => Vec::new(),
                     };
-                    Ok((row.get::<_, i64>(0)?, value))
+                    // A damaged column names nothing: such a record waits for its expiry.
+                    let integer = |index| match row.get_ref(index) {
+                        Ok(ValueRef::Integer(value)) => Some(value),
+                        _ => None,
+                    };
+                    let lock = FileId::from_columns(integer(3), integer(4));
+                    let revision = integer(2).unwrap_or(-1);
+                    Ok((row.get::<_, i64>(0)?, value, revision, lock))
                 };
                 for row in rows.query_map([], read)? {
-                    let (slot, value) = row?;
+                    let (slot, value, revision, lock) = row?;
                     if let Ok(slot) = u32::try_from(slot) {
                         if keys.binary_search(&slot).is_ok() {
                             holders.push((slot, value));
+                            named.push(Named {
+                                slot,
+                                revision,
+                                lock,
+                            });
                         }
                     }
                 }
             }
             tx.finish()?;
-            Ok(Seen { version, holders })
+            Ok(Seen {
+                version,
+                holders,
+                named,
+            })
         })
     }
 
-    /// Resolves once a row of `keys` is deleted or holds another value than now, or a slot's
-    /// lock seen held is free (its holder released it or is gone, see `lock.rs`).
+    /// Whether a watched record names the lock file its watch has open and that lock is free,
+    /// for the first time for this record: its holder is gone.
+    fn holder_gone(&self, named: &[Named], locks: &[(u32, LockWatch)]) -> bool {
+        for record in named {
+            let Some(id) = record.lock else { continue };
+            let Some((_, watch)) = locks.iter().find(|(slot, _)| *slot == record.slot) else {
+                continue;
+            };
+            if watch.id != id || !watch.free() {
+                continue;
+            }
+            let mut woken = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = (record.slot, record.revision);
+            if woken.contains(&key) {
+                continue;
+            }
+            if woken.len() >= WOKEN_MAX {
+                woken.remove(0);
+            }
+            woken.push(key);
+            return true;
+        }
+        false
+    }
+
+    /// Resolves once a row of `keys` is deleted or holds another value than now, or a record's
+    /// holder is known gone by its free lock (see `lock.rs`).
     pub(super) fn changed(
         self: Arc<Self>,
         path: Arc<Path>,
         keys: &[Slot],
+        sharing: Sharing,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut keys: Vec<u32> = keys.iter().map(|key| key.0).collect();
         keys.sort_unstable();
@@ -139,10 +206,12 @@ impl Feed {
         let start = self.seen(&path, &keys);
         // One descriptor per watched slot, at most [`LOCK_WATCH_SLOTS_MAX`]: the others' deaths
         // are learnt at their records' expiry.
-        let mut locks: Vec<LockWatch> = keys
+        let locks: Vec<(u32, LockWatch)> = keys
             .iter()
             .take(LOCK_WATCH_SLOTS_MAX)
-            .filter_map(|key| LockWatch::new(&lock::path(&path, Slot(*key))))
+            .filter_map(|key| {
+                LockWatch::new(&lock::path(&path, Slot(*key)), sharing).map(|watch| (*key, watch))
+            })
             .collect();
         async move {
             let mut start = start;
@@ -150,14 +219,14 @@ impl Feed {
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
-                // A holder's death changes nothing in the file: only its lock tells.
-                if locks.iter_mut().any(LockWatch::freed) {
-                    return;
-                }
                 let Some(seen) = start.as_ref() else {
                     start = self.seen(&path, &keys);
                     continue;
                 };
+                // A holder's death changes nothing in the file: only its lock tells.
+                if self.holder_gone(&seen.named, &locks) {
+                    return;
+                }
                 if self.version(&path) == Some(seen.version) {
                     continue;
                 }

@@ -29,6 +29,8 @@ use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::{Errno, FdFlags};
 use vvm_core::Slot;
 
+use super::file::{self, Sharing};
+
 /// Most slot locks one process holds (every slot of a few stores).
 pub const SLOT_LOCKS_MAX: usize = 4_096;
 
@@ -141,10 +143,55 @@ fn identity(stat: &rustix::fs::Stat) -> FileId {
     }
 }
 
-/// Takes the lock of the file at `path` without waiting (creating the file if needed): `None`
-/// when another open file holds it, when this process's registry is full, or on any error (the
-/// caller then simply names no file). Blocking: a few file system calls.
-pub(crate) fn try_lock(registry: &Registry, path: &Path) -> Option<SlotLock> {
+/// How often [`try_lock`] tries a lock that another open file holds: a watching candidate
+/// holds it for a few microseconds at a time (see [`LockWatch`]), which must not make a
+/// holder's insert name no file.
+const LOCK_TRIES: u32 = 8;
+
+/// The pause between two of those tries.
+const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(125);
+
+/// Opens the lock file at `path` (creating it with `sharing`'s mode if needed), never through a
+/// link, and checks that it is a file the store may trust (`file.rs`). `None` on any error.
+fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(OwnedFd, FileId)> {
+    // No symbolic link: the lock must be the file at the path itself.
+    let flags = flags | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(sharing.mode())) {
+        Ok(fd) => fd,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be opened");
+            return None;
+        }
+    };
+    let mut stat = match rustix::fs::fstat(&fd) {
+        Ok(stat) => stat,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be read");
+            return None;
+        }
+    };
+    let mode = Mode::from_raw_mode(sharing.mode());
+    if stat.st_uid == rustix::process::geteuid().as_raw() && stat.st_mode & 0o7777 != sharing.mode()
+    {
+        // Ours, made by an older version or narrowed by the umask: nobody outside the sharing
+        // may even open it (a reader could hold a shared lock on it forever).
+        if rustix::fs::fchmod(&fd, mode).is_ok() {
+            stat.st_mode = (stat.st_mode & !0o7777) | sharing.mode();
+        }
+    }
+    if let Err(why) = file::judge(&stat, sharing) {
+        // Another user's file: its lock proves nothing about our holders.
+        tracing::warn!(path = %path.display(), "slot lock file not used: it {why}");
+        return None;
+    }
+    Some((fd, identity(&stat)))
+}
+
+/// Takes the lock of the file at `path` (creating the file if needed), retrying for about a
+/// millisecond while another open file holds it: `None` when it stays held, when this process's
+/// registry is full, or on any error (the caller then simply names no file). Blocking: a few
+/// file system calls.
+pub(crate) fn try_lock(registry: &Registry, path: &Path, sharing: Sharing) -> Option<SlotLock> {
     if registry.full() {
         tracing::warn!(
             max = SLOT_LOCKS_MAX,
@@ -152,31 +199,21 @@ pub(crate) fn try_lock(registry: &Registry, path: &Path) -> Option<SlotLock> {
         );
         return None;
     }
-    // No symbolic link: the lock must be the file at the path itself.
-    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-    let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(0o600)) {
-        Ok(fd) => fd,
-        Err(error) => {
-            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be opened");
-            return None;
-        }
-    };
-    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
-        Err(Errno::WOULDBLOCK) => return None,
-        Err(error) => {
-            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock cannot be taken");
-            return None;
+    let (fd, id) = open_lock_file(path, OFlags::RDWR, sharing)?;
+    for attempt in 1..=LOCK_TRIES {
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Some(SlotLock { fd, id }),
+            Err(Errno::WOULDBLOCK) if attempt < LOCK_TRIES => {
+                std::thread::sleep(LOCK_RETRY_PAUSE);
+            }
+            Err(Errno::WOULDBLOCK) => return None,
+            Err(error) => {
+                tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock cannot be taken");
+                return None;
+            }
         }
     }
-    let id = match rustix::fs::fstat(&fd) {
-        Ok(stat) => identity(&stat),
-        Err(error) => {
-            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be read");
-            return None;
-        }
-    };
-    Some(SlotLock { fd, id })
+    None
 }
 
 /// Whether the file linked at `path` now is the file `id` (not removed, not replaced).
@@ -206,48 +243,38 @@ pub fn let_children_inherit_slot_locks() -> std::io::Result<usize> {
     result
 }
 
-/// Watches a slot's lock file for a waiting candidate: tells when a lock seen held became free
-/// (its holder released, or died with everything that inherited it), so that the candidate tries
-/// its insert — which alone judges — at once instead of at the record's expiry.
+/// Watches a slot's lock file for a waiting candidate: tells whether the lock is free, so
+/// that a candidate waiting on a live record that names this very file (see `feed.rs`) tries its
+/// insert — which alone judges — at once instead of at the record's expiry. No earlier sighting
+/// of the lock held is needed: a holder that dies right after its insert, before any look, is
+/// still seen as gone.
 ///
-/// Looking means taking the lock without waiting and dropping it at once: for that instant, an
-/// insert of another process cannot take it and names no file (its own successor then waits for
-/// the expiry). Never the other way round: a held lock is never taken from its holder.
+/// Looking means taking the lock without waiting and dropping it at once: for that instant, a
+/// holder's [`try_lock`] finds it held and tries again shortly. A held lock is never taken from
+/// its holder.
 #[derive(Debug)]
 pub(crate) struct LockWatch {
     fd: OwnedFd,
-    seen_held: bool,
+    /// The file the descriptor is open on: a record must name it for its lock to tell anything.
+    pub(crate) id: FileId,
 }
 
 impl LockWatch {
-    /// Opens the lock file at `path` (creating it if needed) and looks once; `None` on errors.
-    pub(crate) fn new(path: &Path) -> Option<Self> {
-        let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(0o600))
-            .map_err(|error| {
-                tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be watched");
-            })
-            .ok()?;
-        let mut watch = LockWatch {
-            fd,
-            seen_held: false,
-        };
-        watch.freed();
-        Some(watch)
+    /// Opens the lock file at `path` (creating it if needed); `None` on errors.
+    pub(crate) fn new(path: &Path, sharing: Sharing) -> Option<Self> {
+        let (fd, id) = open_lock_file(path, OFlags::RDONLY, sharing)?;
+        Some(LockWatch { fd, id })
     }
 
-    /// Whether the lock, seen held before, is free now.
-    pub(crate) fn freed(&mut self) -> bool {
+    /// Whether no open file holds the lock now.
+    pub(crate) fn free(&self) -> bool {
         match rustix::fs::flock(&self.fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {
                 // Let go at once: a watcher never holds the slot's lock.
                 let _ = rustix::fs::flock(&self.fd, FlockOperation::Unlock);
-                self.seen_held
+                true
             }
-            Err(_) => {
-                self.seen_held = true;
-                false
-            }
+            Err(_) => false,
         }
     }
 }

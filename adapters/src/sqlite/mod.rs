@@ -78,6 +78,7 @@ mod busy;
 mod clock;
 mod error;
 mod feed;
+mod file;
 mod lock;
 mod probe;
 mod record;
@@ -98,12 +99,12 @@ pub use clock::{
 };
 pub use error::SqliteStoreError;
 pub use feed::{FEED_POLL_INTERVAL, LOCK_WATCH_SLOTS_MAX};
+pub use file::{Sharing, Untrusted};
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
 pub use probe::write_locked;
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 
 use busy::{is_busy, Backoff};
-use lock::FileId;
 use record::{Judged, Now, Stored, TxError};
 
 /// How long an operation waits for the write lock by default: well below the store-call
@@ -120,6 +121,7 @@ pub struct SqliteStoreBuilder {
     busy_wait: Duration,
     clock: Option<Arc<dyn StoreClock>>,
     machine_id: Option<String>,
+    sharing: Sharing,
 }
 
 impl std::fmt::Debug for SqliteStoreBuilder {
@@ -131,6 +133,7 @@ impl std::fmt::Debug for SqliteStoreBuilder {
                 &self.clock.as_ref().map(|clock| clock.boot_id().to_owned()),
             )
             .field("machine_id", &self.machine_id)
+            .field("sharing", &self.sharing)
             .finish()
     }
 }
@@ -158,6 +161,13 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Who besides this user may use the store's files; default [`Sharing::Private`] (files
+    /// `0600`, a file another user owns or can write is refused). See [`Sharing::Group`].
+    pub fn sharing(mut self, sharing: Sharing) -> Self {
+        self.sharing = sharing;
+        self
+    }
+
     /// Opens (or creates) the store at `path`. Blocks for the few file operations of opening,
     /// and up to the busy wait per step while other processes hold the lock.
     pub fn open(self, path: impl AsRef<Path>) -> Result<SqliteStore, SqliteStoreError> {
@@ -176,12 +186,19 @@ impl SqliteStoreBuilder {
             None => host_machine_id()?,
         };
         let path = path.as_ref();
-        let conn = schema::open(path, clock.as_ref(), &machine_id, self.busy_wait)?;
+        let conn = schema::open(
+            path,
+            clock.as_ref(),
+            &machine_id,
+            self.busy_wait,
+            self.sharing,
+        )?;
         Ok(SqliteStore {
             conn: Arc::new(tokio::sync::Mutex::new(conn)),
             shared: Arc::new(Shared {
                 clock,
                 busy_wait: self.busy_wait,
+                sharing: self.sharing,
                 path: path.to_owned(),
                 feed: Arc::default(),
             }),
@@ -192,6 +209,7 @@ impl SqliteStoreBuilder {
 struct Shared {
     clock: Arc<dyn StoreClock>,
     busy_wait: Duration,
+    sharing: Sharing,
     path: PathBuf,
     /// The change feed's own connection; see [`feed`].
     feed: Arc<feed::Feed>,
@@ -219,6 +237,7 @@ impl SqliteStore {
             busy_wait: BUSY_WAIT_DEFAULT,
             clock: None,
             machine_id: None,
+            sharing: Sharing::Private,
         }
     }
 
@@ -294,6 +313,10 @@ enum Taken {
 
 /// The insert of [`LeaseStore::insert_or_time_left`], with the slot's lock (see `lock.rs`):
 /// blocking, on the blocking pool.
+///
+/// The lock is taken inside the write transaction: only the one writer competes for it there,
+/// so two processes inserting at once can never make each other's record name no lock file
+/// (which would leave a dead winner to the expiry).
 fn insert(
     conn: &mut Connection,
     shared: &Shared,
@@ -305,37 +328,37 @@ fn insert(
     // Kept across the transaction: a release of ours cannot let go of the lock meanwhile.
     let mut registry = lock::registry();
     let held = registry.held(&lock_path);
-    let fresh = match held {
-        Some(_) => None,
-        None => lock::try_lock(&registry, &lock_path),
-    };
-    let ours = held.or(fresh.as_ref().map(|lock| lock.id));
-    let fresh_id = fresh.as_ref().map(|lock| lock.id);
-    let result =
-        transact(
-            conn,
-            shared,
-            TransactionBehavior::Immediate,
-            |tx, now| match record::load(tx, key, now)? {
-                Judged::Absent => {
-                    let revision = record::write(tx, key, &bytes, ttl, now, ours)?;
-                    Ok(Step::wrote(Taken::Written(revision)))
+    let mut fresh: Option<lock::SlotLock> = None;
+    let result = transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+        let judged = record::load(tx, key, now)?;
+        let worth_locking = match &judged {
+            Judged::Absent => true,
+            Judged::Live(stored, _) => may_be_dead(tx, key, stored, &bytes, &lock_path)?,
+        };
+        if held.is_none() && fresh.is_none() && worth_locking {
+            fresh = lock::try_lock(&registry, &lock_path, shared.sharing);
+        }
+        let fresh_id = fresh.as_ref().map(|lock| lock.id);
+        match judged {
+            Judged::Absent => {
+                let revision = record::write(tx, key, &bytes, ttl, now, held.or(fresh_id))?;
+                Ok(Step::wrote(Taken::Written(revision)))
+            }
+            Judged::Live(_, left) => match fresh_id {
+                // The lock the record names was free: nobody is left to act under it.
+                Some(id) if worth_locking && record::lock_of(tx, key)? == Some(id) => {
+                    let revision = record::write(tx, key, &bytes, ttl, now, Some(id))?;
+                    Ok(Step::wrote(Taken::FromDead(revision)))
                 }
-                Judged::Live(stored, left) => {
-                    if let Some(id) = fresh_id {
-                        if holder_dead(tx, key, &stored, &bytes, id, &lock_path)? {
-                            let revision = record::write(tx, key, &bytes, ttl, now, Some(id))?;
-                            return Ok(Step::wrote(Taken::FromDead(revision)));
-                        }
-                    }
-                    Ok(Step::read(Taken::Held(left)))
-                }
+                _ => Ok(Step::read(Taken::Held(left))),
             },
-        );
+        }
+    });
+    let ours = held.is_some() || fresh.is_some();
     match &result {
         // Written, or perhaps written: the record names our lock, which stays until its release.
         Ok(Taken::Written(_) | Taken::FromDead(_)) | Err(StoreError::Unknown { .. }) => {
-            if ours.is_some() {
+            if ours {
                 registry.keep(&lock_path, fresh);
             }
         }
@@ -357,25 +380,24 @@ fn insert(
     })
 }
 
-/// Whether the live record `stored` under `key` belongs to a holder that can no longer act: it
-/// is another holder's readable record, it names the lock file `id` — whose lock we just
-/// obtained, so no process holds it any more — and that file is still the one at `lock_path`.
-fn holder_dead(
+/// Whether the live record `stored` under `key` may belong to a holder that can no longer act,
+/// which its lock then tells: another holder's readable record that names a lock file, the one
+/// still linked at `lock_path`.
+fn may_be_dead(
     tx: &Transaction<'_>,
     key: Slot,
     stored: &Stored,
     bytes: &[u8],
-    id: FileId,
     lock_path: &Path,
 ) -> Result<bool, TxError> {
     if stored.is_value(bytes) || stored.lease(key).is_err() {
         // Ours (resolved by the caller's read-back), or unreadable (never overwritten alive).
         return Ok(false);
     }
-    if record::lock_of(tx, key)? != Some(id) {
-        return Ok(false);
-    }
-    Ok(lock::linked(lock_path, id))
+    Ok(match record::lock_of(tx, key)? {
+        Some(id) => lock::linked(lock_path, id),
+        None => false,
+    })
 }
 
 /// What a transaction body did: its result, and whether it wrote, which decides what a
@@ -551,7 +573,7 @@ impl LeaseStore for SqliteStore {
     /// An expiry that nobody wrote is not seen; the waiter's own timer covers it.
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         let path: Arc<Path> = Arc::from(self.shared.path.as_path());
-        Box::pin(Arc::clone(&self.shared.feed).changed(path, keys))
+        Box::pin(Arc::clone(&self.shared.feed).changed(path, keys, self.shared.sharing))
     }
 
     fn has_change_feed(&self) -> bool {

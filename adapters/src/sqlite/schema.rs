@@ -22,6 +22,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use super::busy::{is_busy, Backoff};
 use super::clock::StoreClock;
+use super::file::{self, Sharing};
 use super::SqliteStoreError;
 
 /// `PRAGMA application_id` of our files: "vvm1" in ASCII.
@@ -114,12 +115,61 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
     }
 }
 
+/// The three reads that identify a file, from one snapshot: read one by one, a file another
+/// process is creating meanwhile could show its new `user_version` beside its old
+/// `application_id` and pass for another program's.
 fn read_identity(conn: &Connection) -> rusqlite::Result<Identity> {
+    if !conn.is_autocommit() {
+        // Already inside the caller's transaction: one snapshot as it is.
+        return read_identity_in(conn);
+    }
+    let tx = conn.unchecked_transaction()?;
+    let identity = read_identity_in(&tx)?;
+    tx.finish()?;
+    Ok(identity)
+}
+
+fn read_identity_in(conn: &Connection) -> rusqlite::Result<Identity> {
     let application_id: i32 = conn.query_row("PRAGMA application_id", [], |row| row.get(0))?;
     let user_version: i32 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     let objects: i64 =
         conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?;
     Ok(classify(application_id, user_version, objects))
+}
+
+/// Builds a complete, empty store in the new file at `path`, which no other process knows yet:
+/// WAL mode, the tables and the ids. Machine and boot are recorded by the first open, as for an
+/// empty file.
+fn build(path: &Path) -> Result<(), SqliteStoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let mut conn =
+        Connection::open_with_flags(path, flags).map_err(|source| SqliteStoreError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(sqlite("switching to WAL"))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteStoreError::JournalMode { found: mode });
+    }
+    let tx = conn.transaction().map_err(sqlite("creating the schema"))?;
+    tx.execute_batch(SCHEMA_V3)
+        .map_err(sqlite("creating the schema"))?;
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .map_err(sqlite("creating the schema"))?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(sqlite("creating the schema"))?;
+    tx.commit().map_err(sqlite("creating the schema"))?;
+    // Closing the only connection checkpoints the log into the file and removes it: the file
+    // linked into place is complete on its own.
+    conn.close()
+        .map_err(|(_, source)| SqliteStoreError::Sqlite {
+            what: "closing the new store",
+            source,
+        })
 }
 
 fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
@@ -205,16 +255,21 @@ pub(crate) fn open(
     clock: &dyn StoreClock,
     machine_id: &str,
     busy_wait: Duration,
+    sharing: Sharing,
 ) -> Result<Connection, SqliteStoreError> {
-    // No URI interpretation: the path is a path.
+    // A missing store is created complete in one step; an existing one is checked (see
+    // `file.rs`) before SQLite opens it.
+    let (new_file, before) = file::ensure(path, sharing, build)?;
+    // No URI interpretation, no creation (it exists), no symbolic link followed.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let conn =
         Connection::open_with_flags(path, flags).map_err(|source| SqliteStoreError::Open {
             path: path.to_owned(),
             source,
         })?;
+    file::check_unchanged(path, &before, sharing)?;
     // rusqlite installs a 5 s busy handler by default: SQLite's own back-off, which starves a
     // waiter while another process commits in a loop. Ours polls briefly instead.
     conn.busy_timeout(Duration::ZERO)
@@ -284,7 +339,7 @@ pub(crate) fn open(
         tx.commit().map_err(sqlite("creating the schema"))?;
         Ok(identity)
     })?;
-    let created = created == Identity::Empty;
+    let created = new_file || created == Identity::Empty;
 
     // The first open of a boot jumps the counter and syncs that jump (see REVISION_BOOT_GAP).
     conn.pragma_update(None, "synchronous", "FULL")
@@ -342,6 +397,8 @@ pub(crate) fn open(
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(sqlite("setting synchronous"))?;
 
+    // The companions SQLite created meanwhile are this user's too (a planted one is refused).
+    file::check_unchanged(path, &before, sharing)?;
     tracing::debug!(path = %path.display(), created, new_boot = jumped, "SQLite lease store opened");
     Ok(conn)
 }
