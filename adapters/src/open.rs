@@ -149,6 +149,23 @@ pub async fn open(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError>
     open_url(&StoreUrl::parse(url)?, lease).await
 }
 
+/// [`open`] for reading only: a `sqlite:` store is opened with
+/// [`SqliteStoreBuilder::read_only`](crate::sqlite::SqliteStoreBuilder::read_only) (nothing is
+/// created or written, and it must exist); the other stores as [`open`] does, since opening them
+/// writes nothing.
+pub async fn open_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
+    let url = StoreUrl::parse(url)?;
+    match &url {
+        #[cfg(feature = "sqlite")]
+        StoreUrl::Sqlite(sqlite) => crate::SqliteStore::builder()
+            .read_only()
+            .open(&sqlite.path)
+            .map(AnyStore::Sqlite)
+            .map_err(OpenError::Sqlite),
+        _ => open_url(&url, lease).await,
+    }
+}
+
 /// [`open`] for a parsed URL.
 pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
     let _ = lease;
@@ -160,6 +177,9 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
             let mut builder = crate::SqliteStore::builder();
             if let Some(wait) = sqlite.busy_wait {
                 builder = builder.busy_wait(wait);
+            }
+            if sqlite.shared_group {
+                builder = builder.sharing(crate::sqlite::Sharing::Group);
             }
             builder
                 .open(&sqlite.path)

@@ -4,7 +4,7 @@
 //! | URL | store |
 //! |---|---|
 //! | `memory:` | the in-process memory store |
-//! | `sqlite:PATH[?busy-wait-ms=N]` | the SQLite file at `PATH` (taken literally up to a `?`) |
+//! | `sqlite:PATH[?busy-wait-ms=N][&shared-group=true]` | the SQLite file at `PATH` (taken literally up to a `?`); `shared-group=true` lets the files' group use it too |
 //! | `etcd://HOST:PORT[,HOST:PORT…][/][?PARAMETERS]` | the etcd cluster with these members (`[v6]:PORT` for IPv6) |
 //! | `etcd:HOST:PORT[,HOST:PORT…][?PARAMETERS]` | the same, in the short form (`http://` or `https://` may precede each endpoint) |
 //! | `fdb:` or `fdb:CLUSTER-FILE` | FoundationDB, with the default cluster file or the one given |
@@ -83,6 +83,9 @@ pub struct SqliteUrl {
     pub path: PathBuf,
     /// `busy-wait-ms=`: how long one operation waits for the write lock.
     pub busy_wait: Option<Duration>,
+    /// `shared-group=true`: the members of the files' group may use the store too (files
+    /// `0660`); by default only this user may (`0600`).
+    pub shared_group: bool,
 }
 
 /// The etcd members and how to reach them. `Debug` hides the credentials and the key file.
@@ -257,8 +260,13 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Memory => write!(f, "memory:"),
             StoreUrl::Sqlite(sqlite) => {
                 write!(f, "sqlite:{}", sqlite.path.display())?;
+                let mut separator = '?';
                 if let Some(wait) = sqlite.busy_wait {
-                    write!(f, "?busy-wait-ms={}", wait.as_millis())?;
+                    write!(f, "{separator}busy-wait-ms={}", wait.as_millis())?;
+                    separator = '&';
+                }
+                if sqlite.shared_group {
+                    write!(f, "{separator}shared-group=true")?;
                 }
                 Ok(())
             }
@@ -342,16 +350,32 @@ fn parse_sqlite(rest: &str) -> Result<SqliteUrl, UrlError> {
     let mut sqlite = SqliteUrl {
         path: PathBuf::from(path),
         busy_wait: None,
+        shared_group: false,
     };
+    let mut shared_group = None;
     for (name, value) in query.map(parameters).into_iter().flatten() {
         match name.as_ref() {
             "busy-wait-ms" => {
                 let wait = milliseconds("busy-wait-ms", &value, 0, BUSY_WAIT_MAX_MS)?;
                 set_once(&mut sqlite.busy_wait, "busy-wait-ms", wait)?;
             }
+            "shared-group" => {
+                let shared = match value.as_ref() {
+                    "true" | "1" | "yes" | "on" => true,
+                    "false" | "0" | "no" | "off" => false,
+                    _ => {
+                        return Err(UrlError::BadParameter {
+                            name: "shared-group",
+                            reason: "must be true or false",
+                        })
+                    }
+                };
+                set_once(&mut shared_group, "shared-group", shared)?;
+            }
             other => return Err(unknown("sqlite", other)),
         }
     }
+    sqlite.shared_group = shared_group.unwrap_or(false);
     Ok(sqlite)
 }
 
@@ -569,6 +593,7 @@ mod tests {
         StoreUrl::Sqlite(SqliteUrl {
             path: path.into(),
             busy_wait,
+            shared_group: false,
         })
     }
 

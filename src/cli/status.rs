@@ -2,8 +2,9 @@
 //! line per change of holder (pushed by the store's change feed, see [`vvm::observe`]); with
 //! `--json`, machine-readable lines.
 //!
-//! Status only reads: it never creates a store. A `sqlite:` path that does not exist is an
-//! error, not a new empty store that would then report every slot free.
+//! Status only reads: it never creates or writes anything — no store, no schema, no companion
+//! or lock file (a `sqlite:` store is opened read-only). A `sqlite:` path that does not exist is
+//! an error, not a new empty store that would then report every slot free.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use vvm::observe::{observe, Holder, HolderChange, ObserveOptions};
 use vvm::Slot;
 use vvm_adapters::url::StoreUrl;
 
-use super::store::open_store;
+use super::store::open_store_read_only;
 use super::{fail, usage_error, StatusArgs};
 
 /// Longest a read of one slot may take.
@@ -39,7 +40,7 @@ pub async fn status(args: StatusArgs) -> ExitCode {
             args.slots
         ));
     }
-    let store = match open_store(&args.store, &vvm::LeaseConfig::default()).await {
+    let store = match open_store_read_only(&args.store, &vvm::LeaseConfig::default()).await {
         Ok(store) => Arc::new(store),
         Err(e) => return e.exit(),
     };

@@ -38,6 +38,19 @@ pub async fn open_store(url: &str, lease: &LeaseConfig) -> Result<AnyStore, Open
         .map_err(OpenFailure)
 }
 
+/// Opens the store named by `url` for reading only (see [`vvm_adapters::open::open_read_only`]).
+pub async fn open_store_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenFailure> {
+    #[cfg(feature = "foundationdb")]
+    if let Ok(parsed @ vvm_adapters::url::StoreUrl::Fdb(_)) =
+        vvm_adapters::url::StoreUrl::parse(url)
+    {
+        return fdb::open(&parsed).map_err(OpenFailure);
+    }
+    vvm_adapters::open::open_read_only(url, lease)
+        .await
+        .map_err(OpenFailure)
+}
+
 /// FoundationDB: its client needs a network thread, started once per process.
 #[cfg(feature = "foundationdb")]
 mod fdb {

@@ -60,6 +60,29 @@ pub enum SqliteStoreError {
         /// The file.
         path: PathBuf,
     },
+    /// A store opened read-only does not exist.
+    #[error("no store at {}: nothing to read (a store is created by its first read-write open, e.g. `vvm run`)", .path.display())]
+    NoStore {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A store opened read-only is an empty file: nobody created the store in it yet.
+    #[error("{} is empty: no store was created in it yet", .path.display())]
+    NotCreated {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A store opened read-only has an older schema, which only a read-write open migrates.
+    #[error("the lease store has schema version {found}; open it once read-write (e.g. `vvm run`) to migrate it to {supported}")]
+    OlderSchema {
+        /// The file's version.
+        found: i32,
+        /// The version of this build.
+        supported: i32,
+    },
+    /// A write to a store opened read-only.
+    #[error("the store was opened read-only")]
+    OpenedReadOnly,
     /// The file is write-protected.
     #[error("{} is read-only", .path.display())]
     ReadOnly {

@@ -49,9 +49,11 @@ pub const LOCK_WATCH_SLOTS_MAX: usize = 64;
 const WOKEN_MAX: usize = 1_024;
 
 /// The watching connection, opened at the first wait and shared by every waiter of one store.
-#[derive(Default)]
 pub(super) struct Feed {
     conn: Mutex<Option<Connection>>,
+    /// A store opened read-only keeps no connection: each read opens one that writes nothing,
+    /// and the version is a fingerprint of the files (see `reader.rs`).
+    read_only: bool,
     /// Records (slot, revision) whose free lock already woke the waiters, oldest first.
     woken: Mutex<Vec<(u32, i64)>>,
 }
@@ -75,6 +77,15 @@ struct Named {
 }
 
 impl Feed {
+    /// A feed that has not opened its connection yet.
+    pub(super) fn new(read_only: bool) -> Self {
+        Feed {
+            conn: Mutex::new(None),
+            read_only,
+            woken: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Runs `read` on the watching connection, opening it first if needed. An error is logged
     /// and reported as `None`: the waiter then simply keeps waiting (its own timer still runs).
     fn with<T>(
@@ -82,6 +93,14 @@ impl Feed {
         path: &Path,
         read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Option<T> {
+        if self.read_only {
+            let conn = super::reader::connect(path)
+                .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: cannot open a reading connection"))
+                .ok()?;
+            return read(&conn)
+                .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: check failed"))
+                .ok();
+        }
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if conn.is_none() {
             // The file exists (the store opened it); never create one here.
@@ -107,6 +126,9 @@ impl Feed {
     }
 
     fn version(&self, path: &Path) -> Option<i64> {
+        if self.read_only {
+            return Some(super::reader::fingerprint(path));
+        }
         // Cached: preparing the statement costs more than running it.
         self.with(path, |conn| {
             conn.prepare_cached("PRAGMA data_version")?
@@ -119,9 +141,13 @@ impl Feed {
     fn seen(&self, path: &Path, keys: &[u32]) -> Option<Seen> {
         self.with(path, |conn| {
             let tx = conn.unchecked_transaction()?;
-            let version = tx
-                .prepare_cached("PRAGMA data_version")?
-                .query_row([], |row| row.get(0))?;
+            let version = match self.read_only {
+                // Read before the rows: a commit in between shows as a change next time.
+                true => super::reader::fingerprint(path),
+                false => tx
+                    .prepare_cached("PRAGMA data_version")?
+                    .query_row([], |row| row.get(0))?,
+            };
             let mut holders = Vec::with_capacity(keys.len());
             let mut named = Vec::with_capacity(keys.len());
             {
@@ -210,7 +236,8 @@ impl Feed {
             .iter()
             .take(LOCK_WATCH_SLOTS_MAX)
             .filter_map(|key| {
-                LockWatch::new(&lock::path(&path, Slot(*key)), sharing).map(|watch| (*key, watch))
+                LockWatch::new(&lock::path(&path, Slot(*key)), sharing, !self.read_only)
+                    .map(|watch| (*key, watch))
             })
             .collect();
         async move {

@@ -155,7 +155,8 @@ const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(1
 /// link, and checks that it is a file the store may trust (`file.rs`). `None` on any error.
 fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(OwnedFd, FileId)> {
     // No symbolic link: the lock must be the file at the path itself.
-    let flags = flags | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let creating = flags.contains(OFlags::CREATE);
+    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
     let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(sharing.mode())) {
         Ok(fd) => fd,
         Err(error) => {
@@ -171,7 +172,9 @@ fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(Owned
         }
     };
     let mode = Mode::from_raw_mode(sharing.mode());
-    if stat.st_uid == rustix::process::geteuid().as_raw() && stat.st_mode & 0o7777 != sharing.mode()
+    if creating
+        && stat.st_uid == rustix::process::geteuid().as_raw()
+        && stat.st_mode & 0o7777 != sharing.mode()
     {
         // Ours, made by an older version or narrowed by the umask: nobody outside the sharing
         // may even open it (a reader could hold a shared lock on it forever).
@@ -181,7 +184,12 @@ fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(Owned
     }
     if let Err(why) = file::judge(&stat, sharing) {
         // Another user's file: its lock proves nothing about our holders.
-        tracing::warn!(path = %path.display(), "slot lock file not used: it {why}");
+        match creating {
+            true => tracing::warn!(path = %path.display(), "slot lock file not used: it {why}"),
+            false => {
+                tracing::debug!(path = %path.display(), "slot lock file not watched: it {why}")
+            }
+        }
         return None;
     }
     Some((fd, identity(&stat)))
@@ -199,7 +207,7 @@ pub(crate) fn try_lock(registry: &Registry, path: &Path, sharing: Sharing) -> Op
         );
         return None;
     }
-    let (fd, id) = open_lock_file(path, OFlags::RDWR, sharing)?;
+    let (fd, id) = open_lock_file(path, OFlags::RDWR | OFlags::CREATE, sharing)?;
     for attempt in 1..=LOCK_TRIES {
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => return Some(SlotLock { fd, id }),
@@ -261,8 +269,13 @@ pub(crate) struct LockWatch {
 
 impl LockWatch {
     /// Opens the lock file at `path` (creating it if needed); `None` on errors.
-    pub(crate) fn new(path: &Path, sharing: Sharing) -> Option<Self> {
-        let (fd, id) = open_lock_file(path, OFlags::RDONLY, sharing)?;
+    /// `create`: whether a missing lock file may be created (never by a read-only store).
+    pub(crate) fn new(path: &Path, sharing: Sharing, create: bool) -> Option<Self> {
+        let flags = match create {
+            true => OFlags::RDONLY | OFlags::CREATE,
+            false => OFlags::RDONLY,
+        };
+        let (fd, id) = open_lock_file(path, flags, sharing)?;
         Some(LockWatch { fd, id })
     }
 

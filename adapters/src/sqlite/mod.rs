@@ -81,6 +81,7 @@ mod feed;
 mod file;
 mod lock;
 mod probe;
+mod reader;
 mod record;
 mod schema;
 
@@ -122,6 +123,7 @@ pub struct SqliteStoreBuilder {
     clock: Option<Arc<dyn StoreClock>>,
     machine_id: Option<String>,
     sharing: Sharing,
+    read_only: bool,
 }
 
 impl std::fmt::Debug for SqliteStoreBuilder {
@@ -134,6 +136,7 @@ impl std::fmt::Debug for SqliteStoreBuilder {
             )
             .field("machine_id", &self.machine_id)
             .field("sharing", &self.sharing)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -168,6 +171,15 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Opens the store for reading only: nothing is ever created or written — no schema, no
+    /// machine or boot record, no `-wal`, `-shm` or lock file (see `reader.rs`) — and every write
+    /// fails with [`SqliteStoreError::OpenedReadOnly`] inside [`StoreError::Failed`]. The file must
+    /// hold a store of this version and machine; it may belong to another user.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
     /// Opens (or creates) the store at `path`. Blocks for the few file operations of opening,
     /// and up to the busy wait per step while other processes hold the lock.
     pub fn open(self, path: impl AsRef<Path>) -> Result<SqliteStore, SqliteStoreError> {
@@ -186,21 +198,27 @@ impl SqliteStoreBuilder {
             None => host_machine_id()?,
         };
         let path = path.as_ref();
-        let conn = schema::open(
-            path,
-            clock.as_ref(),
-            &machine_id,
-            self.busy_wait,
-            self.sharing,
-        )?;
+        let conn = if self.read_only {
+            reader::check(path, &machine_id)?;
+            None
+        } else {
+            let conn = schema::open(
+                path,
+                clock.as_ref(),
+                &machine_id,
+                self.busy_wait,
+                self.sharing,
+            )?;
+            Some(Arc::new(tokio::sync::Mutex::new(conn)))
+        };
         Ok(SqliteStore {
-            conn: Arc::new(tokio::sync::Mutex::new(conn)),
+            conn,
             shared: Arc::new(Shared {
                 clock,
                 busy_wait: self.busy_wait,
                 sharing: self.sharing,
                 path: path.to_owned(),
-                feed: Arc::default(),
+                feed: Arc::new(feed::Feed::new(self.read_only)),
             }),
         })
     }
@@ -218,7 +236,8 @@ struct Shared {
 /// A [`LeaseStore`] in an SQLite file. Cloning shares the connection.
 #[derive(Clone)]
 pub struct SqliteStore {
-    conn: Arc<tokio::sync::Mutex<Connection>>,
+    /// `None` when opened read-only: each call opens its own reading connection.
+    conn: Option<Arc<tokio::sync::Mutex<Connection>>>,
     shared: Arc<Shared>,
 }
 
@@ -238,6 +257,7 @@ impl SqliteStore {
             clock: None,
             machine_id: None,
             sharing: Sharing::Private,
+            read_only: false,
         }
     }
 
@@ -249,6 +269,19 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// Whether the store was opened read-only ([`SqliteStoreBuilder::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.conn.is_none()
+    }
+
+    /// Fails a write to a store opened read-only, before anything is tried.
+    fn writable(&self) -> Result<(), StoreError> {
+        match self.conn {
+            Some(_) => Ok(()),
+            None => Err(StoreError::failed(SqliteStoreError::OpenedReadOnly)),
+        }
     }
 
     /// Runs `body` in one transaction on the blocking pool.
@@ -266,9 +299,17 @@ impl SqliteStore {
         &self,
         work: impl FnOnce(&mut Connection, &Shared) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let mut conn = Arc::clone(&self.conn).lock_owned().await;
         let shared = Arc::clone(&self.shared);
-        let task = tokio::task::spawn_blocking(move || work(&mut conn, &shared));
+        let task = match &self.conn {
+            Some(conn) => {
+                let mut conn = Arc::clone(conn).lock_owned().await;
+                tokio::task::spawn_blocking(move || work(&mut conn, &shared))
+            }
+            None => tokio::task::spawn_blocking(move || {
+                let mut conn = reader::connect(&shared.path).map_err(StoreError::failed)?;
+                work(&mut conn, &shared)
+            }),
+        };
         match task.await {
             Ok(result) => result,
             // Never started (the runtime is shutting down): nothing was written.
@@ -513,6 +554,7 @@ impl LeaseStore for SqliteStore {
         value: &LeaseValue,
         ttl: Duration,
     ) -> Result<Inserted, StoreError> {
+        self.writable()?;
         let bytes = value.encode().into_bytes();
         self.blocking(move |conn, shared| insert(conn, shared, key, bytes, ttl))
             .await
@@ -525,6 +567,7 @@ impl LeaseStore for SqliteStore {
         new_value: &LeaseValue,
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
+        self.writable()?;
         let bytes = new_value.encode().into_bytes();
         self.swap(key, Stored::expected(expected), bytes, ttl).await
     }
@@ -532,6 +575,7 @@ impl LeaseStore for SqliteStore {
     /// Deleting our record lets go of the slot's lock it names (once no other record of this
     /// process names it): the release is done, nothing acts under the record any more.
     async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.writable()?;
         let expected = Stored::expected(expected);
         self.blocking(move |conn, shared| {
             let lock_path = lock::path(&shared.path, key);

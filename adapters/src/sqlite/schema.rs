@@ -222,6 +222,36 @@ fn refuse_other_machine(
     })
 }
 
+/// Checks, reading only, that the store `conn` reads is ours, of this version, and this
+/// machine's (see `reader.rs`).
+pub(crate) fn check_readable(
+    path: &Path,
+    conn: &Connection,
+    machine_id: &str,
+) -> Result<(), SqliteStoreError> {
+    let identity = read_identity(conn).map_err(sqlite("reading the file header"))?;
+    refuse(identity)?;
+    match identity {
+        Identity::Ours => {}
+        Identity::Empty => {
+            return Err(SqliteStoreError::NotCreated {
+                path: path.to_owned(),
+            })
+        }
+        Identity::Version1 | Identity::Version2 => {
+            return Err(SqliteStoreError::OlderSchema {
+                found: match identity {
+                    Identity::Version1 => SCHEMA_VERSION_1,
+                    _ => SCHEMA_VERSION_2,
+                },
+                supported: SCHEMA_VERSION,
+            })
+        }
+        Identity::Newer(_) | Identity::Foreign { .. } => {}
+    }
+    refuse_other_machine(path, read_machine_id(conn)?, machine_id)
+}
+
 /// Runs `step` until it stops failing with `SQLITE_BUSY` or the wait is spent.
 fn retry_busy<T>(
     busy_wait: Duration,
