@@ -8,8 +8,13 @@
 //!   figure is the time from the record's expiry — read from the file, on the store's clock
 //!   (`CLOCK_BOOTTIME`) — to the candidate's `leading` line: how late after the expiry the
 //!   candidate, which timed its next try by the record's time left, takes over.
+//! - `fresh`: two processes start at once on a new file; whichever leads first is SIGKILLed the
+//!   moment its `leading` line is read, right after its acquisition (the window in which a
+//!   holder's lock could once be missed); the figure is the time from the kill to the other's
+//!   `leading` line.
 //!
-//! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|both] [RUNS]` (default: both, 20 runs).
+//! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|both] [RUNS]` (default:
+//! `both` = kill and stop, 20 runs).
 //! Prints every run, then p50, p99 and the maximum per mode.
 
 use std::io::{BufRead, BufReader};
@@ -59,6 +64,11 @@ impl Runner {
             }
         });
         Runner { child, lines }
+    }
+
+    /// A `leading` line read by now, if any.
+    fn led(&self) -> Option<Instant> {
+        self.lines.try_recv().ok()
     }
 
     fn leading(&self) -> Instant {
@@ -122,7 +132,33 @@ fn expiry(database: &Path) -> Instant {
     now + Duration::from_nanos(left_ns)
 }
 
+/// Two processes start on a new file; the first to lead is killed at once (see `fresh`).
+fn fresh(index: usize) -> Duration {
+    let dir = scratch(index);
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let mut runners = vec![Runner::spawn(&store, "one"), Runner::spawn(&store, "two")];
+    let started = Instant::now();
+    let first = loop {
+        if let Some(first) = runners.iter().position(|runner| runner.led().is_some()) {
+            break first;
+        }
+        assert!(started.elapsed() < LEAD_WAIT, "nobody led within the wait");
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let mut holder = runners.remove(first);
+    holder.child.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    holder.child.wait().expect("reaped");
+    let figure = runners[0].leading().saturating_duration_since(killed);
+    drop(runners);
+    let _ = std::fs::remove_dir_all(&dir);
+    figure
+}
+
 fn run(mode: &str, index: usize, state: &mut u64) -> Duration {
+    if mode == "fresh" {
+        return fresh(index);
+    }
     let dir = scratch(index);
     let database = dir.join("vvm.sqlite");
     let store = format!("sqlite:{}", database.display());
@@ -174,6 +210,7 @@ fn main() {
     let modes: &[&str] = match mode {
         "kill" => &["kill"],
         "stop" => &["stop"],
+        "fresh" => &["fresh"],
         _ => &["kill", "stop"],
     };
     let mut state = 0x5EED;

@@ -72,20 +72,45 @@ enum Command {
     /// failover, stop the next leader gracefully, measure the hand-off, and clean up.
     #[command(after_help = EXIT_CODES_HELP)]
     Demo(DemoArgs),
-    /// Internal: how `vvm run -- CMD` starts its command (SIGKILL when `vvm` dies, then exec).
+    /// Internal: the supervisor through which `vvm run -- CMD` starts its command.
     #[command(name = "__exec-guard", hide = true)]
     ExecGuard(GuardArgs),
 }
 
-/// Arguments of the internal `vvm __exec-guard`.
+/// Arguments of the internal `vvm __exec-guard` (see `cli::supervise`).
 #[derive(Args, Debug, Clone)]
 pub struct GuardArgs {
     /// The `vvm run` process whose death must end the command.
     #[arg(long)]
     parent: i32,
-    /// The command to become.
+    /// Read end of the control pipe: kill deadlines and the stop request.
+    #[arg(long)]
+    control: i32,
+    /// Write end of the report pipe: the command's process id.
+    #[arg(long)]
+    report: i32,
+    /// The first kill deadline, `CLOCK_BOOTTIME` nanoseconds.
+    #[arg(long)]
+    deadline_ns: u64,
+    /// A slot lock descriptor to hold until the command's tree is gone (repeatable).
+    #[arg(long)]
+    hold: Vec<i32>,
+    /// The command to start.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
+}
+
+impl From<GuardArgs> for cli::supervise::Supervision {
+    fn from(args: GuardArgs) -> Self {
+        cli::supervise::Supervision {
+            parent: args.parent,
+            control: args.control,
+            report: args.report,
+            deadline_ns: args.deadline_ns,
+            hold: args.hold,
+            command: args.command,
+        }
+    }
 }
 
 /// Arguments of `vvm run`.
@@ -225,7 +250,7 @@ fn main() -> ExitCode {
     };
     let command = match cli.command {
         // Before anything else starts: this process is about to become the command.
-        Command::ExecGuard(args) => return cli::exec::guard(args),
+        Command::ExecGuard(args) => return cli::supervise::supervise(args.into()),
         command => command,
     };
     if let Err(code) = init_logging(&cli.log_level, cli.log_format) {
@@ -235,7 +260,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cli::demo::demo(args),
         Command::Run(args) => cli::block_on(cli::run::run(args)),
         Command::Status(args) => cli::block_on(cli::status::status(args)),
-        Command::ExecGuard(args) => cli::exec::guard(args),
+        Command::ExecGuard(args) => cli::supervise::supervise(args.into()),
     };
     // The last lines (e.g. "shut down cleanly") are still queued; wait a bounded time for them.
     cli::log::flush();

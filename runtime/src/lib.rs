@@ -77,7 +77,8 @@ pub use killer::{
 };
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
 pub use services::{
-    LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX,
+    KillDeadlines, LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal,
+    SERVICES_MAX,
 };
 pub use snapshot::{VvmSnapshot, VvmSubscription};
 pub use store::{

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
-use vvm_core::FencingToken;
+use vvm_core::{FencingToken, Instant};
 
 use crate::cause::Cause;
 use crate::clock::{Clock, TimeSource};
@@ -122,6 +122,53 @@ impl ServiceContext {
     /// A signal that resolves once the service is asked to stop; clone it into sub-tasks.
     pub fn shutdown(&self) -> ShutdownSignal {
         self.shutdown.clone()
+    }
+
+    /// The kill deadline armed last, on the runtime's [`Clock`]: past it this process is ended
+    /// unless a renewal moved it. `None` before the first is armed.
+    pub fn kill_deadline(&self) -> Option<Instant> {
+        self.tenure.borrow().deadline
+    }
+
+    /// The kill deadline as it moves, for a service that hands its work to another process:
+    /// that process can then end itself by the same deadline, also when this one is stopped
+    /// and cannot (see [`KillDeadlines`]).
+    pub fn kill_deadlines(&self) -> KillDeadlines {
+        KillDeadlines {
+            rx: self.tenure.clone(),
+            last: self.kill_deadline(),
+        }
+    }
+}
+
+/// Changes of the kill deadline, from [`ServiceContext::kill_deadlines`]. A reader that falls
+/// behind sees only the latest deadline. A confirmed renewal moves it later; the guard before a
+/// renewal can move it earlier, and this process's own killer stays the bound in that case.
+#[derive(Clone, Debug)]
+pub struct KillDeadlines {
+    rx: watch::Receiver<Status>,
+    last: Option<Instant>,
+}
+
+impl KillDeadlines {
+    /// The deadline this reader holds: the last one returned by [`changed`](Self::changed), or
+    /// the one armed when it was made.
+    pub fn current(&self) -> Option<Instant> {
+        self.last
+    }
+
+    /// Waits until another deadline is armed and returns it; `None` once the VVM is gone. A
+    /// disarmed deadline (after the release) is not reported: the last armed one stays the
+    /// bound for whatever still runs.
+    pub async fn changed(&mut self) -> Option<Instant> {
+        let last = self.last;
+        let status = self
+            .rx
+            .wait_for(|status| status.deadline.is_some() && status.deadline != last)
+            .await
+            .ok()?;
+        self.last = status.deadline;
+        self.last
     }
 }
 

@@ -1,54 +1,51 @@
 //! `vvm run -- CMD ARGS…`: any program as a leader-only singleton.
 //!
-//! The command is the VVM's one service ([`ExecService`]). It starts once this process leads, in
-//! a process group of its own, with `VVM_SLOT`, `VVM_REVISION` (the fencing token of the write
+//! The command is the VVM's one service ([`ExecService`]). It starts once this process leads,
+//! under a supervisor ([`supervise`](super::supervise): this binary in a hidden mode), in a
+//! process group of its own, with `VVM_SLOT`, `VVM_REVISION` (the fencing token of the write
 //! that confirmed the tenure it starts in) and `VVM_ADDRESS` in its environment. When the service
 //! is asked to stop (a shutdown, or a loss of leadership, which stops services at once) the
-//! whole group gets SIGTERM and, if the command has not exited after the grace period, SIGKILL.
+//! supervisor sends SIGTERM to the command's group and to everything else the command started;
+//! if the command has not exited after the grace period, the whole tree gets SIGKILL.
 //!
 //! Its own exit, before it was asked to stop, ends the VVM: status 0 is a clean stop (the VVM
 //! shuts down, releases its slot, and `vvm` exits 0), anything else — a non-zero status or a
-//! signal — is a service failure (`vvm` exits 1). Either way what is left of its group gets
-//! SIGKILL: nothing it started may act once it no longer does.
+//! signal — is a service failure (`vvm` exits 1). Either way the supervisor has ended what the
+//! command left behind before `vvm` hears of it: nothing it started may act once it no longer
+//! does.
 //!
-//! # The kill deadline
+//! # Two watchdogs
 //!
-//! [`GroupKiller`] replaces the production killer: when the kill deadline passes it sends SIGKILL
-//! to the command's process group (one `kill` system call on a group id read from an atomic: no
-//! lock, no allocation, no waiting) and then ends `vvm` as [`ExitKiller`] does. So the group is
-//! gone by the deadline at the latest, grandchildren included, as long as they stay in the group.
-//!
-//! `vvm` itself ended by SIGKILL or a crash cannot signal anything. For that case the command is
-//! started through `vvm __exec-guard` ([`guard`]), which asks the kernel for SIGKILL when `vvm`
-//! dies (`PR_SET_PDEATHSIG`, through `rustix`; no `unsafe` here, so no `pre_exec` hook) and then
-//! execs the command in its place. What is not covered:
-//! - after such a death, the command's own children: the kernel signals only the command. Run
-//!   `vvm` under a supervisor that ends the whole cgroup (systemd's default
-//!   `KillMode=control-group`) if that matters;
-//! - a process that leaves the group (`setsid`, `setpgid`) escapes every signal sent here.
+//! The supervisor holds its own copy of the kill deadline: this service writes every new one to
+//! it (see [`KillDeadlines`](vvm::KillDeadlines)), and the supervisor ends the tree when it
+//! passes unextended, or at once when this process dies. [`GroupKiller`] replaces the production
+//! killer of this process: when the deadline passes it sends SIGKILL to the command's process
+//! group (one `kill` system call on a group id read from an atomic: no lock, no allocation, no
+//! waiting) and then ends `vvm` as [`ExitKiller`] does, whose death the supervisor sees. Either
+//! alone ends the command by the deadline; a stopped `vvm` cannot keep it alive.
 
 use std::ffi::OsString;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use rustix::io::FdFlags;
+use rustix::pipe::PipeFlags;
 use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::process::Command;
 use tokio::sync::Notify;
-use vvm::{ExitKiller, KillReport, Killer, Service, ServiceContext, ServiceError};
+use vvm::{
+    Clock, ExitKiller, KillReport, Killer, Service, ServiceContext, ServiceError, TimeSource,
+};
 
-use super::{fail, GuardArgs};
+use super::supervise::{boot_ns, EXIT_ENDED, STOP};
 
-/// This binary, also after it was replaced on disk: the guard is the same program.
+/// This binary, also after it was replaced on disk: the supervisor is the same program.
 const SELF_EXE: &str = "/proc/self/exe";
-/// The hidden subcommand that starts the command (see [`guard`]).
+/// The hidden subcommand that runs the supervisor (see [`super::supervise`]).
 const GUARD_SUBCOMMAND: &str = "__exec-guard";
-/// Exit code of the guard when the command cannot be started, as a shell's "command not found".
-const EXIT_CANNOT_START: u8 = 127;
-
-/// How often the group is checked for stragglers after the command itself exited.
-const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The process group of the running command (its pid), or 0 when none runs. Shared by the
 /// service, which sets and clears it, and [`GroupKiller`], which only reads it.
@@ -70,12 +67,6 @@ impl CommandGroup {
             // ESRCH: the group is empty already, which is what we want.
             let _ = kill_process_group(pid, signal);
         }
-    }
-
-    /// Whether any process of the group is still there (zombies included).
-    fn is_alive(&self) -> bool {
-        self.pid()
-            .is_some_and(|pid| rustix::process::test_kill_process_group(pid).is_ok())
     }
 }
 
@@ -131,15 +122,88 @@ impl ExecService {
             finished,
         }
     }
+}
 
-    /// Waits for the members of the group other than the command (already reaped) to leave, at
-    /// most until `limit`, then sends SIGKILL to whatever is left.
-    async fn end_stragglers(&self, limit: tokio::time::Instant) {
-        while self.group.is_alive() && tokio::time::Instant::now() < limit {
-            tokio::time::sleep(GROUP_POLL_INTERVAL).await;
-        }
-        self.group.signal(Signal::KILL);
+/// This process's end of the control pipe to the supervisor. Writes never wait: the pipe is
+/// non-blocking, and a record that does not fit (a stopped supervisor let the pipe fill) is
+/// dropped, which leaves the supervisor with an earlier deadline than the real one — the safe
+/// side. Dropping it is the supervisor's signal that this process is gone.
+struct Control {
+    fd: OwnedFd,
+}
+
+impl Control {
+    fn send(&self, record: u64) {
+        // 8 bytes: below PIPE_BUF, so written whole or not at all.
+        let _ = rustix::io::write(self.fd.as_fd(), &record.to_le_bytes());
     }
+
+    /// Sends `deadline` (on the runtime's clock) as `CLOCK_BOOTTIME` nanoseconds.
+    fn send_deadline(&self, deadline: vvm::vvm_core::Instant) {
+        self.send(to_boot_ns(deadline));
+    }
+}
+
+/// `deadline` on the runtime's clock as `CLOCK_BOOTTIME` nanoseconds: both clocks run on
+/// through a suspend, so the time left is the same on each. Never 0 (the stop record).
+fn to_boot_ns(deadline: vvm::vvm_core::Instant) -> u64 {
+    let left = deadline.saturating_since(Clock.now());
+    boot_ns()
+        .saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
+        .max(1)
+}
+
+/// A pipe for the supervisor: `(ours, its)`; its end is inheritable, ours is not.
+fn pipe_for_child(child_reads: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)?;
+    let (ours, its) = if child_reads {
+        (write, read)
+    } else {
+        (read, write)
+    };
+    rustix::io::fcntl_setfd(&its, FdFlags::empty())?;
+    Ok((ours, its))
+}
+
+/// Ends whatever the supervisor left: `vvm run` is a child subreaper (see [`become_subreaper`]),
+/// so the tree of a supervisor that was killed before it could end it was re-parented here.
+/// After a supervisor's own exit there is nothing to find (one look at `/proc`).
+async fn sweep() {
+    let swept = tokio::task::spawn_blocking(super::supervise::tree::end_descendants_by_pid).await;
+    if !matches!(swept, Ok(true)) {
+        tracing::error!("processes left by the command kept appearing");
+    }
+}
+
+/// Makes `vvm run` a child subreaper: descendants of its command that lose their parent —
+/// also when the supervisor itself is killed — come to it, not to the system's first process,
+/// and are ended by [`sweep`] before the slot is released.
+///
+/// # Errors
+/// When the kernel refuses (it does not on Linux ≥ 3.4).
+pub fn become_subreaper() -> std::io::Result<()> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?;
+    Ok(())
+}
+
+/// Reads the command's pid from the report pipe; `None` when the supervisor exited first.
+async fn read_report(report: OwnedFd) -> Option<i32> {
+    tokio::task::spawn_blocking(move || {
+        let mut buf = [0_u8; 4];
+        let mut got = 0;
+        while got < buf.len() {
+            match rustix::io::read(report.as_fd(), &mut buf[got..]) {
+                Ok(0) => return None,
+                Ok(n) => got += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return None,
+            }
+        }
+        Some(i32::from_le_bytes(buf))
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 impl Service for ExecService {
@@ -151,19 +215,36 @@ impl Service for ExecService {
         let Some(token) = context.token() else {
             return Err(ServiceError::new("no valid fencing token at start"));
         };
-        // The command inherits the SQLite slot locks this process holds: while it lives, the
-        // slot's holder is not taken for dead, also after this process died.
-        if let Err(e) = vvm_adapters::sqlite::let_children_inherit_slot_locks() {
-            return Err(ServiceError::with_source(
-                "cannot pass the slot lock to the command",
-                e,
-            ));
-        }
-        // Started through `vvm __exec-guard` (see [`guard`]): SIGKILL when this process dies.
-        let mut child = Command::new(SELF_EXE)
+        let Some(deadline) = context.kill_deadline() else {
+            return Err(ServiceError::new("no kill deadline at start"));
+        };
+        // The supervisor inherits the SQLite slot locks this process holds and keeps them until
+        // the last process of the command's tree is gone, also after this process died.
+        let hold = vvm_adapters::sqlite::let_children_inherit_slot_locks().map_err(|e| {
+            ServiceError::with_source("cannot pass the slot locks to the supervisor", e)
+        })?;
+        let pipes = pipe_for_child(true).and_then(|c| Ok((c, pipe_for_child(false)?)));
+        let ((control, control_its), (report, report_its)) = pipes
+            .map_err(|e| ServiceError::with_source("cannot make the supervisor's pipes", e))?;
+        rustix::fs::fcntl_setfl(&control, rustix::fs::OFlags::NONBLOCK).map_err(|e| {
+            ServiceError::with_source("cannot make the control pipe non-blocking", e)
+        })?;
+        let control = Control { fd: control };
+        let mut supervisor = Command::new(SELF_EXE);
+        supervisor
             .arg(GUARD_SUBCOMMAND)
             .arg("--parent")
             .arg(std::process::id().to_string())
+            .arg("--control")
+            .arg(control_its.as_raw_fd().to_string())
+            .arg("--report")
+            .arg(report_its.as_raw_fd().to_string())
+            .arg("--deadline-ns")
+            .arg(to_boot_ns(deadline).to_string());
+        for fd in &hold {
+            supervisor.arg("--hold").arg(fd.to_string());
+        }
+        let mut child = supervisor
             .arg("--")
             .args(&self.command)
             .env("VVM_SLOT", token.slot.0.to_string())
@@ -175,23 +256,24 @@ impl Service for ExecService {
             .env_remove("WATCHDOG_PID")
             // The metrics address is this process's: a nested `vvm` must not try to bind it.
             .env_remove("VVM_METRICS_ADDR")
-            // Its own group, so that one signal reaches everything it starts.
+            // Its own group, away from the terminal's signals to this process's group. Not
+            // killed on drop: the end of the control pipe tells it to end the tree instead.
             .process_group(0)
-            // If this task is aborted (the stop timeout), the command does not outlive it.
-            .kill_on_drop(true)
             .spawn()
-            .map_err(|e| {
-                let what = format!("cannot start {}", self.command[0].to_string_lossy());
-                ServiceError::with_source(what, e)
-            })?;
-        // The group id is the child's pid (`process_group(0)`). While the group has a member no
-        // other process or group can take that id; once the command is reaped and the group is
-        // empty, it is cleared within a few system calls, so a reused id is at worst signalled
-        // in that window.
-        let pid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| ServiceError::new("the command has no process id"))?;
+            .map_err(|e| ServiceError::with_source("cannot start the supervisor", e))?;
+        drop((control_its, report_its));
+        let Some(pid) = read_report(report).await else {
+            let status = child.wait().await.ok();
+            return Err(ServiceError::new(match status.and_then(|s| s.code()) {
+                Some(code) if code == i32::from(super::supervise::EXIT_CANNOT_START) => {
+                    format!("cannot start {}", self.command[0].to_string_lossy())
+                }
+                _ => format!("the supervisor ended before the command started: {status:?}"),
+            }));
+        };
+        // The group id is the command's pid (it leads its own group). While the group has a
+        // member no other process or group can take that id; once the supervisor has reaped
+        // the command, it is cleared within a few system calls.
         self.group.pgid.store(pid, Ordering::Release);
         tracing::info!(
             pid,
@@ -201,79 +283,86 @@ impl Service for ExecService {
         );
         context.ready();
 
+        let mut deadlines = context.kill_deadlines();
         let mut shutdown = context.shutdown();
         let lost = context.lost();
-        tokio::select! {
-            status = child.wait() => {
-                let status = status.map_err(|e| ServiceError::with_source("waiting for the command failed", e));
-                // Nothing it started may go on acting once it is gone.
-                self.group.signal(Signal::KILL);
-                self.group.pgid.store(0, Ordering::Release);
-                let status = status?;
-                if status.success() {
-                    tracing::info!("the command exited with status 0: shutting down");
-                    self.finished.notify_one();
-                    shutdown.requested().await;
-                    Ok(())
-                } else {
-                    Err(ServiceError::new(format!("the command ended before it was asked to stop: {status}")))
+        loop {
+            tokio::select! {
+                status = child.wait() => {
+                    // The supervisor has ended whatever the command left before exiting; if it
+                    // was killed first, what it left is ours now.
+                    sweep().await;
+                    self.group.pgid.store(0, Ordering::Release);
+                    let status = status
+                        .map_err(|e| ServiceError::with_source("waiting for the command failed", e))?;
+                    if status.success() {
+                        tracing::info!("the command exited with status 0: shutting down");
+                        self.finished.notify_one();
+                        shutdown.requested().await;
+                        return Ok(());
+                    }
+                    if status.code() == Some(i32::from(EXIT_ENDED)) && context.token().is_none() {
+                        // The supervisor saw the kill deadline pass: this process's killer
+                        // ends it too, with the deadline's own report.
+                        shutdown.requested().await;
+                        return Err(ServiceError::new("the kill deadline passed"));
+                    }
+                    return Err(ServiceError::new(format!(
+                        "the command ended before it was asked to stop: {status}"
+                    )));
                 }
-            }
-            _ = shutdown.requested() => {
-                let why = if lost.is_lost() { "leadership lost" } else { "shutdown" };
-                tracing::info!(pid, grace = ?self.grace, "{why}: sending SIGTERM to the command's group");
-                let limit = tokio::time::Instant::now() + self.grace;
-                self.group.signal(Signal::TERM);
-                let outcome = match tokio::time::timeout_at(limit, child.wait()).await {
-                    Ok(Ok(status)) => {
-                        tracing::info!(%status, "the command stopped");
-                        self.end_stragglers(limit).await;
-                        Ok(())
-                    }
-                    Ok(Err(e)) => {
-                        self.group.signal(Signal::KILL);
-                        Err(ServiceError::with_source("waiting for the command failed", e))
-                    }
-                    Err(_) => {
-                        tracing::warn!(pid, "the command did not stop within the grace period: SIGKILL");
-                        self.group.signal(Signal::KILL);
-                        let _ = child.wait().await;
-                        Err(ServiceError::new(format!(
-                            "the command did not stop within {:?} of SIGTERM and was killed",
-                            self.grace
-                        )))
-                    }
-                };
-                self.group.pgid.store(0, Ordering::Release);
-                outcome
+                Some(deadline) = deadlines.changed() => control.send_deadline(deadline),
+                _ = shutdown.requested() => break,
             }
         }
+        let why = if lost.is_lost() {
+            "leadership lost"
+        } else {
+            "shutdown"
+        };
+        tracing::info!(pid, grace = ?self.grace, "{why}: sending SIGTERM to the command's tree");
+        let limit = tokio::time::Instant::now() + self.grace;
+        control.send(STOP);
+        // Renewals go on while the services stop: keep the supervisor's deadline moving.
+        let outcome = loop {
+            tokio::select! {
+                status = tokio::time::timeout_at(limit, child.wait()) => break status,
+                Some(deadline) = deadlines.changed() => control.send_deadline(deadline),
+            }
+        };
+        if matches!(outcome, Ok(Ok(_))) {
+            sweep().await;
+        }
+        let outcome = match outcome {
+            Ok(Ok(status)) => {
+                tracing::info!(%status, "the command stopped");
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                self.group.signal(Signal::KILL);
+                drop(control);
+                Err(ServiceError::with_source(
+                    "waiting for the command failed",
+                    e,
+                ))
+            }
+            Err(_) => {
+                tracing::warn!(
+                    pid,
+                    "the command did not stop within the grace period: SIGKILL"
+                );
+                self.group.signal(Signal::KILL);
+                // The end of the pipe: the supervisor ends the rest of the tree and exits.
+                drop(control);
+                let _ = child.wait().await;
+                sweep().await;
+                Err(ServiceError::new(format!(
+                    "the command did not stop within {:?} of SIGTERM and was killed",
+                    self.grace
+                )))
+            }
+        };
+        self.group.pgid.store(0, Ordering::Release);
+        outcome
     }
-}
-
-/// `vvm __exec-guard --parent PID -- CMD ARGS…`: runs in the command's process, between the
-/// fork and the command. It asks the kernel to send it SIGKILL when its parent thread ends
-/// (`PR_SET_PDEATHSIG`; kept across `exec` except for set-user-ID or set-group-ID programs and
-/// programs with file capabilities), checks that the parent is still `PID` (it could have died
-/// before the request), and replaces itself with the command. So `vvm` ended by SIGKILL or a
-/// crash takes the command with it — the command only: its own children are not signalled.
-/// The parent thread is a runtime worker of `vvm run`, which lives as long as the runtime.
-///
-/// Exits 127 when the command cannot be started, 1 when the parent is gone.
-pub fn guard(args: GuardArgs) -> ExitCode {
-    use std::os::unix::process::CommandExt;
-
-    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
-        return fail(&format!("cannot tie the command to vvm's life: {e}"));
-    }
-    if rustix::process::getppid().map(Pid::as_raw_pid) != Some(args.parent) {
-        return fail("vvm ended before the command started");
-    }
-    let Some((program, rest)) = args.command.split_first() else {
-        return fail("no command");
-    };
-    // Returns only when the command could not be started.
-    let e = std::process::Command::new(program).args(rest).exec();
-    super::log::line(&format!("cannot start {}: {e}", program.to_string_lossy()));
-    ExitCode::from(EXIT_CANNOT_START)
 }

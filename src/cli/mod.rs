@@ -12,9 +12,10 @@ pub mod ops;
 pub mod run;
 pub mod status;
 pub mod store;
+pub mod supervise;
 pub mod systemd;
 
-pub use super::{DemoArgs, DemoStore, GuardArgs, RunArgs, StatusArgs};
+pub use super::{DemoArgs, DemoStore, RunArgs, StatusArgs};
 
 /// Exit code of a usage error: bad flag, bad value, unknown store scheme.
 pub const EXIT_USAGE: u8 = 2;

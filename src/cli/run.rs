@@ -151,6 +151,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         };
         return run_vvm(config, store, service, host).await;
     }
+    if let Err(e) = super::exec::become_subreaper() {
+        return fail(&format!("cannot watch over the command's processes: {e}"));
+    }
     let group = CommandGroup::default();
     let finished = Arc::new(Notify::new());
     let service = ExecService::new(

@@ -233,22 +233,29 @@ pub(crate) fn linked(path: &Path, id: FileId) -> bool {
 }
 
 /// Lets every process started from now on inherit the slot locks this process holds (clears
-/// close-on-exec on their descriptors), so that a command started by the holder keeps the slot
-/// protected as long as it lives, also after the holder died: a candidate can take the slot
-/// early only when nothing that could act under the record is left. Returns how many locks are
-/// held.
+/// close-on-exec on their descriptors), so that the process it starts to supervise its work
+/// keeps the slot protected as long as that process lives, also after the holder died: a
+/// candidate can take the slot early only when nothing that could act under the record is left.
+/// Returns the descriptors' numbers, for that process to keep them from its own children (it
+/// holds them until everything it started is gone).
 ///
 /// # Errors
 /// When a descriptor's flags cannot be changed; the others are still changed.
-pub fn let_children_inherit_slot_locks() -> std::io::Result<usize> {
+pub fn let_children_inherit_slot_locks() -> std::io::Result<Vec<i32>> {
+    use std::os::fd::AsRawFd;
     let registry = registry();
-    let mut result = Ok(registry.0.len());
+    let mut fds = Vec::with_capacity(registry.0.len());
+    let mut failed = None;
     for held in registry.0.iter() {
-        if let Err(error) = rustix::io::fcntl_setfd(held.lock.fd.as_fd(), FdFlags::empty()) {
-            result = Err(error.into());
+        match rustix::io::fcntl_setfd(held.lock.fd.as_fd(), FdFlags::empty()) {
+            Ok(()) => fds.push(held.lock.fd.as_raw_fd()),
+            Err(error) => failed = Some(error),
         }
     }
-    result
+    match failed {
+        Some(error) => Err(error.into()),
+        None => Ok(fds),
+    }
 }
 
 /// Watches a slot's lock file for a waiting candidate: tells whether the lock is free, so

@@ -1,0 +1,268 @@
+//! `vvm __exec-guard`: the supervisor between `vvm run` and its command.
+//!
+//! `vvm run -- CMD` does not start the command itself: it starts this binary in a hidden mode,
+//! which starts the command and watches over it. The supervisor is a separate, single-threaded
+//! process that outlives and out-watches `vvm`:
+//!
+//! - **Its own copy of the kill deadline.** `vvm` writes every new kill deadline to a pipe
+//!   (8 bytes, little-endian, `CLOCK_BOOTTIME` nanoseconds, a clock every process of the host
+//!   shares and which keeps running while the host is suspended). When the deadline passes
+//!   unextended the supervisor ends the whole tree: a stopped `vvm` (SIGSTOP, a debugger, job
+//!   control) cannot keep its command alive.
+//! - **`vvm`'s death.** End of file on that pipe means `vvm` is gone (killed, crashed): the tree
+//!   is ended at once.
+//! - **The tree, not the group.** The supervisor is a child subreaper: whatever the command
+//!   starts stays its descendant, also after `setsid`, a double fork or closing every
+//!   descriptor, so it is found and ended (see [`tree`]). It reaps every descendant itself, so
+//!   a hand-off never waits for the system's first process to reap an orphan.
+//! - **The slot stays taken while any of the tree lives.** The SQLite slot locks `vvm` holds are
+//!   inherited by the supervisor and kept from the command (close-on-exec): they are released
+//!   when the supervisor exits, which is only after it reaped the last process of the tree.
+//!
+//! A graceful stop is a record of `0` on the pipe: SIGTERM to the command's group and to every
+//! other descendant. When the command exits, whatever it left is SIGKILLed and the supervisor
+//! exits as the command did (same code, or killed by the same signal).
+//!
+//! Not covered: SIGKILL of the supervisor itself leaves the command's group to `vvm`'s own
+//! killer and shutdown (which end the group); descendants that left the group are then not
+//! ended. `vvm` and the supervisor are each enough for every other case.
+
+pub mod tree;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::FdFlags;
+use rustix::process::{Pid, Signal, WaitStatus};
+
+use super::fail;
+
+/// Exit code of the supervisor when the command cannot be started, as a shell's "command not
+/// found".
+pub const EXIT_CANNOT_START: u8 = 127;
+/// Exit code of the supervisor when it ended the tree because the kill deadline passed or `vvm`
+/// died (the code `vvm` itself exits with when its kill deadline passes).
+pub const EXIT_ENDED: u8 = 75;
+/// A record on the control pipe that asks for a graceful stop (no deadline is 0).
+pub const STOP: u64 = 0;
+/// How often orphans re-parented to the supervisor are reaped while the command runs.
+const REAP_TICK_MS: i64 = 100;
+
+/// What the supervisor is told on its command line by `vvm run`.
+#[derive(Debug)]
+pub struct Supervision {
+    /// The `vvm run` process; the supervisor gives up if its parent is another one.
+    pub parent: i32,
+    /// Read end of the control pipe (deadlines, stop), inherited.
+    pub control: i32,
+    /// Write end of the report pipe: the command's pid (4 bytes), once it started.
+    pub report: i32,
+    /// The first kill deadline, `CLOCK_BOOTTIME` nanoseconds.
+    pub deadline_ns: u64,
+    /// Inherited descriptors to keep from the command and hold until the tree is gone.
+    pub hold: Vec<i32>,
+    /// Program and arguments.
+    pub command: Vec<OsString>,
+}
+
+/// Nanoseconds of `CLOCK_BOOTTIME`: the clock both sides of the control pipe read.
+pub fn boot_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    // Both fields are non-negative for this clock.
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// Takes ownership of descriptor `fd`, inherited from `vvm run`, which made it for this process
+/// and named it on the command line. Refuses the standard streams and numbers that are not open.
+fn adopt(fd: i32) -> Result<OwnedFd, String> {
+    if fd <= 2 || std::fs::symlink_metadata(format!("/proc/self/fd/{fd}")).is_err() {
+        return Err(format!("descriptor {fd} is not open"));
+    }
+    // SAFETY: `fd` is open (checked above) and owned by nothing else in this process: `vvm run`
+    // passed it to this newly executed, single-threaded program for it alone, and it is adopted
+    // once (the numbers come from one command line and are distinct per purpose).
+    #[allow(unsafe_code)]
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The supervisor's state while the command runs.
+struct Watch {
+    group: Option<Pid>,
+    command: Pid,
+    status: Option<WaitStatus>,
+}
+
+impl Watch {
+    fn note(&mut self, pid: Pid, status: WaitStatus) {
+        if pid == self.command {
+            self.status = Some(status);
+        }
+    }
+}
+
+/// Runs the supervisor; see the module documentation. Exits as the command did, or with
+/// [`EXIT_ENDED`] when it ended the tree itself, or [`EXIT_CANNOT_START`].
+pub fn supervise(args: Supervision) -> ExitCode {
+    let control = match adopt(args.control) {
+        Ok(fd) => fd,
+        Err(e) => return fail(&format!("supervisor: control pipe: {e}")),
+    };
+    let report = match adopt(args.report) {
+        Ok(fd) => fd,
+        Err(e) => return fail(&format!("supervisor: report pipe: {e}")),
+    };
+    let mut held = Vec::with_capacity(args.hold.len());
+    for fd in &args.hold {
+        match adopt(*fd) {
+            Ok(fd) => held.push(fd),
+            Err(e) => return fail(&format!("supervisor: slot lock: {e}")),
+        }
+    }
+    // Nothing of ours reaches the command: it must not hold the slot locks (they mark the tree
+    // alive only through this process) nor see the pipes.
+    for fd in held.iter().chain([&control, &report]) {
+        if let Err(e) = rustix::io::fcntl_setfd(fd, FdFlags::CLOEXEC) {
+            return fail(&format!(
+                "supervisor: cannot keep a descriptor to itself: {e}"
+            ));
+        }
+    }
+    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        return fail(&format!("supervisor: cannot become a subreaper: {e}"));
+    }
+    if rustix::process::getppid().map(Pid::as_raw_pid) != Some(args.parent) {
+        return fail("supervisor: vvm ended before the command started");
+    }
+    let Some((program, rest)) = args.command.split_first() else {
+        return fail("supervisor: no command");
+    };
+    let child = match std::process::Command::new(program)
+        .args(rest)
+        // Its own group: one signal reaches everything that stays in it.
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            super::log::line(&format!("cannot start {}: {e}", program.to_string_lossy()));
+            return ExitCode::from(EXIT_CANNOT_START);
+        }
+    };
+    let Some(command) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) else {
+        return fail("supervisor: the command has no process id");
+    };
+    // Reaped below with `wait`, not through the handle.
+    drop(child);
+    let mut report = std::fs::File::from(report);
+    // `vvm` reads this to signal the group itself; if it is gone the pipe says so below.
+    let _ = report.write_all(&command.as_raw_pid().to_le_bytes());
+    drop(report);
+    let mut watch = Watch {
+        group: Some(command),
+        command,
+        status: None,
+    };
+    let ended = run(&control, args.deadline_ns, &mut watch);
+    // Whatever is left of the tree, also after the command's own exit.
+    let group = watch.group;
+    if !tree::end_all(group, |pid, status| watch.note(pid, status)) {
+        super::log::line("supervisor: the command's processes kept appearing; giving up");
+    }
+    drop(held);
+    match (ended, watch.status) {
+        (None, Some(status)) => exit_as(status),
+        (Some(why), _) => {
+            super::log::line(&format!(
+                "supervisor: {why}: the command's processes were ended"
+            ));
+            ExitCode::from(EXIT_ENDED)
+        }
+        (None, None) => ExitCode::from(EXIT_ENDED),
+    }
+}
+
+/// Watches until the command exits (`None`) or the tree must be ended (why).
+fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&'static str> {
+    let pidfd =
+        rustix::process::pidfd_open(watch.command, rustix::process::PidfdFlags::empty()).ok();
+    let mut deadline_ns = first_deadline_ns;
+    let mut pending = Vec::with_capacity(8);
+    loop {
+        let now_ns = boot_ns();
+        if now_ns >= deadline_ns {
+            return Some("the kill deadline passed unextended");
+        }
+        let left_ms = i64::try_from((deadline_ns - now_ns).div_ceil(1_000_000)).unwrap_or(i64::MAX);
+        let timeout = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: left_ms.min(REAP_TICK_MS) * 1_000_000,
+        };
+        let mut fds = vec![PollFd::new(control, PollFlags::IN)];
+        if let Some(pidfd) = &pidfd {
+            fds.push(PollFd::new(pidfd, PollFlags::IN));
+        }
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return Some("the supervisor cannot wait"),
+        }
+        let control_ready = !fds[0].revents().is_empty();
+        drop(fds);
+        tree::reap(|pid, status| watch.note(pid, status));
+        if watch.status.is_some() {
+            return None;
+        }
+        if control_ready {
+            match read_records(control, &mut pending) {
+                Ok(true) => {}
+                Ok(false) => return Some("vvm is gone"),
+                Err(()) => return Some("the control pipe failed"),
+            }
+            for record in pending.drain(..) {
+                if record == STOP {
+                    tree::signal_all(watch.group, Signal::TERM);
+                } else {
+                    deadline_ns = record;
+                }
+            }
+        }
+    }
+}
+
+/// Reads the records waiting on the pipe into `into`; `Ok(false)` at end of file.
+fn read_records(control: &OwnedFd, into: &mut Vec<u64>) -> Result<bool, ()> {
+    let mut buf = [0_u8; 8 * 64];
+    let n = match rustix::io::read(control.as_fd(), &mut buf) {
+        Ok(0) => return Ok(false),
+        Ok(n) => n,
+        Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => return Ok(true),
+        Err(_) => return Err(()),
+    };
+    // Writes of 8 bytes to a pipe are atomic, so reads see whole records.
+    for record in buf[..n].chunks_exact(8) {
+        let mut bytes = [0_u8; 8];
+        bytes.copy_from_slice(record);
+        into.push(u64::from_le_bytes(bytes));
+    }
+    Ok(true)
+}
+
+/// Exits as the command did: with its code, or by its signal.
+fn exit_as(status: WaitStatus) -> ExitCode {
+    if let Some(code) = status.exit_status() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX));
+    }
+    if let Some(signal) = status.terminating_signal().and_then(Signal::from_named_raw) {
+        // Default action restored by exec; the signal ends this process as it ended the
+        // command (for the few that would not, the shell's convention below).
+        let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let code = status.terminating_signal().unwrap_or(0);
+    ExitCode::from(u8::try_from(128 + code).unwrap_or(u8::MAX))
+}

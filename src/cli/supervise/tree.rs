@@ -1,0 +1,165 @@
+//! The supervisor's descendants, found from `/proc`, and the way they are ended.
+//!
+//! The supervisor is a child subreaper (`PR_SET_CHILD_SUBREAPER`): a descendant whose parent
+//! dies — a daemon's double fork, a `setsid` and exit — is re-parented to it, never to the
+//! system's first process. So every process the command started is, at any moment, a
+//! descendant of the supervisor: reachable by following parent links down from it. Ending the
+//! tree is then: signal every descendant found, reap, look again, until none is left. A process
+//! forked during a look is a child of one being killed; once that parent is gone it is the
+//! supervisor's child, found by the next look.
+
+use rustix::process::{kill_process, kill_process_group, Pid, Signal, WaitOptions};
+
+/// Most looks at `/proc` while ending the tree: a bound for a tree that forks faster than it
+/// can be killed (which SIGKILL does not allow for long).
+const ROUNDS_MAX: usize = 1_000;
+/// Most processes one look collects; the rest are found by the next look.
+const FOUND_MAX: usize = 65_536;
+
+/// The processes below `root` now (not `root` itself), from `/proc/PID/stat` parent links.
+/// Processes that end during the look are simply missing from it.
+pub fn descendants(root: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut links: Vec<(i32, i32)> = Vec::new();
+    for entry in entries.flatten() {
+        if links.len() >= FOUND_MAX {
+            break;
+        }
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            if let Some(parent) = parent_of(&stat) {
+                links.push((pid, parent));
+            }
+        }
+    }
+    let mut found = vec![root.as_raw_pid()];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        next += 1;
+        found.extend(
+            links
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(pid, _)| *pid),
+        );
+    }
+    found
+        .into_iter()
+        .skip(1)
+        .filter_map(Pid::from_raw)
+        .collect()
+}
+
+/// The parent pid in a `/proc/PID/stat` line: the second field after the command name, which
+/// is in parentheses and may itself hold spaces and parentheses.
+pub fn parent_of(stat: &str) -> Option<i32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+/// Sends `signal` to the command's group and to every descendant of this process.
+pub fn signal_all(group: Option<Pid>, signal: Signal) {
+    if let Some(group) = group {
+        let _ = kill_process_group(group, signal);
+    }
+    for pid in descendants(rustix::process::getpid()) {
+        let _ = kill_process(pid, signal);
+    }
+}
+
+/// Reaps every child that has ended, without waiting. Returns the ones reaped with their status.
+pub fn reap(mut each: impl FnMut(Pid, rustix::process::WaitStatus)) {
+    while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+        each(pid, status);
+    }
+}
+
+/// Ends the whole tree: SIGKILL to the command's group (one call, first), then to every
+/// descendant found, reaping, until this process has no child left. Returns whether it got
+/// there within [`ROUNDS_MAX`] looks.
+pub fn end_all(group: Option<Pid>, mut each: impl FnMut(Pid, rustix::process::WaitStatus)) -> bool {
+    for _ in 0..ROUNDS_MAX {
+        signal_all(group, Signal::KILL);
+        // Every child got SIGKILL, so this wait returns promptly. ECHILD: no child is left, and
+        // none can appear (only our children could fork, and they are gone).
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some((pid, status))) => each(pid, status),
+            Ok(None) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return true,
+        }
+        // Whatever else has ended; the children these leave behind are re-parented to us and
+        // signalled by the next look.
+        reap(&mut each);
+    }
+    false
+}
+
+/// Ends every descendant of this process, reaping each one it killed by its pid only: for a
+/// process whose other children are reaped elsewhere (the async runtime reaps the ones it
+/// started). Used by `vvm run`, itself a subreaper, after its supervisor is gone: whatever the
+/// supervisor left (killed before it could end the tree) was re-parented to `vvm`. Returns
+/// whether none was left within [`ROUNDS_MAX`] looks.
+pub fn end_descendants_by_pid() -> bool {
+    let me = rustix::process::getpid();
+    for _ in 0..ROUNDS_MAX {
+        let found = descendants(me);
+        if found.is_empty() {
+            return true;
+        }
+        for &pid in &found {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+        // Only our own children can be reaped here; their children are ours next round.
+        for pid in found {
+            let parent = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_pid()))
+                .ok()
+                .and_then(|stat| parent_of(&stat));
+            if parent == Some(me.as_raw_pid()) {
+                let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_after_the_last_parenthesis() {
+        assert_eq!(parent_of("12 (sh) S 7 12 12 0 -1"), Some(7));
+        assert_eq!(parent_of("12 (a) b) (c) R 99 12 12"), Some(99));
+        assert_eq!(parent_of("12 (x)"), None);
+        assert_eq!(parent_of("garbage"), None);
+    }
+
+    #[test]
+    fn a_child_is_found_among_the_descendants() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        let me = rustix::process::getpid();
+        let found = descendants(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            found
+                .iter()
+                .any(|pid| pid.as_raw_pid() == child.id() as i32),
+            "{found:?}"
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! `vvm run -- CMD`: the holder is the whole process tree the command starts, through the real
+//! binary. Every process of a tree appends `REVISION KIND WALL_NS` lines to one log while it
+//! runs — the command itself, and a daemon it starts (new session, double fork, every
+//! descriptor closed). The oracle is what a user would see in that log: the lines of two tenures
+//! never interleave in time, and revisions only grow.
+//!
+//! This test process makes itself a child subreaper, as a container's first process that never
+//! reaps would be: an orphan that reaches it stays a zombie.
+
+mod cli_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cli_support::{exit_within, signal, temp_dir};
+use rustix::process::Signal;
+
+/// Upper bound for anything the tests wait for; only a broken binary reaches it.
+const WAIT_MAX: Duration = Duration::from_secs(30);
+const LEASE: Duration = Duration::from_secs(2);
+
+/// The command: starts a daemon, then appends a line every 20 ms until it is ended.
+const SCRIPT: &str = r#"log="$PWD/acts"
+perl -e 'use POSIX; use Time::HiRes; POSIX::setsid(); exit 0 if fork; POSIX::close($_) for 0..1023;
+  while (1) { open(my $f, ">>", $ARGV[0]) or exit 1;
+    printf $f "%s d %.0f\n", $ENV{VVM_REVISION}, Time::HiRes::time() * 1e9; close($f);
+    Time::HiRes::sleep(0.02) }' "$log"
+while :; do echo "$VVM_REVISION c $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
+
+fn store_of(dir: &Path) -> String {
+    format!("sqlite:{}", dir.join("vvm.sqlite").display())
+}
+
+fn spawn(dir: &Path, address: &str, grace: &str, script: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .current_dir(dir)
+        .args(["--log-level", "info", "run", "--store", &store_of(dir)])
+        .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])
+        .args(["--address", address, "--grace", grace])
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{address}.stderr"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Each revision's lines: kinds seen, first and last time.
+#[derive(Debug, Default, Clone)]
+struct Tenure {
+    kinds: Vec<String>,
+    first_ns: u128,
+    last_ns: u128,
+}
+
+fn tenures(log: &Path) -> BTreeMap<u64, Tenure> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut out: BTreeMap<u64, Tenure> = BTreeMap::new();
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(revision), Some(kind), Some(at), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue; // a line cut by a kill
+        };
+        let (Ok(revision), Ok(at)) = (revision.parse::<u64>(), at.parse::<u128>()) else {
+            continue;
+        };
+        let tenure = out.entry(revision).or_insert(Tenure {
+            first_ns: at,
+            last_ns: at,
+            ..Tenure::default()
+        });
+        tenure.first_ns = tenure.first_ns.min(at);
+        tenure.last_ns = tenure.last_ns.max(at);
+        if !tenure.kinds.iter().any(|k| k == kind) {
+            tenure.kinds.push(kind.to_owned());
+        }
+    }
+    out
+}
+
+/// Waits until `check` holds on the log's tenures; panics with the log after `WAIT_MAX`.
+fn wait_until(
+    log: &Path,
+    what: &str,
+    check: impl Fn(&BTreeMap<u64, Tenure>) -> bool,
+) -> BTreeMap<u64, Tenure> {
+    let start = Instant::now();
+    loop {
+        let seen = tenures(log);
+        if check(&seen) {
+            return seen;
+        }
+        assert!(
+            start.elapsed() < WAIT_MAX,
+            "{what}: never; tenures {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The oracle: tenures in revision order never overlap in time.
+fn assert_no_overlap(seen: &BTreeMap<u64, Tenure>, dir: &Path) {
+    let list: Vec<_> = seen.iter().collect();
+    for pair in list.windows(2) {
+        let ((r1, a), (r2, b)) = (pair[0], pair[1]);
+        assert!(
+            a.last_ns < b.first_ns,
+            "tenure {r1} acted until {:.3} s after tenure {r2} began: {seen:?}\n{}",
+            (a.last_ns - b.first_ns) as f64 / 1e9,
+            logs(dir)
+        );
+    }
+}
+
+fn logs(dir: &Path) -> String {
+    ["one", "two"]
+        .iter()
+        .map(|a| {
+            format!(
+                "--- {a}:\n{}",
+                std::fs::read_to_string(dir.join(format!("{a}.stderr"))).unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Orphans reach this process and are never reaped by it (see the module documentation).
+fn become_a_careless_reaper() {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
+}
+
+/// Both processes of the first tenure are acting.
+fn both_act(seen: &BTreeMap<u64, Tenure>) -> bool {
+    seen.values().next().is_some_and(|t| t.kinds.len() == 2)
+}
+
+/// The supervisor of `vvm`'s command: its child running `vvm __exec-guard`.
+fn supervisor_of(vvm: &Child) -> rustix::process::Pid {
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if parent == Some(vvm.id()) && String::from_utf8_lossy(&cmdline).contains("__exec-guard") {
+            return rustix::process::Pid::from_raw(pid).unwrap();
+        }
+    }
+    panic!("vvm {} has no supervisor", vvm.id());
+}
+
+/// Runs one case: `one` leads with a daemonizing command, `two` waits; `hit` is sent to `one`
+/// (or to its supervisor); the second tenure must begin only after every process of the first
+/// ended.
+fn tree_case(prefix: &str, hit: Signal, at_supervisor: bool) -> (PathBuf, Child, Child) {
+    become_a_careless_reaper();
+    let dir = temp_dir(prefix);
+    let log = dir.join("acts");
+    let mut one = spawn(&dir, "one", "1s", SCRIPT);
+    wait_until(&log, "the first tree acts", both_act);
+    let two = spawn(&dir, "two", "1s", SCRIPT);
+    // The candidate has opened the store and is waiting.
+    std::thread::sleep(Duration::from_millis(500));
+    if at_supervisor {
+        rustix::process::kill_process(supervisor_of(&one), hit).unwrap();
+    } else {
+        signal(&one, hit);
+    }
+    if hit == Signal::KILL && !at_supervisor {
+        let _ = one.wait();
+    }
+    let seen = wait_until(&log, "a second tenure acts", |seen| {
+        seen.len() >= 2 && seen.values().nth(1).is_some_and(|t| t.kinds.len() == 2)
+    });
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    // Long enough for a survivor of the first tree to show.
+    std::thread::sleep(LEASE);
+    assert_no_overlap(&tenures(&log), &dir);
+    (dir, one, two)
+}
+
+// covers: Cli.ExecTree
+#[test]
+fn a_stopped_vvm_cannot_keep_its_tree_acting() {
+    let (dir, mut one, mut two) = tree_case("vvm-tree-stop", Signal::STOP, false);
+    signal(&one, Signal::CONT);
+    // Past its deadline: its own killer ends it.
+    assert_eq!(
+        exit_within(&mut one, WAIT_MAX),
+        Some(Some(75)),
+        "{}",
+        logs(&dir)
+    );
+    signal(&two, Signal::TERM);
+    assert_eq!(
+        exit_within(&mut two, WAIT_MAX),
+        Some(Some(0)),
+        "{}",
+        logs(&dir)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.ExecTree, Cli.ExecOrphan
+#[test]
+fn a_killed_vvm_leaves_nothing_of_its_tree_acting() {
+    let (dir, _one, mut two) = tree_case("vvm-tree-kill", Signal::KILL, false);
+    signal(&two, Signal::TERM);
+    assert_eq!(
+        exit_within(&mut two, WAIT_MAX),
+        Some(Some(0)),
+        "{}",
+        logs(&dir)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.ExecTree
+#[test]
+fn a_killed_supervisor_leaves_nothing_of_its_tree_acting() {
+    let (dir, mut one, mut two) = tree_case("vvm-tree-supervisor", Signal::KILL, true);
+    // The command's end is a service failure for `one`.
+    assert_eq!(
+        exit_within(&mut one, WAIT_MAX),
+        Some(Some(1)),
+        "{}",
+        logs(&dir)
+    );
+    signal(&two, Signal::TERM);
+    assert_eq!(
+        exit_within(&mut two, WAIT_MAX),
+        Some(Some(0)),
+        "{}",
+        logs(&dir)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.ExecReap
+#[test]
+fn a_graceful_stop_does_not_wait_for_an_orphan_to_be_reaped_elsewhere() {
+    become_a_careless_reaper();
+    let dir = temp_dir("vvm-tree-reap");
+    // On SIGTERM the shell exits at once; its background child, which takes a moment to stop,
+    // is left an orphan, then a zombie that nobody reaps unless the supervisor does.
+    let script = r#"(trap 'sleep 0.3; exit 0' TERM; while :; do sleep 0.05; done) &
+trap 'exit 0' TERM
+echo started > started.tmp && mv started.tmp started
+while :; do sleep 0.05; done"#;
+    let grace = Duration::from_secs(10);
+    let mut one = spawn(&dir, "one", "10s", script);
+    let start = Instant::now();
+    while !dir.join("started").exists() {
+        assert!(start.elapsed() < WAIT_MAX, "{}", logs(&dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&one, Signal::TERM);
+    let stopped = Instant::now();
+    let code = exit_within(&mut one, WAIT_MAX);
+    let took = stopped.elapsed();
+    assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
+    assert!(
+        took < grace / 2,
+        "the shutdown took {took:?}: it waited for an orphan that nobody reaped\n{}",
+        logs(&dir)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
