@@ -116,13 +116,22 @@ fn assert_no_overlap(seen: &BTreeMap<u64, Tenure>, dir: &Path) {
     }
 }
 
+/// Every `vvm`'s standard error in `dir`, for a failure's message.
 fn logs(dir: &Path) -> String {
-    ["one", "two"]
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "stderr"))
+        .collect();
+    names.sort();
+    names
         .iter()
-        .map(|a| {
+        .map(|p| {
             format!(
-                "--- {a}:\n{}",
-                std::fs::read_to_string(dir.join(format!("{a}.stderr"))).unwrap_or_default()
+                "--- {}:\n{}",
+                p.display(),
+                std::fs::read_to_string(p).unwrap_or_default()
             )
         })
         .collect()
@@ -272,5 +281,123 @@ while :; do sleep 0.05; done"#;
         "the shutdown took {took:?}: it waited for an orphan that nobody reaped\n{}",
         logs(&dir)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the chaos test does to the leader in one round.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    StopVvm,
+    KillVvm,
+    KillSupervisor,
+    Terminate,
+}
+
+/// The command of a chaos round: it daemonizes, ignores SIGTERM, or both.
+fn chaos_script(daemon: bool, ignore_term: bool) -> String {
+    let mut script = String::new();
+    if ignore_term {
+        script.push_str("trap '' TERM\n");
+    }
+    if daemon {
+        script.push_str(SCRIPT);
+    } else {
+        script.push_str(
+            r#"while :; do echo "$VVM_REVISION c $(date +%s%N)" >> "$PWD/acts"; sleep 0.02; done"#,
+        );
+    }
+    script
+}
+
+/// A small deterministic generator (the seed is printed, and `VVM_CHAOS_SEED` replays it).
+fn next(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    *state >> 33
+}
+
+// covers: Cli.ExecTree, Cli.ExecChaos
+#[test]
+fn chaos_never_lets_two_trees_act_at_once() {
+    become_a_careless_reaper();
+    let rounds: usize = std::env::var("VVM_CHAOS_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(50);
+    let seed: u64 = std::env::var("VVM_CHAOS_SEED")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| u64::from(std::process::id()));
+    eprintln!("chaos: {rounds} rounds, VVM_CHAOS_SEED={seed}");
+    let mut state = seed;
+    let dir = temp_dir("vvm-tree-chaos");
+    let log = dir.join("acts");
+    let mut spawn_one = |n: usize, state: &mut u64| {
+        let daemon = next(state) % 2 == 0;
+        let ignore_term = next(state) % 3 == 0;
+        let child = spawn(
+            &dir,
+            &format!("n{n:04}"),
+            "500ms",
+            &chaos_script(daemon, ignore_term),
+        );
+        (child, daemon)
+    };
+    let (mut leader, mut daemon) = spawn_one(0, &mut state);
+    let (mut candidate, mut candidate_daemon) = spawn_one(1, &mut state);
+    let mut counts = [0_usize; 4];
+    let started = Instant::now();
+    for round in 0..rounds {
+        // The leader's whole tree is acting before it is hit.
+        let kinds = if daemon { 2 } else { 1 };
+        wait_until(&log, "the leader's tree acts", |seen| {
+            seen.len() == round + 1 && seen.values().last().is_some_and(|t| t.kinds.len() == kinds)
+        });
+        std::thread::sleep(Duration::from_millis(next(&mut state) % 300));
+        let fault = match next(&mut state) % 4 {
+            0 => Fault::StopVvm,
+            1 => Fault::KillVvm,
+            2 => Fault::KillSupervisor,
+            _ => Fault::Terminate,
+        };
+        counts[fault as usize] += 1;
+        match fault {
+            Fault::StopVvm => signal(&leader, Signal::STOP),
+            Fault::KillVvm => signal(&leader, Signal::KILL),
+            Fault::KillSupervisor => {
+                rustix::process::kill_process(supervisor_of(&leader), Signal::KILL).unwrap()
+            }
+            Fault::Terminate => signal(&leader, Signal::TERM),
+        }
+        wait_until(&log, "the successor acts", |seen| seen.len() == round + 2);
+        if matches!(fault, Fault::StopVvm) {
+            signal(&leader, Signal::CONT);
+        }
+        let code = exit_within(&mut leader, WAIT_MAX);
+        assert!(code.is_some(), "round {round}: {fault:?}: the old leader did not exit");
+        let seen = tenures(&log);
+        assert_no_overlap(&seen, &dir);
+        leader = candidate;
+        daemon = candidate_daemon;
+        (candidate, candidate_daemon) = spawn_one(round + 2, &mut state);
+    }
+    // Long enough for a survivor of the last hit tree to show.
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = tenures(&log);
+    assert_eq!(seen.len(), rounds + 1, "{seen:?}");
+    assert_no_overlap(&seen, &dir);
+    eprintln!(
+        "chaos: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}): no overlap",
+        started.elapsed(),
+        counts[0],
+        counts[1],
+        counts[2],
+        counts[3]
+    );
+    for mut child in [leader, candidate] {
+        signal(&child, Signal::KILL);
+        let _ = child.wait();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
