@@ -13,8 +13,13 @@
 //!   holder's lock could once be missed); the figure is the time from the kill to the other's
 //!   `leading` line.
 //!
-//! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|both] [RUNS]` (default:
-//! `both` = kill and stop, 20 runs).
+//! - `tree-kill`, `tree-handoff`: both run a command (`vvm run -- sh -c …`) that starts a daemon
+//!   (new session, double fork, every descriptor closed); the holder's `vvm` gets SIGKILL, or
+//!   SIGTERM for a graceful hand-off; the figure is the time from the signal to the successor's
+//!   command running (its first line in a log, stamped by the command itself on the wall clock).
+//!
+//! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|tree-kill|tree-handoff|both]
+//! [RUNS]` (default: `both` = kill and stop, 20 runs).
 //! Prints every run, then p50, p99 and the maximum per mode.
 
 use std::io::{BufRead, BufReader};
@@ -155,9 +160,105 @@ fn fresh(index: usize) -> Duration {
     figure
 }
 
+/// The command of the tree modes: a daemon, then a line per 20 ms, the first at once.
+const TREE_SCRIPT: &str = r#"log="$PWD/acts"
+perl -e 'use POSIX; POSIX::setsid(); exit 0 if fork; POSIX::close($_) for 0..1023;
+  while (1) { sleep 1 }' &
+while :; do echo "$VVM_REVISION $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
+
+fn spawn_tree(dir: &Path, address: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .current_dir(dir)
+        .args(["--log-level", "warn", "run", "--store"])
+        .arg(format!("sqlite:{}", dir.join("vvm.sqlite").display()))
+        .args(["--slots", "1", "--address", address, "--lease", "2s"])
+        .args([
+            "--acquire",
+            "600s",
+            "--grace",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            TREE_SCRIPT,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the vvm binary starts")
+}
+
+/// The first line's wall-clock time (ns) of each revision in the log so far.
+fn first_lines(log: &Path) -> Vec<(u64, u128)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut firsts: Vec<(u64, u128)> = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(Ok(revision)), Some(Ok(at))) = (
+            parts.next().map(str::parse::<u64>),
+            parts.next().map(str::parse::<u128>),
+        ) else {
+            continue;
+        };
+        if !firsts.iter().any(|(r, _)| *r == revision) {
+            firsts.push((revision, at));
+        }
+    }
+    firsts
+}
+
+fn wait_revisions(log: &Path, count: usize) -> Vec<(u64, u128)> {
+    let started = Instant::now();
+    loop {
+        let firsts = first_lines(log);
+        if firsts.len() >= count {
+            return firsts;
+        }
+        assert!(
+            started.elapsed() < LEAD_WAIT,
+            "no command ran within the wait"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// A tree mode (see the module documentation).
+fn tree(mode: &str, index: usize) -> Duration {
+    let dir = scratch(index);
+    let log = dir.join("acts");
+    let mut holder = spawn_tree(&dir, "holder");
+    wait_revisions(&log, 1);
+    let mut candidate = spawn_tree(&dir, "candidate");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = Pid::from_raw(holder.id() as i32).expect("a pid");
+    let signal = if mode == "tree-kill" {
+        Signal::KILL
+    } else {
+        Signal::TERM
+    };
+    let sent_ns = wall_ns();
+    kill_process(pid, signal).expect("the signal is sent");
+    let firsts = wait_revisions(&log, 2);
+    let _ = holder.wait();
+    let _ = candidate.kill();
+    let _ = candidate.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    Duration::from_nanos(u64::try_from(firsts[1].1.saturating_sub(sent_ns)).unwrap_or(u64::MAX))
+}
+
 fn run(mode: &str, index: usize, state: &mut u64) -> Duration {
     if mode == "fresh" {
         return fresh(index);
+    }
+    if mode.starts_with("tree-") {
+        return tree(mode, index);
     }
     let dir = scratch(index);
     let database = dir.join("vvm.sqlite");
@@ -211,6 +312,8 @@ fn main() {
         "kill" => &["kill"],
         "stop" => &["stop"],
         "fresh" => &["fresh"],
+        "tree-kill" => &["tree-kill"],
+        "tree-handoff" => &["tree-handoff"],
         _ => &["kill", "stop"],
     };
     let mut state = 0x5EED;

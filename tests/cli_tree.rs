@@ -375,7 +375,10 @@ fn chaos_never_lets_two_trees_act_at_once() {
             signal(&leader, Signal::CONT);
         }
         let code = exit_within(&mut leader, WAIT_MAX);
-        assert!(code.is_some(), "round {round}: {fault:?}: the old leader did not exit");
+        assert!(
+            code.is_some(),
+            "round {round}: {fault:?}: the old leader did not exit"
+        );
         let seen = tenures(&log);
         assert_no_overlap(&seen, &dir);
         leader = candidate;

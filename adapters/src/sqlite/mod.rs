@@ -115,6 +115,9 @@ pub const BUSY_WAIT_DEFAULT: Duration = Duration::from_millis(20);
 
 /// The longest lock wait that may be configured.
 pub const BUSY_WAIT_MAX: Duration = Duration::from_secs(10);
+/// The least lock wait while a store is opened (a one-time step whose failure ends the process):
+/// another opener or a holder descheduled inside its transaction on a loaded host is waited out.
+pub const OPEN_BUSY_WAIT: Duration = Duration::from_secs(2);
 
 /// Options of [`SqliteStore`]; [`SqliteStore::open`] uses the defaults.
 #[derive(Clone)]

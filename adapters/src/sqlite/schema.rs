@@ -23,7 +23,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use super::busy::{is_busy, Backoff};
 use super::clock::StoreClock;
 use super::file::{self, Sharing};
-use super::SqliteStoreError;
+use super::{SqliteStoreError, OPEN_BUSY_WAIT};
 
 /// `PRAGMA application_id` of our files: "vvm1" in ASCII.
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
@@ -310,6 +310,10 @@ pub(crate) fn open(
         });
     }
 
+    // Opening happens once per process and its failure ends the process: its lock waits are
+    // bounded longer than a call's, so that a busy moment of another opener or holder on a
+    // loaded host is waited out instead of turned into an exit.
+    let busy_wait = busy_wait.max(OPEN_BUSY_WAIT);
     // Only reads until the file is known to be ours (and this machine's) or empty.
     let identity = retry_busy(busy_wait, "reading the file header", || {
         read_identity(&conn).map_err(sqlite("reading the file header"))
@@ -333,95 +337,115 @@ pub(crate) fn open(
     }
 
     let mut conn = conn;
-    // Several processes may open an empty file at once: decide again under the write lock.
-    let created = retry_busy(busy_wait, "creating the schema", || {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sqlite("creating the schema"))?;
-        let identity = read_identity(&tx).map_err(sqlite("reading the file header"))?;
-        refuse(identity)?;
-        match identity {
-            Identity::Empty => {
-                tx.execute_batch(SCHEMA_V3)
-                    .map_err(sqlite("creating the schema"))?;
-                tx.pragma_update(None, "application_id", APPLICATION_ID)
-                    .map_err(sqlite("creating the schema"))?;
-            }
-            Identity::Version1 => {
-                tx.execute_batch(MIGRATE_V1_TO_V2)
-                    .map_err(sqlite("migrating from schema version 1"))?;
-                tx.execute_batch(MIGRATE_V2_TO_V3)
-                    .map_err(sqlite("migrating from schema version 2"))?;
-            }
-            Identity::Version2 => {
-                tx.execute_batch(MIGRATE_V2_TO_V3)
-                    .map_err(sqlite("migrating from schema version 2"))?;
-            }
-            _ => {}
-        }
-        if matches!(
-            identity,
-            Identity::Empty | Identity::Version1 | Identity::Version2
-        ) {
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+    // Several processes may open an empty or old file at once: decide again under the write
+    // lock. A file that read as ours needs nothing: no write lock taken.
+    let created = if identity == Identity::Ours {
+        Identity::Ours
+    } else {
+        retry_busy(busy_wait, "creating the schema", || {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(sqlite("creating the schema"))?;
-        }
-        tx.commit().map_err(sqlite("creating the schema"))?;
-        Ok(identity)
-    })?;
+            let identity = read_identity(&tx).map_err(sqlite("reading the file header"))?;
+            refuse(identity)?;
+            match identity {
+                Identity::Empty => {
+                    tx.execute_batch(SCHEMA_V3)
+                        .map_err(sqlite("creating the schema"))?;
+                    tx.pragma_update(None, "application_id", APPLICATION_ID)
+                        .map_err(sqlite("creating the schema"))?;
+                }
+                Identity::Version1 => {
+                    tx.execute_batch(MIGRATE_V1_TO_V2)
+                        .map_err(sqlite("migrating from schema version 1"))?;
+                    tx.execute_batch(MIGRATE_V2_TO_V3)
+                        .map_err(sqlite("migrating from schema version 2"))?;
+                }
+                Identity::Version2 => {
+                    tx.execute_batch(MIGRATE_V2_TO_V3)
+                        .map_err(sqlite("migrating from schema version 2"))?;
+                }
+                _ => {}
+            }
+            if matches!(
+                identity,
+                Identity::Empty | Identity::Version1 | Identity::Version2
+            ) {
+                tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                    .map_err(sqlite("creating the schema"))?;
+            }
+            tx.commit().map_err(sqlite("creating the schema"))?;
+            Ok(identity)
+        })?
+    };
     let created = new_file || created == Identity::Empty;
 
     // The first open of a boot jumps the counter and syncs that jump (see REVISION_BOOT_GAP).
+    // Read first: when this boot and this machine are recorded already (every open but the
+    // first of a boot), no write lock is needed — the boot id only ever moves to the current one.
+    let recorded_boot = retry_busy(busy_wait, "reading the boot", || {
+        conn.query_row(
+            "SELECT boot_id, machine_id FROM vvm_store WHERE id = 0",
+            [],
+            |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
+        )
+        .map_err(sqlite("reading the boot"))
+    });
+    let current = matches!(&recorded_boot, Ok((boot, machine)) if boot == clock.boot_id() && machine == machine_id);
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(sqlite("setting synchronous"))?;
-    let jumped = retry_busy(busy_wait, "recording the boot", || {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sqlite("recording the boot"))?;
-        let (revision, boot_id, recorded): (i64, String, String) = tx
-            .query_row(
-                "SELECT revision, boot_id, machine_id FROM vvm_store WHERE id = 0",
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .map_err(|source| SqliteStoreError::Damaged {
-                what: "the store row cannot be read".into(),
-                source: Some(source),
-            })?;
-        // Again under the write lock: another machine may have claimed a new file meanwhile.
-        // Returning drops `tx`, which rolls back: nothing was written.
-        let claim = recorded.is_empty();
-        refuse_other_machine(path, recorded, machine_id)?;
-        if revision < 0 {
-            return Err(SqliteStoreError::Damaged {
-                what: format!("the revision counter is negative ({revision})"),
-                source: None,
-            });
-        }
-        let jump = boot_id != clock.boot_id();
-        if jump {
-            let jumped = revision.checked_add(REVISION_BOOT_GAP).ok_or_else(|| {
-                SqliteStoreError::Damaged {
-                    what: format!("the revision counter ({revision}) is exhausted"),
+    let jumped = if current {
+        false
+    } else {
+        retry_busy(busy_wait, "recording the boot", || {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sqlite("recording the boot"))?;
+            let (revision, boot_id, recorded): (i64, String, String) = tx
+                .query_row(
+                    "SELECT revision, boot_id, machine_id FROM vvm_store WHERE id = 0",
+                    [],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
+                .map_err(|source| SqliteStoreError::Damaged {
+                    what: "the store row cannot be read".into(),
+                    source: Some(source),
+                })?;
+            // Again under the write lock: another machine may have claimed a new file meanwhile.
+            // Returning drops `tx`, which rolls back: nothing was written.
+            let claim = recorded.is_empty();
+            refuse_other_machine(path, recorded, machine_id)?;
+            if revision < 0 {
+                return Err(SqliteStoreError::Damaged {
+                    what: format!("the revision counter is negative ({revision})"),
                     source: None,
-                }
-            })?;
-            tx.execute(
-                "UPDATE vvm_store SET revision = ?1, boot_id = ?2 WHERE id = 0",
-                (jumped, clock.boot_id()),
-            )
-            .map_err(sqlite("recording the boot"))?;
-        }
-        if claim {
-            tx.execute(
-                "UPDATE vvm_store SET machine_id = ?1 WHERE id = 0",
-                [machine_id],
-            )
-            .map_err(sqlite("recording the machine"))?;
-        }
-        tx.commit().map_err(sqlite("recording the boot"))?;
-        Ok(jump)
-    })?;
+                });
+            }
+            let jump = boot_id != clock.boot_id();
+            if jump {
+                let jumped = revision.checked_add(REVISION_BOOT_GAP).ok_or_else(|| {
+                    SqliteStoreError::Damaged {
+                        what: format!("the revision counter ({revision}) is exhausted"),
+                        source: None,
+                    }
+                })?;
+                tx.execute(
+                    "UPDATE vvm_store SET revision = ?1, boot_id = ?2 WHERE id = 0",
+                    (jumped, clock.boot_id()),
+                )
+                .map_err(sqlite("recording the boot"))?;
+            }
+            if claim {
+                tx.execute(
+                    "UPDATE vvm_store SET machine_id = ?1 WHERE id = 0",
+                    [machine_id],
+                )
+                .map_err(sqlite("recording the machine"))?;
+            }
+            tx.commit().map_err(sqlite("recording the boot"))?;
+            Ok(jump)
+        })?
+    };
     // Every later commit is synced lazily: a process crash loses nothing (the WAL is in the
     // page cache), a power loss only commits of a boot whose leases are all expired anyway.
     conn.pragma_update(None, "synchronous", "NORMAL")
