@@ -28,7 +28,6 @@ async fn more_than_four_thousand_renewed_holdings_are_never_killed() {
         elections.acquire(Slot(index)).await.unwrap();
         handles.push(elections);
     }
-    assert_eq!(killer.thread.armed().len(), HOLDINGS as usize);
 
     // Ten leases in steps of a renew interval; the killer's clock follows the driver's.
     for _ in 0..40 {
@@ -47,6 +46,11 @@ async fn more_than_four_thousand_renewed_holdings_are_never_killed() {
         .filter(|elections| matches!(elections.tenure(), Tenure::Held(_)))
         .count();
     assert_eq!(held, HOLDINGS as usize);
+    assert_eq!(
+        killer.thread.armed().len(),
+        HOLDINGS as usize,
+        "one deadline each"
+    );
     for elections in &handles {
         elections.release().await.unwrap();
     }
