@@ -232,7 +232,7 @@ fn a_later_arm_replaces_the_deadline() {
     assert_eq!(recorder.reports().len(), 1);
 }
 
-/// More entries than the 4 096 the killer once kept apart.
+/// Well beyond 4 096 entries on one killer.
 const ENTRIES_MANY: usize = 5_000;
 
 // covers: Rt.KillerScales

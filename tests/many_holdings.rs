@@ -9,7 +9,7 @@ use common::{pass, TestKiller};
 use vvm::{Elections, LeaseConfig, Slot, Tenure};
 use vvm_adapters::MemoryStore;
 
-/// More holdings than the 4 096 deadlines the killer once held apart.
+/// Well beyond 4 096 holdings in one process.
 const HOLDINGS: u32 = 4_200;
 /// The shortest lease accepted: renewals every 0.5 s, kill deadline 1.6 s after a confirmed write.
 const LEASE: Duration = Duration::from_secs(2);
