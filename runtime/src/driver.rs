@@ -76,6 +76,15 @@ pub(crate) struct Driver<S> {
     outcome: Option<Result<(), VvmError>>,
 }
 
+/// What one transition asks of the service pipeline, done after its status is published.
+#[derive(Default)]
+struct ServiceActions {
+    /// Start these services.
+    start: Option<Services>,
+    /// Ask the running services to stop.
+    stop: bool,
+}
+
 /// Resolves when the handle asks for shutdown or goes away; pending once it did.
 async fn shutdown_asked(shutdown: &mut Option<oneshot::Receiver<()>>) {
     match shutdown.as_mut() {
@@ -235,7 +244,8 @@ impl<S: LeaseStore> Driver<S> {
     /// changes in the [`Status`] (phase, token, deadline, running, problem, ...) is published in
     /// one step after the effects, so that no observer — `launch` waiting for "running", a
     /// subscriber, a service — ever sees one part of a transition without the rest. Services
-    /// start only after that publication: they see their token and deadline from the start.
+    /// are started or asked to stop only after that publication: they see their token and
+    /// deadline from the start, and a loss before the request to stop.
     fn feed(&mut self, event: VvmEvent) {
         self.out.clear();
         self.machine.handle(&event, &mut self.out);
@@ -247,11 +257,11 @@ impl<S: LeaseStore> Driver<S> {
         if matches!(event, VvmEvent::ServicesStopped { .. }) {
             next.services_running = false;
         }
-        let mut start = None;
+        let mut services = ServiceActions::default();
         let effects = self.out.clone();
         for effect in &effects {
             if !self.exec.execute(effect) {
-                self.notify(effect, &mut next, &mut start);
+                self.notify(effect, &mut next, &mut services);
             }
         }
         next.phase = phase;
@@ -261,9 +271,14 @@ impl<S: LeaseStore> Driver<S> {
             *status = next;
             changed
         });
-        if let Some(services) = start {
+        if let Some(start) = services.start {
             let tenure = self.status.subscribe();
-            self.pipeline = Some(Pipeline::start(services, tenure, self.timeouts));
+            self.pipeline = Some(Pipeline::start(start, tenure, self.timeouts));
+        }
+        if services.stop {
+            if let Some(pipeline) = self.pipeline.as_mut() {
+                pipeline.stop();
+            }
         }
     }
 
@@ -282,9 +297,9 @@ impl<S: LeaseStore> Driver<S> {
         }
     }
 
-    /// Acts on a notification; what it changes in the status goes to `next`, published by
-    /// [`feed`](Self::feed), and services to start go to `start`.
-    fn notify(&mut self, effect: &Effect, next: &mut Status, start: &mut Option<Services>) {
+    /// Acts on a notification; what it changes in the status goes to `next` and what it asks of
+    /// the services to `services`, both carried out by [`feed`](Self::feed).
+    fn notify(&mut self, effect: &Effect, next: &mut Status, services: &mut ServiceActions) {
         #[cfg(feature = "metrics")]
         crate::metrics::notified(effect);
         match *effect {
@@ -325,16 +340,16 @@ impl<S: LeaseStore> Driver<S> {
             }
             Effect::StartServices { token } => {
                 tracing::debug!(revision = token.revision.0, "starting services");
-                *start = Some(self.services.take().unwrap_or_default());
+                services.start = Some(self.services.take().unwrap_or_default());
                 next.services_running = true;
             }
             Effect::StopServices => {
                 next.stopping = true;
-                match self.pipeline.as_mut() {
-                    Some(pipeline) => pipeline.stop(),
+                match self.pipeline {
+                    Some(_) => services.stop = true,
                     None => {
                         // Services not started yet (or none) have nothing to stop.
-                        if start.take().is_some() {
+                        if services.start.take().is_some() {
                             next.services_running = false;
                         }
                         self.queue(VvmEvent::ServicesStopped {
