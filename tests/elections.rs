@@ -272,3 +272,55 @@ async fn a_renewal_with_unknown_outcome_that_committed_counts_once_read_back() {
     assert_eq!(held_revision(&elections), stored.revision.0);
     assert!(stored.revision > first.revision);
 }
+
+// covers: Rt.ElectionsDisarm
+/// A process that releases its slot and goes on working keeps running: the confirmed delete
+/// removes the kill deadline, which would otherwise end it 0.8·L after the last renewal.
+#[tokio::test(start_paused = true)]
+async fn a_release_removes_the_kill_deadline_and_the_process_lives_on() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    let elections = start(&store, &killer);
+    elections.acquire(SLOT).await.unwrap();
+    pass(lease().renew_interval() + EPSILON).await;
+    assert_eq!(
+        killer.thread.armed().len(),
+        1,
+        "a held slot arms a deadline"
+    );
+
+    elections.release().await.unwrap();
+    assert_eq!(store.record(SLOT).unwrap(), None);
+    assert!(
+        killer.thread.armed().is_empty(),
+        "the deadline outlived the release: {:?}",
+        killer.thread.armed()
+    );
+    // Working on well past the last deadline the lease ever had.
+    pass(LEASE * 2).await;
+    killer.catch_up();
+    assert!(
+        killer.recorder.reports().is_empty(),
+        "killed after a clean release: {:?}",
+        killer.recorder.reports()
+    );
+}
+
+// covers: Rt.ElectionsDisarm
+/// The negative side: a loss deletes nothing, so its deadline stays armed and still fires.
+#[tokio::test(start_paused = true)]
+async fn a_release_after_a_loss_keeps_the_kill_deadline() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    let elections = start(&store, &killer);
+    elections.acquire(SLOT).await.unwrap();
+    store
+        .overwrite(SLOT, &foreign("10.0.0.2:7000"))
+        .unwrap()
+        .unwrap();
+    pass(lease().renew_interval() + EPSILON).await;
+    assert!(matches!(elections.tenure(), Tenure::Lost { .. }));
+    elections.release().await.unwrap();
+    assert_eq!(killer.thread.armed().len(), 1, "a loss keeps the deadline");
+    pass(LEASE).await;
+    killer.catch_up();
+    assert_eq!(killer.recorder.reports().len(), 1, "the deadline fired");
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{config, pass, TestKiller, LEASE};
 use vvm::clock::boot_instant;
-use vvm::killer::{DEADLINES_MAX, WAIT_ARMED_MAX};
+use vvm::killer::{KillerEntry, PASSED_BATCH_MAX, WAIT_ARMED_MAX};
 use vvm::{
     Clock, ExitKiller, Instant, KillerThread, LeaseConfig, ManualSuspend, RecordingKiller,
     Services, Slot, TimeSource, Vvm, VvmConfig, VvmError, KILL_EXIT_CODE,
@@ -232,20 +232,74 @@ fn a_later_arm_replaces_the_deadline() {
     assert_eq!(recorder.reports().len(), 1);
 }
 
+/// Well beyond 4 096 entries on one killer.
+const ENTRIES_MANY: usize = 5_000;
+
+// covers: Rt.KillerScales
+/// Every one of 5 000 entries keeps its own deadline: a later arm (a renewal) moves each one,
+/// so none fires at its first deadline, and each fires at its own later one.
 #[test]
-fn overflowing_entries_share_the_earliest_deadline() {
+fn every_entry_of_thousands_keeps_its_own_deadline() {
     let recorder = RecordingKiller::new();
     let (thread, time) = KillerThread::manual(recorder.clone());
-    let entries: Vec<_> = (0..=DEADLINES_MAX).map(|_| thread.register("x")).collect();
-    for entry in &entries[..DEADLINES_MAX] {
+    let entries: Vec<_> = (0..ENTRIES_MANY).map(|_| thread.register("x")).collect();
+    for entry in &entries {
         entry.arm(Instant::from_nanos(1_000));
     }
-    let extra = &entries[DEADLINES_MAX];
-    extra.arm(Instant::from_nanos(50));
-    extra.arm(Instant::from_nanos(500));
-    assert_eq!(extra.deadline(), Some(Instant::from_nanos(50)));
-    time.set(Instant::from_nanos(50));
-    assert_eq!(recorder.reports().len(), 1);
+    for (index, entry) in entries.iter().enumerate() {
+        entry.arm(Instant::from_nanos(2_000 + index as u64));
+    }
+    let last = entries.last().unwrap();
+    assert_eq!(
+        last.deadline(),
+        Some(Instant::from_nanos(2_000 + ENTRIES_MANY as u64 - 1))
+    );
+    time.set(Instant::from_nanos(1_999));
+    assert!(
+        recorder.reports().is_empty(),
+        "{} deadline(s) fired before any was due",
+        recorder.reports().len()
+    );
+    assert_eq!(thread.armed().len(), ENTRIES_MANY);
+    // The earliest ten pass, in order; the others stay armed.
+    time.set(Instant::from_nanos(2_009));
+    let fired: Vec<_> = recorder.reports().iter().map(|r| r.deadline).collect();
+    let expected: Vec<_> = (0..10).map(|i| Instant::from_nanos(2_000 + i)).collect();
+    assert_eq!(fired, expected);
+    assert_eq!(thread.armed().len(), ENTRIES_MANY - 10);
+}
+
+// covers: Rt.KillerScales, Rt.Disarm
+/// Each of 5 000 entries can be disarmed; then nothing fires.
+#[test]
+fn every_entry_of_thousands_can_be_disarmed() {
+    let recorder = RecordingKiller::new();
+    let (thread, time) = KillerThread::manual(recorder.clone());
+    let entries: Vec<_> = (0..ENTRIES_MANY).map(|_| thread.register("x")).collect();
+    for entry in &entries {
+        entry.arm(Instant::from_nanos(50));
+    }
+    assert!(entries.iter().all(KillerEntry::disarm));
+    assert!(thread.armed().is_empty());
+    time.set(Instant::from_nanos(100));
+    assert!(recorder.reports().is_empty(), "a disarmed deadline fired");
+}
+
+// covers: Rt.KillerScales
+/// More deadlines passing at once than the thread hands over in one round: a returning killer
+/// is still called once for each.
+#[test]
+fn more_deadlines_passing_at_once_than_one_round_all_fire() {
+    let recorder = RecordingKiller::new();
+    let (thread, time) = KillerThread::manual(recorder.clone());
+    let count = PASSED_BATCH_MAX * 3 + 1;
+    let entries: Vec<_> = (0..count).map(|_| thread.register("x")).collect();
+    for entry in &entries {
+        entry.arm(Instant::from_nanos(10));
+    }
+    time.set(Instant::from_nanos(10));
+    assert_eq!(recorder.reports().len(), count);
+    assert!(thread.armed().is_empty());
 }
 
 // covers: Rt.Disarm
@@ -268,27 +322,6 @@ fn disarm_removes_the_deadline_of_an_entry() {
     time.set(Instant::from_nanos(300));
     let labels: Vec<_> = recorder.reports().iter().map(|r| r.label.clone()).collect();
     assert_eq!(labels, [Arc::from("a"), Arc::from("b")]);
-}
-
-// covers: Rt.Disarm
-#[test]
-fn an_entry_sharing_the_overflow_deadline_cannot_be_disarmed() {
-    let recorder = RecordingKiller::new();
-    let (thread, time) = KillerThread::manual(recorder.clone());
-    let entries: Vec<_> = (0..=DEADLINES_MAX).map(|_| thread.register("x")).collect();
-    for entry in &entries[..DEADLINES_MAX] {
-        entry.arm(Instant::from_nanos(1_000));
-    }
-    let extra = &entries[DEADLINES_MAX];
-    extra.arm(Instant::from_nanos(50));
-    assert!(!extra.disarm());
-    assert_eq!(extra.deadline(), Some(Instant::from_nanos(50)));
-    time.set(Instant::from_nanos(50));
-    assert_eq!(
-        recorder.reports().len(),
-        1,
-        "the overflow deadline still fired"
-    );
 }
 
 /// How soon after the host resumes the killer must act on a deadline that passed while it slept.

@@ -231,3 +231,43 @@ async fn a_standby_forever_waits_a_month_and_still_stops_at_once() {
     assert_eq!(taker.token().unwrap().slot, SLOT);
     assert_eq!(taker.shutdown().await, Ok(()));
 }
+
+/// Launches checked on a multi-threaded runtime: the race it guards against showed in about a
+/// third of them, so two thousand make a miss all but impossible.
+const LAUNCHES: usize = 2_000;
+
+// covers: Rt.OneSnapshot
+/// `launch` returns once the VVM runs, and then every reader agrees: the phase reads `Running`
+/// at once, on a 2-worker runtime where the launching task may be woken on the other worker
+/// while the driver is still publishing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_phase_reads_running_as_soon_as_launch_returns() {
+    let killer = TestKiller::new();
+    let mut early = Vec::new();
+    for attempt in 0..LAUNCHES {
+        let (store, journal) = (MemoryStore::new(), Journal::default());
+        let services = Services::new()
+            .with(Worker {
+                name: "w",
+                journal: journal.clone(),
+            })
+            .unwrap();
+        let vvm = Vvm::provide(common::config("a", 1), store, services)
+            .unwrap()
+            .with_killer(killer.thread.clone())
+            .launch()
+            .await;
+        let (phase, problem) = (vvm.phase(), vvm.current_problem());
+        let snapshot = vvm.subscribe().current();
+        if phase != Phase::Running || snapshot.phase != Phase::Running || problem.is_some() {
+            early.push((attempt, phase, snapshot.phase, problem));
+        }
+        assert_eq!(vvm.shutdown().await, Ok(()));
+    }
+    assert!(
+        early.is_empty(),
+        "{} of {LAUNCHES} launches returned before the phase read Running, first: {:?}",
+        early.len(),
+        early.first()
+    );
+}

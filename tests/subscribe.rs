@@ -102,3 +102,43 @@ async fn a_subscriber_sees_a_loss_and_the_token_withdrawn() {
     let _ = vvm.shutdown().await;
     assert!(!states.current().services_running);
 }
+
+// covers: Rt.SubscribeReleased
+/// After a clean shutdown released the slot, a subscriber no longer sees this VVM's token —
+/// not from the moment its services were asked to stop — while a successor already leads.
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_sees_no_token_once_the_services_are_asked_to_stop() {
+    let (store, killer, journal) = (MemoryStore::new(), TestKiller::new(), Journal::default());
+    let vvm = Vvm::provide(config("a", 1), store.clone(), services(&journal))
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let states = vvm.subscribe();
+    assert!(states.current().token.is_some());
+    let watcher = tokio::spawn(collect(states.clone()));
+    assert_eq!(vvm.shutdown().await, Ok(()));
+    let seen = tokio::time::timeout(HANG_GUARD, watcher)
+        .await
+        .expect("the subscription ends with the driver")
+        .unwrap();
+    let stopping = seen
+        .iter()
+        .position(|state| state.phase != Phase::Running)
+        .expect("the shutdown was seen");
+    let stale: Vec<_> = seen[stopping..]
+        .iter()
+        .filter(|state| state.token.is_some())
+        .collect();
+    assert!(stale.is_empty(), "a token after the stop began: {stale:#?}");
+
+    let successor = Vvm::provide(config("b", 1), store.clone(), services(&journal))
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    assert!(successor.token().is_some(), "the successor leads");
+    let now = states.current();
+    assert_eq!(now.token, None, "the released VVM still claims: {now:?}");
+    assert_eq!(successor.shutdown().await, Ok(()));
+}

@@ -33,6 +33,10 @@ pub(crate) struct Status {
     pub(crate) finished: bool,
     /// Leadership was lost: no token is valid any more.
     pub(crate) lost: bool,
+    /// The services were asked to stop (a shutdown, a problem or a loss): from then on this VVM
+    /// no longer presents itself as the leader to observers, though its services may still use
+    /// the token while they stop.
+    pub(crate) stopping: bool,
 }
 
 impl Default for Status {
@@ -46,6 +50,7 @@ impl Default for Status {
             problem: None,
             finished: false,
             lost: false,
+            stopping: false,
         }
     }
 }
@@ -69,6 +74,15 @@ pub(crate) struct Driver<S> {
     changes: Option<SlotChange>,
     out: Effects,
     outcome: Option<Result<(), VvmError>>,
+}
+
+/// What one transition asks of the service pipeline, done after its status is published.
+#[derive(Default)]
+struct ServiceActions {
+    /// Start these services.
+    start: Option<Services>,
+    /// Ask the running services to stop.
+    stop: bool,
 }
 
 /// Resolves when the handle asks for shutdown or goes away; pending once it did.
@@ -210,8 +224,7 @@ impl<S: LeaseStore> Driver<S> {
                 if let Some(pipeline) = self.pipeline.take() {
                     pipeline.join().await;
                 }
-                self.status
-                    .send_modify(|status| status.services_running = false);
+                // Published with the transition it causes (see `feed`).
                 VvmEvent::ServicesStopped { now, clean }
             }
             // The pipeline ends only after reporting `Stopped`, and is dropped then: ending
@@ -221,14 +234,18 @@ impl<S: LeaseStore> Driver<S> {
                 if let Some(pipeline) = self.pipeline.take() {
                     pipeline.join().await;
                 }
-                self.status
-                    .send_modify(|status| status.services_running = false);
                 tracing::error!("the service pipeline ended without reporting; services aborted");
                 VvmEvent::ServicesStopped { now, clean: false }
             }
         }
     }
 
+    /// Hands `event` to the machine and executes its effects. Everything the transition
+    /// changes in the [`Status`] (phase, token, deadline, running, problem, ...) is published in
+    /// one step after the effects, so that no observer — `launch` waiting for "running", a
+    /// subscriber, a service — ever sees one part of a transition without the rest. Services
+    /// are started or asked to stop only after that publication: they see their token and
+    /// deadline from the start, and a loss before the request to stop.
     fn feed(&mut self, event: VvmEvent) {
         self.out.clear();
         self.machine.handle(&event, &mut self.out);
@@ -236,17 +253,33 @@ impl<S: LeaseStore> Driver<S> {
         tracing::debug!(?event, ?phase, effects = ?self.out.as_slice(), "transition");
         // Before the effects: an insert about to be sent is covered by the feed.
         self.watch_slots();
+        let mut next = self.status.borrow().clone();
+        if matches!(event, VvmEvent::ServicesStopped { .. }) {
+            next.services_running = false;
+        }
+        let mut services = ServiceActions::default();
         let effects = self.out.clone();
         for effect in &effects {
             if !self.exec.execute(effect) {
-                self.notify(effect);
+                self.notify(effect, &mut next, &mut services);
             }
         }
-        let deadline = self.exec.deadline();
-        self.status.send_modify(|status| {
-            status.phase = phase;
-            status.deadline = deadline.or(status.deadline);
+        next.phase = phase;
+        next.deadline = self.exec.deadline().or(next.deadline);
+        self.status.send_if_modified(|status| {
+            let changed = *status != next;
+            *status = next;
+            changed
         });
+        if let Some(start) = services.start {
+            let tenure = self.status.subscribe();
+            self.pipeline = Some(Pipeline::start(start, tenure, self.timeouts));
+        }
+        if services.stop {
+            if let Some(pipeline) = self.pipeline.as_mut() {
+                pipeline.stop();
+            }
+        }
     }
 
     /// While acquiring, watches every slot's feed so that a change starts the next round at
@@ -264,7 +297,9 @@ impl<S: LeaseStore> Driver<S> {
         }
     }
 
-    fn notify(&mut self, effect: &Effect) {
+    /// Acts on a notification; what it changes in the status goes to `next` and what it asks of
+    /// the services to `services`, both carried out by [`feed`](Self::feed).
+    fn notify(&mut self, effect: &Effect, next: &mut Status, services: &mut ServiceActions) {
         #[cfg(feature = "metrics")]
         crate::metrics::notified(effect);
         match *effect {
@@ -275,11 +310,11 @@ impl<S: LeaseStore> Driver<S> {
                     revision = token.revision.0,
                     "leadership acquired"
                 );
-                self.status.send_modify(|status| status.token = Some(token));
+                next.token = Some(token);
             }
             Effect::Renewed { token } => {
                 tracing::debug!(revision = token.revision.0, "lease renewed");
-                self.status.send_modify(|status| status.token = Some(token));
+                next.token = Some(token);
             }
             Effect::NotAcquired { slot, refusal } => {
                 tracing::debug!(slot = slot.0, ?refusal, "slot not acquired");
@@ -298,47 +333,48 @@ impl<S: LeaseStore> Driver<S> {
                     left_ms,
                     "leadership lost; stopping services, the process ends at the kill deadline if they have not stopped"
                 );
-                self.status.send_modify(|status| status.lost = true);
+                next.lost = true;
             }
             Effect::Released { slot, deleted } => {
                 tracing::info!(slot = slot.map(|s| s.0), deleted, "leadership released");
             }
             Effect::StartServices { token } => {
-                let services = self.services.take().unwrap_or_default();
-                let tenure = self.status.subscribe();
                 tracing::debug!(revision = token.revision.0, "starting services");
-                self.pipeline = Some(Pipeline::start(services, tenure, self.timeouts));
-                self.status
-                    .send_modify(|status| status.services_running = true);
+                services.start = Some(self.services.take().unwrap_or_default());
+                next.services_running = true;
             }
-            Effect::StopServices => match self.pipeline.as_mut() {
-                Some(pipeline) => pipeline.stop(),
-                None => self.queue(VvmEvent::ServicesStopped {
-                    now: self.exec.now(),
-                    clean: true,
-                }),
-            },
+            Effect::StopServices => {
+                next.stopping = true;
+                match self.pipeline {
+                    Some(_) => services.stop = true,
+                    None => {
+                        // Services not started yet (or none) have nothing to stop.
+                        if services.start.take().is_some() {
+                            next.services_running = false;
+                        }
+                        self.queue(VvmEvent::ServicesStopped {
+                            now: self.exec.now(),
+                            clean: true,
+                        });
+                    }
+                }
+            }
             Effect::Running { token } => {
                 tracing::info!(slot = token.slot.0, "running");
-                self.status.send_modify(|status| status.running = true);
+                next.running = true;
             }
             Effect::ProblemRaised { problem } => {
                 let error = self.error(problem);
                 tracing::warn!(error = %crate::ErrorChain(&error), "problem raised");
-                self.status.send_modify(|status| {
-                    status.problem.get_or_insert(error);
-                });
+                next.problem.get_or_insert(error);
             }
             Effect::MonitorStopped => tracing::debug!("leadership monitor stopped"),
             Effect::Finished { problem } => {
                 let outcome = match problem {
                     None => Ok(()),
-                    Some(problem) => Err(self
-                        .status
-                        .borrow()
-                        .problem
-                        .clone()
-                        .unwrap_or_else(|| self.error(problem))),
+                    Some(problem) => {
+                        Err(next.problem.clone().unwrap_or_else(|| self.error(problem)))
+                    }
                 };
                 tracing::info!(?outcome, "shut down");
                 self.outcome = Some(outcome);

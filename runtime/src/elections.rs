@@ -2,7 +2,9 @@
 //! callers (and tests) that want to acquire, hold and release a single slot directly.
 //!
 //! It shares the store calls, timers and killer with the VVM driver; only the notifications are
-//! handled here. After [`Elections::cleanup`] the handle acquires nothing any more.
+//! handled here. A release that deleted our record removes the kill deadline, as a clean VVM
+//! shutdown does; a loss keeps it. After [`Elections::cleanup`] the handle acquires nothing any
+//! more.
 
 use std::sync::Arc;
 
@@ -131,7 +133,8 @@ impl Elections {
         rx.await.map_err(|_| ElectionsError::Closed)?
     }
 
-    /// Stops renewing and deletes our record; does nothing when nothing is held.
+    /// Stops renewing and deletes our record; does nothing when nothing is held. Once the
+    /// delete is confirmed the kill deadline is removed: the process may go on working.
     pub async fn release(&self) -> Result<(), ElectionsError> {
         let (reply, rx) = oneshot::channel();
         self.commands
@@ -269,6 +272,12 @@ impl<S: LeaseStore> Task<S> {
             }
             Effect::Released { slot, deleted } => {
                 tracing::info!(slot = slot.map(|s| s.0), deleted, "leadership released");
+                if deleted {
+                    // Our record is gone and no service of ours runs: nothing can act on the
+                    // released lease any more, so its deadline must not end the process (as
+                    // after a clean VVM shutdown). A loss deletes nothing and keeps it.
+                    self.exec.execute(&Effect::DisarmKiller);
+                }
                 self.tenure.send_if_modified(|tenure| {
                     let held = matches!(tenure, Tenure::Held(_));
                     if held {

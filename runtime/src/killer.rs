@@ -8,14 +8,21 @@
 //! shut-down VVM's last deadline still ends the process, because work started while it led may
 //! still be running.
 //!
+//! # Any number of entries
+//!
+//! Every entry keeps its own deadline, however many are armed: the deadlines are indexed by
+//! entry and ordered by time, so arming, disarming and finding the earliest cost `O(log n)` in
+//! the number `n` of armed entries, and each entry costs a constant amount of memory. Nothing
+//! is shared between entries, so a renewal always extends exactly its own holding's deadline.
+//!
 //! # Nothing on the kill path can block
 //!
 //! The production [`ExitKiller`] logs nothing through `tracing`, takes no lock, allocates nothing
 //! and touches no stdio buffer: it writes one fixed line to standard error without waiting for
 //! the reader ([`write_kill_message`]) and ends the process with `_exit`
-//! ([`KILL_EXIT_CODE`]), running no exit handler. The thread itself collects passed deadlines
-//! into a buffer allocated when it started, releases the lock that [`KillerEntry::arm`] also
-//! takes before calling the killer, and logs nothing. That lock is only ever held for a few map
+//! ([`KILL_EXIT_CODE`]), running no exit handler. The thread itself collects passed deadlines,
+//! at most [`PASSED_BATCH_MAX`] at a time, into a buffer allocated when it started, releases the
+//! lock that [`KillerEntry::arm`] also takes before calling the killer, and logs nothing. That lock is only ever held for a few map
 //! operations, never while logging or waiting. Whoever wants the reason logged does so before the
 //! deadline, e.g. when a renewal fails.
 //!
@@ -36,9 +43,8 @@
 //! then assert exactly when the killer fired. A paused-time test must never use the process-wide
 //! [`KillerThread::global`] killer: real time keeps running while virtual time stands still.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -50,9 +56,10 @@ mod exit;
 
 pub use exit::{write_kill_message, ExitKiller, KILL_EXIT_CODE, KILL_MESSAGE};
 
-/// Most deadlines held at once. Beyond it new VVMs share one conservative deadline that can only
-/// move earlier, so the limit can cost an early exit but never a late one.
-pub const DEADLINES_MAX: usize = 4096;
+/// Most passed deadlines the thread hands to the killer in one round. The production killer
+/// never returns from the first; a returning (test) killer gets the rest in the next rounds, so
+/// the bound only sizes the buffer allocated when the thread starts, never the entries.
+pub const PASSED_BATCH_MAX: usize = 64;
 /// Most reports a [`RecordingKiller`] keeps.
 pub const RECORDS_MAX: usize = 1024;
 /// Longest single sleep of the thread while a deadline is armed: after a resume from suspend the
@@ -133,9 +140,11 @@ struct Armed {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Each entry's deadline, by entry id.
     armed: BTreeMap<u64, Armed>,
-    /// Deadline shared by the entries registered beyond [`DEADLINES_MAX`]: moves only earlier.
-    overflow: Option<Instant>,
+    /// The same deadlines ordered by time (then entry id): the earliest is the first, found
+    /// without looking at the others.
+    by_deadline: BTreeSet<(Instant, u64)>,
     registered: u64,
     manual_now: Instant,
     generation: u64,
@@ -150,9 +159,29 @@ struct Shared {
     killer: Box<dyn Killer>,
     manual: bool,
     suspend: Box<dyn SuspendSource>,
-    /// The label of reports of the shared overflow deadline, made once so that the kill path
-    /// never allocates.
-    overflow_label: Arc<str>,
+}
+
+impl State {
+    /// Sets entry `id`'s deadline, replacing the one it had.
+    fn arm(&mut self, id: u64, armed: Armed) {
+        let at = armed.deadline;
+        if let Some(old) = self.armed.insert(id, armed) {
+            self.by_deadline.remove(&(old.deadline, id));
+        }
+        self.by_deadline.insert((at, id));
+    }
+
+    /// Removes entry `id`'s deadline; whether it had one.
+    fn disarm(&mut self, id: u64) -> bool {
+        match self.armed.remove(&id) {
+            Some(old) => self.by_deadline.remove(&(old.deadline, id)),
+            None => false,
+        }
+    }
+
+    fn earliest(&self) -> Option<Instant> {
+        self.by_deadline.first().map(|(deadline, _)| *deadline)
+    }
 }
 
 impl Shared {
@@ -179,40 +208,31 @@ impl Shared {
     }
 }
 
-/// A deadline that passed: whose (`None`: the shared overflow deadline) and its report.
+/// A deadline that passed: whose and its report.
 #[derive(Debug)]
 struct Passed {
-    id: Option<u64>,
+    id: u64,
     report: KillReport,
 }
 
-/// Collects every deadline at or before `now` into `passed`, which has room for all of them
-/// (see [`run`]), without removing anything: removal frees memory, and the production killer
-/// never returns to need it.
-fn collect_passed(
-    state: &State,
-    now: Instant,
-    overflow_label: &Arc<str>,
-    passed: &mut Vec<Passed>,
-) {
+/// Collects the earliest deadlines at or before `now`, at most `passed`'s capacity
+/// ([`PASSED_BATCH_MAX`], see [`run`]) so that this never allocates, without removing anything:
+/// removal frees memory, and the production killer never returns to need it. Walks only the
+/// passed deadlines, in time order.
+fn collect_passed(state: &State, now: Instant, passed: &mut Vec<Passed>) {
     passed.clear();
-    for (id, armed) in &state.armed {
-        if armed.deadline <= now {
-            passed.push(Passed {
-                id: Some(*id),
-                report: KillReport {
-                    label: armed.label.clone(),
-                    deadline: armed.deadline,
-                    observed: now,
-                },
-            });
+    let room = passed.capacity();
+    for &(deadline, id) in state.by_deadline.iter().take(room) {
+        if deadline > now {
+            break;
         }
-    }
-    if let Some(deadline) = state.overflow.filter(|deadline| *deadline <= now) {
+        let Some(armed) = state.armed.get(&id) else {
+            continue;
+        };
         passed.push(Passed {
-            id: None,
+            id,
             report: KillReport {
-                label: overflow_label.clone(),
+                label: armed.label.clone(),
                 deadline,
                 observed: now,
             },
@@ -223,34 +243,26 @@ fn collect_passed(
 /// Removes the deadlines a returning (test) killer was called for, unless re-armed meanwhile.
 fn remove_passed(state: &mut State, passed: &[Passed]) {
     for passed in passed {
-        let deadline = passed.report.deadline;
-        match passed.id {
-            Some(id) if state.armed.get(&id).is_some_and(|a| a.deadline == deadline) => {
-                state.armed.remove(&id);
-            }
-            None if state.overflow == Some(deadline) => state.overflow = None,
-            Some(_) | None => {}
+        let id = passed.id;
+        if state
+            .armed
+            .get(&id)
+            .is_some_and(|armed| armed.deadline == passed.report.deadline)
+        {
+            state.disarm(id);
         }
     }
 }
 
-fn earliest(state: &State) -> Option<Instant> {
-    let armed = state.armed.values().map(|armed| armed.deadline).min();
-    match (armed, state.overflow) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 fn run(shared: Arc<Shared>) {
-    // Room for every deadline that can be armed at once (and the overflow one), allocated here
-    // so that collecting passed deadlines never allocates.
-    let mut passed = Vec::with_capacity(DEADLINES_MAX + 1);
+    // Room for one round of passed deadlines, allocated here so that collecting them never
+    // allocates; more passed deadlines than that are taken in the following rounds.
+    let mut passed = Vec::with_capacity(PASSED_BATCH_MAX);
     let mut state = lock(&shared.state);
     loop {
         let now = shared.now(&state);
         let generation = state.generation;
-        collect_passed(&state, now, &shared.overflow_label, &mut passed);
+        collect_passed(&state, now, &mut passed);
         if !passed.is_empty() {
             // Never call the killer holding the lock `arm` takes.
             drop(state);
@@ -266,7 +278,7 @@ fn run(shared: Arc<Shared>) {
             state.thread_alive = false;
             return;
         }
-        let wait = match earliest(&state) {
+        let wait = match state.earliest() {
             Some(deadline) if !shared.manual => deadline.saturating_since(now).min(WAIT_ARMED_MAX),
             _ => WAIT_IDLE_MAX,
         };
@@ -334,7 +346,6 @@ impl KillerThread {
             killer,
             manual,
             suspend,
-            overflow_label: Arc::from("(overflow)"),
         });
         let for_thread = shared.clone();
         lock(&shared.state).thread_alive = true;
@@ -357,20 +368,17 @@ impl KillerThread {
             thread: self.clone(),
             id: state.registered,
             label: Arc::from(label),
-            overflowed: AtomicBool::new(false),
         }
     }
 
     /// Every armed deadline, earliest first, with its label.
     pub fn armed(&self) -> Vec<(Arc<str>, Instant)> {
         let state = lock(&self.shared.state);
-        let mut armed: Vec<_> = state
-            .armed
-            .values()
-            .map(|armed| (armed.label.clone(), armed.deadline))
-            .collect();
-        armed.sort_by_key(|(_, deadline)| *deadline);
-        armed
+        state
+            .by_deadline
+            .iter()
+            .filter_map(|(deadline, id)| Some((state.armed.get(id)?.label.clone(), *deadline)))
+            .collect()
     }
 }
 
@@ -382,8 +390,6 @@ pub struct KillerEntry {
     thread: KillerThread,
     id: u64,
     label: Arc<str>,
-    /// Set once this entry's deadline went to the shared overflow deadline.
-    overflowed: AtomicBool,
 }
 
 impl KillerEntry {
@@ -395,7 +401,7 @@ impl KillerEntry {
             drop(state);
             let now = shared.clock_now();
             shared.kill(&[Passed {
-                id: Some(self.id),
+                id: self.id,
                 report: KillReport {
                     label: self.label.clone(),
                     deadline: at,
@@ -404,38 +410,22 @@ impl KillerEntry {
             }]);
             return;
         }
-        let full = state.armed.len() >= DEADLINES_MAX && !state.armed.contains_key(&self.id);
-        let mut first_overflow = false;
-        if full || self.overflowed.load(Ordering::Relaxed) {
-            first_overflow = !self.overflowed.swap(true, Ordering::Relaxed);
-            state.overflow = Some(state.overflow.map_or(at, |old| old.min(at)));
-        } else {
-            let armed = Armed {
-                label: self.label.clone(),
-                deadline: at,
-            };
-            state.armed.insert(self.id, armed);
-        }
+        let armed = Armed {
+            label: self.label.clone(),
+            deadline: at,
+        };
+        state.arm(self.id, armed);
         shared.wake.notify_all();
-        // Never log under the lock: a stalled log writer would hold up the killer thread.
-        drop(state);
-        if first_overflow {
-            tracing::warn!(label = %self.label, "too many kill deadlines; sharing a conservative one");
-        }
     }
 
     /// Removes this entry's deadline, for a VVM that released its lease cleanly (every service
     /// stopped by itself, the delete confirmed): nothing it started can still act.
     ///
     /// Returns `true` when a deadline was removed, `false` when none was armed (never armed, or
-    /// already fired) or when it cannot be disarmed: an entry registered while [`DEADLINES_MAX`]
-    /// deadlines were armed shares the overflow deadline with others, which stays armed.
+    /// already fired).
     pub fn disarm(&self) -> bool {
-        if self.overflowed.load(Ordering::Relaxed) {
-            return false;
-        }
         let shared = &self.thread.shared;
-        let removed = lock(&shared.state).armed.remove(&self.id).is_some();
+        let removed = lock(&shared.state).disarm(self.id);
         // The thread may be sleeping until the removed deadline; it finds nothing then.
         shared.wake.notify_all();
         removed
@@ -444,10 +434,7 @@ impl KillerEntry {
     /// The deadline this entry holds, if armed and not yet fired.
     pub fn deadline(&self) -> Option<Instant> {
         let state = lock(&self.thread.shared.state);
-        match self.overflowed.load(Ordering::Relaxed) {
-            true => state.overflow,
-            false => state.armed.get(&self.id).map(|armed| armed.deadline),
-        }
+        state.armed.get(&self.id).map(|armed| armed.deadline)
     }
 }
 

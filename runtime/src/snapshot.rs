@@ -15,9 +15,10 @@ pub struct VvmSnapshot {
     /// Whether its services may be running: from their start until the last of them has
     /// stopped. This, not the phase, is what "acting" means.
     pub services_running: bool,
-    /// The fencing token of the last confirmed write while it may still be acted on (see
-    /// [`Vvm::token`](crate::Vvm::token)); `None` before acquisition, after a loss and once the
-    /// kill deadline has passed.
+    /// The fencing token of the last confirmed write while this VVM leads (see
+    /// [`Vvm::token`](crate::Vvm::token)); `None` before acquisition, from the moment its
+    /// services are asked to stop (a shutdown, a problem or a loss: a successor may lead as soon
+    /// as the release is done), after a loss and once the kill deadline has passed.
     pub token: Option<FencingToken>,
     /// The kill deadline armed last, on the clock of [`crate::Clock`].
     pub kill_deadline: Option<Instant>,
@@ -34,7 +35,7 @@ impl VvmSnapshot {
         VvmSnapshot {
             phase: status.phase,
             services_running: status.services_running,
-            token: valid_token(status),
+            token: valid_token(status).filter(|_| !status.stopping),
             kill_deadline: status.deadline,
             lost: status.lost,
             problem: status.problem.clone(),
