@@ -34,9 +34,13 @@ fn store_of(dir: &Path) -> String {
 }
 
 fn spawn(dir: &Path, address: &str, grace: &str, script: &str) -> Child {
+    spawn_on(&store_of(dir), dir, address, grace, script)
+}
+
+fn spawn_on(store: &str, dir: &Path, address: &str, grace: &str, script: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_vvm"))
         .current_dir(dir)
-        .args(["--log-level", "info", "run", "--store", &store_of(dir)])
+        .args(["--log-level", "info", "run", "--store", store])
         .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])
         .args(["--address", address, "--grace", grace])
         .args(["--", "sh", "-c", script])
@@ -214,7 +218,7 @@ fn a_stopped_vvm_cannot_keep_its_tree_acting() {
         "{}",
         logs(&dir)
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 // covers: Cli.ExecTree, Cli.ExecOrphan
@@ -228,7 +232,7 @@ fn a_killed_vvm_leaves_nothing_of_its_tree_acting() {
         "{}",
         logs(&dir)
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 // covers: Cli.ExecTree
@@ -249,7 +253,7 @@ fn a_killed_supervisor_leaves_nothing_of_its_tree_acting() {
         "{}",
         logs(&dir)
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 // covers: Cli.ExecReap
@@ -281,7 +285,7 @@ while :; do sleep 0.05; done"#;
         "the shutdown took {took:?}: it waited for an orphan that nobody reaped\n{}",
         logs(&dir)
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// What the chaos test does to the leader in one round.
@@ -317,10 +321,8 @@ fn next(state: &mut u64) -> u64 {
     *state >> 33
 }
 
-// covers: Cli.ExecTree, Cli.ExecChaos
-#[test]
-fn chaos_never_lets_two_trees_act_at_once() {
-    become_a_careless_reaper();
+/// Rounds and seed of a chaos test: `VVM_CHAOS_ROUNDS` (default 50), `VVM_CHAOS_SEED`.
+fn chaos_settings() -> (usize, u64) {
     let rounds: usize = std::env::var("VVM_CHAOS_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -329,15 +331,48 @@ fn chaos_never_lets_two_trees_act_at_once() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or_else(|| u64::from(std::process::id()));
-    eprintln!("chaos: {rounds} rounds, VVM_CHAOS_SEED={seed}");
-    let mut state = seed;
+    (rounds, seed)
+}
+
+// covers: Cli.ExecTree, Cli.ExecChaos
+#[test]
+fn chaos_never_lets_two_trees_act_at_once() {
     let dir = temp_dir("vvm-tree-chaos");
+    let (rounds, seed) = chaos_settings();
+    chaos("sqlite", &store_of(&dir), &dir, rounds, seed);
+}
+
+#[path = "support/etcd.rs"]
+mod etcd;
+
+// covers: Cli.ExecTree, Cli.ExecChaos
+#[test]
+fn chaos_on_etcd_never_lets_two_trees_act_at_once() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(cluster) = runtime.block_on(etcd::start("chaos_on_etcd", 1)) else {
+        return;
+    };
+    let dir = temp_dir("vvm-tree-chaos-etcd");
+    let (rounds, seed) = chaos_settings();
+    chaos("etcd", &cluster.store_url(), &dir, rounds, seed);
+    drop(cluster);
+}
+
+/// Random rounds on `store` (see `Cli.ExecChaos`).
+fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
+    become_a_careless_reaper();
+    eprintln!("chaos on {name}: {rounds} rounds, VVM_CHAOS_SEED={seed}");
+    let mut state = seed;
     let log = dir.join("acts");
     let mut spawn_one = |n: usize, state: &mut u64| {
         let daemon = next(state) % 2 == 0;
         let ignore_term = next(state) % 3 == 0;
-        let child = spawn(
-            &dir,
+        let child = spawn_on(
+            store,
+            dir,
             &format!("n{n:04}"),
             "500ms",
             &chaos_script(daemon, ignore_term),
@@ -380,7 +415,7 @@ fn chaos_never_lets_two_trees_act_at_once() {
             "round {round}: {fault:?}: the old leader did not exit"
         );
         let seen = tenures(&log);
-        assert_no_overlap(&seen, &dir);
+        assert_no_overlap(&seen, dir);
         leader = candidate;
         daemon = candidate_daemon;
         (candidate, candidate_daemon) = spawn_one(round + 2, &mut state);
@@ -389,9 +424,9 @@ fn chaos_never_lets_two_trees_act_at_once() {
     std::thread::sleep(Duration::from_millis(500));
     let seen = tenures(&log);
     assert_eq!(seen.len(), rounds + 1, "{seen:?}");
-    assert_no_overlap(&seen, &dir);
+    assert_no_overlap(&seen, dir);
     eprintln!(
-        "chaos: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}): no overlap",
+        "chaos on {name}: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}): no overlap",
         started.elapsed(),
         counts[0],
         counts[1],
@@ -402,5 +437,5 @@ fn chaos_never_lets_two_trees_act_at_once() {
         signal(&child, Signal::KILL);
         let _ = child.wait();
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
