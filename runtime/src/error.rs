@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use vvm_core::{LossReason, Problem, Slot};
+use vvm_core::{ConfigError, LossReason, Problem, Slot};
 
 use crate::services::ServiceError;
 
@@ -126,4 +126,8 @@ pub enum ElectionsError {
     /// The handle was not created inside a tokio runtime.
     #[error("elections need a tokio runtime")]
     NoRuntime,
+    /// The address cannot be written into a lease record; checked as
+    /// [`VvmConfig`](vvm_core::VvmConfig) checks it.
+    #[error("the address cannot be used")]
+    InvalidAddress(#[source] ConfigError),
 }
