@@ -99,6 +99,13 @@ impl Killer for GroupKiller {
     }
 }
 
+/// Whether the variable `name` configures `vvm` itself (`VVM_…`), so that the command does not
+/// inherit it. The ones the command is given (`VVM_SLOT`, `VVM_REVISION`, `VVM_ADDRESS`) are set
+/// afresh after the inherited ones are removed.
+fn is_own_variable(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b"VVM_")
+}
+
 /// The service that runs one command while the VVM leads.
 pub struct ExecService {
     /// Program and arguments; never empty.
@@ -160,7 +167,16 @@ impl Service for ExecService {
             ));
         }
         // Started through `vvm __exec-guard` (see [`guard`]): SIGKILL when this process dies.
-        let mut child = Command::new(SELF_EXE)
+        let mut command = Command::new(SELF_EXE);
+        // Only the documented variables reach the command: `vvm`'s own settings (the store URL
+        // with its credential file, the lease, the metrics address, ...) are not its business,
+        // and a nested `vvm` must not pick them up as its own.
+        for (name, _) in std::env::vars_os() {
+            if is_own_variable(&name) {
+                command.env_remove(name);
+            }
+        }
+        let mut child = command
             .arg(GUARD_SUBCOMMAND)
             .arg("--parent")
             .arg(std::process::id().to_string())
@@ -173,8 +189,6 @@ impl Service for ExecService {
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID")
-            // The metrics address is this process's: a nested `vvm` must not try to bind it.
-            .env_remove("VVM_METRICS_ADDR")
             // Its own group, so that one signal reaches everything it starts.
             .process_group(0)
             // If this task is aborted (the stop timeout), the command does not outlive it.
