@@ -22,7 +22,10 @@
 //!
 //! A password never appears in a URL: `user:password@` and `password=` are refused, so that the
 //! URL can be shown in a process list, a unit file or a log line. [`StoreUrl`]'s `Display` and
-//! `Debug` still hide the user and the file names of the credentials and of the private key.
+//! `Debug` still hide the user and the file names of the credentials and of the private key, and
+//! so do the errors of [`crate::open`]. An unknown parameter's name is repeated in an error only
+//! when it nearly spells a known one (`prefx`, `busy_wait_ms`): anything else may be a secret
+//! pasted in the wrong place.
 //!
 //! ```
 //! use std::time::Duration;
