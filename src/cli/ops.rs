@@ -4,11 +4,11 @@
 //! The responder answers one request per connection and closes it. Every connection is bounded:
 //! its request head ([`REQUEST_BYTES_MAX`]) must arrive within [`HEAD_TIME_MAX`] of accept (else
 //! 408), its answer is written within [`ANSWER_TIME_MAX`], and at most
-//! [`CONNECTIONS_MAX`](admit::CONNECTIONS_MAX) are open at once; at the cap the oldest one still waiting for its head is
-//! closed to make room (see [`admit`]). Each runs in its own task, so a slow or idle client holds
-//! only its own connection, and only briefly. Nothing here touches the kill path: the state it
-//! answers from is a copy ([`OpsState`]) that the host refreshes, and the metrics are rendered
-//! from the recorder's handle.
+//! [`CONNECTIONS_MAX`](admit::CONNECTIONS_MAX) are open at once; at the cap the oldest one still
+//! waiting for its head is closed to make room (see [`admit`]). Each runs in its own task, so a
+//! slow or idle client holds only its own connection, and only briefly. Nothing here touches the
+//! kill path: the state it answers from is a copy ([`OpsState`]) that the host refreshes, and the
+//! metrics are rendered from the recorder's handle.
 
 mod admit;
 
@@ -148,7 +148,8 @@ pub async fn start(addr: SocketAddr, lease: Duration, slots: u32) -> Result<Ops,
     Ok(Ops { state })
 }
 
-/// Accepts connections and answers each in its own task, at most [`CONNECTIONS_MAX`](admit::CONNECTIONS_MAX) at once.
+/// Accepts connections and answers each in its own task, at most
+/// [`CONNECTIONS_MAX`](admit::CONNECTIONS_MAX) at once.
 async fn serve(listener: TcpListener, handle: PrometheusHandle, state: Arc<OpsState>) {
     let admission = Arc::new(Admission::default());
     loop {
