@@ -102,7 +102,7 @@ fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-// covers: Cli.Errors
+// covers: Cli.Errors, Rt.AcquisitionWhy
 #[test]
 fn a_failed_acquisition_is_printed_and_exits_1() {
     let dir = temp_dir("vvm-cli-busy");
@@ -125,6 +125,8 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("no slot out of 1 was acquired"), "{stderr}");
+    // Which slot, and why: who holds it.
+    assert!(stderr.contains("slot 1: held by holder"), "{stderr}");
 
     holder.kill().unwrap();
     holder.wait().unwrap();

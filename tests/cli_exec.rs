@@ -361,3 +361,53 @@ while :; do sleep 0.05; done"#;
     assert!(stderr.contains("leadership of slot 1 was lost"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// covers: Cli.ExecEnvironment
+#[test]
+fn the_command_gets_only_the_documented_vvm_variables() {
+    let dir = temp_dir("vvm-exec-env");
+    let out = dir.join("env.out");
+    // `vvm`'s settings come from the environment here, as in a unit file.
+    let script = format!(
+        "env | grep -E '^(VVM_|OTHER_SETTING=)' | sort > '{0}.tmp' && mv '{0}.tmp' '{0}'",
+        out.display()
+    );
+    let password = dir.join("password");
+    std::fs::write(&password, "secret\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .current_dir(&dir)
+        .args(["run", "--", "sh", "-c", &script])
+        .env("VVM_STORE", store_of(&dir))
+        .env("VVM_LEASE", "2s")
+        .env("VVM_GRACE", "1s")
+        .env("VVM_ROUND", "100ms")
+        .env("VVM_ADDRESS", "env-a")
+        .env("VVM_LOG_LEVEL", "info")
+        .env(
+            "VVM_SOMETHING_ELSE",
+            format!("password-file={}", password.display()),
+        )
+        .env("OTHER_SETTING", "kept")
+        .env_remove("VVM_METRICS_ADDR")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("env-a.stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let seen = wait_for_file(&out, &mut child);
+    let (code, _) = wait_exit(&mut child);
+    assert_eq!(code, Some(0), "{}", stderr_of(&dir, "env-a"));
+    let names: Vec<&str> = seen
+        .lines()
+        .map(|line| line.split('=').next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["OTHER_SETTING", "VVM_ADDRESS", "VVM_REVISION", "VVM_SLOT"],
+        "{seen}"
+    );
+    assert!(seen.contains("VVM_ADDRESS=env-a\n"), "{seen}");
+    assert!(seen.contains("VVM_SLOT=1\n"), "{seen}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -324,3 +324,26 @@ async fn a_release_after_a_loss_keeps_the_kill_deadline() {
     killer.catch_up();
     assert_eq!(killer.recorder.reports().len(), 1, "the deadline fired");
 }
+
+// covers: Rt.ElectionsAddress
+#[tokio::test(start_paused = true)]
+async fn an_address_that_the_configuration_refuses_is_refused_by_the_elections_too() {
+    let store = MemoryStore::new();
+    let killer = TestKiller::new();
+    let long = "a".repeat(vvm::vvm_core::ADDRESS_MAX_BYTES + 1);
+    for address in ["", long.as_str(), "10.0.0.1\n:7000", "tab\there"] {
+        let expected = vvm::VvmConfig::builder(address).build().unwrap_err();
+        match Elections::start(store.clone(), address, lease(), &killer.thread) {
+            Err(ElectionsError::InvalidAddress(error)) => assert_eq!(error, expected),
+            Err(other) => panic!("{address:?}: unexpected error {other}"),
+            Ok(_) => panic!("{address:?} was accepted"),
+        }
+    }
+    // Nothing was written for any of them.
+    assert_eq!(store.record(SLOT).unwrap(), None);
+    // The longest valid address is accepted and acquires.
+    let longest = "a".repeat(vvm::vvm_core::ADDRESS_MAX_BYTES);
+    let elections = Elections::start(store.clone(), &longest, lease(), &killer.thread).unwrap();
+    assert!(elections.acquire(SLOT).await.is_ok());
+    elections.cleanup().await;
+}

@@ -72,6 +72,10 @@ async fn a_second_vvm_for_the_only_slot_fails_to_acquire_and_the_first_shuts_dow
     let expected = VvmError::AcquisitionFailed {
         slots: 1,
         acquisition: Duration::from_secs(3),
+        refusals: vec![vvm::SlotRefusal {
+            slot: SLOT,
+            reason: vvm::RefusalReason::HeldBy("10.0.0.1:7000".into()),
+        }],
     };
     assert_eq!(second.current_problem(), Some(expected.clone()));
     assert_eq!(second.problem().await, expected);
@@ -422,4 +426,58 @@ async fn a_waiting_candidate_takes_a_released_slot_at_once_not_at_its_next_round
     // Without the feed it would lead at its next round, 58 s later.
     assert!(waited < Duration::from_secs(1), "led after {waited:?}");
     assert_eq!(candidate.shutdown().await, Ok(()));
+}
+
+// covers: Rt.AcquisitionWhy
+#[tokio::test(start_paused = true)]
+async fn a_failed_acquisition_names_each_slot_and_why_it_was_not_won() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    // Slot 1: bytes no VVM wrote; slot 2: another VVM's live record.
+    store
+        .set_raw(
+            Slot(1),
+            b"not a lease record".to_vec(),
+            Duration::from_secs(600),
+        )
+        .unwrap();
+    let other = foreign("10.0.0.9:7000");
+    store
+        .set(Slot(2), &other, Duration::from_secs(600))
+        .unwrap();
+    let vvm = Vvm::provide(config("10.0.0.2:7000", 2), store.clone(), Services::new())
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let problem = vvm.problem().await;
+    let VvmError::AcquisitionFailed { refusals, .. } = &problem else {
+        panic!("{problem:?}");
+    };
+    assert_eq!(refusals.len(), 2, "{problem}");
+    assert_eq!(refusals[0].slot, Slot(1));
+    assert!(
+        matches!(&refusals[0].reason, vvm::RefusalReason::Store(why) if why.contains("corrupt")),
+        "{problem}"
+    );
+    assert_eq!(refusals[1].slot, Slot(2));
+    assert_eq!(
+        refusals[1].reason,
+        vvm::RefusalReason::HeldBy("10.0.0.9:7000".into())
+    );
+    let shown = problem.to_string();
+    assert!(
+        shown.starts_with("no slot out of 2 was acquired within 3s: slot 1: "),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("slot 1: record of slot 1 is corrupt"),
+        "{shown}"
+    );
+    assert!(
+        shown.ends_with("; slot 2: held by 10.0.0.9:7000"),
+        "{shown}"
+    );
+    assert_eq!(vvm.shutdown().await, Err(problem));
+    // Neither record was touched.
+    assert_eq!(store.record(Slot(2)).unwrap().unwrap().value, other);
 }

@@ -13,13 +13,18 @@
 //! # }
 //! ```
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use vvm_core::{LeaseConfig, Revision, Slot};
 use vvm_runtime::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 use crate::url::{StoreUrl, UrlError};
+
+mod files;
+
+#[cfg(feature = "etcd")]
+use files::read_file;
+pub use files::{ParameterFile, PemKind};
 
 /// Largest secret or certificate file read for a store URL, in bytes.
 pub const FILE_MAX_BYTES: u64 = 1024 * 1024;
@@ -79,25 +84,42 @@ pub enum OpenError {
     #[error("fdb: stores are opened with open_fdb, which takes the FoundationDB network guard")]
     FdbNeedsNetwork,
     /// A file named by a parameter could not be read.
-    #[error("parameter {parameter}: cannot read {}", .path.display())]
+    #[error("parameter {parameter}: cannot read {path}")]
     ReadFile {
         /// The parameter.
         parameter: &'static str,
-        /// The file.
-        path: PathBuf,
+        /// The file (shown redacted when it holds a secret).
+        path: ParameterFile,
         /// Why.
         #[source]
         source: std::io::Error,
     },
     /// A file named by a parameter is larger than [`FILE_MAX_BYTES`] or empty.
-    #[error("parameter {parameter}: {} is empty or larger than {max} bytes", .path.display())]
+    #[error("parameter {parameter}: {path} is empty or larger than {max} bytes")]
     FileSize {
         /// The parameter.
         parameter: &'static str,
-        /// The file.
-        path: PathBuf,
+        /// The file (shown redacted when it holds a secret).
+        path: ParameterFile,
         /// [`FILE_MAX_BYTES`].
         max: u64,
+    },
+    /// A certificate or key file named by a parameter does not hold what it must.
+    #[error("parameter {parameter}: {path} does not hold {expected}")]
+    NotPem {
+        /// The parameter.
+        parameter: &'static str,
+        /// The file (shown redacted when it holds a secret).
+        path: ParameterFile,
+        /// What it should hold.
+        expected: PemKind,
+    },
+    /// The path of a `sqlite:` URL exists but is not a regular file (a device, a directory, a
+    /// pipe, ...). Nothing is created next to it.
+    #[error("{} exists and is not a regular file; a SQLite store must be a file of its own", .path.display())]
+    NotAFile {
+        /// The path.
+        path: std::path::PathBuf,
     },
     /// The SQLite store could not be opened.
     #[cfg(feature = "sqlite")]
@@ -135,7 +157,11 @@ impl OpenError {
     /// that could not be used.
     pub fn is_usage(&self) -> bool {
         match self {
-            OpenError::Url(_) | OpenError::NotBuilt { .. } | OpenError::FdbNeedsNetwork => true,
+            OpenError::Url(_)
+            | OpenError::NotBuilt { .. }
+            | OpenError::FdbNeedsNetwork
+            | OpenError::NotPem { .. }
+            | OpenError::NotAFile { .. } => true,
             #[cfg(feature = "etcd")]
             OpenError::EtcdOption { .. } => true,
             _ => false,
@@ -157,11 +183,14 @@ pub async fn open_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, 
     let url = StoreUrl::parse(url)?;
     match &url {
         #[cfg(feature = "sqlite")]
-        StoreUrl::Sqlite(sqlite) => crate::SqliteStore::builder()
-            .read_only()
-            .open(&sqlite.path)
-            .map(AnyStore::Sqlite)
-            .map_err(OpenError::Sqlite),
+        StoreUrl::Sqlite(sqlite) => {
+            refuse_special_file(&sqlite.path)?;
+            crate::SqliteStore::builder()
+                .read_only()
+                .open(&sqlite.path)
+                .map(AnyStore::Sqlite)
+                .map_err(OpenError::Sqlite)
+        }
         _ => open_url(&url, lease).await,
     }
 }
@@ -174,6 +203,7 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
         StoreUrl::Memory => Ok(AnyStore::Memory(crate::MemoryStore::new())),
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite(sqlite) => {
+            refuse_special_file(&sqlite.path)?;
             let mut builder = crate::SqliteStore::builder();
             if let Some(wait) = sqlite.busy_wait {
                 builder = builder.busy_wait(wait);
@@ -224,10 +254,13 @@ async fn open_etcd(url: &crate::url::EtcdUrl, lease: &LeaseConfig) -> Result<Any
             .map_err(option(Some("request-timeout-ms")))?;
     }
     if let (Some(user), Some(file)) = (&url.user, &url.password_file) {
+        if url.ca.is_none() {
+            files::warn_plain_credentials();
+        }
         let password = read_file("password-file", file)?;
         let password = String::from_utf8(password).map_err(|error| OpenError::ReadFile {
             parameter: "password-file",
-            path: file.clone(),
+            path: ParameterFile::new("password-file", file),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, error),
         })?;
         // The first line: files written by `echo` end with a newline that is not part of it.
@@ -250,12 +283,18 @@ fn with_tls(
     let Some(ca) = &url.ca else {
         return Ok(options);
     };
+    use files::read_pem;
+
+    let ca_pem = read_pem("ca", ca, PemKind::Certificate)?;
     let identity_pem = match (&url.cert, &url.key) {
-        (Some(cert), Some(key)) => Some((read_file("cert", cert)?, read_file("key", key)?)),
+        (Some(cert), Some(key)) => Some((
+            read_pem("cert", cert, PemKind::Certificate)?,
+            read_pem("key", key, PemKind::PrivateKey)?,
+        )),
         _ => None,
     };
     Ok(options.tls(crate::etcd::EtcdTls {
-        ca_pem: Some(read_file("ca", ca)?),
+        ca_pem: Some(ca_pem),
         identity_pem,
         domain: url.server_name.clone(),
     }))
@@ -275,29 +314,20 @@ fn with_tls(
     }
 }
 
-/// Reads a file named by `parameter`, at most [`FILE_MAX_BYTES`].
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-fn read_file(parameter: &'static str, path: &Path) -> Result<Vec<u8>, OpenError> {
-    use std::io::Read;
-
-    let failed = |source| OpenError::ReadFile {
-        parameter,
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(failed)?;
-    let mut bytes = Vec::new();
-    file.take(FILE_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(failed)?;
-    if bytes.is_empty() || bytes.len() as u64 > FILE_MAX_BYTES {
-        return Err(OpenError::FileSize {
-            parameter,
-            path: path.to_path_buf(),
-            max: FILE_MAX_BYTES,
-        });
+/// Refuses a `sqlite:` path that exists and is neither a regular file nor a link (links are
+/// the store's to refuse, with its own explanation): SQLite would otherwise open a device such
+/// as `/dev/zero` and leave a journal beside it.
+#[cfg(feature = "sqlite")]
+fn refuse_special_file(path: &std::path::Path) -> Result<(), OpenError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if !metadata.is_file() && !metadata.file_type().is_symlink() => {
+            Err(OpenError::NotAFile {
+                path: path.to_path_buf(),
+            })
+        }
+        // Absent, a file, a link, or unreadable: the store's own checks decide.
+        _ => Ok(()),
     }
-    Ok(bytes)
 }
 
 /// A FoundationDB store and the network thread it runs on. Fields drop in order: the store
@@ -423,15 +453,15 @@ mod tests {
         let store = open(&url, &LeaseConfig::default()).await.unwrap();
         assert!(matches!(store, AnyStore::Sqlite(_)), "{store:?}");
         assert!(path.exists());
-        // The store's own limit applies to the value as well.
+        // A directory is no store: refused before SQLite sees it.
         let refused = open(
             &format!("sqlite:{}", dir.display()),
             &LeaseConfig::default(),
         )
         .await
         .unwrap_err();
-        assert!(matches!(refused, OpenError::Sqlite(_)), "{refused:?}");
-        assert!(!refused.is_usage());
+        assert!(matches!(refused, OpenError::NotAFile { .. }), "{refused:?}");
+        assert!(refused.is_usage());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

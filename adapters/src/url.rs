@@ -22,7 +22,10 @@
 //!
 //! A password never appears in a URL: `user:password@` and `password=` are refused, so that the
 //! URL can be shown in a process list, a unit file or a log line. [`StoreUrl`]'s `Display` and
-//! `Debug` still hide the user and the file names of the credentials and of the private key.
+//! `Debug` still hide the user and the file names of the credentials and of the private key, and
+//! so do the errors of [`crate::open`]. An unknown parameter's name is repeated in an error only
+//! when it nearly spells a known one (`prefx`, `busy_wait_ms`): anything else may be a secret
+//! pasted in the wrong place.
 //!
 //! ```
 //! use std::time::Duration;
@@ -46,6 +49,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod near;
+
 /// Longest URL accepted, in bytes.
 pub const URL_MAX_BYTES: usize = 4096;
 /// Most etcd endpoints in one URL.
@@ -54,6 +59,30 @@ pub const ETCD_ENDPOINTS_MAX: usize = 64;
 pub const TIMEOUT_MAX_MS: u64 = 600_000;
 /// Longest SQLite lock wait a URL may set, in milliseconds; the store's own limit applies too.
 pub const BUSY_WAIT_MAX_MS: u64 = 10_000;
+
+/// The parameters of `sqlite:` URLs.
+const SQLITE_PARAMETERS: &[&str] = &["busy-wait-ms", "shared-group"];
+/// The parameters of `etcd:` URLs.
+const ETCD_PARAMETERS: &[&str] = &[
+    "prefix",
+    "user",
+    "password-file",
+    "ca",
+    "cert",
+    "key",
+    "server-name",
+    "connect-timeout-ms",
+    "request-timeout-ms",
+];
+
+/// The parameters the store of `scheme` takes.
+fn parameters_of(scheme: &str) -> &'static [&'static str] {
+    match scheme {
+        "sqlite" => SQLITE_PARAMETERS,
+        "etcd" => ETCD_PARAMETERS,
+        _ => &[],
+    }
+}
 
 /// What a URL shows instead of a secret.
 const REDACTED: &str = "<redacted>";
@@ -173,13 +202,15 @@ pub enum UrlError {
     /// Something other than `/` after the endpoints of `etcd://`, or a `#fragment`.
     #[error("etcd:// takes nothing between the endpoints and the '?' but one '/', and no '#'")]
     BadPath,
-    /// A parameter this store does not have.
-    #[error("{store} has no parameter {name:?}")]
+    /// A parameter this store does not have. Its name is kept (and shown) only when it nearly
+    /// spells a known one: anything else may be a secret typed in the wrong place.
+    #[error("{}", near::unknown_message(.store, .near_miss))]
     UnknownParameter {
         /// The store's scheme.
         store: &'static str,
-        /// The parameter (shortened when very long).
-        name: String,
+        /// The name given and the known parameter it nearly spells, when it is such a near
+        /// miss.
+        near_miss: Option<(String, &'static str)>,
     },
     /// A parameter given twice.
     #[error("parameter {name} is given more than once")]
@@ -372,7 +403,7 @@ fn parse_sqlite(rest: &str) -> Result<SqliteUrl, UrlError> {
                 };
                 set_once(&mut shared_group, "shared-group", shared)?;
             }
-            other => return Err(unknown("sqlite", other)),
+            other => return Err(unknown("sqlite", SQLITE_PARAMETERS, other)),
         }
     }
     sqlite.shared_group = shared_group.unwrap_or(false);
@@ -431,7 +462,7 @@ fn parse_etcd(rest: &str) -> Result<EtcdUrl, UrlError> {
                 "request-timeout-ms",
                 milliseconds("request-timeout-ms", value, 1, TIMEOUT_MAX_MS)?,
             )?,
-            other => return Err(unknown("etcd", other)),
+            other => return Err(unknown("etcd", ETCD_PARAMETERS, other)),
         }
     }
     let requirements = [
@@ -470,10 +501,10 @@ fn parameters(query: &str) -> url::form_urlencoded::Parse<'_> {
     url::form_urlencoded::parse(query.as_bytes())
 }
 
-fn unknown(store: &'static str, name: &str) -> UrlError {
+fn unknown(store: &'static str, known: &[&'static str], name: &str) -> UrlError {
     UrlError::UnknownParameter {
         store,
-        name: name.chars().take(64).collect(),
+        near_miss: near::near_miss(name, known).map(|meant| (name.to_owned(), meant)),
     }
 }
 
@@ -689,7 +720,7 @@ mod tests {
         );
     }
 
-    // covers: Url.Options
+    // covers: Url.Options, Url.Unechoed
     #[test]
     fn every_bad_parameter_is_named() {
         let param = |url: &str| StoreUrl::parse(url).unwrap_err();
@@ -740,19 +771,30 @@ mod tests {
             param("etcd://h:1?tls=yes"),
             UrlError::UnknownParameter {
                 store: "etcd",
-                name: "tls".into()
+                near_miss: None
             }
         );
         assert_eq!(
             param("sqlite:x?mode=ro"),
             UrlError::UnknownParameter {
                 store: "sqlite",
-                name: "mode".into()
+                near_miss: None
             }
+        );
+        assert_eq!(
+            param("etcd://h:1?prefx=a/"),
+            UrlError::UnknownParameter {
+                store: "etcd",
+                near_miss: Some(("prefx".into(), "prefix"))
+            }
+        );
+        assert_eq!(
+            param("sqlite:x?busy_wait_ms=5").to_string(),
+            "sqlite has no parameter \"busy_wait_ms\"; did you mean busy-wait-ms?"
         );
     }
 
-    // covers: Url.Secrets
+    // covers: Url.Secrets, Url.Unechoed
     #[test]
     fn passwords_are_refused_and_never_echoed() {
         for (url, error) in [
@@ -767,6 +809,28 @@ mod tests {
             // A scheme typed wrong: the text could be anything, it is not quoted.
             ("etcd//vvm:hunter2@h:1", UrlError::NoScheme),
             ("hunter2", UrlError::NoScheme),
+            // A secret pasted where a parameter goes is not repeated back.
+            (
+                "etcd://h:1?hunter2",
+                UrlError::UnknownParameter {
+                    store: "etcd",
+                    near_miss: None,
+                },
+            ),
+            (
+                "etcd://h:1?user=u&password-file=f&hunter2=",
+                UrlError::UnknownParameter {
+                    store: "etcd",
+                    near_miss: None,
+                },
+            ),
+            (
+                "sqlite:x.db?hunter2",
+                UrlError::UnknownParameter {
+                    store: "sqlite",
+                    near_miss: None,
+                },
+            ),
         ] {
             let refused = StoreUrl::parse(url).unwrap_err();
             assert_eq!(refused, error, "{url}");

@@ -35,6 +35,32 @@ pub const ACQUISITION_DEFAULT: Duration = Duration::from_secs(120);
 /// Default pause between two acquisition rounds over all slots.
 pub const ROUND_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 
+/// Checks an address the way every entry point does ([`VvmConfigBuilder::build`] and the
+/// runtime's `Elections::start`): a record written with an address that fails here would read
+/// back as corrupt for its holder, `status` and every candidate.
+///
+/// ```
+/// use vvm_core::{validate_address, ConfigError};
+/// assert_eq!(validate_address("10.0.0.7:8080"), Ok(()));
+/// assert_eq!(validate_address(""), Err(ConfigError::EmptyAddress));
+/// assert_eq!(validate_address("a\nb"), Err(ConfigError::AddressHasControlCharacter));
+/// ```
+pub fn validate_address(address: &str) -> Result<(), ConfigError> {
+    if address.is_empty() {
+        return Err(ConfigError::EmptyAddress);
+    }
+    if address.len() > ADDRESS_MAX_BYTES {
+        return Err(ConfigError::AddressTooLong {
+            len: address.len(),
+            max: ADDRESS_MAX_BYTES,
+        });
+    }
+    if address.chars().any(char::is_control) {
+        return Err(ConfigError::AddressHasControlCharacter);
+    }
+    Ok(())
+}
+
 /// A configuration value that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -420,18 +446,7 @@ impl VvmConfigBuilder {
 
     /// Validates every field; the first bad one is the error.
     pub fn build(self) -> Result<VvmConfig, ConfigError> {
-        if self.address.is_empty() {
-            return Err(ConfigError::EmptyAddress);
-        }
-        if self.address.len() > ADDRESS_MAX_BYTES {
-            return Err(ConfigError::AddressTooLong {
-                len: self.address.len(),
-                max: ADDRESS_MAX_BYTES,
-            });
-        }
-        if self.address.chars().any(char::is_control) {
-            return Err(ConfigError::AddressHasControlCharacter);
-        }
+        validate_address(&self.address)?;
         if self.slots == 0 {
             return Err(ConfigError::NoSlots);
         }

@@ -53,7 +53,7 @@ pub mod sequencer;
 mod time;
 
 pub use config::{
-    ConfigError, LeaseConfig, VvmConfig, VvmConfigBuilder, ACQUISITION_DEFAULT,
+    validate_address, ConfigError, LeaseConfig, VvmConfig, VvmConfigBuilder, ACQUISITION_DEFAULT,
     ACQUISITION_FOREVER, ACQUISITION_MAX, ADDRESS_MAX_BYTES, LEASE_DEFAULT, LEASE_MAX, LEASE_MIN,
     RENEWAL_CALLS_PER_LEASE_MAX, RETRY_DOUBLINGS_MAX, ROUND_INTERVAL_DEFAULT, SLOTS_MAX,
 };

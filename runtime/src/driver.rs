@@ -14,6 +14,7 @@ use vvm_core::{
 use crate::error::VvmError;
 use crate::executor::{Executor, Wake};
 use crate::pipeline::{Pipeline, Report, Timeouts};
+use crate::refusals::Refusals;
 use crate::services::{ServiceError, Services};
 use crate::store::{LeaseStore, SlotChange};
 
@@ -72,6 +73,11 @@ pub(crate) struct Driver<S> {
     queued: VecDeque<VvmEvent>,
     /// The change feed of every slot while the machine waits between rounds; `None` otherwise.
     changes: Option<SlotChange>,
+    /// Why each slot was last not won, for the acquisition error.
+    refusals: Refusals,
+    /// Acquisition failed: the error waits for the holders to be read
+    /// ([`Refusals::read_holders`]) before it is raised.
+    describing: bool,
     out: Effects,
     outcome: Option<Result<(), VvmError>>,
 }
@@ -158,6 +164,8 @@ impl<S: LeaseStore> Driver<S> {
             status,
             queued: VecDeque::with_capacity(QUEUED_MAX),
             changes: None,
+            refusals: Refusals::default(),
+            describing: false,
             out: Effects::new(),
             outcome: None,
         }
@@ -180,10 +188,29 @@ impl<S: LeaseStore> Driver<S> {
                     None => self.next_event().await,
                 };
                 self.feed(event);
+                if self.describing {
+                    self.raise_acquisition_failed().await;
+                }
             }
         }
         .instrument(span)
         .await
+    }
+
+    /// Raises the acquisition error once the holders of the refused slots are read; an outcome
+    /// already settled on the bare error gets this one instead.
+    async fn raise_acquisition_failed(&mut self) {
+        self.describing = false;
+        let timeout = self.config.lease().store_timeout();
+        self.refusals.read_holders(self.exec.store(), timeout).await;
+        let error = self.error(Problem::AcquisitionFailed);
+        tracing::warn!(error = %crate::ErrorChain(&error), "problem raised");
+        if let Some(Err(VvmError::AcquisitionFailed { .. })) = &self.outcome {
+            self.outcome = Some(Err(error.clone()));
+        }
+        self.status.send_modify(|status| {
+            status.problem.get_or_insert(error);
+        });
     }
 
     /// The machine stops services before it finishes; should a pipeline still exist anyway, it
@@ -318,6 +345,8 @@ impl<S: LeaseStore> Driver<S> {
             }
             Effect::NotAcquired { slot, refusal } => {
                 tracing::debug!(slot = slot.0, ?refusal, "slot not acquired");
+                let failure = self.exec.failures().take(slot);
+                self.refusals.note(slot, refusal, failure);
             }
             Effect::Lost { slot, reason } => {
                 // Logged here, before the deadline: the killer itself never logs.
@@ -362,6 +391,12 @@ impl<S: LeaseStore> Driver<S> {
             Effect::Running { token } => {
                 tracing::info!(slot = token.slot.0, "running");
                 next.running = true;
+            }
+            Effect::ProblemRaised {
+                problem: Problem::AcquisitionFailed,
+            } if self.status.borrow().problem.is_none() => {
+                // Raised once the holders are read (see `run`), with their names.
+                self.describing = true;
             }
             Effect::ProblemRaised { problem } => {
                 let error = self.error(problem);
@@ -411,6 +446,7 @@ impl<S: LeaseStore> Driver<S> {
             Problem::AcquisitionFailed => VvmError::AcquisitionFailed {
                 slots: self.config.slots(),
                 acquisition: self.config.acquisition(),
+                refusals: self.refusals.list(),
             },
             Problem::LeadershipLost { slot, reason } => VvmError::LeadershipLost { slot, reason },
             Problem::ServicesVanished => VvmError::ServicesVanished,

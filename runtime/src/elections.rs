@@ -77,12 +77,17 @@ pub struct Elections {
 
 impl Elections {
     /// Starts the election task for `address` on `store`; its deadlines go to `killer`.
+    /// An address that [`VvmConfig`](vvm_core::VvmConfig) would refuse is refused here too
+    /// ([`ElectionsError::InvalidAddress`]).
     pub fn start<S: LeaseStore>(
         store: S,
         address: &str,
         lease: LeaseConfig,
         killer: &KillerThread,
     ) -> Result<Elections, ElectionsError> {
+        // Checked before anything is spawned: a record with such an address would read back
+        // as corrupt for every reader.
+        vvm_core::validate_address(address).map_err(ElectionsError::InvalidAddress)?;
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| ElectionsError::NoRuntime)?;
         let incarnation = new_incarnation();

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use vvm_core::{LossReason, Problem, Slot};
+use vvm_core::{ConfigError, LossReason, Problem, Slot};
 
 use crate::services::ServiceError;
 
@@ -13,12 +13,15 @@ use crate::services::ServiceError;
 #[non_exhaustive]
 pub enum VvmError {
     /// No slot was won within the acquisition duration.
-    #[error("no slot out of {slots} was acquired within {acquisition:?}")]
+    #[error("no slot out of {slots} was acquired within {acquisition:?}{}", refusals_text(.refusals))]
     AcquisitionFailed {
         /// How many slots were walked.
         slots: u32,
         /// How long acquisition kept trying.
         acquisition: Duration,
+        /// Why each slot was not won, as last seen, in slot order (slots never tried are
+        /// absent).
+        refusals: Vec<SlotRefusal>,
     },
     /// A service failed to start; the source is the service's own error.
     #[error("service #{index} `{name}` failed to start")]
@@ -59,6 +62,55 @@ pub enum VvmError {
     /// shut down); whether the lease was released is unknown.
     #[error("the VVM's driver ended before its shutdown completed")]
     DriverGone,
+}
+
+/// Why one slot was not won during acquisition, as last seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotRefusal {
+    /// The slot.
+    pub slot: Slot,
+    /// Why.
+    pub reason: RefusalReason,
+}
+
+/// Why a slot was not won.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// Another live record holds it.
+    #[error("held by another live record")]
+    Held,
+    /// The VVM at this address holds it (its record, read when acquisition failed).
+    #[error("held by {0}")]
+    HeldBy(String),
+    /// The store failed, or its record could not be read as a lease (corrupt, or written by
+    /// something else): the store's own words.
+    #[error("{0}")]
+    Store(String),
+    /// Won only after the deadline the insert would set (the process was paused).
+    #[error("won too late to be used (the process was paused)")]
+    TooLate,
+}
+
+/// Slots named in an acquisition error at most; the rest are counted.
+const REFUSALS_SHOWN_MAX: usize = 4;
+
+fn refusals_text(refusals: &[SlotRefusal]) -> String {
+    let mut text = String::new();
+    for (index, refusal) in refusals.iter().take(REFUSALS_SHOWN_MAX).enumerate() {
+        let separator = if index == 0 { ": " } else { "; " };
+        text.push_str(&format!(
+            "{separator}slot {}: {}",
+            refusal.slot.0, refusal.reason
+        ));
+    }
+    if refusals.len() > REFUSALS_SHOWN_MAX {
+        text.push_str(&format!(
+            "; and {} more",
+            refusals.len() - REFUSALS_SHOWN_MAX
+        ));
+    }
+    text
 }
 
 fn describe(reason: LossReason) -> &'static str {
@@ -126,4 +178,8 @@ pub enum ElectionsError {
     /// The handle was not created inside a tokio runtime.
     #[error("elections need a tokio runtime")]
     NoRuntime,
+    /// The address cannot be written into a lease record; checked as
+    /// [`VvmConfig`](vvm_core::VvmConfig) checks it.
+    #[error("the address cannot be used")]
+    InvalidAddress(#[source] ConfigError),
 }

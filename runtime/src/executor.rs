@@ -1,9 +1,10 @@
 //! Executes the effects every machine shares: store calls (each under its own timeout),
 //! timers and the kill deadline. Notifications are left to the driver that owns the machine.
 
+use std::collections::BTreeMap;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -21,6 +22,30 @@ use crate::store::{Inserted, Lease, LeaseStore, LeaseValue, StoreError};
 const STORE_CALLS_MAX: usize = 4;
 
 type Call = Pin<Box<dyn Future<Output = (OpId, Reply)> + Send>>;
+
+/// The last failure of an insert or read per slot, in words: what the machines' bare
+/// [`Reply::Failed`] or [`Reply::Unknown`] leaves out, kept so that a failed acquisition can say
+/// why each slot was not won (a corrupt or foreign record, a store error, a timeout). At most
+/// one entry per slot, taken by the driver when the machine gives the slot up.
+#[derive(Clone, Default)]
+pub(crate) struct Failures(Arc<Mutex<BTreeMap<Slot, String>>>);
+
+impl Failures {
+    fn note(&self, slot: Slot, why: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slot, why);
+    }
+
+    /// The last failure noted for `slot`, removed.
+    pub(crate) fn take(&self, slot: Slot) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&slot)
+    }
+}
 
 /// What woke the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +72,8 @@ pub(crate) struct Executor<S> {
     /// The longest time left a refused insert reports to the machine: the round interval for a
     /// store without a change feed, which could not tell of a release before the expiry.
     time_left_cap: Option<Duration>,
+    /// Why inserts and reads failed, per slot.
+    failures: Failures,
 }
 
 fn timer_index(kind: TimerKind) -> usize {
@@ -71,7 +98,13 @@ impl<S: LeaseStore> Executor<S> {
             calls: Vec::with_capacity(STORE_CALLS_MAX),
             timers: [None, None],
             time_left_cap: None,
+            failures: Failures::default(),
         }
+    }
+
+    /// Why inserts and reads of each slot failed last.
+    pub(crate) fn failures(&self) -> &Failures {
+        &self.failures
     }
 
     /// Reports at most `cap` as a refused insert's time left, so that a candidate waiting on a
@@ -133,6 +166,7 @@ impl<S: LeaseStore> Executor<S> {
             self.own.clone(),
             self.lease,
             self.time_left_cap,
+            self.failures.clone(),
             effect,
         );
         #[cfg(feature = "metrics")]
@@ -194,6 +228,7 @@ fn store_call<S: LeaseStore>(
     own: LeaseValue,
     lease: LeaseConfig,
     time_left_cap: Option<Duration>,
+    failures: Failures,
     effect: &Effect,
 ) -> Option<Call> {
     let timeout = lease.store_timeout();
@@ -207,8 +242,14 @@ fn store_call<S: LeaseStore>(
                     Reply::Held(time_left_cap.map_or(left, |cap| left.min(cap)))
                 }
                 Ok(Ok(Inserted::Held { left: None })) => Reply::Rejected,
-                Ok(Err(error)) => failure(slot, &error),
-                Err(_) => timed_out(slot),
+                Ok(Err(error)) => {
+                    failures.note(slot, crate::ErrorChain(&error).to_string());
+                    failure(slot, &error)
+                }
+                Err(_) => {
+                    failures.note(slot, no_answer(timeout));
+                    timed_out(slot)
+                }
             };
             (op, reply)
         }),
@@ -243,8 +284,14 @@ fn store_call<S: LeaseStore>(
         Effect::Get { op, slot } => Box::pin(async move {
             let reply = match tokio::time::timeout(timeout, store.get(slot)).await {
                 Ok(Ok(lease)) => Reply::Found(lease.map(|lease| record(&own, &lease))),
-                Ok(Err(error)) => failure(slot, &error),
-                Err(_) => timed_out(slot),
+                Ok(Err(error)) => {
+                    failures.note(slot, crate::ErrorChain(&error).to_string());
+                    failure(slot, &error)
+                }
+                Err(_) => {
+                    failures.note(slot, no_answer(timeout));
+                    timed_out(slot)
+                }
             };
             (op, reply)
         }),
@@ -268,6 +315,10 @@ fn failure(slot: Slot, error: &StoreError) -> Reply {
         StoreError::Unknown { .. } => Reply::Unknown,
         StoreError::Failed { .. } | StoreError::Corrupt { .. } => Reply::Failed,
     }
+}
+
+fn no_answer(timeout: Duration) -> String {
+    format!("the store did not answer within {timeout:?} (outcome unknown)")
 }
 
 fn timed_out(slot: Slot) -> Reply {

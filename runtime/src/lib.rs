@@ -59,6 +59,7 @@ pub mod killer;
 pub mod metrics;
 pub mod observe;
 mod pipeline;
+mod refusals;
 pub mod sequencer;
 pub mod services;
 mod snapshot;
@@ -70,7 +71,7 @@ pub use cause::{Cause, ErrorChain};
 pub use clock::{Clock, HostSuspend, ManualSuspend, SuspendSource, TimeSource};
 pub use discovery::{leaders, SlotHolder};
 pub use elections::{Elections, Tenure};
-pub use error::{ElectionsError, ServicesError, VvmError};
+pub use error::{ElectionsError, RefusalReason, ServicesError, SlotRefusal, VvmError};
 pub use killer::{
     ExitKiller, KillReport, Killer, KillerEntry, KillerThread, ManualKillerTime, RecordingKiller,
     KILL_EXIT_CODE,

@@ -90,6 +90,13 @@ impl Killer for GroupKiller {
     }
 }
 
+/// Whether the variable `name` configures `vvm` itself (`VVM_…`), so that the command does not
+/// inherit it. The ones the command is given (`VVM_SLOT`, `VVM_REVISION`, `VVM_ADDRESS`) are set
+/// afresh after the inherited ones are removed.
+fn is_own_variable(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b"VVM_")
+}
+
 /// The service that runs one command while the VVM leads.
 pub struct ExecService {
     /// Program and arguments; never empty.
@@ -231,6 +238,14 @@ impl Service for ExecService {
         })?;
         let control = Control { fd: control };
         let mut supervisor = Command::new(SELF_EXE);
+        // Only the documented variables reach the command: `vvm`'s own settings (the store URL
+        // with its credential file, the lease, the metrics address, ...) are not its business,
+        // and a nested `vvm` must not pick them up as its own.
+        for (name, _) in std::env::vars_os() {
+            if is_own_variable(&name) {
+                supervisor.env_remove(name);
+            }
+        }
         supervisor
             .arg(GUARD_SUBCOMMAND)
             .arg("--parent")
@@ -254,8 +269,6 @@ impl Service for ExecService {
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID")
-            // The metrics address is this process's: a nested `vvm` must not try to bind it.
-            .env_remove("VVM_METRICS_ADDR")
             // Its own group, away from the terminal's signals to this process's group. Not
             // killed on drop: the end of the control pipe tells it to end the tree instead.
             .process_group(0)

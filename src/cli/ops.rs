@@ -2,11 +2,15 @@
 //! minimal HTTP/1.1 responder.
 //!
 //! The responder answers one request per connection and closes it. Every connection is bounded:
-//! [`CONNECTIONS_MAX`] at once (more are closed unanswered), [`REQUEST_BYTES_MAX`] of request
-//! head, [`CONNECTION_TIME_MAX`] from accept to the last byte written. Each runs in its own task,
-//! so a slow client holds only its own connection. Nothing here touches the kill path: the
-//! state it answers from is a copy ([`OpsState`]) that the host refreshes, and the metrics are
-//! rendered from the recorder's handle.
+//! its request head ([`REQUEST_BYTES_MAX`]) must arrive within [`HEAD_TIME_MAX`] of accept (else
+//! 408), its answer is written within [`ANSWER_TIME_MAX`], and at most
+//! [`CONNECTIONS_MAX`](admit::CONNECTIONS_MAX) are open at once; at the cap the oldest one still
+//! waiting for its head is closed to make room (see [`admit`]). Each runs in its own task, so a
+//! slow or idle client holds only its own connection, and only briefly. Nothing here touches the
+//! kill path: the state it answers from is a copy ([`OpsState`]) that the host refreshes, and the
+//! metrics are rendered from the recorder's handle.
+
+mod admit;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,20 +20,22 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use vvm::{Clock, Launched, Phase, TimeSource, Vvm};
+
+use admit::Admission;
 
 /// Port of `--metrics-addr` when only a port is given.
 pub const METRICS_PORT_DEFAULT: u16 = 9464;
 
-/// Most connections served at once; further ones are closed at once.
-pub const CONNECTIONS_MAX: usize = 16;
-
 /// Longest request head (request line and headers) read; a longer one gets 400.
 pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
 
-/// Longest time one connection is kept, from accept to the end of the answer.
-pub const CONNECTION_TIME_MAX: Duration = Duration::from_secs(5);
+/// Longest time from accept to the end of the request head; a slower client gets 408. A probe
+/// sends its head in one packet, so this only ever cuts clients that dribble or idle.
+pub const HEAD_TIME_MAX: Duration = Duration::from_secs(1);
+
+/// Longest time spent writing one answer; a client that does not read is dropped.
+pub const ANSWER_TIME_MAX: Duration = Duration::from_secs(2);
 
 /// Bucket bounds of the store-call latency histogram, in seconds.
 const STORE_CALL_BUCKETS_SECONDS: [f64; 14] = [
@@ -142,9 +148,10 @@ pub async fn start(addr: SocketAddr, lease: Duration, slots: u32) -> Result<Ops,
     Ok(Ops { state })
 }
 
-/// Accepts connections and answers each in its own task, at most [`CONNECTIONS_MAX`] at once.
+/// Accepts connections and answers each in its own task, at most
+/// [`CONNECTIONS_MAX`](admit::CONNECTIONS_MAX) at once.
 async fn serve(listener: TcpListener, handle: PrometheusHandle, state: Arc<OpsState>) {
-    let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let admission = Arc::new(Admission::default());
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -155,18 +162,18 @@ async fn serve(listener: TcpListener, handle: PrometheusHandle, state: Arc<OpsSt
                 continue;
             }
         };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            tracing::debug!("metrics endpoint: too many connections; closing one");
+        let Some(admitted) = admission.admit() else {
+            tracing::debug!("metrics endpoint: every place is answering; closing a new one");
             continue;
         };
         let handle = handle.clone();
         let state = state.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            let answered =
-                tokio::time::timeout(CONNECTION_TIME_MAX, answer(stream, &handle, &state)).await;
-            if answered.is_err() {
-                tracing::debug!("metrics endpoint: connection timed out");
+            let admit::Admitted { place, shed } = admitted;
+            tokio::select! {
+                () = answer(stream, &place, &handle, &state) => {}
+                // Shed for a newer connection while still waiting for a head: close it.
+                _ = shed => {}
             }
         });
     }
@@ -189,32 +196,37 @@ impl Response {
     }
 }
 
-/// Reads one request head and writes the answer.
-async fn answer(mut stream: TcpStream, handle: &PrometheusHandle, state: &OpsState) {
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let response = loop {
-        if let Some(end) = head_end(&head) {
-            break respond(&head[..end], handle, state);
-        }
-        if head.len() >= REQUEST_BYTES_MAX {
-            break (
-                Response::text("400 Bad Request", "request head too long"),
+/// Reads one request head (within [`HEAD_TIME_MAX`]) and writes the answer (within
+/// [`ANSWER_TIME_MAX`]).
+async fn answer(
+    mut stream: TcpStream,
+    place: &admit::Place,
+    handle: &PrometheusHandle,
+    state: &OpsState,
+) {
+    let read = tokio::time::timeout(HEAD_TIME_MAX, read_head(&mut stream)).await;
+    let (response, head_only) = match read {
+        Ok(Head::Complete(head)) => respond(&head, handle, state),
+        Ok(Head::TooLong) => (
+            Response::text("400 Bad Request", "request head too long"),
+            false,
+        ),
+        Ok(Head::Incomplete) => (
+            Response::text("400 Bad Request", "incomplete request"),
+            false,
+        ),
+        Ok(Head::Nothing) => return,
+        Err(_) => {
+            tracing::debug!("metrics endpoint: request head too slow");
+            (
+                Response::text("408 Request Timeout", "request head too slow"),
                 false,
-            );
-        }
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) if head.is_empty() => return,
-            Ok(0) | Err(_) => {
-                break (
-                    Response::text("400 Bad Request", "incomplete request"),
-                    false,
-                );
-            }
-            Ok(read) => head.extend_from_slice(&chunk[..read]),
+            )
         }
     };
-    let (response, head_only) = response;
+    if !place.answering() {
+        return;
+    }
     let mut bytes = format!(
         "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         response.status,
@@ -225,8 +237,46 @@ async fn answer(mut stream: TcpStream, handle: &PrometheusHandle, state: &OpsSta
     if !head_only {
         bytes.extend_from_slice(response.body.as_bytes());
     }
-    let _ = stream.write_all(&bytes).await;
-    let _ = stream.shutdown().await;
+    let written = tokio::time::timeout(ANSWER_TIME_MAX, async {
+        let _ = stream.write_all(&bytes).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+    if written.is_err() {
+        tracing::debug!("metrics endpoint: answer not taken in time");
+    }
+}
+
+/// What reading a request head gave.
+enum Head {
+    /// The head, up to and including its empty line.
+    Complete(Vec<u8>),
+    /// More than [`REQUEST_BYTES_MAX`] without an empty line.
+    TooLong,
+    /// The client closed (or failed) part way.
+    Incomplete,
+    /// The client closed without sending anything.
+    Nothing,
+}
+
+/// Reads until the end of the request head, at most [`REQUEST_BYTES_MAX`].
+async fn read_head(stream: &mut TcpStream) -> Head {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = head_end(&head) {
+            head.truncate(end);
+            return Head::Complete(head);
+        }
+        if head.len() >= REQUEST_BYTES_MAX {
+            return Head::TooLong;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) if head.is_empty() => return Head::Nothing,
+            Ok(0) | Err(_) => return Head::Incomplete,
+            Ok(read) => head.extend_from_slice(&chunk[..read]),
+        }
+    }
 }
 
 /// Where the request head ends (after its empty line), if it has.
