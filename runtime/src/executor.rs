@@ -3,6 +3,7 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -47,6 +48,9 @@ pub(crate) struct Executor<S> {
     /// The longest time left a refused insert reports to the machine: the round interval for a
     /// store without a change feed, which could not tell of a release before the expiry.
     time_left_cap: Option<Duration>,
+    /// A candidate's insert failed and none has been answered since: its failures are logged
+    /// once per streak (see [`CandidateLog`]).
+    candidate_failing: Arc<AtomicBool>,
 }
 
 fn timer_index(kind: TimerKind) -> usize {
@@ -71,6 +75,7 @@ impl<S: LeaseStore> Executor<S> {
             calls: Vec::with_capacity(STORE_CALLS_MAX),
             timers: [None, None],
             time_left_cap: None,
+            candidate_failing: Arc::default(),
         }
     }
 
@@ -133,6 +138,7 @@ impl<S: LeaseStore> Executor<S> {
             self.own.clone(),
             self.lease,
             self.time_left_cap,
+            CandidateLog(self.candidate_failing.clone()),
             effect,
         );
         #[cfg(feature = "metrics")]
@@ -188,12 +194,47 @@ fn op_of(effect: &Effect) -> OpId {
     }
 }
 
+/// Logs a candidate's failing store calls as a state change: a WARN when its inserts begin
+/// to fail, an INFO when one is answered again, and only DEBUG lines in between — a store that
+/// fails for minutes must not write a WARN per try. Renewals and releases always log theirs.
+#[derive(Clone)]
+struct CandidateLog(Arc<AtomicBool>);
+
+impl CandidateLog {
+    /// An insert was answered (written or refused).
+    fn answered(&self, slot: Slot) {
+        if self.0.swap(false, Ordering::AcqRel) {
+            tracing::info!(
+                slot = slot.0,
+                "the store answers a candidate's insert again"
+            );
+        }
+    }
+
+    /// An insert, or the read that resolves one, failed or timed out.
+    fn failed(&self, slot: Slot, error: Option<&StoreError>, read: bool) -> Reply {
+        let first = !read && !self.0.swap(true, Ordering::AcqRel);
+        let reply = match error {
+            Some(StoreError::Unknown { .. }) | None => Reply::Unknown,
+            Some(StoreError::Failed { .. } | StoreError::Corrupt { .. }) => Reply::Failed,
+        };
+        match (first || (read && !self.0.load(Ordering::Acquire)), error) {
+            (true, Some(error)) => tracing::warn!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed; candidates retry with backoff, and say when the store answers again"),
+            (true, None) => tracing::warn!(slot = slot.0, "store call timed out; outcome unknown; candidates retry with backoff"),
+            (false, Some(error)) => tracing::debug!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed again"),
+            (false, None) => tracing::debug!(slot = slot.0, "store call timed out again"),
+        }
+        reply
+    }
+}
+
 /// The store call for a store effect, already mapped to the machines' [`Reply`].
 fn store_call<S: LeaseStore>(
     store: Arc<S>,
     own: LeaseValue,
     lease: LeaseConfig,
     time_left_cap: Option<Duration>,
+    log: CandidateLog,
     effect: &Effect,
 ) -> Option<Call> {
     let timeout = lease.store_timeout();
@@ -201,14 +242,17 @@ fn store_call<S: LeaseStore>(
         Effect::Insert { op, slot, ttl } => Box::pin(async move {
             let result =
                 tokio::time::timeout(timeout, store.insert_or_time_left(slot, &own, ttl)).await;
+            if let Ok(Ok(_)) = result {
+                log.answered(slot);
+            }
             let reply = match result {
                 Ok(Ok(Inserted::Written(revision))) => Reply::Written(revision),
                 Ok(Ok(Inserted::Held { left: Some(left) })) => {
                     Reply::Held(time_left_cap.map_or(left, |cap| left.min(cap)))
                 }
                 Ok(Ok(Inserted::Held { left: None })) => Reply::Rejected,
-                Ok(Err(error)) => failure(slot, &error),
-                Err(_) => timed_out(slot),
+                Ok(Err(error)) => log.failed(slot, Some(&error), false),
+                Err(_) => log.failed(slot, None, false),
             };
             (op, reply)
         }),
@@ -243,8 +287,8 @@ fn store_call<S: LeaseStore>(
         Effect::Get { op, slot } => Box::pin(async move {
             let reply = match tokio::time::timeout(timeout, store.get(slot)).await {
                 Ok(Ok(lease)) => Reply::Found(lease.map(|lease| record(&own, &lease))),
-                Ok(Err(error)) => failure(slot, &error),
-                Err(_) => timed_out(slot),
+                Ok(Err(error)) => log.failed(slot, Some(&error), true),
+                Err(_) => log.failed(slot, None, true),
             };
             (op, reply)
         }),

@@ -58,6 +58,7 @@ pub mod killer;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod observe;
+mod pacing;
 mod pipeline;
 pub mod sequencer;
 pub mod services;
@@ -66,6 +67,7 @@ pub mod store;
 mod vvm;
 
 pub use backoff::jittered_backoff;
+pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use cause::{Cause, ErrorChain};
 pub use clock::{Clock, HostSuspend, ManualSuspend, SuspendSource, TimeSource};
 pub use discovery::{leaders, SlotHolder};
