@@ -219,9 +219,16 @@ impl CandidateLog {
             Some(StoreError::Failed { .. } | StoreError::Corrupt { .. }) => Reply::Failed,
         };
         match (first || (read && !self.0.load(Ordering::Acquire)), error) {
-            (true, Some(error)) => tracing::warn!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed; candidates retry with backoff, and say when the store answers again"),
-            (true, None) => tracing::warn!(slot = slot.0, "store call timed out; outcome unknown; candidates retry with backoff"),
-            (false, Some(error)) => tracing::debug!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed again"),
+            (true, Some(error)) => {
+                tracing::warn!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed; candidates retry with backoff, and say when the store answers again")
+            }
+            (true, None) => tracing::warn!(
+                slot = slot.0,
+                "store call timed out; outcome unknown; candidates retry with backoff"
+            ),
+            (false, Some(error)) => {
+                tracing::debug!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed again")
+            }
             (false, None) => tracing::debug!(slot = slot.0, "store call timed out again"),
         }
         reply

@@ -67,7 +67,6 @@ pub mod store;
 mod vvm;
 
 pub use backoff::jittered_backoff;
-pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use cause::{Cause, ErrorChain};
 pub use clock::{Clock, HostSuspend, ManualSuspend, SuspendSource, TimeSource};
 pub use discovery::{leaders, SlotHolder};
@@ -78,6 +77,7 @@ pub use killer::{
     KILL_EXIT_CODE,
 };
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
+pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use services::{
     LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal, SERVICES_MAX,
 };

@@ -146,8 +146,8 @@ mod tests {
                 assert!(pacing.failing());
             }
             for (retry, wait) in waits.iter().enumerate() {
-                let ceiling = (ROUND * 2 * (1u32 << retry.min(10)))
-                    .min(ROUND * FAILING_PAUSE_ROUNDS_MAX);
+                let ceiling =
+                    (ROUND * 2 * (1u32 << retry.min(10))).min(ROUND * FAILING_PAUSE_ROUNDS_MAX);
                 assert!(
                     ROUND <= *wait && ceiling / 2 <= *wait && *wait <= ceiling,
                     "retry {retry}: waited {wait:?}"

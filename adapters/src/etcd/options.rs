@@ -458,7 +458,10 @@ mod tests {
             assert_eq!(set.key_prefix(), prefix);
         }
         let message = options.prefix("app1").unwrap_err().to_string();
-        assert!(message.contains("app1") && message.contains("separator"), "{message}");
+        assert!(
+            message.contains("app1") && message.contains("separator"),
+            "{message}"
+        );
     }
 
     // covers: Et.Options
