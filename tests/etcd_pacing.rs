@@ -121,7 +121,7 @@ fn assert_calls_bounded(store: &str, calls: u64, periods: u64) {
     );
 }
 
-// covers: Et.TimeLeft
+// covers: Et.TimeLeft, St.DeadHolderCalls
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_waiting_on_a_dead_etcd_holder_makes_at_most_3_calls_per_lease() {
     let Some(cluster) =
@@ -140,7 +140,7 @@ async fn a_candidate_waiting_on_a_dead_etcd_holder_makes_at_most_3_calls_per_lea
     assert_calls_bounded("etcd", calls, periods);
 }
 
-// covers: Et.TimeLeft
+// covers: St.DeadHolderCalls
 #[tokio::test(start_paused = true)]
 async fn a_candidate_waiting_on_a_dead_memory_holder_makes_at_most_3_calls_per_lease() {
     let store = MemoryStore::new();
