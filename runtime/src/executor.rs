@@ -211,27 +211,35 @@ impl CandidateLog {
         }
     }
 
-    /// An insert, or the read that resolves one, failed or timed out.
+    /// An insert, or the read that resolves one (`read`), failed (`error`) or timed out
+    /// (`None`).
     fn failed(&self, slot: Slot, error: Option<&StoreError>, read: bool) -> Reply {
-        let first = !read && !self.0.swap(true, Ordering::AcqRel);
-        let reply = match error {
-            Some(StoreError::Unknown { .. }) | None => Reply::Unknown,
-            Some(StoreError::Failed { .. } | StoreError::Corrupt { .. }) => Reply::Failed,
-        };
-        match (first || (read && !self.0.load(Ordering::Acquire)), error) {
-            (true, Some(error)) => {
-                tracing::warn!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed; candidates retry with backoff, and say when the store answers again")
-            }
+        let began = !read && !self.0.swap(true, Ordering::AcqRel);
+        if !began && !self.0.load(Ordering::Acquire) {
+            // A read outside a candidate's streak: a leader resolving an unknown renewal.
+            return error.map_or_else(|| timed_out(slot), |error| failure(slot, error));
+        }
+        match (began, error) {
+            (true, Some(error)) => tracing::warn!(
+                slot = slot.0,
+                error = %crate::ErrorChain(error),
+                "a candidate's store call failed; it retries with backoff and says when the store answers again"
+            ),
             (true, None) => tracing::warn!(
                 slot = slot.0,
-                "store call timed out; outcome unknown; candidates retry with backoff"
+                "a candidate's store call timed out; it retries with backoff and says when the store answers again"
             ),
-            (false, Some(error)) => {
-                tracing::debug!(slot = slot.0, error = %crate::ErrorChain(error), "store call failed again")
-            }
-            (false, None) => tracing::debug!(slot = slot.0, "store call timed out again"),
+            (false, Some(error)) => tracing::debug!(
+                slot = slot.0,
+                error = %crate::ErrorChain(error),
+                "a candidate's store call failed again"
+            ),
+            (false, None) => tracing::debug!(slot = slot.0, "a candidate's store call timed out again"),
         }
-        reply
+        match error {
+            Some(StoreError::Failed { .. } | StoreError::Corrupt { .. }) => Reply::Failed,
+            Some(StoreError::Unknown { .. }) | None => Reply::Unknown,
+        }
     }
 }
 
