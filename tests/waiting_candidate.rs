@@ -195,3 +195,48 @@ async fn without_a_feed_a_candidate_keeps_its_rounds_despite_the_time_left() {
     );
     candidate.shutdown().await.expect("clean shutdown");
 }
+
+// covers: St.DeadHolderCalls
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_waiting_on_a_dead_sqlite_holder_makes_at_most_3_calls_per_lease() {
+    let dir = std::env::temp_dir().join(format!("vvm-dead-holder-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let path = dir.join("leases.sqlite");
+    {
+        let holder = SqliteStore::open(&path).expect("the store opens");
+        holder
+            .insert_if_not_exists(Slot(1), &common::foreign("holder:1"), LEASE)
+            .await
+            .expect("the insert runs")
+            .expect("the slot is free");
+        // The holder dies here: its store is closed and the record never renewed.
+    }
+    let counting = Counting::default();
+    let store = Hooked {
+        store: SqliteStore::open(&path).expect("the store opens"),
+        hooks: counting.clone(),
+    };
+    let killer = TestKiller::new();
+    let started = tokio::time::Instant::now();
+    let candidate = Vvm::provide(config("candidate:2"), store, Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.thread.clone())
+        .launch();
+    let candidate = tokio::time::timeout(LEASE * 10, candidate)
+        .await
+        .expect("the candidate takes the dead holder's slot");
+    let calls = counting.calls();
+    let periods = u64::try_from(started.elapsed().as_nanos().div_ceil(LEASE.as_nanos()))
+        .unwrap_or(u64::MAX)
+        .max(1);
+    assert!(candidate.token().is_some(), "the candidate leads");
+    candidate.shutdown().await.expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "SQLite: {calls} store calls while waiting {periods} lease period(s) for a dead holder"
+    );
+    assert!(
+        calls <= 3 * periods,
+        "SQLite: {calls} store calls in {periods} lease period(s), more than 3 per lease"
+    );
+}

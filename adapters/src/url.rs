@@ -13,7 +13,7 @@
 //!
 //! | parameter | meaning |
 //! |---|---|
-//! | `prefix=P` | keys are `<P><slot number>` (default `vvm/slot/`) |
+//! | `prefix=P` | keys are `<P><slot number>` (default `vvm/slot/`); `P` must not end with a digit, so that no two prefixes share a key |
 //! | `user=U` and `password-file=F` | authenticate as `U` with the password in file `F` (its first line); always both |
 //! | `ca=F` | speak TLS, trusting the certificate authority in PEM file `F` (feature `etcd-tls`) |
 //! | `cert=F` and `key=F` | the client certificate and its private key, PEM files; always both, and only with `ca=` |

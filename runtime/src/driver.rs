@@ -8,11 +8,13 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use vvm_core::{
-    Effect, Effects, FencingToken, Instant, Lifecycle, Phase, Problem, Slot, VvmConfig, VvmEvent,
+    Effect, Effects, FencingToken, Instant, Lifecycle, Phase, Problem, Slot, TimerKind, VvmConfig,
+    VvmEvent,
 };
 
 use crate::error::VvmError;
 use crate::executor::{Executor, Wake};
+use crate::pacing::Pacing;
 use crate::pipeline::{Pipeline, Report, Timeouts};
 use crate::refusals::Refusals;
 use crate::services::{ServiceError, Services};
@@ -78,6 +80,8 @@ pub(crate) struct Driver<S> {
     /// Acquisition failed: the error waits for the holders to be read
     /// ([`Refusals::read_holders`]) before it is raised.
     describing: bool,
+    /// Spaces the rounds while the store fails (see the `pacing` module).
+    pacing: Pacing,
     out: Effects,
     outcome: Option<Result<(), VvmError>>,
 }
@@ -145,6 +149,7 @@ impl<S: LeaseStore> Driver<S> {
         status: watch::Sender<Status>,
     ) -> Self {
         let names = services.names();
+        let pacing = Pacing::new(config.round_interval(), Instant::from_nanos(u64::MAX));
         let mut exec = exec;
         if !exec.store().has_change_feed() {
             // Without a feed nothing tells of a release: rounds stay the bound on the wait.
@@ -166,6 +171,7 @@ impl<S: LeaseStore> Driver<S> {
             changes: None,
             refusals: Refusals::default(),
             describing: false,
+            pacing,
             out: Effects::new(),
             outcome: None,
         }
@@ -174,9 +180,10 @@ impl<S: LeaseStore> Driver<S> {
     /// Runs the VVM from launch to the end of its shutdown; returns the first problem.
     pub(crate) async fn run(mut self, span: tracing::Span) -> Result<(), VvmError> {
         async move {
-            self.feed(VvmEvent::Launch {
-                now: self.exec.now(),
-            });
+            let now = self.exec.now();
+            let until = now.saturating_add(self.config.acquisition());
+            self.pacing = Pacing::new(self.config.round_interval(), until);
+            self.feed(VvmEvent::Launch { now });
             loop {
                 if let Some(outcome) = self.outcome.take() {
                     self.drain_pipeline().await;
@@ -278,6 +285,8 @@ impl<S: LeaseStore> Driver<S> {
         self.machine.handle(&event, &mut self.out);
         let phase = self.machine.phase();
         tracing::debug!(?event, ?phase, effects = ?self.out.as_slice(), "transition");
+        // Before the feed is watched: a round with a failed store call stops the watch.
+        let stretched = self.pacing.note(event.now(), self.out.as_slice());
         // Before the effects: an insert about to be sent is covered by the feed.
         self.watch_slots();
         let mut next = self.status.borrow().clone();
@@ -287,8 +296,14 @@ impl<S: LeaseStore> Driver<S> {
         let mut services = ServiceActions::default();
         let effects = self.out.clone();
         for effect in &effects {
-            if !self.exec.execute(effect) {
-                self.notify(effect, &mut next, &mut services);
+            let effect = match (*effect, stretched) {
+                (Effect::SetTimer { timer, .. }, Some(at)) if timer.kind == TimerKind::Round => {
+                    Effect::SetTimer { timer, at }
+                }
+                (effect, _) => effect,
+            };
+            if !self.exec.execute(&effect) {
+                self.notify(&effect, &mut next, &mut services);
             }
         }
         next.phase = phase;
@@ -315,8 +330,11 @@ impl<S: LeaseStore> Driver<S> {
     /// sent: a change between the store's refusal and the wait is never missed. A feed that
     /// fired is subscribed afresh at the next event (the one it caused), before that event's
     /// inserts.
+    ///
+    /// While the store fails, nothing is watched: a failing store's feed cannot tell what
+    /// happened and would only start rounds faster than the backoff.
     fn watch_slots(&mut self) {
-        if !self.machine.watches_slots() {
+        if !self.machine.watches_slots() || self.pacing.failing() {
             self.changes = None;
         } else if self.changes.is_none() {
             let slots: Vec<Slot> = (1..=self.config.slots()).map(Slot).collect();

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
@@ -74,6 +75,9 @@ pub(crate) struct Executor<S> {
     time_left_cap: Option<Duration>,
     /// Why inserts and reads failed, per slot.
     failures: Failures,
+    /// A candidate's insert failed and none has been answered since: its failures are logged
+    /// once per streak (see [`CandidateLog`]).
+    candidate_failing: Arc<AtomicBool>,
 }
 
 fn timer_index(kind: TimerKind) -> usize {
@@ -99,6 +103,7 @@ impl<S: LeaseStore> Executor<S> {
             timers: [None, None],
             time_left_cap: None,
             failures: Failures::default(),
+            candidate_failing: Arc::default(),
         }
     }
 
@@ -167,6 +172,7 @@ impl<S: LeaseStore> Executor<S> {
             self.lease,
             self.time_left_cap,
             self.failures.clone(),
+            CandidateLog(self.candidate_failing.clone()),
             effect,
         );
         #[cfg(feature = "metrics")]
@@ -222,6 +228,55 @@ fn op_of(effect: &Effect) -> OpId {
     }
 }
 
+/// Logs a candidate's failing store calls as a state change: a WARN when its inserts begin
+/// to fail, an INFO when one is answered again, and only DEBUG lines in between — a store that
+/// fails for minutes must not write a WARN per try. Renewals and releases always log theirs.
+#[derive(Clone)]
+struct CandidateLog(Arc<AtomicBool>);
+
+impl CandidateLog {
+    /// An insert was answered (written or refused).
+    fn answered(&self, slot: Slot) {
+        if self.0.swap(false, Ordering::AcqRel) {
+            tracing::info!(
+                slot = slot.0,
+                "the store answers a candidate's insert again"
+            );
+        }
+    }
+
+    /// An insert, or the read that resolves one (`read`), failed (`error`) or timed out
+    /// (`None`).
+    fn failed(&self, slot: Slot, error: Option<&StoreError>, read: bool) -> Reply {
+        let began = !read && !self.0.swap(true, Ordering::AcqRel);
+        if !began && !self.0.load(Ordering::Acquire) {
+            // A read outside a candidate's streak: a leader resolving an unknown renewal.
+            return error.map_or_else(|| timed_out(slot), |error| failure(slot, error));
+        }
+        match (began, error) {
+            (true, Some(error)) => tracing::warn!(
+                slot = slot.0,
+                error = %crate::ErrorChain(error),
+                "a candidate's store call failed; it retries with backoff and says when the store answers again"
+            ),
+            (true, None) => tracing::warn!(
+                slot = slot.0,
+                "a candidate's store call timed out; it retries with backoff and says when the store answers again"
+            ),
+            (false, Some(error)) => tracing::debug!(
+                slot = slot.0,
+                error = %crate::ErrorChain(error),
+                "a candidate's store call failed again"
+            ),
+            (false, None) => tracing::debug!(slot = slot.0, "a candidate's store call timed out again"),
+        }
+        match error {
+            Some(StoreError::Failed { .. } | StoreError::Corrupt { .. }) => Reply::Failed,
+            Some(StoreError::Unknown { .. }) | None => Reply::Unknown,
+        }
+    }
+}
+
 /// The store call for a store effect, already mapped to the machines' [`Reply`].
 fn store_call<S: LeaseStore>(
     store: Arc<S>,
@@ -229,6 +284,7 @@ fn store_call<S: LeaseStore>(
     lease: LeaseConfig,
     time_left_cap: Option<Duration>,
     failures: Failures,
+    log: CandidateLog,
     effect: &Effect,
 ) -> Option<Call> {
     let timeout = lease.store_timeout();
@@ -236,6 +292,9 @@ fn store_call<S: LeaseStore>(
         Effect::Insert { op, slot, ttl } => Box::pin(async move {
             let result =
                 tokio::time::timeout(timeout, store.insert_or_time_left(slot, &own, ttl)).await;
+            if let Ok(Ok(_)) = result {
+                log.answered(slot);
+            }
             let reply = match result {
                 Ok(Ok(Inserted::Written(revision))) => Reply::Written(revision),
                 Ok(Ok(Inserted::Held { left: Some(left) })) => {
@@ -244,11 +303,11 @@ fn store_call<S: LeaseStore>(
                 Ok(Ok(Inserted::Held { left: None })) => Reply::Rejected,
                 Ok(Err(error)) => {
                     failures.note(slot, crate::ErrorChain(&error).to_string());
-                    failure(slot, &error)
+                    log.failed(slot, Some(&error), false)
                 }
                 Err(_) => {
                     failures.note(slot, no_answer(timeout));
-                    timed_out(slot)
+                    log.failed(slot, None, false)
                 }
             };
             (op, reply)
@@ -286,11 +345,11 @@ fn store_call<S: LeaseStore>(
                 Ok(Ok(lease)) => Reply::Found(lease.map(|lease| record(&own, &lease))),
                 Ok(Err(error)) => {
                     failures.note(slot, crate::ErrorChain(&error).to_string());
-                    failure(slot, &error)
+                    log.failed(slot, Some(&error), true)
                 }
                 Err(_) => {
                     failures.note(slot, no_answer(timeout));
-                    timed_out(slot)
+                    log.failed(slot, None, true)
                 }
             };
             (op, reply)

@@ -58,6 +58,7 @@ pub mod killer;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod observe;
+mod pacing;
 mod pipeline;
 mod refusals;
 pub mod sequencer;
@@ -77,6 +78,7 @@ pub use killer::{
     KILL_EXIT_CODE,
 };
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
+pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use services::{
     KillDeadlines, LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal,
     SERVICES_MAX,

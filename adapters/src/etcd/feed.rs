@@ -27,6 +27,9 @@
 //!   timeout bounds that): the state is unknown, so it wakes — not before [`UNKNOWN_PAUSE`]
 //!   after the wait began, so that a cluster that is down is not asked again in a tight loop.
 //!
+//! A VVM candidate stops watching while its store calls fail, and spaces its rounds with a
+//! backoff instead (the runtime's pacing): what wakes "unknown" then would only make it try faster.
+//!
 //! A `PUT` that creates a key does not wake: the key was absent when the watch started, and a
 //! waiter refused after the call was refused by that record or a later one, whose own changes
 //! come as later events.

@@ -85,6 +85,10 @@ pub const TTL_MIN: Duration = Duration::from_secs(2);
 pub const TTL_MAX: Duration = Duration::from_secs(9_000_000_000);
 /// Most lease revocations running in the background at once; beyond it leases expire by TTL.
 pub const REVOKES_IN_FLIGHT_MAX: usize = 64;
+/// What [`LeaseStore::time_left`] adds to the whole seconds etcd reports, which it rounds
+/// down: the record's lease ends at most this much later than reported (and is removed at the
+/// lessor's next check, every 0.5 s, after that).
+pub const TIME_LEFT_ROUNDING: Duration = Duration::from_secs(1);
 /// Most sends of one request whose connection a member refused (see [`EtcdStore`]).
 pub const UNSENT_SENDS_MAX: usize = 16;
 
@@ -237,7 +241,9 @@ impl EtcdStore {
         &self.prefix
     }
 
-    /// The key of `slot`: the prefix followed by the slot number.
+    /// The key of `slot`: the prefix followed by the slot number in decimal. Since the prefix
+    /// never ends with a digit ([`EtcdOptions::prefix`]), the number is the key's trailing run of
+    /// digits and no other (prefix, slot) pair has this key.
     pub fn key(&self, slot: Slot) -> Vec<u8> {
         format!("{}{}", self.prefix, slot.0).into_bytes()
     }
@@ -570,7 +576,12 @@ impl LeaseStore for EtcdStore {
         Ok(Some(Lease { value, revision }))
     }
 
-    /// The remaining TTL of the record's etcd lease, in whole seconds as etcd reports it.
+    /// The remaining TTL of the record's etcd lease, rounded up: etcd reports whole seconds
+    /// rounded down ([`TIME_LEFT_ROUNDING`] is added back), so the answer is never before the
+    /// lease's expiry. A lease etcd reports at 0 s is expired or about to be, but stays until
+    /// its lessor's next check removes it; a waiting candidate told "0 s" would ask again at once
+    /// and again, while told the rounding it waits for the deletion on its change feed, or
+    /// the rounding at most.
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
         let response = self
             .resend_unsent(|| {
@@ -595,7 +606,10 @@ impl LeaseStore for EtcdStore {
             })
             .await
             .map_err(read_failed)?;
-        Ok(u64::try_from(left.ttl()).ok().map(Duration::from_secs))
+        // Negative: expired more than a second ago and not yet removed, nothing to tell.
+        Ok(u64::try_from(left.ttl())
+            .ok()
+            .map(|secs| Duration::from_secs(secs).saturating_add(TIME_LEFT_ROUNDING)))
     }
 
     /// One etcd watch over the keys of `keys`, from the highest revision this store has seen;

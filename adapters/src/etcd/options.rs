@@ -50,6 +50,22 @@ pub enum EtcdError {
         /// [`PREFIX_MAX_BYTES`].
         max: usize,
     },
+    /// The key prefix is empty: the records would mix with every other key of the cluster.
+    #[error("the etcd key prefix is empty; give one such as \"vvm/slot/\"")]
+    PrefixEmpty,
+    /// The key prefix holds a NUL byte, which etcd keys of this store never carry.
+    #[error("the etcd key prefix {prefix:?} holds a NUL byte")]
+    PrefixHasNul {
+        /// The prefix (shortened when very long).
+        prefix: String,
+    },
+    /// The key prefix ends with an ASCII digit: its keys could equal those of another prefix
+    /// (`app1` + slot 1 and `app` + slot 11 are both `app11`).
+    #[error("the etcd key prefix {prefix:?} ends with a digit, so its keys could be another prefix's (\"app1\" slot 1 and \"app\" slot 11 are both \"app11\"); end it with a separator such as \"/\"")]
+    PrefixEndsWithDigit {
+        /// The prefix (shortened when very long).
+        prefix: String,
+    },
     /// A timeout is zero.
     #[error("the etcd {name} must be above zero")]
     TimeoutZero {
@@ -227,14 +243,23 @@ impl EtcdOptions {
 
     /// Keys are `<prefix><slot number>`; several deployments can share one cluster under
     /// different prefixes. Default [`PREFIX_DEFAULT`].
+    ///
+    /// The prefix must not be empty, hold a NUL byte, or end with an ASCII digit: then the
+    /// slot number is exactly the key's trailing run of digits, so no two (prefix, slot) pairs
+    /// share a key, and keys of other prefixes are never touched.
+    ///
+    /// ```
+    /// use vvm_adapters::etcd::{EtcdError, EtcdOptions};
+    ///
+    /// let options = EtcdOptions::new(["127.0.0.1:2379"]).unwrap();
+    /// assert!(options.clone().prefix("app/").is_ok());
+    /// // "app1" slot 1 would be "app11", the key of "app" slot 11.
+    /// assert!(matches!(options.clone().prefix("app1"), Err(EtcdError::PrefixEndsWithDigit { .. })));
+    /// assert_eq!(options.prefix("").unwrap_err(), EtcdError::PrefixEmpty);
+    /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self, EtcdError> {
         let prefix = prefix.into();
-        if prefix.len() > PREFIX_MAX_BYTES {
-            return Err(EtcdError::PrefixTooLong {
-                len: prefix.len(),
-                max: PREFIX_MAX_BYTES,
-            });
-        }
+        check_prefix(&prefix)?;
         self.prefix = prefix;
         Ok(self)
     }
@@ -283,6 +308,29 @@ impl EtcdOptions {
     pub fn key_prefix(&self) -> &str {
         &self.prefix
     }
+}
+
+/// Why `prefix` cannot be a key prefix, if it cannot. Existing keys under every accepted prefix
+/// (the default among them) keep their spelling: only the prefixes whose keys could collide
+/// are refused, so that processes of older and newer versions on one cluster agree on each key.
+fn check_prefix(prefix: &str) -> Result<(), EtcdError> {
+    let shown = || prefix.chars().take(64).collect::<String>();
+    if prefix.len() > PREFIX_MAX_BYTES {
+        return Err(EtcdError::PrefixTooLong {
+            len: prefix.len(),
+            max: PREFIX_MAX_BYTES,
+        });
+    }
+    if prefix.is_empty() {
+        return Err(EtcdError::PrefixEmpty);
+    }
+    if prefix.contains('\0') {
+        return Err(EtcdError::PrefixHasNul { prefix: shown() });
+    }
+    if prefix.ends_with(|c: char| c.is_ascii_digit()) {
+        return Err(EtcdError::PrefixEndsWithDigit { prefix: shown() });
+    }
+    Ok(())
 }
 
 fn check_endpoint(endpoint: &str) -> Result<(), EtcdError> {
@@ -343,6 +391,77 @@ mod tests {
             options.connect_timeout(Duration::ZERO),
             Err(EtcdError::TimeoutZero { .. })
         ));
+    }
+
+    /// The key of `slot` under `prefix`, as the store spells it.
+    fn key(prefix: &str, slot: u32) -> Vec<u8> {
+        format!("{prefix}{slot}").into_bytes()
+    }
+
+    // covers: Et.KeysDistinct
+    #[test]
+    fn no_two_accepted_prefix_and_slot_pairs_share_a_key() {
+        let options = EtcdOptions::new(["h:1"]).unwrap();
+        // Every prefix of up to 3 characters over letters, digits and separators.
+        let alphabet = ["a", "p", "1", "0", "/", "-"];
+        let mut prefixes = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> = prefixes
+                .iter()
+                .flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}")))
+                .collect();
+            prefixes.extend(longer);
+        }
+        prefixes.sort();
+        prefixes.dedup();
+        let accepted: Vec<&String> = prefixes
+            .iter()
+            .filter(|p| options.clone().prefix(p.as_str()).is_ok())
+            .collect();
+        assert!(accepted.len() > 50, "{} prefixes accepted", accepted.len());
+        let mut owners: std::collections::HashMap<Vec<u8>, (&str, u32)> = Default::default();
+        for prefix in accepted {
+            for slot in (1..=120).chain([1_000, 4_294_967_295]) {
+                if let Some(other) = owners.insert(key(prefix, slot), (prefix, slot)) {
+                    panic!(
+                        "prefix {prefix:?} slot {slot} and prefix {:?} slot {} share a key",
+                        other.0, other.1
+                    );
+                }
+            }
+        }
+    }
+
+    // covers: Et.KeysDistinct
+    #[test]
+    fn an_empty_prefix_one_with_nul_or_a_trailing_digit_is_refused() {
+        let options = EtcdOptions::new(["h:1"]).unwrap();
+        assert_eq!(
+            options.clone().prefix("").unwrap_err(),
+            EtcdError::PrefixEmpty
+        );
+        assert!(matches!(
+            options.clone().prefix("a\0b/"),
+            Err(EtcdError::PrefixHasNul { .. })
+        ));
+        for prefix in ["app1", "0", "team/7", "vvm/slot/9"] {
+            assert!(
+                matches!(
+                    options.clone().prefix(prefix),
+                    Err(EtcdError::PrefixEndsWithDigit { .. })
+                ),
+                "{prefix:?} accepted"
+            );
+        }
+        for prefix in ["app", "app1/", "vvm/slot/", "a", "x\u{663}"] {
+            let set = options.clone().prefix(prefix).expect("accepted");
+            assert_eq!(set.key_prefix(), prefix);
+        }
+        let message = options.prefix("app1").unwrap_err().to_string();
+        assert!(
+            message.contains("app1") && message.contains("separator"),
+            "{message}"
+        );
     }
 
     // covers: Et.Options
