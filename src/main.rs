@@ -19,9 +19,11 @@ use cli::ops::parse_metrics_addr;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   clean shutdown (a signal, or the command of `run -- CMD` exited with status 0)
-  1   a problem: no slot acquired, store unreachable, leadership lost, a service or the command failed
+  1   a problem: no slot acquired, store unreachable, leadership lost, a service failed
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
   75  ended by the killer: the kill deadline passed without a confirmed renewal
+  `run -- CMD`: the command's own status when it ends by itself (128+N when signal N ended
+  it); 126 when CMD cannot be run, 127 when it is not found (checked before campaigning)
 
 Every flag can also be set from the environment variable shown with it; a flag on the command
 line wins.";
@@ -128,9 +130,9 @@ pub struct RunArgs {
     /// Lease duration L (renewal every L/4; the process ends 0.8·L after the last confirmed write).
     #[arg(long, env = "VVM_LEASE", default_value = "20s", value_parser = parse_duration)]
     lease: Duration,
-    /// How long to keep trying to acquire a slot before giving up, or `forever` for a standby
-    /// that waits as long as it runs (SIGINT or SIGTERM still stop it at once).
-    #[arg(long, env = "VVM_ACQUIRE", default_value = "120s", value_parser = parse_acquire)]
+    /// How long to keep trying to acquire a slot before giving up; `forever` (the default) for a
+    /// standby that waits as long as it runs (SIGINT or SIGTERM still stop it at once).
+    #[arg(long, env = "VVM_ACQUIRE", default_value = "forever", value_parser = parse_acquire)]
     acquire: Duration,
     /// Pause between two acquisition rounds over all slots.
     #[arg(long, env = "VVM_ROUND", default_value = "1s", value_parser = parse_duration)]

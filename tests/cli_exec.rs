@@ -235,11 +235,11 @@ exit 0"#;
         "{table}"
     );
 
-    // Any other status: a service failure.
+    // Any other status: a service failure, and `vvm` exits with the command's status.
     let mut exec = exec_child(&dir, "exec-3", &[], "exit 3");
     let (code, _) = wait_exit(&mut exec);
     let stderr = stderr_of(&dir, "exec-3");
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(3), "{stderr}");
     assert!(
         stderr.contains("the command ended before it was asked to stop: exit status: 3"),
         "{stderr}"
@@ -410,4 +410,106 @@ fn the_command_gets_only_the_documented_vvm_variables() {
     assert!(seen.contains("VVM_ADDRESS=env-a\n"), "{seen}");
     assert!(seen.contains("VVM_SLOT=1\n"), "{seen}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecStatus
+#[test]
+fn the_commands_status_is_passed_on_and_a_signal_is_128_plus_its_number() {
+    let dir = temp_dir("vvm-exec-status");
+    let mut exec = exec_child(&dir, "exec-9", &[], "kill -KILL $$");
+    let (code, _) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-9");
+    assert_eq!(code, Some(128 + 9), "{stderr}");
+    let mut exec = exec_child(&dir, "exec-42", &[], "exit 42");
+    let (code, _) = wait_exit(&mut exec);
+    assert_eq!(code, Some(42), "{}", stderr_of(&dir, "exec-42"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecStatus
+#[test]
+fn a_command_that_cannot_be_started_is_refused_before_campaigning() {
+    let dir = temp_dir("vvm-exec-missing");
+    let not_executable = dir.join("not-executable");
+    std::fs::write(&not_executable, b"#!/bin/sh\n").unwrap();
+    let cases: [(&str, i32, &str); 3] = [
+        (
+            "/no/such/cmd",
+            127,
+            "cannot start /no/such/cmd: command not found",
+        ),
+        ("no-such-program-of-vvm", 127, "command not found"),
+        (not_executable.to_str().unwrap(), 126, "not executable"),
+    ];
+    for (program, expected, message) in cases {
+        let started = Instant::now();
+        let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .current_dir(&dir)
+            .args(["run", "--store", &store_of(&dir), "--", program])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(expected), "{program}: {stderr}");
+        assert!(stderr.contains(message), "{program}: {stderr}");
+        assert!(
+            !stderr.contains("launching"),
+            "{program}: campaigned: {stderr}"
+        );
+        assert!(started.elapsed() < WAIT_MAX, "{program}");
+    }
+    // No slot was taken: the store was never even opened.
+    assert!(!dir.join("vvm.sqlite").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecForce
+#[test]
+fn a_second_signal_skips_the_grace() {
+    const GRACE: Duration = Duration::from_secs(30);
+    let dir = temp_dir("vvm-exec-force");
+    let script = r#"trap '' TERM INT
+sleep 1000 >/dev/null 2>&1 &
+echo $$ $! > pids.tmp && mv pids.tmp pids
+while :; do sleep 0.05; done"#;
+    let mut exec = exec_child(&dir, "exec-f", &["--grace", "30s"], script);
+    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    signal(&exec, Signal::INT);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        exec.try_wait().unwrap().is_none(),
+        "vvm did not wait for the grace"
+    );
+    signal(&exec, Signal::INT);
+    let (code, took) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-f");
+    let ended = pids
+        .iter()
+        .all(|&pid| ends_within(pid, Duration::from_secs(5)));
+    kill_all(&pids);
+    assert!(ended, "the command's tree outlived vvm: {pids:?}");
+    assert!(
+        took < GRACE / 2,
+        "the second signal was not heeded: {took:?}\n{stderr}"
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("skipped the grace"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.ExecStatus
+#[test]
+fn a_standby_waits_until_stopped_by_default() {
+    let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["run", "--help"])
+        .env_remove("VVM_ACQUIRE")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    let acquire = help
+        .split("--acquire")
+        .nth(1)
+        .and_then(|rest| rest.split("\n  -").next())
+        .unwrap_or_default();
+    assert!(acquire.contains("[default: forever]"), "{help}");
 }

@@ -40,7 +40,7 @@ use vvm::{
     Clock, ExitKiller, KillReport, Killer, Service, ServiceContext, ServiceError, TimeSource,
 };
 
-use super::supervise::{boot_ns, EXIT_ENDED, STOP};
+use super::supervise::{boot_ns, EXIT_ENDED, KILL_NOW, STOP};
 
 /// This binary, also after it was replaced on disk: the supervisor is the same program.
 const SELF_EXE: &str = "/proc/self/exe";
@@ -109,6 +109,33 @@ pub struct ExecService {
     group: CommandGroup,
     /// Notified when the command exited with status 0 by itself: the host shuts the VVM down.
     finished: Arc<Notify>,
+    /// Notified by a second SIGINT or SIGTERM: the grace is skipped.
+    force: Arc<Notify>,
+    /// The command's own status when it ended by itself with another than 0, for `vvm`'s exit.
+    status: CommandStatus,
+}
+
+/// The status the command ended with by itself (`vvm run` exits with it), shared between the
+/// service and the host: the exit code, 128+N for signal N, or none.
+#[derive(Clone, Debug, Default)]
+pub struct CommandStatus(Arc<AtomicI32>);
+
+impl CommandStatus {
+    /// The exit code to pass on, if the command ended by itself with a failure.
+    pub fn code(&self) -> Option<u8> {
+        u8::try_from(self.0.load(Ordering::Acquire))
+            .ok()
+            .filter(|code| *code != 0)
+    }
+
+    fn set(&self, status: std::process::ExitStatus) {
+        use std::os::unix::process::ExitStatusExt;
+        let code = status
+            .code()
+            .or_else(|| status.signal().map(|signal| 128 + signal))
+            .unwrap_or(1);
+        self.0.store(code.clamp(1, 255), Ordering::Release);
+    }
 }
 
 impl ExecService {
@@ -119,6 +146,8 @@ impl ExecService {
         address: String,
         group: CommandGroup,
         finished: Arc<Notify>,
+        force: Arc<Notify>,
+        status: CommandStatus,
     ) -> Self {
         debug_assert!(!command.is_empty());
         ExecService {
@@ -127,6 +156,8 @@ impl ExecService {
             address,
             group,
             finished,
+            force,
+            status,
         }
     }
 }
@@ -157,7 +188,8 @@ fn to_boot_ns(deadline: vvm::vvm_core::Instant) -> u64 {
     let left = deadline.saturating_since(Clock.now());
     boot_ns()
         .saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
-        .max(1)
+        // Never a control record (`STOP`, `KILL_NOW`).
+        .max(KILL_NOW + 1)
 }
 
 /// A pipe for the supervisor: `(ours, its)`; its end is inheritable, ours is not.
@@ -277,12 +309,17 @@ impl Service for ExecService {
         drop((control_its, report_its));
         let Some(pid) = read_report(report).await else {
             let status = child.wait().await.ok();
-            return Err(ServiceError::new(match status.and_then(|s| s.code()) {
-                Some(code) if code == i32::from(super::supervise::EXIT_CANNOT_START) => {
-                    format!("cannot start {}", self.command[0].to_string_lossy())
-                }
-                _ => format!("the supervisor ended before the command started: {status:?}"),
-            }));
+            return Err(ServiceError::new(
+                match status.and_then(|s| Some((s, s.code()?))) {
+                    Some((status, code))
+                        if code == i32::from(super::supervise::EXIT_CANNOT_START) =>
+                    {
+                        self.status.set(status);
+                        format!("cannot start {}", self.command[0].to_string_lossy())
+                    }
+                    _ => format!("the supervisor ended before the command started: {status:?}"),
+                },
+            ));
         };
         // The group id is the command's pid (it leads its own group). While the group has a
         // member no other process or group can take that id; once the supervisor has reaped
@@ -320,6 +357,7 @@ impl Service for ExecService {
                         shutdown.requested().await;
                         return Err(ServiceError::new("the kill deadline passed"));
                     }
+                    self.status.set(status);
                     return Err(ServiceError::new(format!(
                         "the command ended before it was asked to stop: {status}"
                     )));
@@ -336,17 +374,29 @@ impl Service for ExecService {
         tracing::info!(pid, grace = ?self.grace, "{why}: sending SIGTERM to the command's tree");
         let limit = tokio::time::Instant::now() + self.grace;
         control.send(STOP);
-        // Renewals go on while the services stop: keep the supervisor's deadline moving.
+        // Renewals go on while the services stop: keep the supervisor's deadline moving. A
+        // second SIGINT or SIGTERM to `vvm` skips what is left of the grace.
+        let mut forced = false;
         let outcome = loop {
             tokio::select! {
                 status = tokio::time::timeout_at(limit, child.wait()) => break status,
                 Some(deadline) = deadlines.changed() => control.send_deadline(deadline),
+                _ = self.force.notified(), if !forced => {
+                    tracing::warn!(pid, "a second signal: SIGKILL to the command's tree, the grace skipped");
+                    forced = true;
+                    self.group.signal(Signal::KILL);
+                    // The end of the pipe: the supervisor ends the rest of the tree and exits.
+                    control.send(KILL_NOW);
+                }
             }
         };
         if matches!(outcome, Ok(Ok(_))) {
             sweep().await;
         }
         let outcome = match outcome {
+            Ok(Ok(_)) if forced => Err(ServiceError::new(
+                "the command was killed: a second signal skipped the grace",
+            )),
             Ok(Ok(status)) => {
                 tracing::info!(%status, "the command stopped");
                 Ok(())

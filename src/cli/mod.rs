@@ -9,6 +9,7 @@ pub mod duration;
 pub mod exec;
 pub mod log;
 pub mod ops;
+pub mod program;
 pub mod run;
 pub mod status;
 pub mod store;

@@ -14,7 +14,7 @@ use vvm::services::{START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
 use vvm::{KillerThread, Service, ServiceContext, ServiceError, Services, Vvm, VvmConfig};
 
 use super::clock::host_monotonic_ns;
-use super::exec::{CommandGroup, ExecService, GroupKiller};
+use super::exec::{CommandGroup, CommandStatus, ExecService, GroupKiller};
 use super::ops::OpsState;
 use super::store::{open_store, AnyStore};
 use super::systemd::Notifier;
@@ -129,6 +129,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(config) => config,
         Err(e) => return usage_error(&e.to_string()),
     };
+    // A command that cannot be started must not take a slot, nor even open the store.
+    if let Some(program) = args.command.first() {
+        if let Err(e) = super::program::check(program, std::env::var_os("PATH")) {
+            super::log::line(&e.to_string());
+            return ExitCode::from(e.exit_code());
+        }
+    }
     let store = match open_store(&args.store, config.lease()).await {
         Ok(store) => store,
         Err(e) => return e.exit(),
@@ -156,17 +163,23 @@ pub async fn run(args: RunArgs) -> ExitCode {
     }
     let group = CommandGroup::default();
     let finished = Arc::new(Notify::new());
+    let force = Arc::new(Notify::new());
+    let status = CommandStatus::default();
     let service = ExecService::new(
         args.command.clone(),
         args.grace,
         address,
         group.clone(),
         finished.clone(),
+        force.clone(),
+        status.clone(),
     );
     let host = Host {
         killer: Some(KillerThread::new(GroupKiller::new(group))),
         stop_timeout: STOP_TIMEOUT_DEFAULT.max(args.grace.saturating_add(STOP_MARGIN)),
         finished: Some(finished),
+        force: Some(force),
+        status: Some(status),
         ops,
     };
     run_vvm(config, store, service, host).await
@@ -180,6 +193,10 @@ struct Host {
     stop_timeout: Duration,
     /// Notified when the service finished its work by itself: shut down cleanly.
     finished: Option<Arc<Notify>>,
+    /// Notified by a second SIGINT or SIGTERM (the command's grace is skipped).
+    force: Option<Arc<Notify>>,
+    /// The command's own failing status, which `vvm` exits with.
+    status: Option<CommandStatus>,
     /// The state `--metrics-addr` answers `/healthz` and `/leader` from.
     ops: Option<Arc<OpsState>>,
 }
@@ -190,6 +207,8 @@ impl Default for Host {
             killer: None,
             stop_timeout: STOP_TIMEOUT_DEFAULT,
             finished: None,
+            force: None,
+            status: None,
             ops: None,
         }
     }
@@ -231,12 +250,30 @@ async fn run_vvm(
     // instead of after the acquisition window, and no service starts after the signal.
     let stop = vvm.stop_handle();
     let stop_requested = stop.clone();
-    let mut signals = tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+    let (first_signal, mut signalled) = tokio::sync::oneshot::channel::<()>();
+    let force = host.force.clone();
+    let signals = tokio::spawn(async move {
+        let mut first_signal = Some(first_signal);
+        loop {
+            let name = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            match first_signal.take() {
+                Some(first) => {
+                    tracing::info!("{name}: shutting down (a second signal skips the grace)");
+                    stop.stop();
+                    let _ = first.send(());
+                }
+                None => match &force {
+                    Some(force) => {
+                        tracing::warn!("{name} again: ending the command's tree now");
+                        force.notify_one();
+                    }
+                    None => tracing::info!("{name} again: already shutting down"),
+                },
+            }
         }
-        stop.stop();
     });
     let notifier = Notifier::from_env();
     tracing::info!("launching");
@@ -266,7 +303,7 @@ async fn run_vvm(
     loop {
         tokio::select! {
             _ = &mut problem => break,
-            _ = &mut signals => break,
+            _ = &mut signalled => break,
             _ = &mut finished => break,
             _ = renewals.tick(), if notifier.watchdog_enabled() => {
                 let deadline = vvm.kill_deadline();
@@ -294,6 +331,13 @@ async fn run_vvm(
             tracing::info!("shut down cleanly");
             ExitCode::SUCCESS
         }
-        Err(problem) => fail(&super::error_chain(&problem)),
+        Err(problem) => {
+            let code = fail(&super::error_chain(&problem));
+            // The command's own failing status is passed on, as `flock` or `timeout` do.
+            match host.status.as_ref().and_then(CommandStatus::code) {
+                Some(status) => ExitCode::from(status),
+                None => code,
+            }
+        }
     }
 }

@@ -20,7 +20,7 @@
 //!   when the supervisor exits, which is only after it reaped the last process of the tree.
 //!
 //! A graceful stop is a record of `0` on the pipe: SIGTERM to the command's group and to every
-//! other descendant. When the command exits, whatever it left is SIGKILLed and the supervisor
+//! other descendant; a record of `1` ends the tree at once (a second Ctrl-C). When the command exits, whatever it left is SIGKILLed and the supervisor
 //! exits as the command did (same code, or killed by the same signal).
 //!
 //! Not covered: SIGKILL of the supervisor itself leaves the command's group to `vvm`'s own
@@ -49,6 +49,9 @@ pub const EXIT_CANNOT_START: u8 = 127;
 pub const EXIT_ENDED: u8 = 75;
 /// A record on the control pipe that asks for a graceful stop (no deadline is 0).
 pub const STOP: u64 = 0;
+/// A record on the control pipe that asks to end the tree at once (no deadline is 1 ns after
+/// boot).
+pub const KILL_NOW: u64 = 1;
 /// How often orphans re-parented to the supervisor are reaped while the command runs.
 const REAP_TICK_MS: i64 = 100;
 
@@ -226,6 +229,8 @@ fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&
             for record in pending.drain(..) {
                 if record == STOP {
                     tree::signal_all(watch.group, Signal::TERM);
+                } else if record == KILL_NOW {
+                    return Some("vvm asked for it (a second signal)");
                 } else {
                     deadline_ns = record;
                 }
