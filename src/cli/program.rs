@@ -15,6 +15,7 @@ pub const EXIT_CANNOT_RUN: u8 = 126;
 
 /// Why a command cannot be started.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProgramError {
     /// Nothing of that name on `PATH`, or no file at that path.
     #[error("cannot start {0}: command not found")]
