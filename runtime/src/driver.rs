@@ -8,8 +8,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use vvm_core::{
-    Effect, Effects, FencingToken, Instant, Lifecycle, Phase, Problem, Slot, TimerKind, VvmConfig,
-    VvmEvent,
+    Effect, Effects, Instant, Lifecycle, Problem, Slot, TimerKind, VvmConfig, VvmEvent,
 };
 
 use crate::error::VvmError;
@@ -18,45 +17,11 @@ use crate::pacing::Pacing;
 use crate::pipeline::{Pipeline, Report, Timeouts};
 use crate::refusals::Refusals;
 use crate::services::{ServiceError, Services};
+use crate::status::Status;
 use crate::store::{LeaseStore, SlotChange};
 
 /// Most events the driver queues for itself (only "services stopped" when none ran).
 const QUEUED_MAX: usize = 4;
-
-/// What the handle sees of the driver.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Status {
-    pub(crate) phase: Phase,
-    pub(crate) running: bool,
-    /// Services may be running: from their start until the pipeline reports them stopped.
-    pub(crate) services_running: bool,
-    pub(crate) token: Option<FencingToken>,
-    pub(crate) deadline: Option<Instant>,
-    pub(crate) problem: Option<VvmError>,
-    pub(crate) finished: bool,
-    /// Leadership was lost: no token is valid any more.
-    pub(crate) lost: bool,
-    /// The services were asked to stop (a shutdown, a problem or a loss): from then on this VVM
-    /// no longer presents itself as the leader to observers, though its services may still use
-    /// the token while they stop.
-    pub(crate) stopping: bool,
-}
-
-impl Default for Status {
-    fn default() -> Self {
-        Status {
-            phase: Phase::Provided,
-            running: false,
-            services_running: false,
-            token: None,
-            deadline: None,
-            problem: None,
-            finished: false,
-            lost: false,
-            stopping: false,
-        }
-    }
-}
 
 pub(crate) struct Driver<S> {
     machine: Lifecycle,

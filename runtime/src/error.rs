@@ -1,10 +1,11 @@
 //! The errors a VVM hands back to its host.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use vvm_core::{ConfigError, LossReason, Problem, Slot};
 
-use crate::services::ServiceError;
+use crate::cause::Cause;
 
 /// The first problem of a VVM, as returned by
 /// [`Vvm::<Launched>::shutdown`](crate::Vvm::shutdown) and resolved by
@@ -182,4 +183,56 @@ pub enum ElectionsError {
     /// [`VvmConfig`](vvm_core::VvmConfig) checks it.
     #[error("the address cannot be used")]
     InvalidAddress(#[source] ConfigError),
+}
+
+/// What a service reports when it fails: a message saying what failed and, if an error caused
+/// it, that error, kept whole as the [`source`](std::error::Error::source). Both reach the host
+/// unchanged (inside [`VvmError::ServiceFailed`](crate::VvmError::ServiceFailed)).
+///
+/// ```
+/// use vvm_runtime::{ErrorChain, ServiceError};
+///
+/// let io = std::io::Error::other("disk full");
+/// let error = ServiceError::with_source("cannot write the journal", io);
+/// assert_eq!(error.to_string(), "cannot write the journal");
+/// assert_eq!(ErrorChain(&error).to_string(), "cannot write the journal: disk full");
+/// assert!(error.cause().unwrap().downcast_ref::<std::io::Error>().is_some());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ServiceError {
+    message: Cow<'static, str>,
+    #[source]
+    source: Option<Cause>,
+}
+
+impl ServiceError {
+    /// An error with this message and no underlying error.
+    pub fn new(message: impl Into<Cow<'static, str>>) -> Self {
+        ServiceError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error with this message, caused by `source`.
+    pub fn with_source(
+        message: impl Into<Cow<'static, str>>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ServiceError {
+            message: message.into(),
+            source: Some(Cause::new(source)),
+        }
+    }
+
+    /// The message, without the cause.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The underlying error, if there is one.
+    pub fn cause(&self) -> Option<&Cause> {
+        self.source.as_ref()
+    }
 }

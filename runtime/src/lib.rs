@@ -64,6 +64,7 @@ mod refusals;
 pub mod sequencer;
 pub mod services;
 mod snapshot;
+mod status;
 pub mod store;
 mod vvm;
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::driver::Status;
 use crate::services::{ServiceContext, ServiceError, Services, ShutdownSignal};
+use crate::status::Status;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};

@@ -11,10 +11,10 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use vvm_core::{FencingToken, Instant};
 
-use crate::cause::Cause;
 use crate::clock::{Clock, TimeSource};
-use crate::driver::Status;
+pub use crate::error::ServiceError;
 use crate::error::ServicesError;
+use crate::status::Status;
 
 /// Most services one VVM runs; the core numbers them with a `u16`.
 pub const SERVICES_MAX: usize = 1024;
@@ -22,58 +22,6 @@ pub const SERVICES_MAX: usize = 1024;
 pub const START_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 /// Default time a service has to finish after it was asked to stop; then its task is aborted.
 pub const STOP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
-
-/// What a service reports when it fails: a message saying what failed and, if an error caused
-/// it, that error, kept whole as the [`source`](std::error::Error::source). Both reach the host
-/// unchanged (inside [`VvmError::ServiceFailed`](crate::VvmError::ServiceFailed)).
-///
-/// ```
-/// use vvm_runtime::{ErrorChain, ServiceError};
-///
-/// let io = std::io::Error::other("disk full");
-/// let error = ServiceError::with_source("cannot write the journal", io);
-/// assert_eq!(error.to_string(), "cannot write the journal");
-/// assert_eq!(ErrorChain(&error).to_string(), "cannot write the journal: disk full");
-/// assert!(error.cause().unwrap().downcast_ref::<std::io::Error>().is_some());
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ServiceError {
-    message: Cow<'static, str>,
-    #[source]
-    source: Option<Cause>,
-}
-
-impl ServiceError {
-    /// An error with this message and no underlying error.
-    pub fn new(message: impl Into<Cow<'static, str>>) -> Self {
-        ServiceError {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An error with this message, caused by `source`.
-    pub fn with_source(
-        message: impl Into<Cow<'static, str>>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        ServiceError {
-            message: message.into(),
-            source: Some(Cause::new(source)),
-        }
-    }
-
-    /// The message, without the cause.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The underlying error, if there is one.
-    pub fn cause(&self) -> Option<&Cause> {
-        self.source.as_ref()
-    }
-}
 
 /// What a running service is handed: the fencing token, the readiness report, the loss signal
 /// and the shutdown signal.

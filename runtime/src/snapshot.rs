@@ -3,9 +3,9 @@
 use tokio::sync::watch;
 use vvm_core::{FencingToken, Instant, Phase};
 
-use crate::driver::Status;
 use crate::error::VvmError;
 use crate::services::valid_token;
+use crate::status::Status;
 
 /// A VVM's state at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -23,13 +23,14 @@ use vvm_core::{
     ConfigError, FencingToken, Incarnation, Instant, Lifecycle, Phase, VvmConfig, VvmConfigBuilder,
 };
 
-use crate::driver::{Driver, Status};
+use crate::driver::Driver;
 use crate::error::VvmError;
 use crate::executor::Executor;
 use crate::killer::KillerThread;
 use crate::pipeline::Timeouts;
 use crate::services::{valid_token, Services, START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
 use crate::snapshot::VvmSubscription;
+use crate::status::Status;
 use crate::store::{LeaseStore, LeaseValue};
 
 mod sealed {

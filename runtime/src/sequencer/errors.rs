@@ -1,12 +1,9 @@
 //! What the handle's calls report besides success.
 
-use std::fmt;
-
-use vvm_core::sequencer::{BacklogError, PLogOffset, Phase, SeqError, StartRefusal};
+use vvm_core::sequencer::{BacklogError, PLogOffset, Phase, SeqError};
 
 use super::config::SeqConfigError;
-use super::handle::{Idle, Sequencer};
-use super::storage::{SeqStorage, SeqStorageError};
+use super::storage::SeqStorageError;
 
 /// Why a sequencer could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -22,7 +19,7 @@ pub enum SetupError {
 }
 
 /// Why `next` failed. The transaction stays open; after a storage error the caller usually
-/// gives the event up with [`actualize`](Sequencer::actualize).
+/// gives the event up with [`actualize`](crate::sequencer::Sequencer::actualize).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NextError {
@@ -34,38 +31,8 @@ pub enum NextError {
     Storage(#[from] SeqStorageError),
 }
 
-/// `start` refused: the reason and the idle sequencer, handed back.
-pub struct Busy<St: SeqStorage> {
-    /// Why. [`StartRefusal::is_transient`] tells whether trying again later can help.
-    pub reason: StartRefusal,
-    pub(crate) sequencer: Sequencer<Idle, St>,
-}
-
-impl<St: SeqStorage> Busy<St> {
-    /// The sequencer, still idle.
-    pub fn into_idle(self) -> Sequencer<Idle, St> {
-        self.sequencer
-    }
-}
-
-impl<St: SeqStorage> fmt::Debug for Busy<St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Busy")
-            .field("reason", &self.reason)
-            .finish()
-    }
-}
-
-impl<St: SeqStorage> fmt::Display for Busy<St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sequencer busy: {}", self.reason)
-    }
-}
-
-impl<St: SeqStorage> std::error::Error for Busy<St> {}
-
 /// Why an actualization gave up. `start` then refuses with
-/// [`StartRefusal::ActualizationFailed`] and begins a new one.
+/// [`StartRefusal::ActualizationFailed`](vvm_core::sequencer::StartRefusal::ActualizationFailed) and begins a new one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ActualizeError {

@@ -13,7 +13,7 @@ use vvm_core::sequencer::{
 };
 
 use super::config::SeqConfig;
-use super::errors::{Busy, NextError, SeqStatus, SetupError, ShutdownError};
+use super::errors::{NextError, SeqStatus, SetupError, ShutdownError};
 use super::storage::{SeqStorage, SeqStorageError};
 use super::task::{Stop, Worker};
 use super::worker::{actualizing, flush_round, run, Shared};
@@ -410,3 +410,33 @@ impl<S: SeqState, St: SeqStorage> Sequencer<S, St> {
         }
     }
 }
+
+/// `start` refused: the reason and the idle sequencer, handed back.
+pub struct Busy<St: SeqStorage> {
+    /// Why. [`StartRefusal::is_transient`] tells whether trying again later can help.
+    pub reason: StartRefusal,
+    pub(crate) sequencer: Sequencer<Idle, St>,
+}
+
+impl<St: SeqStorage> Busy<St> {
+    /// The sequencer, still idle.
+    pub fn into_idle(self) -> Sequencer<Idle, St> {
+        self.sequencer
+    }
+}
+
+impl<St: SeqStorage> fmt::Debug for Busy<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Busy")
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+impl<St: SeqStorage> fmt::Display for Busy<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sequencer busy: {}", self.reason)
+    }
+}
+
+impl<St: SeqStorage> std::error::Error for Busy<St> {}

@@ -58,7 +58,7 @@ mod worker;
 pub use config::{
     SeqConfig, SeqConfigError, REPLAY_PAGE_EVENTS_MAX, SEQ_DURATION_MAX_MS, SEQ_RETRIES_LIMIT,
 };
-pub use errors::{ActualizeError, Busy, NextError, SeqStatus, SetupError, ShutdownError};
-pub use handle::{Actualizing, Idle, InTx, SeqState, Sequencer};
+pub use errors::{ActualizeError, NextError, SeqStatus, SetupError, ShutdownError};
+pub use handle::{Actualizing, Busy, Idle, InTx, SeqState, Sequencer};
 pub use storage::{ReplaySink, SeqStorage, SeqStorageError};
 pub use vvm_core::sequencer::StartRefusal;
