@@ -60,8 +60,10 @@ async fn a_service_follows_every_renewal_of_the_kill_deadline() {
     let seen = seen.lock().unwrap().clone();
     assert!(seen.len() >= 13, "{} deadlines: {seen:?}", seen.len());
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
-    // The service held the deadline the VVM held.
-    assert_eq!(seen.last().copied(), last, "{seen:?}");
+    // The service was told of the deadline the VVM held (a renewal may follow it while the
+    // shutdown begins).
+    let last = last.expect("a deadline while leading");
+    assert!(seen.contains(&last), "{last:?} not in {seen:?}");
     // Each renewal moved it by about L/4.
     let step = seen[seen.len() - 1].saturating_since(seen[seen.len() - 2]);
     assert!(step >= LEASE / 8 && step <= LEASE / 2, "{step:?}");

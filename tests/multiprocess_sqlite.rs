@@ -473,11 +473,12 @@ fn a_removed_or_replaced_lock_file_never_looks_like_a_dead_holder() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-// covers: Sq.DeadHolder
+// covers: Sq.DeadHolder, Cli.ExecOrphan
 #[test]
-fn a_command_that_inherited_the_lock_keeps_the_slot_protected_after_vvm_died() {
-    // `sh` is killed with vvm (the guard's parent-death signal); the `sleep` it started is not,
-    // and holds the inherited lock: the successor must wait for the expiry.
+fn a_commands_tree_is_gone_before_a_successor_leads_after_vvm_died() {
+    // `vvm` is killed while its command's child runs: the supervisor, which holds the slot's
+    // lock, ends the whole tree and only then exits, freeing the lock. The successor may lead
+    // at once — but never while any process of the old tree lives.
     let (dir, store) = scratch("inherited-lock");
     let pid_file = dir.join("sleep.pid");
     let script = format!(
@@ -498,23 +499,29 @@ fn a_command_that_inherited_the_lock_keeps_the_slot_protected_after_vvm_died() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_secs(1));
-    let killed = holder.kill();
-    let (led, _) = candidate
-        .leading(START_WAIT)
-        .expect("the candidate leads after the expiry");
-    let after = led.saturating_duration_since(killed);
     let sleep: i32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
+    let holder_pid = holder.child.id();
+    let killed = holder.kill();
+    let (led, _) = candidate
+        .leading(START_WAIT)
+        .expect("the candidate leads once the old tree is gone");
+    // The `sleep` was reaped by the supervisor before the lock was freed: no such process now
+    // (or another one that reused the pid, which is not a child of the old tree).
+    let alive = std::fs::read_to_string(format!("/proc/{sleep}/stat"))
+        .ok()
+        .filter(|stat| stat.contains("(sleep)"));
     let _ = rustix::process::kill_process(
         rustix::process::Pid::from_raw(sleep).unwrap(),
         rustix::process::Signal::KILL,
     );
     assert!(
-        after >= Duration::from_millis(1_400),
-        "the successor led {after:?} after vvm died, while its command's child held the lock"
+        alive.is_none(),
+        "the old command's child still ran when the successor led {:?} after vvm {holder_pid} died: {alive:?}",
+        led.saturating_duration_since(killed)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
