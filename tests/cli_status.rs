@@ -227,3 +227,31 @@ fn status_watch_follows_a_tenure_on_a_3_member_etcd() {
     watch_a_tenure(&cluster.store_url());
     drop(cluster);
 }
+
+// covers: Cli.StatusWatch, Cli.StatusReadOnly
+#[test]
+fn a_watch_started_before_the_store_exists_waits_for_it() {
+    let dir = temp_dir("vvm-cli-status-early");
+    let path = dir.join("vvm.sqlite");
+    let store = format!("sqlite:{}", path.display());
+    let watcher = Watcher::spawn(&store, true);
+    watcher.quiet("no store yet, nothing to show");
+    assert!(!path.exists(), "the watcher created the store");
+    let mut holder = spawn_holder(&store, "holder-e");
+    wait_leading(&mut holder);
+    // The first table comes once the store exists: the slot is free or already taken.
+    let table = watcher.json("the table");
+    let first = &table["slots"][0]["holder"];
+    if first.is_null() {
+        let taken = watcher.json("the slot taken");
+        assert_eq!(taken["holder"]["address"], "holder-e", "{taken}");
+    } else {
+        assert_eq!(first["address"], "holder-e", "{table}");
+    }
+    assert_eq!(
+        signal_and_wait(&mut holder, Signal::TERM, LINE_WAIT),
+        Some(0)
+    );
+    watcher.stop();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -4,7 +4,8 @@
 //!
 //! Status only reads: it never creates or writes anything — no store, no schema, no companion
 //! or lock file (a `sqlite:` store is opened read-only). A `sqlite:` path that does not exist is
-//! an error, not a new empty store that would then report every slot free.
+//! an error, not a new empty store that would then report every slot free; with `--watch` it is
+//! waited for, so that a watcher can be started before the first `vvm run`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,14 +24,37 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait between two looks while watching, when the store's feed does not wake first.
 const WATCH_RESYNC: Duration = Duration::from_secs(1);
 
+/// How often a watcher looks for a store that does not exist yet.
+const APPEAR_POLL: Duration = Duration::from_millis(200);
+
 /// Runs `vvm status`.
 pub async fn status(args: StatusArgs) -> ExitCode {
+    // Only a watch ends by a signal with success; a one-shot status keeps the default actions.
+    let mut stop = if args.watch {
+        StopSignals::new()
+    } else {
+        StopSignals::none()
+    };
     if let Ok(StoreUrl::Sqlite(sqlite)) = StoreUrl::parse(&args.store) {
         if !sqlite.path.exists() {
-            return fail(&format!(
-                "no store at {}: nothing to show (status never creates a store)",
+            if !args.watch {
+                return fail(&format!(
+                    "no store at {}: nothing to show (status never creates a store)",
+                    sqlite.path.display()
+                ));
+            }
+            // A watcher may start before the first `vvm run`: it waits for the store, which
+            // appears complete in one step (see `Sq.CreateAtomic`).
+            super::log::line(&format!(
+                "no store at {} yet: waiting for it to appear",
                 sqlite.path.display()
             ));
+            while !sqlite.path.exists() {
+                tokio::select! {
+                    () = tokio::time::sleep(APPEAR_POLL) => {}
+                    () = stop.asked() => return ExitCode::SUCCESS,
+                }
+            }
         }
     }
     if args.slots == 0 || args.slots > vvm::vvm_core::SLOTS_MAX {
@@ -52,12 +76,6 @@ pub async fn status(args: StatusArgs) -> ExitCode {
     let mut observer = match observe(store, &slots, options) {
         Ok(observer) => observer,
         Err(e) => return usage_error(&e.to_string()),
-    };
-    // Only a watch ends by a signal with success; a one-shot status keeps the default actions.
-    let mut stop = if args.watch {
-        StopSignals::new()
-    } else {
-        StopSignals::none()
     };
     let mut out = Output::new(args.json);
     let mut table = Vec::with_capacity(slots.len());
