@@ -206,16 +206,27 @@ fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&
             tv_sec: 0,
             tv_nsec: left_ms.min(REAP_TICK_MS) * 1_000_000,
         };
-        let mut fds = vec![PollFd::new(control, PollFlags::IN)];
-        if let Some(pidfd) = &pidfd {
-            fds.push(PollFd::new(pidfd, PollFlags::IN));
-        }
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
+        // No allocation per wake: the control pipe, and the command's pidfd when there is one.
+        let mut both;
+        let mut one;
+        let fds: &mut [PollFd<'_>] = match &pidfd {
+            Some(pidfd) => {
+                both = [
+                    PollFd::new(control, PollFlags::IN),
+                    PollFd::new(pidfd, PollFlags::IN),
+                ];
+                &mut both
+            }
+            None => {
+                one = [PollFd::new(control, PollFlags::IN)];
+                &mut one
+            }
+        };
+        match rustix::event::poll(fds, Some(&timeout)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => return Some("the supervisor cannot wait"),
         }
         let control_ready = !fds[0].revents().is_empty();
-        drop(fds);
         tree::reap(|pid, status| watch.note(pid, status));
         if watch.status.is_some() {
             return None;

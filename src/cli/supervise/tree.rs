@@ -8,6 +8,8 @@
 //! forked during a look is a child of one being killed; once that parent is gone it is the
 //! supervisor's child, found by the next look.
 
+use std::collections::HashMap;
+
 use rustix::process::{kill_process, kill_process_group, Pid, Signal, WaitOptions};
 
 /// Most looks at `/proc` while ending the tree: a bound for a tree that forks faster than it
@@ -19,12 +21,22 @@ const FOUND_MAX: usize = 65_536;
 /// The processes below `root` now (not `root` itself), from `/proc/PID/stat` parent links.
 /// Processes that end during the look are simply missing from it.
 pub fn descendants(root: Pid) -> Vec<Pid> {
+    descendants_with_parents(root)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// [`descendants`] with each one's parent: one read of `/proc`, then a walk down a map of
+/// children, so the cost is linear in the processes of the host.
+fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut links: Vec<(i32, i32)> = Vec::new();
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let mut seen = 0;
     for entry in entries.flatten() {
-        if links.len() >= FOUND_MAX {
+        if seen >= FOUND_MAX {
             break;
         }
         let Some(pid) = entry
@@ -36,27 +48,22 @@ pub fn descendants(root: Pid) -> Vec<Pid> {
         };
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             if let Some(parent) = parent_of(&stat) {
-                links.push((pid, parent));
+                children.entry(parent).or_default().push(pid);
+                seen += 1;
             }
         }
     }
-    let mut found = vec![root.as_raw_pid()];
-    let mut next = 0;
-    while next < found.len() {
-        let parent = found[next];
-        next += 1;
-        found.extend(
-            links
-                .iter()
-                .filter(|(_, p)| *p == parent)
-                .map(|(pid, _)| *pid),
-        );
+    let mut found = Vec::new();
+    let mut parents = vec![root.as_raw_pid()];
+    while let Some(parent) = parents.pop() {
+        for &pid in children.get(&parent).map_or(&[][..], Vec::as_slice) {
+            parents.push(pid);
+            if let Some(pid) = Pid::from_raw(pid) {
+                found.push((pid, parent));
+            }
+        }
     }
     found
-        .into_iter()
-        .skip(1)
-        .filter_map(Pid::from_raw)
-        .collect()
 }
 
 /// The parent pid in a `/proc/PID/stat` line: the second field after the command name, which
@@ -113,19 +120,16 @@ pub fn end_all(group: Option<Pid>, mut each: impl FnMut(Pid, rustix::process::Wa
 pub fn end_descendants_by_pid() -> bool {
     let me = rustix::process::getpid();
     for _ in 0..ROUNDS_MAX {
-        let found = descendants(me);
+        let found = descendants_with_parents(me);
         if found.is_empty() {
             return true;
         }
-        for &pid in &found {
+        for &(pid, _) in &found {
             let _ = kill_process(pid, Signal::KILL);
         }
         // Only our own children can be reaped here; their children are ours next round.
-        for pid in found {
-            let parent = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_pid()))
-                .ok()
-                .and_then(|stat| parent_of(&stat));
-            if parent == Some(me.as_raw_pid()) {
+        for (pid, parent) in found {
+            if parent == me.as_raw_pid() {
                 let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
             }
         }
