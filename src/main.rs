@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 mod cli;
 
@@ -36,11 +37,12 @@ line wins.";
     about,
     long_about = None,
     arg_required_else_help = true,
+    max_term_width = 100,
     after_help = EXIT_CODES_HELP
 )]
-struct Cli {
+pub struct Cli {
     /// Log level on standard error: error, warn, info, debug or trace.
-    #[arg(long, global = true, env = "VVM_LOG_LEVEL", default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    #[arg(long, global = true, help_heading = "Logging", env = "VVM_LOG_LEVEL", default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
 
     /// Layout of the log lines on standard error: `text` (coloured only on a terminal, never
@@ -49,6 +51,7 @@ struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Logging",
         env = "VVM_LOG_FORMAT",
         value_enum,
         default_value = "text"
@@ -74,9 +77,28 @@ enum Command {
     /// failover, stop the next leader gracefully, measure the hand-off, and clean up.
     #[command(after_help = EXIT_CODES_HELP)]
     Demo(DemoArgs),
-    /// Internal: the supervisor through which `vvm run -- CMD` starts its command.
-    #[command(name = "__exec-guard", hide = true)]
-    ExecGuard(GuardArgs),
+    /// Print a shell completion script: `vvm completions bash > /etc/bash_completion.d/vvm`,
+    /// `vvm completions zsh > ~/.zfunc/_vvm`, `vvm completions fish > ~/.config/fish/completions/vvm.fish`.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff): `vvm man > /usr/local/share/man/man1/vvm.1`, or `vvm man | man -l -`.
+    Man,
+}
+
+/// The supervisor's command line, `vvm __exec-guard …`: parsed apart from [`Cli`], so that no
+/// help, completion or manual page shows it.
+#[derive(Parser, Debug)]
+#[command(name = "vvm __exec-guard")]
+struct GuardCli {
+    #[command(flatten)]
+    args: GuardArgs,
+}
+
+/// Arguments of `vvm completions`.
+#[derive(Args, Debug, Clone)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 /// Arguments of the internal `vvm __exec-guard` (see `cli::supervise`).
@@ -118,17 +140,20 @@ impl From<GuardArgs> for cli::supervise::Supervision {
 /// Arguments of `vvm run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Where the leases live: `memory:`, `sqlite:PATH`, `etcd://HOST:PORT[,HOST:PORT…][/?PARAMETERS]` or `fdb:[CLUSTER-FILE]`.
-    #[arg(long, env = "VVM_STORE", default_value = "sqlite:vvm.sqlite")]
-    store: String,
+    /// Where the leases live: `sqlite:PATH`, `etcd://HOST:PORT[,…][/?PARAMETERS]`, `fdb:[FILE]`
+    /// or `memory:` [default: sqlite:$XDG_STATE_HOME/vvm/vvm.sqlite, else
+    /// sqlite:~/.local/state/vvm/vvm.sqlite].
+    #[arg(short, long, env = "VVM_STORE", value_name = "URL")]
+    store: Option<String>,
     /// Number of slots; this VVM tries slots 1..=N.
-    #[arg(long, env = "VVM_SLOTS", default_value_t = 1)]
+    #[arg(short = 'n', long, env = "VVM_SLOTS", default_value_t = 1)]
     slots: u32,
     /// This VVM's address, stored in the lease it holds [default: <hostname>/pid-<pid>].
-    #[arg(long, env = "VVM_ADDRESS")]
+    #[arg(short, long, env = "VVM_ADDRESS")]
     address: Option<String>,
-    /// Lease duration L (renewal every L/4; the process ends 0.8·L after the last confirmed write).
-    #[arg(long, env = "VVM_LEASE", default_value = "20s", value_parser = parse_duration)]
+    /// Lease duration L: renewal every L/4; the process ends 0.8·L after the last confirmed
+    /// write.
+    #[arg(short, long, env = "VVM_LEASE", default_value = "20s", value_parser = parse_duration)]
     lease: Duration,
     /// How long to keep trying to acquire a slot before giving up; `forever` (the default) for a
     /// standby that waits as long as it runs (SIGINT or SIGTERM still stop it at once).
@@ -138,16 +163,16 @@ pub struct RunArgs {
     #[arg(long, env = "VVM_ROUND", default_value = "1s", value_parser = parse_duration)]
     round: Duration,
     /// Append `<host monotonic ns> <pid> <slot> <revision>` to this file every 20 ms while the
-    /// demo service runs, so that a checker can verify that no two processes acted at once.
-    #[arg(long, env = "VVM_ACTING_LOG", conflicts_with = "command")]
+    /// demo service runs, so that a checker can verify that no two processes acted at once
+    /// (hidden: for the demo and the tests).
+    #[arg(long, env = "VVM_ACTING_LOG", conflicts_with = "command", hide = true)]
     acting_log: Option<PathBuf>,
-    /// Time the command has to exit after SIGTERM before its process group gets SIGKILL.
-    #[arg(long, env = "VVM_GRACE", default_value = "10s", value_parser = parse_duration)]
+    /// Time the command has to exit after SIGTERM before its process tree gets SIGKILL.
+    #[arg(short, long, env = "VVM_GRACE", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
-    /// The command to run while this VVM leads, in its own process group, with `VVM_SLOT`,
-    /// `VVM_REVISION` (fencing token) and `VVM_ADDRESS` set. It gets SIGTERM on shutdown or loss
-    /// of leadership, SIGKILL after `--grace`, and SIGKILL when the kill deadline passes. Its
-    /// exit with status 0 shuts `vvm` down cleanly (exit 0); any other end is a failure (exit 1).
+    /// The command to run while this VVM leads, with `VVM_SLOT`, `VVM_REVISION` (its fencing
+    /// token) and `VVM_ADDRESS` set. Its tree gets SIGTERM on shutdown or loss of leadership,
+    /// SIGKILL after `--grace` or when the kill deadline passes. `vvm` exits with its status.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
     /// Serve `/metrics` (Prometheus), `/healthz` and `/leader` over HTTP on this address:
@@ -160,20 +185,19 @@ pub struct RunArgs {
 /// Arguments of `vvm status`.
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
-    /// Where the leases live (see `vvm run --help`).
-    #[arg(long, env = "VVM_STORE", default_value = "sqlite:vvm.sqlite")]
-    store: String,
+    /// Where the leases live (see `vvm run --help`) [default: as `vvm run`].
+    #[arg(short, long, env = "VVM_STORE", value_name = "URL")]
+    store: Option<String>,
     /// Number of slots to show.
-    #[arg(long, env = "VVM_SLOTS", default_value_t = 1)]
+    #[arg(short = 'n', long, env = "VVM_SLOTS", default_value_t = 1)]
     slots: u32,
-    /// Keep watching: after the table, one more line per change of a slot's holder (taken,
-    /// released, expired, passed on; renewals are not changes), until SIGINT or SIGTERM.
-    #[arg(long, env = "VVM_STATUS_WATCH")]
+    /// Keep watching: after the table, one time-stamped line per change of a slot's holder
+    /// (taken, released, expired, passed on; renewals are not changes), until SIGINT or SIGTERM.
+    #[arg(short, long, env = "VVM_STATUS_WATCH", value_parser = BoolishValueParser::new())]
     watch: bool,
     /// Machine-readable output: `{"slots": [...]}`, then (with --watch) one JSON object per
-    /// change and line: `{"slot": N, "holder": null | {"address", "incarnation", "revision",
-    /// "time_left_ms"}}`.
-    #[arg(long, env = "VVM_STATUS_JSON")]
+    /// change and line (see the README).
+    #[arg(long, env = "VVM_STATUS_JSON", value_parser = BoolishValueParser::new())]
     json: bool,
 }
 
@@ -224,7 +248,69 @@ fn with_newline(mut text: String) -> String {
     text
 }
 
+/// `vvm` without its hidden subcommand, as users see it.
+fn visible_command() -> clap::Command {
+    Cli::command()
+}
+
+/// Writes the completion script for `shell` to standard output.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    let mut command = visible_command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "vvm", &mut script);
+    write_out(&script)
+}
+
+/// Writes the manual page (roff) to standard output: `vvm` with a section per subcommand.
+fn man_page() -> ExitCode {
+    let command = visible_command();
+    let mut page = Vec::new();
+    if let Err(e) = clap_mangen::Man::new(command.clone()).render(&mut page) {
+        return cli::fail(&format!("cannot render the manual page: {e}"));
+    }
+    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        let name = format!("vvm-{}", sub.get_name());
+        let sub = sub.clone().display_name(name.clone()).bin_name(name);
+        let mut section = Vec::new();
+        let man = clap_mangen::Man::new(sub);
+        if let Err(e) = man
+            .render_name_section(&mut section)
+            .and_then(|()| man.render_synopsis_section(&mut section))
+            .and_then(|()| man.render_description_section(&mut section))
+            .and_then(|()| man.render_options_section(&mut section))
+        {
+            return cli::fail(&format!("cannot render the manual page: {e}"));
+        }
+        // Each subcommand's sections, demoted under a heading of its own.
+        let section = String::from_utf8_lossy(&section).replace(".SH ", ".SS ");
+        page.extend_from_slice(section.as_bytes());
+    }
+    write_out(&page)
+}
+
+/// `bytes` to standard output; a closed pipe is not a panic.
+fn write_out(bytes: &[u8]) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => cli::fail(&format!("cannot write to standard output: {e}")),
+    }
+}
+
 fn main() -> ExitCode {
+    let mut argv = std::env::args_os();
+    if argv
+        .nth(1)
+        .is_some_and(|first| first == cli::exec::GUARD_SUBCOMMAND)
+    {
+        // Before anything else starts: this process is about to become the command.
+        let words = std::iter::once(OsString::from("vvm")).chain(argv);
+        return match GuardCli::try_parse_from(words) {
+            Ok(guard) => cli::supervise::supervise(guard.args.into()),
+            Err(e) => cli::usage_error(&format!("supervisor: {}", e.kind())),
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -240,29 +326,21 @@ fn main() -> ExitCode {
                 let _ = write!(std::io::stderr(), "{}", with_newline(e.to_string()));
                 return ExitCode::from(cli::EXIT_USAGE);
             }
-            // One line: the first line of clap's message, without the usage block.
-            let text = e.to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
-            return cli::usage_error(first);
+            // One line naming the flag, or the environment variable the value came from.
+            let argv: Vec<OsString> = std::env::args_os().collect();
+            return cli::usage_error(&cli::args::explain(&e, &Cli::command(), &argv));
         }
     };
-    let command = match cli.command {
-        // Before anything else starts: this process is about to become the command.
-        Command::ExecGuard(args) => return cli::supervise::supervise(args.into()),
-        command => command,
-    };
+    let command = cli.command;
     if let Err(code) = init_logging(&cli.log_level, cli.log_format) {
         return code;
     }
     let code = match command {
+        Command::Completions(args) => completions(args.shell),
+        Command::Man => man_page(),
         Command::Demo(args) => cli::demo::demo(args),
         Command::Run(args) => cli::block_on(cli::run::run(args)),
         Command::Status(args) => cli::block_on(cli::status::status(args)),
-        Command::ExecGuard(args) => cli::supervise::supervise(args.into()),
     };
     // The last lines (e.g. "shut down cleanly") are still queued; wait a bounded time for them.
     cli::log::flush();

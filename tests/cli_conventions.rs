@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use cli_support::{signal_and_wait, temp_dir};
-use rustix::process::Signal;
+use rustix::process::{Pid, Signal};
 
 /// `vvm args…` with only `env` among the `VVM_*` variables (none inherited from the test's
 /// environment).
@@ -165,5 +165,454 @@ fn help_lists_the_exit_codes() {
                 "`vvm {args:?}` lacks `{code}`:\n{help}"
             );
         }
+    }
+}
+
+/// `vvm args…` with `HOME` set to `home` and no `XDG_STATE_HOME` (see [`vvm_with_env`]).
+fn vvm_at_home(args: &[&str], home: &std::path::Path, env: &[(&str, &str)]) -> Command {
+    let mut command = vvm_with_env(args, env);
+    command.env("HOME", home).env_remove("XDG_STATE_HOME");
+    command
+}
+
+/// The lines of a child's standard error, read on a thread of their own.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// Waits for a line containing `text`; all lines read so far, joined.
+fn wait_line(lines: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let mut seen = String::new();
+    loop {
+        match lines.recv_timeout(until.saturating_duration_since(std::time::Instant::now())) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.contains(text) {
+                    return seen;
+                }
+            }
+            Err(_) => panic!("no line with {text:?} in:\n{seen}"),
+        }
+    }
+}
+
+// covers: Cli.DefaultStore, Cli.WaitingLog
+#[test]
+fn two_runs_from_two_directories_meet_on_the_users_store_and_the_standby_says_what_it_waits_for() {
+    let home = temp_dir("vvm-cli-home");
+    let (here, there) = (home.join("here"), home.join("there"));
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::create_dir_all(&there).unwrap();
+    let store = home.join(".local/state/vvm/vvm.sqlite");
+    let env = [("VVM_LEASE", "2s"), ("VVM_ROUND", "100ms")];
+
+    let mut first = vvm_at_home(&["run", "--address", "first"], &home, &env)
+        .current_dir(&here)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_lines = stderr_lines(&mut first);
+    let head = wait_line(&first_lines, "leadership acquired");
+    // The first line says where.
+    let opening = head.lines().next().unwrap_or_default();
+    assert!(
+        opening.contains(&format!("store=sqlite:{}", store.display())),
+        "{head}"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(store.parent().unwrap())
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(
+        mode & 0o777,
+        0o700,
+        "the store's directory is open to others"
+    );
+
+    let mut second = vvm_at_home(&["run", "--address", "second"], &home, &env)
+        .current_dir(&there)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let second_lines = stderr_lines(&mut second);
+    let waiting = wait_line(&second_lines, "waiting: the slot is held");
+    let line = waiting.lines().last().unwrap_or_default();
+    for part in ["slot=1", "holder=first", "revision=", "left="] {
+        assert!(line.contains(part), "{part} missing: {line}");
+    }
+    assert!(!waiting.contains("leadership acquired"), "{waiting}");
+    assert!(!here.join("vvm.sqlite").exists() && !there.join("vvm.sqlite").exists());
+
+    // A candidate that never held a slot does not speak of a release.
+    assert_eq!(
+        signal_and_wait(&mut second, Signal::TERM, Duration::from_secs(30)),
+        Some(0)
+    );
+    // Every line, up to the end of the stream (the reader thread may lag behind the exit).
+    let mut rest = String::new();
+    while let Ok(line) = second_lines.recv_timeout(Duration::from_secs(30)) {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    assert!(
+        rest.contains("stopped campaigning: no slot was held"),
+        "{rest}"
+    );
+    assert!(!rest.contains("released"), "{rest}");
+    assert_eq!(
+        signal_and_wait(&mut first, Signal::TERM, Duration::from_secs(30)),
+        Some(0)
+    );
+
+    // XDG_STATE_HOME, when absolute, is where the default store lives.
+    let state = home.join("state");
+    let status = vvm_with_env(&["status"], &[])
+        .env("HOME", &home)
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(
+        stderr.contains(&state.join("vvm/vvm.sqlite").display().to_string()),
+        "{stderr}"
+    );
+    // Neither set: no default, one line.
+    let none = vvm_with_env(&["status"], &[])
+        .env_remove("HOME")
+        .env_remove("XDG_STATE_HOME")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(none.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("give --store"), "{stderr}");
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+/// Arguments, environment, and the parts the one-line error must contain.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a [&'a str]);
+
+// covers: Cli.Messages
+#[test]
+fn errors_name_the_flag_or_the_variable_and_booleans_take_the_usual_spellings() {
+    // Booleans from the environment.
+    for (value, json) in [
+        ("1", true),
+        ("yes", true),
+        ("on", true),
+        ("true", true),
+        ("0", false),
+        ("no", false),
+        ("off", false),
+    ] {
+        let out = output(
+            &["status", "--store", "memory:"],
+            &[("VVM_STATUS_JSON", value)],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "VVM_STATUS_JSON={value}");
+        assert_eq!(
+            stdout.starts_with('{'),
+            json,
+            "VVM_STATUS_JSON={value}: {stdout}"
+        );
+    }
+    let cases: [Case<'_>; 5] = [
+        (
+            &["status", "--store", "memory:"],
+            &[("VVM_STATUS_JSON", "maybe")],
+            &[
+                "VVM_STATUS_JSON",
+                "--json",
+                "1/0",
+                "fix or unset VVM_STATUS_JSON",
+            ],
+        ),
+        (
+            &["run", "--store", "memory:"],
+            &[("VVM_LEASE", "3x")],
+            &["VVM_LEASE", "--lease", "not a duration"],
+        ),
+        (
+            &["run", "--store", "memory:"],
+            &[("VVM_LEASE", "30d")],
+            &["VVM_LEASE (for --lease): 30days is longer than the maximum of 1day"],
+        ),
+        (
+            &["run", "--store", "memory:", "--lease", "30d"],
+            &[("VVM_LEASE", "30d")],
+            &[
+                "--lease: 30days is longer than the maximum of 1day",
+                "give a lease between",
+            ],
+        ),
+        (
+            &["run", "--store", "sqlite:/no/such/dir/vvm.sqlite"],
+            &[],
+            &["the directory /no/such/dir does not exist"],
+        ),
+    ];
+    for (args, env, parts) in cases {
+        let out = output(args, env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        for part in parts {
+            assert!(stderr.contains(part), "{part:?} missing: {stderr}");
+        }
+    }
+    // Help: at most 100 columns, logging flags apart, no test-only flag.
+    for command in ["run", "status", "demo"] {
+        for flag in ["-h", "--help"] {
+            let help = output(&[command, flag], &[]);
+            let help = String::from_utf8_lossy(&help.stdout);
+            for line in help.lines() {
+                assert!(
+                    line.chars().count() <= 100,
+                    "`vvm {command} {flag}`: {line}"
+                );
+            }
+            assert!(help.contains("Logging:"), "{help}");
+            assert!(!help.contains("--acting-log"), "{help}");
+        }
+    }
+}
+
+// covers: Cli.Messages
+#[test]
+fn a_failing_command_is_logged_without_debug_text() {
+    let dir = temp_dir("vvm-cli-debug");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let out = output(
+        &[
+            "run", "--store", &store, "--lease", "2s", "--", "sh", "-c", "exit 3",
+        ],
+        &[("VVM_LOG_LEVEL", "info")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    for debug in ["Err(", "Ok(", " { ", "ServiceFailed"] {
+        assert!(!stderr.contains(debug), "{debug:?} in:\n{stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.Completions
+#[test]
+fn completions_and_the_manual_page_cover_the_visible_commands_only() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = output(&["completions", shell], &[]);
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        // fish names long flags without their dashes (`-l store`).
+        for part in ["store", "lease", "status", "run"] {
+            assert!(script.contains(part), "{shell}: {part} missing");
+        }
+        assert!(
+            !script.contains("exec-guard"),
+            "{shell}: the hidden mode is listed"
+        );
+    }
+    let out = output(&["man"], &[]);
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(page.contains(".TH vvm 1"), "{page}");
+    for part in [
+        "vvm\\-run",
+        "vvm\\-status",
+        "\\-\\-store",
+        "\\-\\-grace",
+        "Exit codes",
+    ] {
+        assert!(page.contains(part), "{part} missing from the manual page");
+    }
+    assert!(!page.contains("exec-guard") && !page.contains("exec\\-guard"));
+    // Short flags of the common options.
+    let out = output(&["status", "-s", "memory:", "-n", "2"], &[]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}");
+    assert_eq!(table.lines().count(), 3, "{table}");
+}
+
+/// The lines of the first `sh` block after `heading` in README.md.
+fn readme_block(heading: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let after = readme
+        .split_once(heading)
+        .unwrap_or_else(|| panic!("README.md has no {heading:?}"))
+        .1;
+    let block = after
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a sh block")
+        .0;
+    block.lines().map(str::to_owned).collect()
+}
+
+/// `line` run by `sh` exactly as written, with this build's `vvm` first on `PATH`, in a process
+/// group of its own (a terminal's Ctrl-C reaches the whole group).
+fn run_line(line: &str, dir: &std::path::Path, home: &std::path::Path) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_vvm"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("sh");
+    for (name, _) in std::env::vars() {
+        if name.starts_with("VVM_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .args(["-c", line])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("HOME", home)
+        .env_remove("XDG_STATE_HOME")
+        .env("VVM_LOG_LEVEL", "info")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Ctrl-C on the line `child` runs: SIGINT to its `vvm`, as a terminal sends it to the job an
+/// interactive shell started (here `sh -c` stands between, which a terminal's job has not).
+fn interrupt(child: &std::process::Child) {
+    let pid = child.id();
+    let comm = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let target = if comm(&pid.to_string()).trim() == "vvm" {
+        pid.to_string()
+    } else {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+        children
+            .split_whitespace()
+            .find(|child| comm(child).trim() == "vvm")
+            .unwrap_or_else(|| panic!("no vvm under sh {pid}: {children}"))
+            .to_owned()
+    };
+    let target = Pid::from_raw(target.parse().unwrap()).unwrap();
+    rustix::process::kill_process(target, Signal::INT).unwrap();
+}
+
+/// Waits up to 30 s for `path` and returns its text.
+fn wait_file(path: &std::path::Path) -> String {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if !text.is_empty() {
+                return text;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{} never came",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// covers: Cli.Readme
+#[test]
+fn the_readme_use_block_runs_as_written() {
+    let lines = readme_block("## Use it");
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines[0].starts_with("cargo install --path . --features cli"),
+        "{lines:?}"
+    );
+    // The first screen: the block comes before line 30.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let at = readme.lines().position(|l| l == "## Use it").unwrap();
+    assert!(at < 30, "the use block starts at line {at}");
+
+    let home = temp_dir("vvm-readme");
+    let (one, two) = (home.join("one"), home.join("two"));
+    for dir in [&one, &two] {
+        std::fs::create_dir_all(dir).unwrap();
+        // `./worker --flag`: writes its token, then works until SIGTERM.
+        let worker = dir.join("worker");
+        std::fs::write(
+            &worker,
+            "#!/bin/sh\n[ \"$1\" = --flag ] || exit 9\necho \"$VVM_REVISION\" > token.tmp && mv token.tmp token\nwhile :; do sleep 0.05; done\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let mut first = run_line(&lines[1], &one, &home);
+    let first_token: u64 = wait_file(&one.join("token")).trim().parse().unwrap();
+    let mut second = run_line(&lines[2], &two, &home);
+    let mut watch = run_line(&lines[3], &home, &home);
+    let watch_lines = {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let stdout = watch.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        receiver
+    };
+    let table = wait_line(&watch_lines, "slot");
+    assert!(table.contains("holder"), "{table}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !two.join("token").exists(),
+        "terminal 2 started its worker while 1 led"
+    );
+
+    // Ctrl-C in terminal 1: terminal 2 takes over.
+    interrupt(&first);
+    assert_eq!(exit_of(&mut first), Some(0));
+    let second_token: u64 = wait_file(&two.join("token")).trim().parse().unwrap();
+    assert!(second_token > first_token);
+    let changes = wait_line(&watch_lines, " taken ");
+    assert!(changes.contains(" released "), "{changes}");
+
+    interrupt(&second);
+    assert_eq!(exit_of(&mut second), Some(0));
+    interrupt(&watch);
+    assert_eq!(exit_of(&mut watch), Some(0));
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+/// Waits up to 30 s for `child` to exit; its code.
+fn exit_of(child: &mut std::process::Child) -> Option<i32> {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("no exit within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

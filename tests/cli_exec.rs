@@ -453,7 +453,7 @@ fn a_command_that_cannot_be_started_is_refused_before_campaigning() {
         assert_eq!(output.status.code(), Some(expected), "{program}: {stderr}");
         assert!(stderr.contains(message), "{program}: {stderr}");
         assert!(
-            !stderr.contains("launching"),
+            !stderr.contains("campaigning"),
             "{program}: campaigned: {stderr}"
         );
         assert!(started.elapsed() < WAIT_MAX, "{program}");
@@ -512,4 +512,35 @@ fn a_standby_waits_until_stopped_by_default() {
         .and_then(|rest| rest.split("\n  -").next())
         .unwrap_or_default();
     assert!(acquire.contains("[default: forever]"), "{help}");
+}
+
+// covers: Cli.ExecStopped
+#[test]
+fn a_command_started_from_a_terminal_reads_end_of_input_instead_of_stopping() {
+    let dir = temp_dir("vvm-exec-tty");
+    // `script` gives `vvm` a terminal of its own, in whose foreground it runs; the command runs
+    // in the background of it. A read from that terminal would stop the command (SIGTTIN) and
+    // hang the run; from /dev/null it ends at once.
+    let line = format!(
+        "{} run --store {} --lease 2s -- sh -c 'read line; echo read-ended:$?; exit 3'",
+        env!("CARGO_BIN_EXE_vvm"),
+        store_of(&dir)
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("terminal")).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("`script` (util-linux) runs");
+    let (code, _) = wait_exit(&mut child);
+    let terminal = std::fs::read_to_string(dir.join("terminal")).unwrap();
+    assert!(terminal.contains("read-ended:1"), "{terminal}");
+    assert!(
+        terminal.contains("the command reads /dev/null"),
+        "{terminal}"
+    );
+    assert_eq!(code, Some(3), "{terminal}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -370,3 +370,48 @@ async fn a_release_at_shutdown_is_counted_once_and_the_leader_gauge_drops_to_zer
         "{released}"
     );
 }
+
+// covers: Cli.ExecStopped
+#[test]
+fn a_stopped_command_is_reported_and_a_shutdown_continues_it() {
+    const GRACE: Duration = Duration::from_secs(30);
+    let dir = temp_dir("vvm-ops-stopped");
+    // The command stops itself, as a read from the terminal in the background would
+    // (SIGTTIN); its SIGTERM trap writes a file, which only a continued process can.
+    let got_term = dir.join("got-term");
+    let script = format!(
+        "trap 'echo term > {}; exit 0' TERM; kill -STOP $$; while :; do sleep 0.05; done",
+        got_term.display()
+    );
+    let mut node = start(
+        &dir,
+        "ops-stopped",
+        &["--lease", "2s", "--grace", "30s", "--", "sh", "-c", &script],
+    );
+    wait_status(&node, "/healthz", 503);
+    let (_, body) = get(node.addr, "/healthz");
+    assert!(body.contains("the command is stopped"), "{body}");
+    wait_sample(&node, "vvm_command_stopped", 1.0);
+    let until = Instant::now() + WAIT_MAX;
+    loop {
+        let line = node
+            .lines
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .expect("no log line says the command is stopped");
+        if line.contains("the command is stopped") {
+            break;
+        }
+    }
+    // SIGINT: SIGTERM and SIGCONT to the tree; the command's trap runs at once, not after the
+    // grace.
+    let started = Instant::now();
+    let code = signal_and_wait(&mut node.child, Signal::INT, WAIT_MAX);
+    assert!(
+        started.elapsed() < GRACE / 3,
+        "the stopped command waited out the grace: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(code, Some(0));
+    assert!(got_term.exists(), "the command never saw SIGTERM");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -113,8 +113,18 @@ impl Watcher {
     }
 }
 
-/// Watches one slot through a holder's life: free, taken (renewals say nothing), released.
-fn watch_a_tenure(store: &str) {
+/// A change line's time stamp: RFC 3339, UTC, milliseconds (`2026-11-26T17:17:18.419Z`).
+fn assert_time(line: &serde_json::Value) {
+    let time = line["time"].as_str().unwrap_or_default();
+    assert!(
+        time.len() == 24 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+        "{line}"
+    );
+}
+
+/// Watches one slot through a holder's life: free, taken (renewals say nothing), released;
+/// with `expire`, then taken by a holder that is SIGKILLed, so that its record expires.
+fn watch_a_tenure(store: &str, expire: bool) {
     let watcher = Watcher::spawn(store, true);
     let table = watcher.json("the table");
     assert_eq!(
@@ -132,6 +142,8 @@ fn watch_a_tenure(store: &str) {
         Some(16)
     );
     assert!(taken["holder"]["revision"].is_u64(), "{taken}");
+    assert_eq!(taken["event"], "taken", "{taken}");
+    assert_time(&taken);
     watcher.quiet("renewals are not changes");
 
     assert_eq!(
@@ -139,7 +151,20 @@ fn watch_a_tenure(store: &str) {
         Some(0)
     );
     let released = watcher.json("the slot released");
-    assert_eq!(released, serde_json::json!({ "slot": 1, "holder": null }));
+    assert_time(&released);
+    assert_eq!(released["event"], "released", "{released}");
+    assert_eq!(released["holder"], serde_json::Value::Null, "{released}");
+    if expire {
+        let mut holder = spawn_holder(store, "holder-k");
+        wait_leading(&mut holder);
+        let taken = watcher.json("the slot taken again");
+        assert_eq!(taken["event"], "taken", "{taken}");
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        let expired = watcher.json("the record expired");
+        assert_time(&expired);
+        assert_eq!(expired["event"], "expired", "{expired}");
+    }
     watcher.stop();
 }
 
@@ -212,7 +237,7 @@ fn status_watch_follows_a_tenure_on_sqlite() {
         .output()
         .expect("the vvm binary runs");
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    watch_a_tenure(&store);
+    watch_a_tenure(&store, true);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -224,7 +249,7 @@ fn status_watch_follows_a_tenure_on_a_3_member_etcd() {
     let Some(cluster) = runtime.block_on(etcd_support::three_steady(test)) else {
         return;
     };
-    watch_a_tenure(&cluster.store_url());
+    watch_a_tenure(&cluster.store_url(), false);
     drop(cluster);
 }
 

@@ -58,6 +58,22 @@ fn receive(socket: &UnixDatagram, limit: Duration) -> Option<String> {
     }
 }
 
+/// The next datagram that carries a state (`READY=1`, `WATCHDOG=1`, `STOPPING=1`), skipping
+/// the ones that carry only a `STATUS=` line; `None` when none came within `limit`.
+fn receive_state(socket: &UnixDatagram, limit: Duration) -> Option<String> {
+    let end = Instant::now() + limit;
+    loop {
+        let left = end.checked_duration_since(Instant::now())?;
+        if left.is_zero() {
+            return None;
+        }
+        let message = receive(socket, left)?;
+        if !message.starts_with("STATUS=") {
+            return Some(message);
+        }
+    }
+}
+
 /// Every datagram that arrives within `window`, with when it came.
 fn collect(socket: &UnixDatagram, window: Duration) -> Vec<(Instant, String)> {
     let end = Instant::now() + window;
@@ -106,15 +122,28 @@ fn ready_comes_only_once_leading_stopping_on_shutdown_and_no_watchdog_unasked() 
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    // Campaigning is not ready.
-    assert_eq!(receive(&socket, Duration::from_millis(1500)), None);
+    // Campaigning is not ready, and says what it waits for.
+    let waiting: Vec<String> = collect(&socket, Duration::from_millis(1500))
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    assert!(
+        waiting.iter().all(|m| m.starts_with("STATUS=")),
+        "{waiting:?}"
+    );
+    assert!(
+        waiting
+            .iter()
+            .any(|m| m.starts_with("STATUS=Waiting: slot 1 is held by holder (revision ")),
+        "{waiting:?}"
+    );
 
     assert_eq!(terminate_and_wait(&mut holder), Some(0));
     drop(lines);
-    assert_eq!(
-        receive(&socket, WAIT_MAX).as_deref(),
-        Some("READY=1\n"),
-        "no readiness after the holder left"
+    let ready = receive_state(&socket, WAIT_MAX).expect("no readiness after the holder left");
+    assert!(
+        ready.starts_with("READY=1\nSTATUS=Leading slot 1 since "),
+        "{ready:?}"
     );
     let status = Command::new(env!("CARGO_BIN_EXE_vvm"))
         .args(["status", "--store"])
@@ -133,7 +162,7 @@ fn ready_comes_only_once_leading_stopping_on_shutdown_and_no_watchdog_unasked() 
         .into_iter()
         .map(|(_, m)| m)
         .collect();
-    assert_eq!(after, ["STOPPING=1\n"]);
+    assert_eq!(after, ["STOPPING=1\nSTATUS=Shutting down\n"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -152,7 +181,8 @@ fn watchdog_pings_follow_confirmed_renewals_and_stop_while_the_store_is_locked()
     .stdout(Stdio::null())
     .spawn()
     .unwrap();
-    assert_eq!(receive(&socket, WAIT_MAX).as_deref(), Some("READY=1\n"));
+    let ready = receive_state(&socket, WAIT_MAX).unwrap_or_default();
+    assert!(ready.starts_with("READY=1\n"), "{ready:?}");
 
     // Renewals every L/4 = 1 s: pings come at that pace.
     let pings = collect(&socket, Duration::from_millis(3500));
@@ -185,7 +215,7 @@ fn watchdog_pings_follow_confirmed_renewals_and_stop_while_the_store_is_locked()
         .collect();
     assert_eq!(
         rest.last().map(String::as_str),
-        Some("STOPPING=1\n"),
+        Some("STOPPING=1\nSTATUS=Shutting down\n"),
         "{rest:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -348,7 +348,9 @@ impl<S: LeaseStore> Driver<S> {
                 next.lost = true;
             }
             Effect::Released { slot, deleted } => {
-                tracing::info!(slot = slot.map(|s| s.0), deleted, "leadership released");
+                // The token of this VVM's tenure stays in its status once acquired.
+                let held = next.token.is_some_and(|token| Some(token.slot) == slot);
+                crate::status::log_released(slot, deleted, held);
             }
             Effect::StartServices { token } => {
                 tracing::debug!(revision = token.revision.0, "starting services");
@@ -394,7 +396,14 @@ impl<S: LeaseStore> Driver<S> {
                         Err(next.problem.clone().unwrap_or_else(|| self.error(problem)))
                     }
                 };
-                tracing::info!(?outcome, "shut down");
+                // The problem was logged when raised; here only its one-line chain, never the
+                // `Debug` text of the outcome.
+                match &outcome {
+                    Ok(()) => tracing::info!("shut down"),
+                    Err(error) => {
+                        tracing::info!(problem = %crate::ErrorChain(error), "shut down");
+                    }
+                }
                 self.outcome = Some(outcome);
             }
             _ => tracing::error!(?effect, "effect not executed by the VVM driver"),

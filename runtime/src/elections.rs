@@ -276,7 +276,8 @@ impl<S: LeaseStore> Task<S> {
                 self.tenure.send_replace(Tenure::Lost { slot, reason });
             }
             Effect::Released { slot, deleted } => {
-                tracing::info!(slot = slot.map(|s| s.0), deleted, "leadership released");
+                let held = !matches!(*self.tenure.borrow(), Tenure::Idle);
+                crate::status::log_released(slot, deleted, held);
                 if deleted {
                     // Our record is gone and no service of ours runs: nothing can act on the
                     // released lease any more, so its deadline must not end the process (as

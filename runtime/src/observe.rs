@@ -146,7 +146,30 @@ pub struct Observer<S: LeaseStore> {
     /// When the last look started: looks are at least [`RESYNC_MIN`] apart, so a feed that
     /// keeps resolving (a store it cannot reach) does not turn into a busy loop.
     last_look: Option<tokio::time::Instant>,
+    /// Per slot: when the record of the holder last seen there was due to expire, as far as the
+    /// looks could tell (its time left added to the start of the look that read it); kept after
+    /// the holder is gone, to tell a release from an expiry.
+    expiries: Vec<Option<tokio::time::Instant>>,
+    /// When the look that last found each slot's holder gone started.
+    gone_at: Vec<Option<tokio::time::Instant>>,
 }
+
+/// How the holder of a slot that is now free went away, as an observer can tell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Departure {
+    /// The record was gone before it could have expired: it was deleted (released, or taken
+    /// away by an operator).
+    Released,
+    /// The record was gone at or after its expiry (give or take [`DEPARTURE_LEEWAY`]).
+    Expired,
+    /// The store did not tell how long the record had left, or no holder was seen.
+    Unknown,
+}
+
+/// How much earlier than its reported expiry a record may be found gone and still count as
+/// expired: the store's clock and the observer's are not one clock.
+pub const DEPARTURE_LEEWAY: Duration = Duration::from_millis(200);
 
 /// Watches `slots` of `store`; see the [module docs](self).
 pub fn observe<S: LeaseStore>(
@@ -182,6 +205,8 @@ pub fn observe<S: LeaseStore>(
         slots: slots.to_vec(),
         options,
         known: None,
+        expiries: vec![None; slots.len()],
+        gone_at: vec![None; slots.len()],
         pending: VecDeque::with_capacity(slots.len()),
         feed: None,
         next_expiry: None,
@@ -193,6 +218,19 @@ impl<S: LeaseStore> Observer<S> {
     /// The slots watched, in the order their first answers come.
     pub fn slots(&self) -> &[Slot] {
         &self.slots
+    }
+
+    /// How the holder last seen on `slot` went away, judged when a look found it gone: meant
+    /// for right after [`next`](Self::next) reported `slot` free.
+    pub fn departure(&self, slot: Slot) -> Departure {
+        let Some(index) = self.slots.iter().position(|&s| s == slot) else {
+            return Departure::Unknown;
+        };
+        match (self.expiries[index], self.gone_at[index]) {
+            (Some(expiry), Some(gone)) if gone + DEPARTURE_LEEWAY < expiry => Departure::Released,
+            (Some(_), Some(_)) => Departure::Expired,
+            _ => Departure::Unknown,
+        }
     }
 
     /// The next change. The first answers are the state of every slot, in the order given to
@@ -244,11 +282,17 @@ impl<S: LeaseStore> Observer<S> {
         self.feed = Some(self.store.changed(&self.slots));
         let mut seen = Vec::with_capacity(self.slots.len());
         let mut next_expiry: Option<Duration> = None;
-        for &slot in &self.slots {
+        let started = tokio::time::Instant::now();
+        for (index, &slot) in self.slots.iter().enumerate() {
             let holder = self.read(slot).await?;
-            if let Some(left) = holder.as_ref().and_then(|holder| holder.time_left) {
-                let wake = left.saturating_add(EXPIRY_MARGIN);
-                next_expiry = Some(next_expiry.map_or(wake, |earliest| earliest.min(wake)));
+            match holder.as_ref().map(|holder| holder.time_left) {
+                Some(Some(left)) => {
+                    let wake = left.saturating_add(EXPIRY_MARGIN);
+                    next_expiry = Some(next_expiry.map_or(wake, |earliest| earliest.min(wake)));
+                    self.expiries[index] = Some(started + left);
+                }
+                Some(None) => self.expiries[index] = None,
+                None => self.gone_at[index] = Some(started),
             }
             seen.push(HolderChange { slot, holder });
         }

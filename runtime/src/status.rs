@@ -39,3 +39,18 @@ impl Default for Status {
         }
     }
 }
+
+/// Logs the end of a leadership in words a reader of the log follows: a candidate that never
+/// held a slot stopped campaigning; a holder released its record, or left it to expire.
+pub(crate) fn log_released(slot: Option<vvm_core::Slot>, deleted: bool, held: bool) {
+    match (slot, deleted) {
+        (Some(slot), true) => {
+            tracing::info!(slot = slot.0, "leadership released: the record is deleted");
+        }
+        (Some(slot), false) if held => tracing::info!(
+            slot = slot.0,
+            "leadership given up: the record could not be deleted and is left to expire"
+        ),
+        _ => tracing::info!("stopped campaigning: no slot was held"),
+    }
+}

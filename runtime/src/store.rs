@@ -303,6 +303,65 @@ pub trait LeaseStore: Send + Sync + 'static {
     }
 }
 
+/// A shared store is a store: one process may hand one connection to a VVM and to an
+/// [`observe`](crate::observe::observe)r (e.g. to say who holds the slot it waits for).
+impl<S: LeaseStore> LeaseStore for std::sync::Arc<S> {
+    fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Revision>, StoreError>> + Send {
+        S::insert_if_not_exists(self, key, value, ttl)
+    }
+
+    fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Revision>, StoreError>> + Send {
+        S::compare_and_swap(self, key, expected, new_value, ttl)
+    }
+
+    fn compare_and_delete(
+        &self,
+        key: Slot,
+        expected: &Lease,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        S::compare_and_delete(self, key, expected)
+    }
+
+    fn get(&self, key: Slot) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send {
+        S::get(self, key)
+    }
+
+    fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Inserted, StoreError>> + Send {
+        S::insert_or_time_left(self, key, value, ttl)
+    }
+
+    fn time_left(
+        &self,
+        key: Slot,
+    ) -> impl Future<Output = Result<Option<Duration>, StoreError>> + Send {
+        S::time_left(self, key)
+    }
+
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        S::changed(self, keys)
+    }
+
+    fn has_change_feed(&self) -> bool {
+        S::has_change_feed(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

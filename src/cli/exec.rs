@@ -25,7 +25,7 @@
 //! alone ends the command by the deadline; a stopped `vvm` cannot keep it alive.
 
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ use super::supervise::{boot_ns, EXIT_ENDED, KILL_NOW, STOP};
 /// This binary, also after it was replaced on disk: the supervisor is the same program.
 const SELF_EXE: &str = "/proc/self/exe";
 /// The hidden subcommand that runs the supervisor (see [`super::supervise`]).
-const GUARD_SUBCOMMAND: &str = "__exec-guard";
+pub const GUARD_SUBCOMMAND: &str = "__exec-guard";
 
 /// The process group of the running command (its pid), or 0 when none runs. Shared by the
 /// service, which sets and clears it, and [`GroupKiller`], which only reads it.
@@ -116,9 +116,10 @@ pub struct ExecService {
 }
 
 /// The status the command ended with by itself (`vvm run` exits with it), shared between the
-/// service and the host: the exit code, 128+N for signal N, or none.
+/// service and the host: the exit code, 128+N for signal N, or none; and whether the command
+/// is stopped (job control) right now.
 #[derive(Clone, Debug, Default)]
-pub struct CommandStatus(Arc<AtomicI32>);
+pub struct CommandStatus(Arc<AtomicI32>, Arc<AtomicBool>);
 
 impl CommandStatus {
     /// The exit code to pass on, if the command ended by itself with a failure.
@@ -128,6 +129,12 @@ impl CommandStatus {
             .filter(|code| *code != 0)
     }
 
+    /// The command's process is stopped (SIGSTOP, or SIGTTIN/SIGTTOU for using the terminal
+    /// from the background): it does no work until SIGCONT, though `vvm` goes on leading.
+    pub fn stopped(&self) -> bool {
+        self.1.load(Ordering::Acquire)
+    }
+
     fn set(&self, status: std::process::ExitStatus) {
         use std::os::unix::process::ExitStatusExt;
         let code = status
@@ -135,6 +142,19 @@ impl CommandStatus {
             .or_else(|| status.signal().map(|signal| 128 + signal))
             .unwrap_or(1);
         self.0.store(code.clamp(1, 255), Ordering::Release);
+    }
+}
+
+/// What the command reads. It runs in a process group of its own, in the background of the
+/// terminal `vvm` was started from: a read from that terminal would stop it (SIGTTIN) and it
+/// would hang unseen. So when standard input is a terminal the command gets `/dev/null` (a read
+/// ends at once); a pipe or a file is passed on as it is (`producer | vvm run -- consumer`).
+fn command_stdin() -> std::process::Stdio {
+    if rustix::termios::isatty(std::io::stdin()) {
+        tracing::info!("standard input is a terminal: the command reads /dev/null");
+        std::process::Stdio::null()
+    } else {
+        std::process::Stdio::inherit()
     }
 }
 
@@ -245,6 +265,41 @@ async fn read_report(report: OwnedFd) -> Option<i32> {
     .flatten()
 }
 
+/// How often `vvm` looks whether its command is stopped.
+const STOPPED_CHECK: Duration = Duration::from_millis(500);
+
+/// Process `pid` is stopped: state `T` (stopped by a signal) or `t` (stopped by a tracer) in
+/// `/proc/PID/stat`. False when it cannot be read (it has ended).
+fn is_stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace()
+                .next()
+                .map(|state| state == "T" || state == "t")
+        })
+        .unwrap_or(false)
+}
+
+impl ExecService {
+    /// Records whether the command is stopped, and says so in the log when that changes.
+    fn note_stopped(&self, pid: i32, stopped: bool) {
+        if self.status.1.swap(stopped, Ordering::AcqRel) == stopped {
+            return;
+        }
+        if stopped {
+            tracing::warn!(
+                pid,
+                "the command is stopped (SIGSTOP, or SIGTTIN/SIGTTOU: it used the terminal from \
+                 the background): it does no work until SIGCONT, while this process still leads"
+            );
+        } else {
+            tracing::info!(pid, "the command is no longer stopped");
+        }
+    }
+}
+
 impl Service for ExecService {
     fn name(&self) -> std::borrow::Cow<'static, str> {
         format!("exec {}", self.command[0].to_string_lossy()).into()
@@ -301,6 +356,7 @@ impl Service for ExecService {
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID")
+            .stdin(command_stdin())
             // Its own group, away from the terminal's signals to this process's group. Not
             // killed on drop: the end of the control pipe tells it to end the tree instead.
             .process_group(0)
@@ -336,8 +392,11 @@ impl Service for ExecService {
         let mut deadlines = context.kill_deadlines();
         let mut shutdown = context.shutdown();
         let lost = context.lost();
+        let mut stopped_check = tokio::time::interval(STOPPED_CHECK);
+        stopped_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = stopped_check.tick() => self.note_stopped(pid, is_stopped(pid)),
                 status = child.wait() => {
                     // The supervisor has ended whatever the command left before exiting; if it
                     // was killed first, what it left is ours now.
@@ -373,7 +432,9 @@ impl Service for ExecService {
         };
         tracing::info!(pid, grace = ?self.grace, "{why}: sending SIGTERM to the command's tree");
         let limit = tokio::time::Instant::now() + self.grace;
+        // The supervisor sends SIGCONT after SIGTERM: a stopped command gets the signal too.
         control.send(STOP);
+        self.note_stopped(pid, false);
         // Renewals go on while the services stop: keep the supervisor's deadline moving. A
         // second SIGINT or SIGTERM to `vvm` skips what is left of the grace.
         let mut forced = false;

@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::process::ExitCode;
 
+pub mod args;
 pub mod clock;
 pub mod demo;
 pub mod duration;
@@ -15,6 +16,7 @@ pub mod status;
 pub mod store;
 pub mod supervise;
 pub mod systemd;
+pub mod waiting;
 
 pub use super::{DemoArgs, DemoStore, RunArgs, StatusArgs};
 

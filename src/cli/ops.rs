@@ -67,6 +67,8 @@ pub struct OpsState {
     /// How long past the kill deadline a process that still holds leadership is reported
     /// healthy (the renewal interval, L/4).
     grace: Duration,
+    /// `Some(stopped)` in `vvm run -- CMD`: whether the command is stopped (job control).
+    command_stopped: std::sync::Mutex<Option<bool>>,
 }
 
 impl OpsState {
@@ -77,6 +79,7 @@ impl OpsState {
             running: AtomicBool::new(false),
             deadline_ns: AtomicU64::new(u64::MAX),
             grace: lease / 4,
+            command_stopped: std::sync::Mutex::new(None),
         }
     }
 
@@ -94,6 +97,22 @@ impl OpsState {
         self.running
             .store(holding && phase == Phase::Running, Ordering::SeqCst);
         self.holding.store(holding, Ordering::SeqCst);
+    }
+
+    /// Whether the command of `vvm run -- CMD` is stopped (SIGSTOP, SIGTTIN, SIGTTOU): such a
+    /// process leads but does no work, so `/healthz` fails and `vvm_command_stopped` is 1.
+    pub fn set_command_stopped(&self, stopped: bool) {
+        *self
+            .command_stopped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stopped);
+    }
+
+    fn command_stopped(&self) -> Option<bool> {
+        *self
+            .command_stopped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The VVM is shutting down: it acts no more and holds nothing worth a health check.
@@ -324,12 +343,24 @@ fn respond(head: &[u8], handle: &PrometheusHandle, state: &OpsState) -> (Respons
         "/metrics" => {
             vvm::metrics::refresh_lease_margin();
             handle.run_upkeep();
+            let mut body = handle.render();
+            if let Some(stopped) = state.command_stopped() {
+                body.push_str(
+                    "# HELP vvm_command_stopped 1 while the command of `vvm run -- CMD` is stopped (job control).\n\
+                     # TYPE vvm_command_stopped gauge\n",
+                );
+                body.push_str(&format!("vvm_command_stopped {}\n", u8::from(stopped)));
+            }
             Response {
                 status: "200 OK",
                 content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body: handle.render(),
+                body,
             }
         }
+        "/healthz" if state.command_stopped() == Some(true) => Response::text(
+            "503 Service Unavailable",
+            "the command is stopped (SIGSTOP, SIGTTIN or SIGTTOU): it does no work until SIGCONT",
+        ),
         "/healthz" if state.healthy(now_ns) => Response::text("200 OK", "ok"),
         "/healthz" => Response::text(
             "500 Internal Server Error",

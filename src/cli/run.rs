@@ -127,7 +127,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         .build()
     {
         Ok(config) => config,
-        Err(e) => return usage_error(&e.to_string()),
+        Err(e) => {
+            let command = <crate::Cli as clap::CommandFactory>::command();
+            let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+            let name = |long: &str| super::args::source(&command, &argv, long);
+            return usage_error(&super::args::config_error(&e, name));
+        }
     };
     // A command that cannot be started must not take a slot, nor even open the store.
     if let Some(program) = args.command.first() {
@@ -136,7 +141,19 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     }
-    let store = match open_store(&args.store, config.lease()).await {
+    let url = match super::store::resolve(args.store.as_deref(), true) {
+        Ok(url) => url,
+        Err(message) => return usage_error(&message),
+    };
+    // The first line says where: two `vvm run` meet only on one store.
+    tracing::info!(
+        store = %super::store::shown(&url),
+        address = %config.address(),
+        slots = args.slots,
+        lease = %humantime::format_duration(args.lease),
+        "starting"
+    );
+    let store = match open_store(&url, config.lease()).await {
         Ok(store) => store,
         Err(e) => return e.exit(),
     };
@@ -227,6 +244,11 @@ async fn run_vvm(
     host: Host,
 ) -> ExitCode {
     let lease = config.lease().lease();
+    let slots = config.slots();
+    let address = config.address().to_owned();
+    // One connection for the VVM and for the log of who holds the slot while it waits.
+    let store = Arc::new(store);
+    let waiting_store = store.clone();
     let services = match Services::new().with(service) {
         Ok(services) => services,
         Err(e) => return fail(&super::error_chain(&e)),
@@ -276,11 +298,26 @@ async fn run_vvm(
         }
     });
     let notifier = Notifier::from_env();
-    tracing::info!("launching");
-    let vvm = vvm.launch().await;
+    tracing::info!("campaigning for a slot");
+    notifier.status(format!("Campaigning for a slot of {slots}"));
+    let vvm = {
+        let waiting = super::waiting::report(waiting_store, slots, address, &notifier);
+        let launch = vvm.launch();
+        tokio::pin!(waiting, launch);
+        tokio::select! {
+            vvm = &mut launch => vvm,
+            () = &mut waiting => launch.await,
+        }
+    };
     // Launch also returns after a failed campaign or a stop during it: ready only when leading.
-    if vvm.current_problem().is_none() && vvm.token().is_some() && !stop_requested.is_stopped() {
-        notifier.ready();
+    if let Some(token) = vvm.token() {
+        if vvm.current_problem().is_none() && !stop_requested.is_stopped() {
+            let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+            notifier.ready(format!(
+                "Leading slot {} since {since} (revision {})",
+                token.slot.0, token.revision.0
+            ));
+        }
     }
     let problem = vvm.problem();
     tokio::pin!(problem);
@@ -315,6 +352,9 @@ async fn run_vvm(
             _ = ops_refresh.tick(), if host.ops.is_some() => {
                 if let Some(ops) = &host.ops {
                     ops.update(&vvm);
+                    if let Some(status) = &host.status {
+                        ops.set_command_stopped(status.stopped());
+                    }
                 }
             }
         }

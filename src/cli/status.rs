@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vvm::observe::{observe, Holder, HolderChange, ObserveOptions};
+use vvm::observe::{observe, Departure, Holder, HolderChange, ObserveOptions};
 use vvm::Slot;
 use vvm_adapters::url::StoreUrl;
 
@@ -35,7 +35,11 @@ pub async fn status(args: StatusArgs) -> ExitCode {
     } else {
         StopSignals::none()
     };
-    if let Ok(StoreUrl::Sqlite(sqlite)) = StoreUrl::parse(&args.store) {
+    let url = match super::store::resolve(args.store.as_deref(), false) {
+        Ok(url) => url,
+        Err(message) => return usage_error(&message),
+    };
+    if let Ok(StoreUrl::Sqlite(sqlite)) = StoreUrl::parse(&url) {
         if !sqlite.path.exists() {
             if !args.watch {
                 return fail(&format!(
@@ -64,7 +68,7 @@ pub async fn status(args: StatusArgs) -> ExitCode {
             args.slots
         ));
     }
-    let store = match open_store_read_only(&args.store, &vvm::LeaseConfig::default()).await {
+    let store = match open_store_read_only(&url, &vvm::LeaseConfig::default()).await {
         Ok(store) => Arc::new(store),
         Err(e) => return e.exit(),
     };
@@ -88,6 +92,7 @@ pub async fn status(args: StatusArgs) -> ExitCode {
             () = stop.asked() => return ExitCode::SUCCESS,
         }
     }
+    let mut events = Events::new(&table);
     if out.table(&table).is_err() {
         return ExitCode::SUCCESS;
     }
@@ -98,8 +103,9 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         tokio::select! {
             change = observer.next() => match change {
                 Ok(change) => {
+                    let event = events.classify(&change, &observer);
                     // A closed standard output (`vvm status --watch | head -3`) ends the watch.
-                    if out.change(&change).is_err() {
+                    if out.change(&change, event).is_err() {
                         return ExitCode::SUCCESS;
                     }
                 }
@@ -185,13 +191,20 @@ impl Output {
         stdout.flush()
     }
 
-    /// One change: a table row, or one JSON object per line.
-    fn change(&mut self, change: &HolderChange) -> std::io::Result<()> {
+    /// One change: the time (UTC), what happened and the table row, or one JSON object per
+    /// line with `time` and `event` added.
+    fn change(&mut self, change: &HolderChange, event: Event) -> std::io::Result<()> {
         let mut stdout = std::io::stdout().lock();
+        let time = humantime::format_rfc3339_millis(std::time::SystemTime::now());
         if self.json {
-            writeln!(stdout, "{}", json_row(change))?;
+            let mut row = json_row(change);
+            if let Some(object) = row.as_object_mut() {
+                object.insert("time".into(), time.to_string().into());
+                object.insert("event".into(), event.name().into());
+            }
+            writeln!(stdout, "{row}")?;
         } else {
-            writeln!(stdout, "{}", text_row(change))?;
+            writeln!(stdout, "{time} {:<10} {}", event.name(), text_row(change))?;
         }
         stdout.flush()
     }
@@ -230,4 +243,68 @@ fn json_row(row: &HolderChange) -> serde_json::Value {
         })
     });
     serde_json::json!({ "slot": row.slot.0, "holder": holder })
+}
+
+/// What a change of holder was, as far as a watcher can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// A free slot got a holder.
+    Taken,
+    /// The holder's record went away before it could have expired: it was deleted.
+    Released,
+    /// The holder's record went away at or after its expiry.
+    Expired,
+    /// Another holder has the slot now (the old record expired or was released between looks).
+    PassedOn,
+    /// The holder went away, and the store did not say when its record was due to expire.
+    Gone,
+}
+
+impl Event {
+    fn name(self) -> &'static str {
+        match self {
+            Event::Taken => "taken",
+            Event::Released => "released",
+            Event::Expired => "expired",
+            Event::PassedOn => "passed-on",
+            Event::Gone => "gone",
+        }
+    }
+}
+
+/// The last holder seen per slot.
+struct Events {
+    held: Vec<bool>,
+}
+
+impl Events {
+    fn new(table: &[HolderChange]) -> Self {
+        Events {
+            held: table.iter().map(|row| row.holder.is_some()).collect(),
+        }
+    }
+
+    /// Holders are reported only on a change, so a slot with a holder before and after
+    /// changed hands; a free slot's holder went away as the observer judged it.
+    fn classify<S: vvm::LeaseStore>(
+        &mut self,
+        change: &HolderChange,
+        observer: &vvm::observe::Observer<S>,
+    ) -> Event {
+        let index = change.slot.0.saturating_sub(1) as usize;
+        let before = self.held.get(index).copied().unwrap_or(false);
+        let event = match (&change.holder, before) {
+            (Some(_), false) => Event::Taken,
+            (Some(_), true) => Event::PassedOn,
+            (None, _) => match observer.departure(change.slot) {
+                Departure::Released => Event::Released,
+                Departure::Expired => Event::Expired,
+                _ => Event::Gone,
+            },
+        };
+        if let Some(entry) = self.held.get_mut(index) {
+            *entry = change.holder.is_some();
+        }
+        event
+    }
 }

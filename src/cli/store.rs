@@ -9,6 +9,77 @@ use vvm_adapters::open::OpenError;
 
 use super::{fail, usage_error};
 
+/// The file name of the default store, in the user's state directory.
+const DEFAULT_FILE: &str = "vvm.sqlite";
+
+/// The store a command uses: `given` (`--store` or `VVM_STORE`), else `sqlite:` in the user's
+/// state directory — `$XDG_STATE_HOME/vvm/vvm.sqlite`, else `$HOME/.local/state/vvm/vvm.sqlite`
+/// — so that every `vvm` of one user meets on one store wherever it was started. Relative
+/// `XDG_STATE_HOME` values are ignored, as the XDG base directory rules say.
+///
+/// With `create`, the directory of the default store is created (mode 0700: only its user can
+/// reach the store). A `sqlite:` store whose directory does not exist is refused with a message
+/// that says so (SQLite's own says only that it cannot open the file).
+pub fn resolve(given: Option<&str>, create: bool) -> Result<String, String> {
+    let url = match given {
+        Some(url) => url.to_owned(),
+        None => {
+            let dir = default_dir().ok_or_else(|| {
+                "no default store: neither XDG_STATE_HOME nor HOME is set; give --store".to_owned()
+            })?;
+            if create {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir)
+                    .map_err(|e| {
+                        format!(
+                            "cannot create the default store's directory {}: {e}; give --store",
+                            dir.display()
+                        )
+                    })?;
+            }
+            format!("sqlite:{}", dir.join(DEFAULT_FILE).display())
+        }
+    };
+    if let Ok(vvm_adapters::url::StoreUrl::Sqlite(sqlite)) =
+        vvm_adapters::url::StoreUrl::parse(&url)
+    {
+        let parent = sqlite.path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(parent) = parent {
+            if create && !parent.is_dir() {
+                return Err(format!(
+                    "--store {}: the directory {} does not exist; create it or choose another path",
+                    sqlite.path.display(),
+                    parent.display()
+                ));
+            }
+        }
+    }
+    Ok(url)
+}
+
+/// `$XDG_STATE_HOME/vvm` when that is an absolute path, else `$HOME/.local/state/vvm`.
+fn default_dir() -> Option<std::path::PathBuf> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(std::path::PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    if let Some(state) = absolute("XDG_STATE_HOME") {
+        return Some(state.join("vvm"));
+    }
+    absolute("HOME").map(|home| home.join(".local/state/vvm"))
+}
+
+/// `url` as safe to log: the canonical form without credentials (see
+/// [`vvm_adapters::url::StoreUrl`]), or `url` itself when it does not parse (it is then refused
+/// before anything is logged with it).
+pub fn shown(url: &str) -> String {
+    vvm_adapters::url::StoreUrl::parse(url).map_or_else(|_| url.to_owned(), |u| u.to_string())
+}
+
 /// A store that could not be opened: a bad URL or value (exit 2) or a store that failed (exit 1).
 #[derive(Debug)]
 pub struct OpenFailure(OpenError);

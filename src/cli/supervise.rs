@@ -19,8 +19,8 @@
 //!   inherited by the supervisor and kept from the command (close-on-exec): they are released
 //!   when the supervisor exits, which is only after it reaped the last process of the tree.
 //!
-//! A graceful stop is a record of `0` on the pipe: SIGTERM to the command's group and to every
-//! other descendant; a record of `1` ends the tree at once (a second Ctrl-C). When the command exits, whatever it left is SIGKILLed and the supervisor
+//! A graceful stop is a record of `0` on the pipe: SIGTERM, then SIGCONT (so that a stopped
+//! process sees it), to the command's group and to every other descendant; a record of `1` ends the tree at once (a second Ctrl-C). When the command exits, whatever it left is SIGKILLed and the supervisor
 //! exits as the command did (same code, or killed by the same signal).
 //!
 //! Not covered: SIGKILL of the supervisor itself leaves the command's group to `vvm`'s own
@@ -240,6 +240,9 @@ fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&
             for record in pending.drain(..) {
                 if record == STOP {
                     tree::signal_all(watch.group, Signal::TERM);
+                    // A stopped process (Ctrl-Z, a read from the terminal) acts on SIGTERM only
+                    // once continued.
+                    tree::signal_all(watch.group, Signal::CONT);
                 } else if record == KILL_NOW {
                     return Some("vvm asked for it (a second signal)");
                 } else {

@@ -29,9 +29,12 @@ pub const FLUSH_WAIT_MAX: Duration = Duration::from_secs(1);
 /// What is told to the service manager, or a request to confirm that everything before it was.
 #[derive(Debug)]
 enum Message {
-    Ready,
+    /// `READY=1` with the status line that says what this process leads.
+    Ready(String),
     Watchdog,
     Stopping,
+    /// A `STATUS=` line alone (`systemctl status` shows the last one).
+    Status(String),
     Flushed(oneshot::Sender<()>),
 }
 
@@ -58,18 +61,28 @@ impl Notifier {
             .name("vvm-sd-notify".into())
             .spawn(move || {
                 for message in messages {
-                    let state = match message {
-                        Message::Ready => NotifyState::Ready,
-                        Message::Watchdog => NotifyState::Watchdog,
-                        Message::Stopping => NotifyState::Stopping,
+                    let message = match message {
                         Message::Flushed(done) => {
                             // The waiter may have given up; nothing to tell then.
                             let _ = done.send(());
                             continue;
                         }
+                        message => message,
                     };
-                    if let Err(e) = sd_notify::notify(std::slice::from_ref(&state)) {
-                        tracing::debug!(%state, error = %vvm::ErrorChain(&e), "systemd notification failed");
+                    // One datagram per message: a state and the status line that explains it.
+                    let (state, status) = match &message {
+                        Message::Ready(text) => (Some(NotifyState::Ready), Some(text.as_str())),
+                        Message::Watchdog => (Some(NotifyState::Watchdog), None),
+                        Message::Stopping => (Some(NotifyState::Stopping), Some("Shutting down")),
+                        Message::Status(text) => (None, Some(text.as_str())),
+                        Message::Flushed(_) => continue,
+                    };
+                    let states: Vec<NotifyState<'_>> = state
+                        .into_iter()
+                        .chain(status.map(NotifyState::Status))
+                        .collect();
+                    if let Err(e) = sd_notify::notify(&states) {
+                        tracing::debug!(error = %vvm::ErrorChain(&e), "systemd notification failed");
                     }
                 }
             });
@@ -94,8 +107,10 @@ impl Notifier {
     }
 
     /// `READY=1`: leading, services up.
-    pub fn ready(&self) {
-        self.send(Message::Ready);
+    ///
+    /// `status` is the `STATUS=` line sent with it (who leads, since when).
+    pub fn ready(&self, status: String) {
+        self.send(Message::Ready(status));
     }
 
     /// `WATCHDOG=1`, when the watchdog is on: a renewal was confirmed.
@@ -103,6 +118,11 @@ impl Notifier {
         if self.watchdog_enabled() {
             self.send(Message::Watchdog);
         }
+    }
+
+    /// `STATUS=`: what the process does now (campaigning, waiting for a holder).
+    pub fn status(&self, status: String) {
+        self.send(Message::Status(status));
     }
 
     /// `STOPPING=1`: the shutdown starts.

@@ -1,0 +1,77 @@
+//! What a waiting `vvm run` says while it campaigns: who holds each slot it wants and how long
+//! that holder's record has left, once at the start and again at every change of holder — so
+//! that a standby's log shows what it waits for, not only that it waits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use vvm::observe::{observe, HolderChange, ObserveOptions};
+use vvm::Slot;
+
+use super::store::AnyStore;
+use super::systemd::Notifier;
+
+/// Longest wait between two looks when the store's feed says nothing: a log line, not a
+/// decision, depends on it, so a slow look costs little.
+const RESYNC: Duration = Duration::from_secs(5);
+/// Longest a look may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Logs the holders of `slots`; never resolves (the campaign that it runs beside drops it).
+/// Records written under `own_address` are this process's own and are not reported.
+/// Each change is also the `STATUS=` line systemd shows (see [`Notifier::status`]).
+pub async fn report(store: Arc<AnyStore>, slots: u32, own_address: String, notifier: &Notifier) {
+    {
+        let slots: Vec<Slot> = (1..=slots).map(Slot).collect();
+        let options = ObserveOptions {
+            resync: RESYNC,
+            call_timeout: CALL_TIMEOUT,
+        };
+        let Ok(mut observer) = observe(store, &slots, options) else {
+            return std::future::pending().await;
+        };
+        loop {
+            match observer.next().await {
+                Ok(change) => {
+                    if let Some(status) = log_change(&change, &own_address) {
+                        notifier.status(status);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %vvm::ErrorChain(&e), "cannot tell who holds the slot");
+                    tokio::time::sleep(RESYNC).await;
+                }
+            }
+        }
+    }
+}
+
+/// Logs one change; returns the status line for systemd.
+fn log_change(change: &HolderChange, own_address: &str) -> Option<String> {
+    match &change.holder {
+        Some(holder) if holder.value.address == own_address => return None,
+        Some(holder) => match holder.time_left {
+            Some(left) => tracing::info!(
+                slot = change.slot.0,
+                holder = %holder.value.address,
+                revision = holder.token.revision.0,
+                left = %format!("{:.1}s", left.as_secs_f64()),
+                "waiting: the slot is held; it passes on when released, or when its holder stops renewing"
+            ),
+            None => tracing::info!(
+                slot = change.slot.0,
+                holder = %holder.value.address,
+                revision = holder.token.revision.0,
+                "waiting: the slot is held; it passes on when released, or when its holder stops renewing"
+            ),
+        },
+        None => tracing::info!(slot = change.slot.0, "the slot is free: trying to take it"),
+    }
+    Some(match &change.holder {
+        Some(holder) => format!(
+            "Waiting: slot {} is held by {} (revision {})",
+            change.slot.0, holder.value.address, holder.token.revision.0
+        ),
+        None => format!("Slot {} is free: taking it", change.slot.0),
+    })
+}
