@@ -49,6 +49,7 @@ mod config;
 mod effect;
 pub mod leadership;
 pub mod lifecycle;
+mod renewal;
 pub mod sequencer;
 mod time;
 
