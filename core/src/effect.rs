@@ -348,6 +348,7 @@ macro_rules! effect_buffer {
         }
     };
 }
+pub(crate) use effect_buffer;
 
 effect_buffer!(
     /// A fixed-capacity, allocation-free list of effects, filled by `handle` and drained by the
