@@ -38,7 +38,7 @@ pub struct OpId(pub u64);
 /// [`Effect::SetTimer`] of the same kind replaces the older one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TimerKind {
-    /// Leadership: the next renewal, or the next retry of a failed one.
+    /// Leadership or a session: the next renewal (keepalive), or the next retry of a failed one.
     Lease,
     /// Lifecycle: the next acquisition round.
     Round,
