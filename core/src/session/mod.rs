@@ -14,8 +14,9 @@
 //! `L` is the lease, `t_send` the time the request of the last *confirmed* write was sent, `n`
 //! the number of holdings attached. Every state waiting for a reply or a timer ignores replies
 //! and firings it does not wait for (stale [`OpId`] / [`TimerId`]); `Open` outside Closed and
-//! Lost is ignored. "Close asked" means a `Close` arrived while a call was in flight. The table
-//! is the same as in `specs/session.md`.
+//! Lost is ignored. "Close asked" means a `Close` arrived while a call was in flight (kept in
+//! the call's [`Pending::release`], the same record of a call in flight as the leadership's).
+//! The table is the same as in `specs/session.md`.
 //!
 //! | # | state | event | guard | next | effects |
 //! |---|---|---|---|---|---|
