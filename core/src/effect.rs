@@ -38,7 +38,7 @@ pub struct OpId(pub u64);
 /// [`Effect::SetTimer`] of the same kind replaces the older one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TimerKind {
-    /// Leadership: the next renewal, or the next retry of a failed one.
+    /// Leadership or a session: the next renewal (keepalive), or the next retry of a failed one.
     Lease,
     /// Lifecycle: the next acquisition round.
     Round,
@@ -259,85 +259,103 @@ pub struct Record {
 /// Most effects one event can produce (the lifecycle forwarding to leadership included).
 pub const EFFECTS_MAX: usize = 8;
 
-/// A fixed-capacity, allocation-free list of effects, filled by `handle` and drained by the
-/// runtime. Capacity is [`EFFECTS_MAX`]; overflowing it is a bug in a machine, not an input error.
-#[derive(Clone, Debug)]
-pub struct Effects {
-    items: [Effect; EFFECTS_MAX],
-    len: usize,
-}
-
-impl Effects {
-    /// An empty buffer.
-    pub const fn new() -> Self {
-        Effects {
-            items: [Effect::StopServices; EFFECTS_MAX],
-            len: 0,
+/// Defines a fixed-capacity, allocation-free buffer of effects: `$name` holds at most `$cap`
+/// values of `$item` (a `Copy` type); `$filler` fills the unused places. One definition for
+/// every machine's effect buffer, so that each machine keeps its own closed effect enum.
+macro_rules! effect_buffer {
+    ($(#[$meta:meta])* $name:ident, $item:ty, $cap:ident, $filler:expr) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug)]
+        pub struct $name {
+            items: [$item; $cap],
+            len: usize,
         }
-    }
 
-    /// Appends an effect.
-    ///
-    /// # Panics
-    /// When more than [`EFFECTS_MAX`] effects are pushed between two [`clear`](Self::clear)s,
-    /// which no transition of the machines does (proptest checks it).
-    #[inline]
-    pub fn push(&mut self, effect: Effect) {
-        assert!(self.len < EFFECTS_MAX, "effects capacity exceeded");
-        self.items[self.len] = effect;
-        self.len += 1;
-    }
+        impl $name {
+            /// An empty buffer.
+            pub const fn new() -> Self {
+                $name {
+                    items: [$filler; $cap],
+                    len: 0,
+                }
+            }
 
-    /// The effects pushed so far, in order.
-    #[inline]
-    pub fn as_slice(&self) -> &[Effect] {
-        &self.items[..self.len]
-    }
+            /// Appends an effect.
+            ///
+            /// # Panics
+            #[doc = concat!("When more than [`", stringify!($cap), "`] effects are pushed between")]
+            /// two [`clear`](Self::clear)s, which no transition of the machines does (proptest
+            /// checks it).
+            #[inline]
+            pub fn push(&mut self, effect: $item) {
+                assert!(self.len < $cap, "effects capacity exceeded");
+                self.items[self.len] = effect;
+                self.len += 1;
+            }
 
-    /// Removes every effect.
-    #[inline]
-    pub fn clear(&mut self) {
-        self.len = 0;
-    }
+            /// The effects pushed so far, in order.
+            #[inline]
+            pub fn as_slice(&self) -> &[$item] {
+                &self.items[..self.len]
+            }
 
-    /// Number of effects.
-    #[inline]
-    pub const fn len(&self) -> usize {
-        self.len
-    }
+            /// Removes every effect.
+            #[inline]
+            pub fn clear(&mut self) {
+                self.len = 0;
+            }
 
-    /// Whether there are none.
-    #[inline]
-    pub const fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+            /// Number of effects.
+            #[inline]
+            pub const fn len(&self) -> usize {
+                self.len
+            }
 
-    /// Iterates over the effects in order.
-    #[inline]
-    pub fn iter(&self) -> core::slice::Iter<'_, Effect> {
-        self.as_slice().iter()
-    }
+            /// Whether there are none.
+            #[inline]
+            pub const fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Iterates over the effects in order.
+            #[inline]
+            pub fn iter(&self) -> core::slice::Iter<'_, $item> {
+                self.as_slice().iter()
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name::new()
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                self.as_slice() == other.as_slice()
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl<'a> IntoIterator for &'a $name {
+            type Item = &'a $item;
+            type IntoIter = core::slice::Iter<'a, $item>;
+
+            fn into_iter(self) -> Self::IntoIter {
+                self.iter()
+            }
+        }
+    };
 }
+pub(crate) use effect_buffer;
 
-impl Default for Effects {
-    fn default() -> Self {
-        Effects::new()
-    }
-}
-
-impl PartialEq for Effects {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl Eq for Effects {}
-
-impl<'a> IntoIterator for &'a Effects {
-    type Item = &'a Effect;
-    type IntoIter = core::slice::Iter<'a, Effect>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
+effect_buffer!(
+    /// A fixed-capacity, allocation-free list of effects, filled by `handle` and drained by the
+    /// runtime. Capacity is [`EFFECTS_MAX`]; overflowing it is a bug in a machine, not an input
+    /// error.
+    Effects,
+    Effect,
+    EFFECTS_MAX,
+    Effect::StopServices
+);

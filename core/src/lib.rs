@@ -1,12 +1,15 @@
 //! # vvm-core: the machines that only compute
 //!
-//! Two state machines decide everything vvm does; neither performs I/O, reads a clock, spawns
-//! a thread or allocates while handling an event:
+//! State machines decide everything vvm does; none performs I/O, reads a clock, spawns a thread
+//! or allocates while handling an event:
 //!
 //! - [`Leadership`]: leadership of one slot — insert, renew every `L/4`, retry, resolve unknown
 //!   outcomes, release — and the kill deadline that keeps a stale leader from acting.
 //! - [`Lifecycle`]: one VVM — acquisition over slots `1..=N`, services, the write-once problem
 //!   and the fixed shutdown order. It embeds a [`Leadership`].
+//! - [`Session`]: the unit of liveness of a process — one record, one keepalive and one kill
+//!   deadline for every holding attached to it, lost all at once. It follows the same renewal
+//!   rules as [`Leadership`] and writes its own closed set of [`SessionEffect`]s.
 //!
 //! ```text
 //!            event (carries `now`)                effects (data)
@@ -49,7 +52,9 @@ mod config;
 mod effect;
 pub mod leadership;
 pub mod lifecycle;
+mod renewal;
 pub mod sequencer;
+pub mod session;
 mod time;
 
 pub use config::{
@@ -63,5 +68,9 @@ pub use effect::{
 };
 pub use leadership::{Held, Leadership, LeaseEvent, LeaseState, Pending};
 pub use lifecycle::{Lifecycle, Phase, Round, VvmEvent, VvmState, EXPIRY_RETRY_MIN};
+pub use session::{
+    AttachRefusal, HoldingId, Liveness, OpenRefusal, Session, SessionEffect, SessionEffects,
+    SessionEvent, SessionId, SessionState, HOLDINGS_MAX, SESSION_EFFECTS_MAX,
+};
 
 pub use time::Instant;

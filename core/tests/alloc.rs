@@ -219,6 +219,173 @@ fn full_life(vvm: &mut Lifecycle, out: &mut Effects, rounds: u64) -> u64 {
 fn main() {
     handling_events_allocates_nothing();
     println!("test handling_events_allocates_nothing ... ok");
+    session_events_allocate_nothing();
+    println!("test session_events_allocate_nothing ... ok");
+}
+
+/// Drives a session through open, attaching `holdings`, `rounds` keepalives (a failure and an
+/// unknown outcome every few rounds), a loss, the detaches, a new open and a close; returns the
+/// number of events handled.
+fn session_life(
+    session: &mut Session,
+    out: &mut SessionEffects,
+    holdings: u32,
+    rounds: u64,
+) -> u64 {
+    let mut events = 0;
+    let mut handle = |session: &mut Session, out: &mut SessionEffects, event: SessionEvent| {
+        out.clear();
+        session.handle(&event, out);
+        events += 1;
+    };
+    let op_of = |out: &SessionEffects| {
+        out.iter()
+            .find_map(|e| match *e {
+                SessionEffect::Create { op, .. }
+                | SessionEffect::KeepAlive { op, .. }
+                | SessionEffect::Delete { op, .. }
+                | SessionEffect::Get { op, .. } => Some(op),
+                _ => None,
+            })
+            .expect("a store call")
+    };
+    let timer_of = |out: &SessionEffects| {
+        out.iter()
+            .find_map(|e| match *e {
+                SessionEffect::SetTimer { timer, .. } => Some(timer),
+                _ => None,
+            })
+            .expect("a timer")
+    };
+    let reply = |now: u64, op: OpId, reply: Reply| SessionEvent::Reply {
+        now: ms(now),
+        op,
+        reply,
+    };
+    let mut now = 0;
+    let mut revision = 1;
+    for life in 0..2 {
+        handle(session, out, SessionEvent::Open { now: ms(now) });
+        let op = op_of(out);
+        handle(
+            session,
+            out,
+            reply(now, op, Reply::Written(Revision(revision))),
+        );
+        let mut timer = timer_of(out);
+        for holding in 0..holdings {
+            let holding = HoldingId(holding);
+            handle(
+                session,
+                out,
+                SessionEvent::Attach {
+                    now: ms(now),
+                    holding,
+                },
+            );
+        }
+        for round in 0..rounds {
+            now += 5_000;
+            revision += 2;
+            handle(
+                session,
+                out,
+                SessionEvent::Timer {
+                    now: ms(now),
+                    timer,
+                },
+            );
+            let op = op_of(out);
+            let last = Reply::Written(Revision(revision));
+            match round % 3 {
+                0 => {
+                    handle(session, out, reply(now, op, Reply::Failed));
+                    let retry = timer_of(out);
+                    now += 1_000;
+                    handle(
+                        session,
+                        out,
+                        SessionEvent::Timer {
+                            now: ms(now),
+                            timer: retry,
+                        },
+                    );
+                    let op = op_of(out);
+                    handle(session, out, reply(now, op, last));
+                }
+                1 => {
+                    handle(session, out, reply(now, op, Reply::Unknown));
+                    let get = op_of(out);
+                    handle(session, out, reply(now, get, Reply::Failed));
+                    let retry = timer_of(out);
+                    now += 1_000;
+                    handle(
+                        session,
+                        out,
+                        SessionEvent::Timer {
+                            now: ms(now),
+                            timer: retry,
+                        },
+                    );
+                    let op = op_of(out);
+                    handle(session, out, reply(now, op, last));
+                }
+                _ => handle(session, out, reply(now, op, last)),
+            }
+            timer = timer_of(out);
+        }
+        now += 5_000;
+        handle(
+            session,
+            out,
+            SessionEvent::Timer {
+                now: ms(now),
+                timer,
+            },
+        );
+        let op = op_of(out);
+        if life == 0 {
+            handle(session, out, reply(now, op, Reply::Rejected));
+            assert!(session.is_lost());
+        } else {
+            handle(
+                session,
+                out,
+                reply(now, op, Reply::Written(Revision(revision + 1))),
+            );
+        }
+        for holding in 0..holdings {
+            let holding = HoldingId(holding);
+            handle(
+                session,
+                out,
+                SessionEvent::Detach {
+                    now: ms(now),
+                    holding,
+                },
+            );
+        }
+        revision += 10;
+    }
+    handle(session, out, SessionEvent::Close { now: ms(now) });
+    let op = op_of(out);
+    handle(session, out, reply(now, op, Reply::Deleted));
+    assert!(session.is_closed());
+    events
+}
+
+// covers: Session.NoAllocation
+fn session_events_allocate_nothing() {
+    let lease = LeaseConfig::new(Duration::from_secs(20)).unwrap();
+    let mut session = Session::new(lease, Incarnation(1));
+    let mut out = SessionEffects::new();
+
+    let before = allocations();
+    let events = session_life(&mut session, &mut out, 1_000, 500);
+    let allocated = allocations() - before;
+
+    assert!(events > 5_000, "{events} events");
+    assert_eq!(allocated, 0, "{allocated} allocations over {events} events");
 }
 
 // covers: Lease.NoAllocation

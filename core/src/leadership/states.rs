@@ -34,7 +34,7 @@ impl Shared {
             // lease any more, so the deadline is not extended (an earlier one, if any, stays).
             return self.delete(slot, revision, true, out);
         }
-        let deadline = pending.sent_at.saturating_add_nanos(self.lease.kill_ns());
+        let deadline = self.lease.deadline_after(pending.sent_at);
         if now >= deadline {
             // The confirmation came too late (the process was paused): the lease it proves
             // must not be acted on any more, so no token is handed out. A won insert is left
@@ -59,7 +59,7 @@ impl Shared {
             out.push(Effect::Renewed { token });
         }
         let timer = self.next_timer();
-        let at = pending.sent_at.saturating_add_nanos(self.lease.renew_ns());
+        let at = self.lease.renew_at(pending.sent_at);
         out.push(Effect::SetTimer { timer, at });
         let held = Held {
             slot,
@@ -135,8 +135,7 @@ impl Shared {
     ) -> Outcome<State> {
         let mut held = held;
         // The guard may only lower the deadline: an unconfirmed attempt never extends it.
-        let guard = now.saturating_add_nanos(self.lease.guard_ns());
-        if guard < held.deadline {
+        if let Some(guard) = self.lease.guarded(now, held.deadline) {
             held.deadline = guard;
             out.push(Effect::ArmKiller { at: guard });
         }
@@ -171,8 +170,7 @@ impl Shared {
             return self.delete(held.slot, held.revision, true, out);
         }
         let failures = failures.saturating_add(1);
-        let at = now + self.lease.retry_backoff(failures);
-        if at + self.lease.store_timeout() < held.deadline {
+        if let Some(at) = self.lease.retry_at(failures, now, held.deadline) {
             let timer = self.next_timer();
             out.push(Effect::SetTimer { timer, at });
             return Transition(State::retry_wait(held, timer, failures));
