@@ -379,6 +379,8 @@ fn session_events_allocate_nothing() {
     let lease = LeaseConfig::new(Duration::from_secs(20)).unwrap();
     let mut session = Session::new(lease, Incarnation(1));
     let mut out = SessionEffects::new();
+    // The holdings' room is made at set-up, as a runtime sizes it for what it expects.
+    session.reserve_holdings(1_000);
 
     let before = allocations();
     let events = session_life(&mut session, &mut out, 1_000, 500);

@@ -5,10 +5,12 @@ use core::time::Duration;
 use crate::effect::{effect_buffer, LossReason, OpId, Revision, TimerId};
 use crate::time::Instant;
 
-/// Most holdings one session keeps. Holding ids are dense (`0..HOLDINGS_MAX`, as a slab hands
-/// them out), so the session keeps them in a bit set of fixed size: attach, detach and loss
-/// cost the same whatever the number of holdings, and the set never allocates.
-pub const HOLDINGS_MAX: u32 = 16_384;
+/// Most holdings one session keeps: 2^20, ten times the 100 000 a process is sized for. Holding
+/// ids are dense (`0..HOLDINGS_MAX`, as a slab hands them out), so the session keeps them in a
+/// bit set, one bit per id up to the highest in use (at most 128 KiB): attach, detach and loss
+/// cost the same whatever the number of holdings; only attaching past the room reserved
+/// ([`Session::reserve_holdings`](crate::Session::reserve_holdings)) allocates.
+pub const HOLDINGS_MAX: u32 = 1 << 20;
 
 /// Most effects one session event can produce.
 pub const SESSION_EFFECTS_MAX: usize = 4;

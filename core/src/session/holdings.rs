@@ -1,22 +1,26 @@
 //! The holdings of a session: a bit set over dense ids with its count beside it, so that
-//! attach, detach, membership and the count cost one word operation each, and nothing allocates.
+//! attach, detach, membership and the count cost one word operation each. The set grows to
+//! cover the highest id attached (ids are dense, as a slab hands them out: its size follows the
+//! number of holdings, one bit each); [`Holdings::reserve`] grows it ahead, so that attaching
+//! within the reserve never allocates.
 
 use super::effect::{AttachRefusal, HoldingId, HOLDINGS_MAX};
 
 const WORD_BITS: u32 = u64::BITS;
-const WORDS: usize = (HOLDINGS_MAX / WORD_BITS) as usize;
 
 /// A set of [`HoldingId`]s below [`HOLDINGS_MAX`].
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Default)]
 pub(crate) struct Holdings {
-    words: [u64; WORDS],
+    /// Bit `i % 64` of word `i / 64` is holding `i`; no word past the highest id ever reserved
+    /// or attached.
+    words: Vec<u64>,
     count: u32,
 }
 
 impl Holdings {
     pub(crate) const fn new() -> Self {
         Holdings {
-            words: [0; WORDS],
+            words: Vec::new(),
             count: 0,
         }
     }
@@ -31,8 +35,22 @@ impl Holdings {
         })
     }
 
+    /// Makes room for ids `0..holdings` (at most [`HOLDINGS_MAX`]): attaching them allocates
+    /// nothing more.
+    pub(crate) fn reserve(&mut self, holdings: u32) {
+        let words = holdings.min(HOLDINGS_MAX).div_ceil(WORD_BITS) as usize;
+        if words > self.words.len() {
+            self.words.resize(words, 0);
+        }
+    }
+
     pub(crate) fn insert(&mut self, holding: HoldingId) -> Result<(), AttachRefusal> {
         let (word, bit) = Self::place(holding).ok_or(AttachRefusal::OutOfRange)?;
+        if word >= self.words.len() {
+            // Doubling: a run of attaches with rising ids allocates O(log n) times.
+            let words = (word + 1).max(self.words.len() * 2);
+            self.words.resize(words, 0);
+        }
         if self.words[word] & bit != 0 {
             return Err(AttachRefusal::Attached);
         }
@@ -46,28 +64,58 @@ impl Holdings {
         let Some((word, bit)) = Self::place(holding) else {
             return false;
         };
-        if self.words[word] & bit == 0 {
-            return false;
+        match self.words.get_mut(word) {
+            Some(bits) if *bits & bit != 0 => {
+                *bits &= !bit;
+                self.count -= 1;
+                true
+            }
+            _ => false,
         }
-        self.words[word] &= !bit;
-        self.count -= 1;
-        true
     }
 
     pub(crate) fn contains(&self, holding: HoldingId) -> bool {
-        Self::place(holding).is_some_and(|(word, bit)| self.words[word] & bit != 0)
+        Self::place(holding)
+            .is_some_and(|(word, bit)| self.words.get(word).is_some_and(|w| w & bit != 0))
     }
 
     pub(crate) const fn len(&self) -> u32 {
         self.count
     }
 
-    /// The ids in the set, in increasing order. Walks every word: for inspection and tests,
-    /// never on an event's path.
+    /// The words up to the last one with a holding: what equality and hashing look at, so
+    /// that room reserved and not used does not tell two sets apart.
+    fn used(&self) -> &[u64] {
+        let end = self
+            .words
+            .iter()
+            .rposition(|&word| word != 0)
+            .map_or(0, |last| last + 1);
+        &self.words[..end]
+    }
+
+    /// The ids in the set, in increasing order. For inspection and tests, never on an event's
+    /// path.
     pub(crate) fn iter(&self) -> impl Iterator<Item = HoldingId> + '_ {
-        (0..HOLDINGS_MAX)
+        let bits = u32::try_from(self.words.len()).unwrap_or(u32::MAX / WORD_BITS) * WORD_BITS;
+        (0..bits.min(HOLDINGS_MAX))
             .map(HoldingId)
             .filter(|&holding| self.contains(holding))
+    }
+}
+
+impl PartialEq for Holdings {
+    fn eq(&self, other: &Self) -> bool {
+        self.count == other.count && self.used() == other.used()
+    }
+}
+
+impl Eq for Holdings {}
+
+impl core::hash::Hash for Holdings {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.count.hash(state);
+        self.used().hash(state);
     }
 }
 
@@ -100,5 +148,18 @@ mod tests {
             set.iter().collect::<Vec<_>>(),
             [HoldingId(HOLDINGS_MAX - 1)]
         );
+    }
+
+    #[test]
+    fn reserved_room_does_not_tell_equal_sets_apart() {
+        let mut roomy = Holdings::new();
+        roomy.reserve(100_000);
+        let mut tight = Holdings::new();
+        assert_eq!(roomy, tight);
+        roomy.insert(HoldingId(3)).unwrap();
+        tight.insert(HoldingId(3)).unwrap();
+        assert_eq!(roomy, tight);
+        assert!(roomy.remove(HoldingId(3)));
+        assert_ne!(roomy, tight);
     }
 }

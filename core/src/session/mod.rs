@@ -63,8 +63,8 @@
 //! Attach and Detach never enter the statig machine; they touch only the holdings set beside it.
 //!
 //! Cost per event: O(1) in the number of holdings for every event — a keepalive is one store
-//! call, a loss one effect, attach and detach one bit each. A holding costs one bit of a set of
-//! fixed size ([`HOLDINGS_MAX`] bits) and nothing else in the core.
+//! call, a loss one effect, attach and detach one bit each. A holding costs one bit of a set
+//! that covers the ids in use (up to [`HOLDINGS_MAX`]) and nothing else in the core.
 
 use statig::prelude::*;
 
@@ -326,6 +326,12 @@ impl Session {
     /// The kill deadline, while alive.
     pub fn deadline(&self) -> Option<Instant> {
         self.liveness().map(|live| live.deadline)
+    }
+
+    /// Makes room for holdings `0..holdings` (at most [`HOLDINGS_MAX`]), so that attaching
+    /// them allocates nothing; without it the set grows by doubling as ids rise.
+    pub fn reserve_holdings(&mut self, holdings: u32) {
+        self.holdings.reserve(holdings);
     }
 
     /// Number of holdings attached.
