@@ -119,6 +119,12 @@ pub struct GuardArgs {
     /// A slot lock descriptor to hold until the command's tree is gone (repeatable).
     #[arg(long)]
     hold: Vec<i32>,
+    /// Refuse to start the command without a cgroup for its tree.
+    #[arg(long, conflicts_with = "no_cgroup")]
+    strict: bool,
+    /// Make no cgroup: the subreaper alone contains the tree.
+    #[arg(long)]
+    no_cgroup: bool,
     /// The command to start.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -133,6 +139,8 @@ impl From<GuardArgs> for cli::supervise::Supervision {
             deadline_ns: args.deadline_ns,
             hold: args.hold,
             command: args.command,
+            strict: args.strict,
+            no_cgroup: args.no_cgroup,
         }
     }
 }
@@ -175,6 +183,11 @@ pub struct RunArgs {
     /// SIGKILL after `--grace` or when the kill deadline passes. `vvm` exits with its status.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+    /// How the command's process tree is contained: `auto` uses a cgroup v2 directory of its
+    /// own when one can be made (root, or systemd's `Delegate=yes`), else the supervisor as a
+    /// subreaper; `strict` refuses to start without the cgroup; `subreaper` makes none.
+    #[arg(long, env = "VVM_CONTAINMENT", value_enum, default_value = "auto")]
+    containment: cli::exec::ContainmentMode,
     /// Serve `/metrics` (Prometheus), `/healthz` and `/leader` over HTTP on this address:
     /// `PORT` or `:PORT` listen on loopback (127.0.0.1), `IP:PORT` as given (`0.0.0.0:PORT`
     /// exposes them on every interface, without authentication). Off when not set.

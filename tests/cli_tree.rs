@@ -38,11 +38,24 @@ fn spawn(dir: &Path, address: &str, grace: &str, script: &str) -> Child {
 }
 
 fn spawn_on(store: &str, dir: &Path, address: &str, grace: &str, script: &str) -> Child {
+    spawn_with(store, dir, address, grace, script, &[])
+}
+
+/// [`spawn_on`] with `extra` flags of `vvm run`.
+fn spawn_with(
+    store: &str,
+    dir: &Path,
+    address: &str,
+    grace: &str,
+    script: &str,
+    extra: &[&str],
+) -> Child {
     Command::new(env!("CARGO_BIN_EXE_vvm"))
         .current_dir(dir)
         .args(["--log-level", "info", "run", "--store", store])
         .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])
         .args(["--address", address, "--grace", grace])
+        .args(extra)
         .args(["--", "sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -372,12 +385,19 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
     let spawn_one = |n: usize, state: &mut u64| {
         let daemon = next(state).is_multiple_of(2);
         let ignore_term = next(state).is_multiple_of(3);
-        let child = spawn_on(
+        // Both ways of containing the tree: a cgroup where one can be made, the subreaper alone.
+        let containment = if next(state).is_multiple_of(2) {
+            "auto"
+        } else {
+            "subreaper"
+        };
+        let child = spawn_with(
             store,
             dir,
             &format!("n{n:04}"),
             "500ms",
             &chaos_script(daemon, ignore_term),
+            &["--containment", containment],
         );
         (child, daemon)
     };
@@ -442,4 +462,188 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
         let _ = child.wait();
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The cgroup v2 path of `pid` (`/proc/PID/cgroup`, line `0::PATH`), if it runs.
+fn cgroup_of(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .map(str::to_owned)
+}
+
+/// Every descendant of `pid`, from `/proc/PID/task/PID/children`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(pid) = next.pop() {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            found.push(child);
+            next.push(child);
+        }
+    }
+    found
+}
+
+/// Whether this machine lets `vvm` make a cgroup for a tree; under `CI=true` it must.
+fn cgroups_available(test: &str) -> bool {
+    let probe = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args([
+            "run",
+            "--store",
+            "memory:",
+            "--containment",
+            "strict",
+            "--acquire",
+            "1s",
+        ])
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    if probe.status.code() == Some(0) {
+        return true;
+    }
+    let why = String::from_utf8_lossy(&probe.stderr);
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: no cgroup can be made here under CI: {why}"
+    );
+    eprintln!("{test}: skipped, no cgroup can be made here: {why}");
+    false
+}
+
+// covers: Cli.ExecCgroup
+#[test]
+fn the_tree_is_born_in_a_cgroup_of_its_own_that_goes_with_it() {
+    let test = "the_tree_is_born_in_a_cgroup_of_its_own_that_goes_with_it";
+    if !cgroups_available(test) {
+        return;
+    }
+    become_a_careless_reaper();
+    let dir = temp_dir("vvm-tree-cgroup");
+    let log = dir.join("acts");
+    let mut one = spawn_with(
+        &store_of(&dir),
+        &dir,
+        "one",
+        "1s",
+        SCRIPT,
+        &["--containment", "strict"],
+    );
+    wait_until(&log, "the tree acts", both_act);
+    let supervisor = supervisor_of(&one).as_raw_pid() as u32;
+    let outside = cgroup_of(supervisor).unwrap();
+    // The command and the daemon it started (new session, double fork): all in the tree's
+    // cgroup; the supervisor is not.
+    let tree = descendants(supervisor);
+    assert!(tree.len() >= 2, "{tree:?}");
+    let inside = format!("{}/vvm-tree-{supervisor}", outside.trim_end_matches('/'));
+    for pid in &tree {
+        if let Some(cgroup) = cgroup_of(*pid) {
+            assert_eq!(cgroup, inside, "process {pid} of the tree");
+        }
+    }
+    let stderr = std::fs::read_to_string(dir.join("one.stderr")).unwrap();
+    assert!(stderr.contains("containment=\"cgroup\""), "{stderr}");
+    signal(&one, Signal::TERM);
+    let _ = exit_within(&mut one, WAIT_MAX).expect("vvm exits");
+    let mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|line| {
+            let (before, after) = line.split_once(" - ")?;
+            after
+                .starts_with("cgroup2 ")
+                .then(|| before.split_whitespace().nth(4).map(str::to_owned))?
+        })
+        .unwrap();
+    let path = format!("{mount}{inside}");
+    assert!(!Path::new(&path).exists(), "{path} was left behind");
+    let before = tenures(&log);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        tenures(&log).values().map(|t| t.last_ns).max(),
+        before.values().map(|t| t.last_ns).max(),
+        "the tree acts on"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.ExecCgroup
+#[test]
+fn strict_containment_is_refused_before_campaigning_where_no_cgroup_can_be_made() {
+    let dir = temp_dir("vvm-tree-strict");
+    // An unprivileged user, which may not make a cgroup under this test's.
+    let output = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_vvm"))
+        .args([
+            "run",
+            "--store",
+            &store_of(&dir),
+            "--containment",
+            "strict",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("setpriv:") {
+        // Not root: setpriv cannot change the user; this process may not make cgroups either.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "setpriv failed under CI: {stderr}"
+        );
+        eprintln!("skipped: setpriv needs root: {stderr}");
+        return;
+    }
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--containment strict: cannot make a cgroup"),
+        "{stderr}"
+    );
+    assert!(!dir.join("vvm.sqlite").exists(), "the store was opened");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.ExecCgroup
+#[test]
+fn a_tree_whose_vvm_and_supervisor_were_killed_together_is_ended_before_the_successor_acts() {
+    let test =
+        "a_tree_whose_vvm_and_supervisor_were_killed_together_is_ended_before_the_successor_acts";
+    if !cgroups_available(test) {
+        return;
+    }
+    become_a_careless_reaper();
+    let dir = temp_dir("vvm-tree-orphan");
+    let log = dir.join("acts");
+    let mut one = spawn(&dir, "one", "1s", SCRIPT);
+    wait_until(&log, "the first tree acts", both_act);
+    let two = spawn(&dir, "two", "1s", SCRIPT);
+    std::thread::sleep(Duration::from_millis(500));
+    // As an OOM kill of both: neither can end the tree, which runs on in its cgroup.
+    let supervisor = supervisor_of(&one);
+    rustix::process::kill_process(supervisor, Signal::KILL).unwrap();
+    signal(&one, Signal::KILL);
+    let _ = one.wait();
+    let seen = wait_until(&log, "a second tenure acts", |seen| {
+        seen.len() >= 2 && seen.values().nth(1).is_some_and(|t| t.kinds.len() == 2)
+    });
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    std::thread::sleep(LEASE);
+    assert_no_overlap(&tenures(&log), &dir);
+    let stderr = std::fs::read_to_string(dir.join("two.stderr")).unwrap();
+    assert!(
+        stderr.contains("whose vvm and supervisor were gone"),
+        "{stderr}"
+    );
+    let mut two = two;
+    signal(&two, Signal::KILL);
+    let _ = two.wait();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -40,7 +40,20 @@ use vvm::{
     Clock, ExitKiller, KillReport, Killer, Service, ServiceContext, ServiceError, TimeSource,
 };
 
-use super::supervise::{boot_ns, EXIT_ENDED, KILL_NOW, STOP};
+use super::supervise::{boot_ns, Containment, EXIT_ENDED, KILL_NOW, REPORT_BYTES, STOP};
+
+/// How `vvm run -- CMD` contains its command's tree (`--containment`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContainmentMode {
+    /// A cgroup of its own when one can be made, else the supervisor as a subreaper.
+    #[default]
+    Auto,
+    /// A cgroup of its own, or the command does not start (checked before campaigning).
+    Strict,
+    /// No cgroup: the supervisor as a subreaper only (for hosts where another tool manages
+    /// the cgroups below this process).
+    Subreaper,
+}
 
 /// This binary, also after it was replaced on disk: the supervisor is the same program.
 const SELF_EXE: &str = "/proc/self/exe";
@@ -113,6 +126,8 @@ pub struct ExecService {
     force: Arc<Notify>,
     /// The command's own status when it ended by itself with another than 0, for `vvm`'s exit.
     status: CommandStatus,
+    /// How its tree must be contained.
+    containment: ContainmentMode,
 }
 
 /// The status the command ended with by itself (`vvm run` exits with it), shared between the
@@ -158,26 +173,39 @@ fn command_stdin() -> std::process::Stdio {
     }
 }
 
+/// What an [`ExecService`] shares with its host: the group the killer ends, and the
+/// notifications and status the host waits for.
+#[derive(Clone, Debug, Default)]
+pub struct ExecHooks {
+    /// Where the command's process group is published for the killer.
+    pub group: CommandGroup,
+    /// Notified when the command exited with status 0 by itself.
+    pub finished: Arc<Notify>,
+    /// Notified by a second SIGINT or SIGTERM: the grace is skipped.
+    pub force: Arc<Notify>,
+    /// The command's own status, and whether it is stopped.
+    pub status: CommandStatus,
+}
+
 impl ExecService {
     /// A service running `command` (program first; must not be empty).
     pub fn new(
         command: Vec<OsString>,
         grace: Duration,
         address: String,
-        group: CommandGroup,
-        finished: Arc<Notify>,
-        force: Arc<Notify>,
-        status: CommandStatus,
+        containment: ContainmentMode,
+        hooks: ExecHooks,
     ) -> Self {
         debug_assert!(!command.is_empty());
         ExecService {
             command,
             grace,
             address,
-            group,
-            finished,
-            force,
-            status,
+            group: hooks.group,
+            finished: hooks.finished,
+            force: hooks.force,
+            status: hooks.status,
+            containment,
         }
     }
 }
@@ -227,8 +255,16 @@ fn pipe_for_child(child_reads: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// Ends whatever the supervisor left: `vvm run` is a child subreaper (see [`become_subreaper`]),
 /// so the tree of a supervisor that was killed before it could end it was re-parented here.
 /// After a supervisor's own exit there is nothing to find (one look at `/proc`).
-async fn sweep() {
-    let swept = tokio::task::spawn_blocking(super::supervise::tree::end_descendants_by_pid).await;
+/// The tree's cgroup, if the supervisor `supervisor` made one and could not remove it, is
+/// killed first and removed last.
+async fn sweep(supervisor: i32) {
+    let swept = tokio::task::spawn_blocking(move || {
+        super::supervise::cgroup::kill_tree(supervisor);
+        let ended = super::supervise::tree::end_descendants_by_pid();
+        super::supervise::cgroup::remove_tree(supervisor);
+        ended
+    })
+    .await;
     if !matches!(swept, Ok(true)) {
         tracing::error!("processes left by the command kept appearing");
     }
@@ -245,10 +281,11 @@ pub fn become_subreaper() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Reads the command's pid from the report pipe; `None` when the supervisor exited first.
-async fn read_report(report: OwnedFd) -> Option<i32> {
+/// Reads the command's pid and how its tree is contained from the report pipe; `None` when the
+/// supervisor exited first.
+async fn read_report(report: OwnedFd) -> Option<(i32, Containment)> {
     tokio::task::spawn_blocking(move || {
-        let mut buf = [0_u8; 4];
+        let mut buf = [0_u8; REPORT_BYTES];
         let mut got = 0;
         while got < buf.len() {
             match rustix::io::read(report.as_fd(), &mut buf[got..]) {
@@ -258,7 +295,8 @@ async fn read_report(report: OwnedFd) -> Option<i32> {
                 Err(_) => return None,
             }
         }
-        Some(i32::from_le_bytes(buf))
+        let pid = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        Some((pid, Containment::from_byte(buf[4])))
     })
     .await
     .ok()
@@ -346,6 +384,15 @@ impl Service for ExecService {
         for fd in &hold {
             supervisor.arg("--hold").arg(fd.to_string());
         }
+        match self.containment {
+            ContainmentMode::Auto => {}
+            ContainmentMode::Strict => {
+                supervisor.arg("--strict");
+            }
+            ContainmentMode::Subreaper => {
+                supervisor.arg("--no-cgroup");
+            }
+        }
         let mut child = supervisor
             .arg("--")
             .args(&self.command)
@@ -363,7 +410,11 @@ impl Service for ExecService {
             .spawn()
             .map_err(|e| ServiceError::with_source("cannot start the supervisor", e))?;
         drop((control_its, report_its));
-        let Some(pid) = read_report(report).await else {
+        let supervisor_pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .unwrap_or(0);
+        let Some((pid, containment)) = read_report(report).await else {
             let status = child.wait().await.ok();
             return Err(ServiceError::new(
                 match status.and_then(|s| Some((s, s.code()?))) {
@@ -372,6 +423,10 @@ impl Service for ExecService {
                     {
                         self.status.set(status);
                         format!("cannot start {}", self.command[0].to_string_lossy())
+                    }
+                    Some((_, code)) if code == i32::from(super::supervise::EXIT_NO_CONTAINMENT) => {
+                        "--containment strict: no cgroup could be made for the command's tree"
+                            .to_owned()
                     }
                     _ => format!("the supervisor ended before the command started: {status:?}"),
                 },
@@ -385,6 +440,7 @@ impl Service for ExecService {
             pid,
             slot = token.slot.0,
             revision = token.revision.0,
+            containment = containment.name(),
             "command started"
         );
         context.ready();
@@ -400,7 +456,7 @@ impl Service for ExecService {
                 status = child.wait() => {
                     // The supervisor has ended whatever the command left before exiting; if it
                     // was killed first, what it left is ours now.
-                    sweep().await;
+                    sweep(supervisor_pid).await;
                     self.group.pgid.store(0, Ordering::Release);
                     let status = status
                         .map_err(|e| ServiceError::with_source("waiting for the command failed", e))?;
@@ -452,7 +508,7 @@ impl Service for ExecService {
             }
         };
         if matches!(outcome, Ok(Ok(_))) {
-            sweep().await;
+            sweep(supervisor_pid).await;
         }
         let outcome = match outcome {
             Ok(Ok(_)) if forced => Err(ServiceError::new(
@@ -479,7 +535,7 @@ impl Service for ExecService {
                 // The end of the pipe: the supervisor ends the rest of the tree and exits.
                 drop(control);
                 let _ = child.wait().await;
-                sweep().await;
+                sweep(supervisor_pid).await;
                 Err(ServiceError::new(format!(
                     "the command did not stop within {:?} of SIGTERM and was killed",
                     self.grace

@@ -14,7 +14,7 @@ use vvm::services::{START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
 use vvm::{KillerThread, Service, ServiceContext, ServiceError, Services, Vvm, VvmConfig};
 
 use super::clock::host_monotonic_ns;
-use super::exec::{CommandGroup, CommandStatus, ExecService, GroupKiller};
+use super::exec::{CommandStatus, ExecHooks, ExecService, GroupKiller};
 use super::ops::OpsState;
 use super::store::{open_store, AnyStore};
 use super::systemd::Notifier;
@@ -141,6 +141,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     }
+    // `--containment strict` is a promise about the command's tree: refused before campaigning.
+    if !args.command.is_empty() && args.containment == super::exec::ContainmentMode::Strict {
+        if let Err(e) = super::supervise::cgroup::probe() {
+            return fail(&format!(
+                "--containment strict: {e}; run as root or in a delegated cgroup (systemd \
+                 Delegate=yes), or use --containment auto"
+            ));
+        }
+    }
     let url = match super::store::resolve(args.store.as_deref(), true) {
         Ok(url) => url,
         Err(message) => return usage_error(&message),
@@ -178,25 +187,20 @@ pub async fn run(args: RunArgs) -> ExitCode {
     if let Err(e) = super::exec::become_subreaper() {
         return fail(&format!("cannot watch over the command's processes: {e}"));
     }
-    let group = CommandGroup::default();
-    let finished = Arc::new(Notify::new());
-    let force = Arc::new(Notify::new());
-    let status = CommandStatus::default();
+    let hooks = ExecHooks::default();
     let service = ExecService::new(
         args.command.clone(),
         args.grace,
         address,
-        group.clone(),
-        finished.clone(),
-        force.clone(),
-        status.clone(),
+        args.containment,
+        hooks.clone(),
     );
     let host = Host {
-        killer: Some(KillerThread::new(GroupKiller::new(group))),
+        killer: Some(KillerThread::new(GroupKiller::new(hooks.group))),
         stop_timeout: STOP_TIMEOUT_DEFAULT.max(args.grace.saturating_add(STOP_MARGIN)),
-        finished: Some(finished),
-        force: Some(force),
-        status: Some(status),
+        finished: Some(hooks.finished),
+        force: Some(hooks.force),
+        status: Some(hooks.status),
         ops,
     };
     run_vvm(config, store, service, host).await

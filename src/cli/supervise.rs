@@ -27,6 +27,7 @@
 //! killer and shutdown (which end the group); descendants that left the group are then not
 //! ended. `vvm` and the supervisor are each enough for every other case.
 
+pub mod cgroup;
 pub mod tree;
 
 use std::ffi::OsString;
@@ -47,6 +48,10 @@ pub const EXIT_CANNOT_START: u8 = 127;
 /// Exit code of the supervisor when it ended the tree because the kill deadline passed or `vvm`
 /// died (the code `vvm` itself exits with when its kill deadline passes).
 pub const EXIT_ENDED: u8 = 75;
+/// Exit code of the supervisor when `--containment strict` is asked and no cgroup can be made.
+pub const EXIT_NO_CONTAINMENT: u8 = 78;
+/// Bytes of the report: the command's pid (4, little-endian) and its [`Containment`] (1).
+pub const REPORT_BYTES: usize = 5;
 /// A record on the control pipe that asks for a graceful stop (no deadline is 0).
 pub const STOP: u64 = 0;
 /// A record on the control pipe that asks to end the tree at once (no deadline is 1 ns after
@@ -70,6 +75,38 @@ pub struct Supervision {
     pub hold: Vec<i32>,
     /// Program and arguments.
     pub command: Vec<OsString>,
+    /// Refuse to start the command without a cgroup for its tree.
+    pub strict: bool,
+    /// Make no cgroup for the tree.
+    pub no_cgroup: bool,
+}
+
+/// How the command's tree is contained, as reported to `vvm` after the command's pid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Containment {
+    /// Only the supervisor as a child subreaper (descendants found from `/proc`).
+    Subreaper = 0,
+    /// A cgroup v2 directory of its own (`cgroup.kill`), and the subreaper.
+    Cgroup = 1,
+}
+
+impl Containment {
+    /// From the byte of the report; an unknown byte is the weaker containment.
+    pub fn from_byte(byte: u8) -> Containment {
+        if byte == Containment::Cgroup as u8 {
+            Containment::Cgroup
+        } else {
+            Containment::Subreaper
+        }
+    }
+
+    /// The name logged.
+    pub fn name(self) -> &'static str {
+        match self {
+            Containment::Subreaper => "subreaper",
+            Containment::Cgroup => "cgroup",
+        }
+    }
 }
 
 /// Nanoseconds of `CLOCK_BOOTTIME`: the clock both sides of the control pipe read.
@@ -145,14 +182,32 @@ pub fn supervise(args: Supervision) -> ExitCode {
     let Some((program, rest)) = args.command.split_first() else {
         return fail("supervisor: no command");
     };
-    let child = match std::process::Command::new(program)
+    // The command is born in the tree's cgroup, when one can be made.
+    let made = if args.no_cgroup {
+        Err("not asked for".to_owned())
+    } else {
+        cgroup::TreeCgroup::enter()
+    };
+    let cgroup = match made {
+        Ok(cgroup) => Some(cgroup),
+        Err(e) if args.strict => {
+            super::log::line(&format!("--containment strict: {e}"));
+            return ExitCode::from(EXIT_NO_CONTAINMENT);
+        }
+        Err(_) => None,
+    };
+    let spawned = std::process::Command::new(program)
         .args(rest)
         // Its own group: one signal reaches everything that stays in it.
         .process_group(0)
-        .spawn()
-    {
+        .spawn();
+    let left = cgroup.as_ref().map_or(Ok(()), cgroup::TreeCgroup::leave);
+    let child = match spawned {
         Ok(child) => child,
         Err(e) => {
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
+            }
             super::log::line(&format!("cannot start {}: {e}", program.to_string_lossy()));
             return ExitCode::from(EXIT_CANNOT_START);
         }
@@ -160,11 +215,28 @@ pub fn supervise(args: Supervision) -> ExitCode {
     let Some(command) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) else {
         return fail("supervisor: the command has no process id");
     };
+    if let Err(e) = left {
+        // Still inside: a kill of the cgroup would end this process too. End the command
+        // before it does anything.
+        let _ = rustix::process::kill_process(command, Signal::KILL);
+        let _ = rustix::process::waitpid(Some(command), rustix::process::WaitOptions::empty());
+        return fail(&format!(
+            "supervisor: cannot leave the command's cgroup: {e}"
+        ));
+    }
+    let containment = if cgroup.is_some() {
+        Containment::Cgroup
+    } else {
+        Containment::Subreaper
+    };
     // Reaped below with `wait`, not through the handle.
     drop(child);
     let mut report = std::fs::File::from(report);
     // `vvm` reads this to signal the group itself; if it is gone the pipe says so below.
-    let _ = report.write_all(&command.as_raw_pid().to_le_bytes());
+    let mut record = [0_u8; REPORT_BYTES];
+    record[..4].copy_from_slice(&command.as_raw_pid().to_le_bytes());
+    record[4] = containment as u8;
+    let _ = report.write_all(&record);
     drop(report);
     let mut watch = Watch {
         group: Some(command),
@@ -172,10 +244,17 @@ pub fn supervise(args: Supervision) -> ExitCode {
         status: None,
     };
     let ended = run(&control, args.deadline_ns, &mut watch);
-    // Whatever is left of the tree, also after the command's own exit.
+    // Whatever is left of the tree, also after the command's own exit: all at once through the
+    // cgroup, then every descendant found and reaped.
+    if let Some(cgroup) = &cgroup {
+        cgroup.kill();
+    }
     let group = watch.group;
     if !tree::end_all(group, |pid, status| watch.note(pid, status)) {
         super::log::line("supervisor: the command's processes kept appearing; giving up");
+    }
+    if let Some(cgroup) = cgroup {
+        cgroup.remove();
     }
     drop(held);
     match (ended, watch.status) {

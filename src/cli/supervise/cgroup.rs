@@ -1,0 +1,215 @@
+//! A cgroup v2 directory for the command's tree: every process the command starts is in it,
+//! whatever it does to its process group, session or parent, and one write to `cgroup.kill`
+//! ends them all at once — no walk of `/proc`, no race with a process that forks meanwhile.
+//!
+//! The directory is `vvm-tree-<supervisor pid>` under the cgroup the supervisor started in, on
+//! the cgroup2 mount of the host (`/sys/fs/cgroup` or, on hybrid hosts,
+//! `/sys/fs/cgroup/unified`). The supervisor moves itself into it, starts the command (which
+//! inherits it at its birth, atomically), and moves itself back out: the command was never
+//! outside it, and the supervisor is never killed with it. Making it needs write access to the
+//! supervisor's own cgroup (root, or a cgroup delegated by systemd, `Delegate=yes`); without it
+//! the subreaper alone contains the tree.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// Prefix of the directories made for command trees.
+pub const DIR_PREFIX: &str = "vvm-tree-";
+/// Most attempts at removing the directory while the kernel still counts a process in it.
+const REMOVE_TRIES: u32 = 100;
+
+/// The cgroup of a command's tree, while the supervisor runs.
+#[derive(Debug)]
+pub struct TreeCgroup {
+    dir: PathBuf,
+    origin: PathBuf,
+    /// `cgroup.kill`, opened before it is needed: ending the tree is one write.
+    kill: OwnedFd,
+}
+
+/// The directory of this process's cgroup v2, under the cgroup2 mount.
+pub fn own_dir() -> Result<PathBuf, String> {
+    let mount = cgroup2_mount().ok_or("no cgroup2 file system is mounted")?;
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let path = cgroups
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .ok_or("this process has no cgroup v2")?;
+    Ok(mount.join(path.trim_start_matches('/')))
+}
+
+/// Where the cgroup2 file system is mounted, from `/proc/self/mountinfo`.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        if after.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        // Field 5 is the mount point; spaces in it are written as `\040`.
+        let point = before.split_whitespace().nth(4)?;
+        Some(PathBuf::from(point.replace("\\040", " ")))
+    })
+}
+
+/// The directory a supervisor with pid `supervisor` makes for its tree, under `origin`.
+pub fn tree_dir(origin: &Path, supervisor: i32) -> PathBuf {
+    origin.join(format!("{DIR_PREFIX}{supervisor}"))
+}
+
+/// Whether a cgroup can be made for a command's tree here: makes and removes one. Used by `vvm
+/// run --containment strict` before it opens the store.
+pub fn probe() -> Result<(), String> {
+    let origin = own_dir()?;
+    let dir = origin.join(format!("{DIR_PREFIX}probe-{}", std::process::id()));
+    std::fs::create_dir(&dir)
+        .map_err(|e| format!("cannot make a cgroup in {}: {e}", origin.display()))?;
+    let _ = std::fs::remove_dir(&dir);
+    Ok(())
+}
+
+/// Writes `text` to the cgroup file `path`.
+fn write_file(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Most time given to the kernel to empty an orphaned tree's cgroup after `cgroup.kill`.
+const ORPHAN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether process `pid` is a supervisor of `vvm` (`vvm __exec-guard`).
+fn is_supervisor(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|&b| b == 0)
+            .any(|word| word == b"__exec-guard")
+    })
+}
+
+/// Ends the trees in `origin` whose supervisor is gone — `vvm` and its supervisor killed
+/// together (an OOM kill of both) leave the tree running in its cgroup, with nothing to end
+/// it — and removes their directories. Returns how many there were. Run by every supervisor
+/// before it starts its command, so a successor on this host never runs beside such a tree.
+pub fn end_orphaned_trees(origin: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(origin) else {
+        return 0;
+    };
+    let mut ended = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(DIR_PREFIX))
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() as i32 || is_supervisor(pid) {
+            continue;
+        }
+        let dir = entry.path();
+        let _ = write_file(&dir.join("cgroup.kill"), "1");
+        let until = std::time::Instant::now() + ORPHAN_WAIT;
+        while is_populated(&dir) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        remove_dir(&dir);
+        ended += 1;
+    }
+    ended
+}
+
+/// `populated 1` in the cgroup's `cgroup.events`: a process (or a zombie) is still counted.
+fn is_populated(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.events"))
+        .is_ok_and(|events| events.lines().any(|line| line == "populated 1"))
+}
+
+impl TreeCgroup {
+    /// Makes the tree's cgroup and moves this process into it; the next child is born there.
+    /// Trees left by supervisors that are gone are ended first ([`end_orphaned_trees`]).
+    pub fn enter() -> Result<TreeCgroup, String> {
+        let origin = own_dir()?;
+        let orphans = end_orphaned_trees(&origin);
+        if orphans > 0 {
+            super::super::log::line(&format!(
+                "supervisor: ended {orphans} process tree(s) whose vvm and supervisor were gone"
+            ));
+        }
+        let dir = tree_dir(&origin, std::process::id().try_into().unwrap_or(i32::MAX));
+        std::fs::create_dir(&dir)
+            .map_err(|e| format!("cannot make the cgroup {}: {e}", dir.display()))?;
+        let kill = match std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.kill"))
+        {
+            Ok(file) => OwnedFd::from(file),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                // Before Linux 5.14 there is no `cgroup.kill`.
+                return Err(format!("no cgroup.kill in {}: {e}", dir.display()));
+            }
+        };
+        let cgroup = TreeCgroup { dir, origin, kill };
+        if let Err(e) = write_file(&cgroup.dir.join("cgroup.procs"), "0") {
+            cgroup.remove();
+            return Err(e);
+        }
+        Ok(cgroup)
+    }
+
+    /// Moves this process back to the cgroup it came from, leaving the command in the tree's.
+    pub fn leave(&self) -> Result<(), String> {
+        write_file(&self.origin.join("cgroup.procs"), "0")
+    }
+
+    /// SIGKILL to every process in the cgroup, at once. One write to a file opened beforehand:
+    /// it cannot block on anything the tree does.
+    pub fn kill(&self) {
+        let _ = rustix::io::write(&self.kill, b"1");
+    }
+
+    /// Removes the directory once the kernel no longer counts a process in it (right after the
+    /// last one was reaped it may still, briefly). Best effort: a directory left behind is
+    /// empty and harmless, and `vvm` removes it too.
+    pub fn remove(self) {
+        remove_dir(&self.dir);
+    }
+}
+
+/// SIGKILL to whatever is left in the tree's cgroup of the supervisor `supervisor`: for `vvm`,
+/// after its supervisor is gone (killed before it could end the tree itself).
+pub fn kill_tree(supervisor: i32) {
+    if let Ok(origin) = own_dir() {
+        let dir = tree_dir(&origin, supervisor);
+        if dir.exists() {
+            let _ = write_file(&dir.join("cgroup.kill"), "1");
+        }
+    }
+}
+
+/// Removes the tree's cgroup of the supervisor `supervisor` once it is empty (see
+/// [`TreeCgroup::remove`]); nothing when it is gone already.
+pub fn remove_tree(supervisor: i32) {
+    if let Ok(origin) = own_dir() {
+        remove_dir(&tree_dir(&origin, supervisor));
+    }
+}
+
+/// Removes an empty cgroup directory, waiting briefly while the kernel still counts a process
+/// that was just reaped.
+fn remove_dir(dir: &Path) {
+    for _ in 0..REMOVE_TRIES {
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            _ => return,
+        }
+    }
+}
