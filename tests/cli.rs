@@ -54,7 +54,6 @@ fn help_describes_every_flag() {
                 "--lease",
                 "--acquire",
                 "--round",
-                "--acting-log",
                 "--log-level",
             ][..],
         ),
@@ -66,10 +65,15 @@ fn help_describes_every_flag() {
         let help = String::from_utf8_lossy(&output.stdout);
         let lines: Vec<&str> = help.lines().collect();
         for flag in flags {
-            let at = lines.iter().position(|l| l.trim_start().starts_with(flag));
+            // `--flag`, or `-f, --flag` with its short form.
+            let at = lines.iter().position(|l| {
+                let l = l.trim_start();
+                l.starts_with(flag)
+                    || (l.starts_with('-') && l.get(4..).is_some_and(|rest| rest.starts_with(flag)))
+            });
             let at = at.unwrap_or_else(|| panic!("`vvm {command} --help` lacks {flag}"));
             // The description follows the flag on its line, or on the next when clap wraps.
-            let inline = lines[at].trim_start().len() > flag.len() + 30;
+            let inline = lines[at].trim_start().len() > flag.len() + 34;
             let below = lines.get(at + 1).is_some_and(|l| {
                 let l = l.trim_start();
                 !l.starts_with('-') && l.len() > 10

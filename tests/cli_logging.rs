@@ -80,11 +80,11 @@ fn json_lines_parse_with_level_and_fields() {
 #[test]
 fn the_final_problem_is_a_json_line_too() {
     let dir = cli_support::temp_dir("vvm-log-json");
-    // A path inside a regular file: the store cannot be opened, a problem (exit 1).
-    std::fs::write(dir.join("file"), "").unwrap();
+    // A file that is not a database: the store cannot be opened, a problem (exit 1).
+    std::fs::write(dir.join("vvm.sqlite"), [0x5a_u8; 4096]).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
         .args(["--log-format", "json", "run", "--store"])
-        .arg(format!("sqlite:{}", dir.join("file/vvm.sqlite").display()))
+        .arg(format!("sqlite:{}", dir.join("vvm.sqlite").display()))
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .output()
@@ -121,7 +121,7 @@ fn rust_log_replaces_the_log_level() {
         stderr.contains("lease renewed") || stderr.contains("transition"),
         "{stderr}"
     );
-    assert!(!stderr.contains("launching"), "{stderr}");
+    assert!(!stderr.contains("campaigning for a slot"), "{stderr}");
     // A filter that does not parse is a usage error.
     let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
         .args(["run", "--store", "memory:"])

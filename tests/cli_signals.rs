@@ -40,7 +40,7 @@ fn sigterm_during_a_campaign_exits_within_a_second_and_starts_nothing() {
     // Its log says when it has begun to campaign.
     let mut log = BufReader::new(campaigner.stderr.take().unwrap());
     let mut seen = String::new();
-    while !seen.contains("launching") {
+    while !seen.contains("campaigning for a slot") {
         let mut line = String::new();
         assert!(log.read_line(&mut line).unwrap() > 0, "no launch: {seen}");
         seen.push_str(&line);

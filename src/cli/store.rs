@@ -43,14 +43,20 @@ pub fn resolve(given: Option<&str>, create: bool) -> Result<String, String> {
             format!("sqlite:{}", dir.join(DEFAULT_FILE).display())
         }
     };
-    if let Ok(vvm_adapters::url::StoreUrl::Sqlite(sqlite)) =
-        vvm_adapters::url::StoreUrl::parse(&url)
-    {
+    // A bad URL is refused here, before anything is logged with it.
+    let parsed = vvm_adapters::url::StoreUrl::parse(&url)
+        .map_err(|e| format!("bad store URL: {}", super::error_chain(&e)))?;
+    if let vvm_adapters::url::StoreUrl::Sqlite(sqlite) = parsed {
         let parent = sqlite.path.parent().filter(|p| !p.as_os_str().is_empty());
         if let Some(parent) = parent {
             if create && !parent.is_dir() {
+                let what = if parent.exists() {
+                    "is not a directory"
+                } else {
+                    "does not exist"
+                };
                 return Err(format!(
-                    "--store {}: the directory {} does not exist; create it or choose another path",
+                    "--store {}: {} {what}; create the directory or choose another path",
                     sqlite.path.display(),
                     parent.display()
                 ));
