@@ -618,9 +618,9 @@ fn anyone_may_set_the_data_and_only_a_new_value_is_a_change() {
 // covers: Sem.Describe
 #[test]
 fn describe_is_a_snapshot_of_everything() {
-    let mut lock = Semaphore::create(None, "svc", 2, b"cfg".to_vec()).unwrap();
+    let mut lock = Semaphore::create(None, "svc", 3, b"cfg".to_vec()).unwrap();
     lock.acquire(s(1), 2, b"e1".to_vec(), T).unwrap();
-    lock.acquire(s(2), 1, b"e2".to_vec(), 7).unwrap();
+    lock.acquire(s(2), 2, b"e2".to_vec(), 7).unwrap();
     let d = lock.describe();
     assert_eq!(
         d,
@@ -628,14 +628,14 @@ fn describe_is_a_snapshot_of_everything() {
             name: SemaphoreName::new("svc").unwrap(),
             data: b"cfg".to_vec(),
             count: 2,
-            limit: 2,
+            limit: 3,
             ephemeral: false,
             generation: Generation(1),
             owners: lock.owners().to_vec(),
             waiters: vec![Waiter {
                 order_id: OrderId(2),
                 session: s(2),
-                count: 1,
+                count: 2,
                 data: b"e2".to_vec(),
                 timeout_ms: 7
             }],

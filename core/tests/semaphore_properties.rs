@@ -219,7 +219,7 @@ fn run(limit: Option<u64>, ops: Vec<Op>) -> Result<Vec<Vec<u8>>, TestCaseError> 
     for (step, op) in ops.into_iter().enumerate() {
         let before = sem.clone();
         let fill = step as u8;
-        let (caller, result) = match op {
+        let (caller, result) = match op.clone() {
             Op::Acquire(s, c, d, zero) => {
                 let count = count(c, sem.limit());
                 let data = data(d, PARTY_DATA_BYTES_MAX, fill);
@@ -233,6 +233,13 @@ fn run(limit: Option<u64>, ops: Vec<Op>) -> Result<Vec<Vec<u8>>, TestCaseError> 
             Op::Delete(force) => (None, sem.delete(force)),
         };
         judge(&before, &sem, caller, &result, &mut history)?;
+        if matches!(op, Op::Timeout(_)) {
+            let status = result.as_ref().map(|out| &out.status);
+            prop_assert!(
+                !matches!(status, Ok(Status::Released { .. })),
+                "a timeout ended a grant"
+            );
+        }
         if let Ok(out) = &result {
             if out.delete {
                 // The store deletes the record and keeps the counters; the next use of the

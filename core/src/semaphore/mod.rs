@@ -58,6 +58,7 @@ mod invariants;
 mod name;
 mod outcome;
 mod state;
+mod view;
 
 pub use codec::DecodeError;
 pub use invariants::Violation;

@@ -1,9 +1,8 @@
 //! One semaphore's state and the operations on it.
 
 use super::{
-    Changes, Description, Generation, Grant, OrderId, Outcome, Owner, SemaphoreError,
-    SemaphoreName, SessionKey, Status, Waiter, DATA_BYTES_MAX, EPHEMERAL_LIMIT, PARTIES_MAX,
-    PARTY_DATA_BYTES_MAX,
+    Changes, Generation, Grant, OrderId, Outcome, Owner, SemaphoreError, SemaphoreName, SessionKey,
+    Status, Waiter, DATA_BYTES_MAX, EPHEMERAL_LIMIT, PARTIES_MAX, PARTY_DATA_BYTES_MAX,
 };
 
 /// One semaphore: what a store keeps under its name. Every operation takes the state as read
@@ -305,20 +304,6 @@ impl Semaphore {
         })
     }
 
-    /// A snapshot, as describe and watch deliver it.
-    pub fn describe(&self) -> Description {
-        Description {
-            name: self.name.clone(),
-            data: self.data.clone(),
-            count: self.count(),
-            limit: self.limit,
-            ephemeral: self.ephemeral,
-            generation: self.generation,
-            owners: self.owners.clone(),
-            waiters: self.waiters.clone(),
-        }
-    }
-
     /// Grants waiters from the head of the queue while they fit; the first that does not fit
     /// stops the pass (strict FIFO).
     fn grant_waiters(&mut self, granted: &mut Vec<Grant>, changes: &mut Changes) {
@@ -376,58 +361,6 @@ impl Semaphore {
     /// Units left by the owners.
     fn free(&self) -> u64 {
         self.limit.saturating_sub(self.count())
-    }
-
-    /// Its name.
-    pub fn name(&self) -> &SemaphoreName {
-        &self.name
-    }
-
-    /// Its limit.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// Its own data.
-    pub fn data(&self) -> &[u8] {
-        &self.data
-    }
-
-    /// Whether it is ephemeral.
-    pub fn is_ephemeral(&self) -> bool {
-        self.ephemeral
-    }
-
-    /// Units held by the owners together.
-    pub fn count(&self) -> u64 {
-        self.owners
-            .iter()
-            .fold(0, |sum: u64, o| sum.saturating_add(o.count))
-    }
-
-    /// Its owners, in order of arrival.
-    pub fn owners(&self) -> &[Owner] {
-        &self.owners
-    }
-
-    /// Its waiters, in queue order.
-    pub fn waiters(&self) -> &[Waiter] {
-        &self.waiters
-    }
-
-    /// Whether it has neither owner nor waiter.
-    pub fn is_empty(&self) -> bool {
-        self.owners.is_empty() && self.waiters.is_empty()
-    }
-
-    /// The token of its last grant (0 before the first).
-    pub fn generation(&self) -> Generation {
-        self.generation
-    }
-
-    /// The order id its next new acquire gets.
-    pub fn next_order_id(&self) -> OrderId {
-        self.next_order_id
     }
 }
 
