@@ -10,6 +10,9 @@
 //! - [`Session`]: the unit of liveness of a process — one record, one keepalive and one kill
 //!   deadline for every holding attached to it, lost all at once. It follows the same renewal
 //!   rules as [`Leadership`] and writes its own closed set of [`SessionEffect`]s.
+//! - [`Semaphore`]: one counted semaphore of the coordination service — owners, a FIFO queue of
+//!   waiters, owners' data, tokens — as a pure function of its state and one operation, which
+//!   every store runs inside one transaction; plus its byte form for key-value stores.
 //!
 //! ```text
 //!            event (carries `now`)                effects (data)
@@ -53,6 +56,7 @@ mod effect;
 pub mod leadership;
 pub mod lifecycle;
 mod renewal;
+pub mod semaphore;
 pub mod sequencer;
 pub mod session;
 mod time;
@@ -68,6 +72,9 @@ pub use effect::{
 };
 pub use leadership::{Held, Leadership, LeaseEvent, LeaseState, Pending};
 pub use lifecycle::{Lifecycle, Phase, Round, VvmEvent, VvmState, EXPIRY_RETRY_MIN};
+// The rest of the semaphore's vocabulary (`Status`, `Outcome`, ...) is used as
+// `vvm_core::semaphore::*`: the names are too general for the crate root.
+pub use semaphore::{Semaphore, SemaphoreError, SemaphoreName, SessionKey};
 pub use session::{
     AttachRefusal, HoldingId, Liveness, OpenRefusal, Session, SessionEffect, SessionEffects,
     SessionEvent, SessionId, SessionState, HOLDINGS_MAX, SESSION_EFFECTS_MAX,
