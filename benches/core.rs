@@ -83,5 +83,89 @@ fn lifecycle(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, renewals, lifecycle);
+/// A session kept alive with `holdings` attached: the cost of a keepalive must not depend on it.
+fn session_keepalives(c: &mut Criterion) {
+    let lease = LeaseConfig::new(Duration::from_secs(20)).unwrap();
+    let mut group = c.benchmark_group("session");
+    group.throughput(Throughput::Elements(2));
+    for holdings in [0_u32, 100_000] {
+        let mut session = Session::new(lease, Incarnation(1));
+        session.reserve_holdings(holdings);
+        let mut out = SessionEffects::new();
+        let mut now_ns: u64 = 0;
+        let op_of = |out: &SessionEffects| {
+            out.iter().find_map(|effect| match *effect {
+                SessionEffect::Create { op, .. } | SessionEffect::KeepAlive { op, .. } => Some(op),
+                _ => None,
+            })
+        };
+        let timer_of = |out: &SessionEffects| {
+            out.iter().find_map(|effect| match *effect {
+                SessionEffect::SetTimer { timer, .. } => Some(timer),
+                _ => None,
+            })
+        };
+        session.handle(
+            &SessionEvent::Open {
+                now: Instant::from_nanos(now_ns),
+            },
+            &mut out,
+        );
+        let op = op_of(&out).expect("a create");
+        out.clear();
+        session.handle(
+            &SessionEvent::Reply {
+                now: Instant::from_nanos(now_ns),
+                op,
+                reply: Reply::Written(Revision(1)),
+            },
+            &mut out,
+        );
+        let mut next_timer = timer_of(&out).expect("a timer");
+        for holding in 0..holdings {
+            out.clear();
+            session.handle(
+                &SessionEvent::Attach {
+                    now: Instant::from_nanos(now_ns),
+                    holding: HoldingId(holding),
+                },
+                &mut out,
+            );
+        }
+        assert_eq!(session.holdings(), holdings);
+        let mut revision = 1;
+        group.bench_function(
+            format!("keepalive (timer + confirmed reply), {holdings} holdings"),
+            |b| {
+                b.iter(|| {
+                    now_ns += 5_000_000_000;
+                    revision += 1;
+                    let now = Instant::from_nanos(now_ns);
+                    out.clear();
+                    session.handle(
+                        black_box(&SessionEvent::Timer {
+                            now,
+                            timer: next_timer,
+                        }),
+                        &mut out,
+                    );
+                    let op = op_of(&out).expect("a keepalive");
+                    out.clear();
+                    session.handle(
+                        black_box(&SessionEvent::Reply {
+                            now,
+                            op,
+                            reply: Reply::Written(Revision(revision)),
+                        }),
+                        &mut out,
+                    );
+                    next_timer = timer_of(&out).expect("a timer");
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, renewals, lifecycle, session_keepalives);
 criterion_main!(benches);

@@ -54,8 +54,14 @@ pub(super) struct Feed {
     /// A store opened read-only keeps no connection: each read opens one that writes nothing,
     /// and the version is a fingerprint of the files (see `reader.rs`).
     read_only: bool,
-    /// Records (slot, revision) whose free lock already woke the waiters, oldest first.
-    woken: Mutex<Vec<(u32, i64)>>,
+    /// Records (slot, revision) whose free lock already woke the waiters, oldest first, each
+    /// with the number of waits begun before it did ([`Feed::waits`] then): every wait begun
+    /// before is woken by it too — two waiters on one store (a VVM and an observer, or two
+    /// VVMs of one process) each learn of the death — and no wait begun after (a candidate's
+    /// next round, whose insert the record refused all the same).
+    woken: Mutex<Vec<(u32, i64, u64)>>,
+    /// Waits begun on this store so far: each wait's number is its place in this count.
+    waits: std::sync::atomic::AtomicU64,
 }
 
 /// What the feed compares: the version of the file and the values (holders) of the watched
@@ -83,6 +89,7 @@ impl Feed {
             conn: Mutex::new(None),
             read_only,
             woken: Mutex::new(Vec::new()),
+            waits: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -193,8 +200,9 @@ impl Feed {
     }
 
     /// Whether a watched record names the lock file its watch has open and that lock is free,
-    /// for the first time for this record: its holder is gone.
-    fn holder_gone(&self, named: &[Named], locks: &[(u32, LockWatch)]) -> bool {
+    /// for the first time for this record or for a wait (number `wait`) begun before that
+    /// first time: its holder is gone.
+    fn holder_gone(&self, named: &[Named], locks: &[(u32, LockWatch)], wait: u64) -> bool {
         for record in named {
             let Some(id) = record.lock else { continue };
             let Some((_, watch)) = locks.iter().find(|(slot, _)| *slot == record.slot) else {
@@ -205,13 +213,20 @@ impl Feed {
             }
             let mut woken = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
             let key = (record.slot, record.revision);
-            if woken.contains(&key) {
+            if let Some(&(_, _, waits_then)) = woken
+                .iter()
+                .find(|&&(slot, revision, _)| (slot, revision) == key)
+            {
+                if wait < waits_then {
+                    return true;
+                }
                 continue;
             }
             if woken.len() >= WOKEN_MAX {
                 woken.remove(0);
             }
-            woken.push(key);
+            let waits_then = self.waits.load(std::sync::atomic::Ordering::Acquire);
+            woken.push((key.0, key.1, waits_then));
             return true;
         }
         false
@@ -230,6 +245,7 @@ impl Feed {
         keys.dedup();
         // Read at the call, not at the first poll: a change right after it is not missed.
         let start = self.seen(&path, &keys);
+        let wait = self.waits.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         // One descriptor per watched slot, at most [`LOCK_WATCH_SLOTS_MAX`]: the others' deaths
         // are learnt at their records' expiry.
         let locks: Vec<(u32, LockWatch)> = keys
@@ -251,7 +267,7 @@ impl Feed {
                     continue;
                 };
                 // A holder's death changes nothing in the file: only its lock tells.
-                if self.holder_gone(&seen.named, &locks) {
+                if self.holder_gone(&seen.named, &locks, wait) {
                     return;
                 }
                 if self.version(&path) == Some(seen.version) {
