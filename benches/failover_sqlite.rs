@@ -18,8 +18,12 @@
 //!   SIGTERM for a graceful hand-off; the figure is the time from the signal to the successor's
 //!   command running (its first line in a log, stamped by the command itself on the wall clock).
 //!
-//! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|tree-kill|tree-handoff|both]
-//! [RUNS]` (default: `both` = kill and stop, 20 runs).
+//! - `etcd-tree-kill`, `etcd-tree-handoff`: the same on a single-member etcd it starts on
+//!   loopback (each run under a prefix of its own); after a SIGKILL the successor leads once etcd
+//!   removed the expired lease (≈ L + its 0.5 s expiry check).
+//!
+//! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|tree-kill|tree-handoff|
+//! etcd-tree-kill|etcd-tree-handoff|both] [RUNS]` (default: `both` = kill and stop, 20 runs).
 //! Prints every run, then p50, p99 and the maximum per mode.
 
 use std::io::{BufRead, BufReader};
@@ -29,6 +33,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
+use vvm_adapters::etcd::cluster::{ClusterOptions, EtcdCluster};
 use vvm_adapters::sqlite::{BootClock, StoreClock};
 
 /// Longest wait for a `leading` line on a loaded machine.
@@ -166,11 +171,10 @@ perl -e 'use POSIX; POSIX::setsid(); exit 0 if fork; POSIX::close($_) for 0..102
   while (1) { sleep 1 }' &
 while :; do echo "$VVM_REVISION $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
 
-fn spawn_tree(dir: &Path, address: &str) -> Child {
+fn spawn_tree(dir: &Path, address: &str, store: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_vvm"))
         .current_dir(dir)
-        .args(["--log-level", "warn", "run", "--store"])
-        .arg(format!("sqlite:{}", dir.join("vvm.sqlite").display()))
+        .args(["--log-level", "warn", "run", "--store", store])
         .args(["--slots", "1", "--address", address, "--lease", "2s"])
         .args([
             "--acquire",
@@ -229,16 +233,21 @@ fn wall_ns() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-/// A tree mode (see the module documentation).
-fn tree(mode: &str, index: usize) -> Duration {
+/// A tree mode (see the module documentation): on the SQLite file of a fresh directory, or, given
+/// `etcd` (a cluster's endpoints), on etcd under a prefix of this run's own.
+fn tree(mode: &str, index: usize, etcd: Option<&str>) -> Duration {
     let dir = scratch(index);
     let log = dir.join("acts");
-    let mut holder = spawn_tree(&dir, "holder");
+    let store = match etcd {
+        Some(endpoints) => format!("etcd://{endpoints}/?prefix=run-{index}/"),
+        None => format!("sqlite:{}", dir.join("vvm.sqlite").display()),
+    };
+    let mut holder = spawn_tree(&dir, "holder", &store);
     wait_revisions(&log, 1);
-    let mut candidate = spawn_tree(&dir, "candidate");
+    let mut candidate = spawn_tree(&dir, "candidate", &store);
     std::thread::sleep(Duration::from_millis(300));
     let pid = Pid::from_raw(holder.id() as i32).expect("a pid");
-    let signal = if mode == "tree-kill" {
+    let signal = if mode.ends_with("tree-kill") {
         Signal::KILL
     } else {
         Signal::TERM
@@ -253,12 +262,12 @@ fn tree(mode: &str, index: usize) -> Duration {
     Duration::from_nanos(u64::try_from(firsts[1].1.saturating_sub(sent_ns)).unwrap_or(u64::MAX))
 }
 
-fn run(mode: &str, index: usize, state: &mut u64) -> Duration {
+fn run(mode: &str, index: usize, state: &mut u64, etcd: Option<&str>) -> Duration {
     if mode == "fresh" {
         return fresh(index);
     }
-    if mode.starts_with("tree-") {
-        return tree(mode, index);
+    if mode.starts_with("tree-") || mode.starts_with("etcd-tree-") {
+        return tree(mode, index, etcd);
     }
     let dir = scratch(index);
     let database = dir.join("vvm.sqlite");
@@ -314,13 +323,36 @@ fn main() {
         "fresh" => &["fresh"],
         "tree-kill" => &["tree-kill"],
         "tree-handoff" => &["tree-handoff"],
+        "etcd-tree-kill" => &["etcd-tree-kill"],
+        "etcd-tree-handoff" => &["etcd-tree-handoff"],
         _ => &["kill", "stop"],
     };
+    // The etcd modes: one single-member cluster on loopback for all their runs.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let cluster = if mode.starts_with("etcd-") {
+        let options = ClusterOptions::new(1).expect("cluster options are valid");
+        Some(
+            runtime
+                .block_on(EtcdCluster::start(options))
+                .expect("etcd starts (apt-get install etcd-server)"),
+        )
+    } else {
+        None
+    };
+    // `HOST:PORT,…`, for URLs with a prefix of their own.
+    let etcd = cluster.as_ref().map(|cluster| {
+        cluster
+            .endpoints()
+            .iter()
+            .map(|endpoint| endpoint.trim_start_matches("http://").to_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    });
     let mut state = 0x5EED;
     for mode in modes {
         let figures: Vec<Duration> = (0..runs)
             .map(|index| {
-                let figure = run(mode, index, &mut state);
+                let figure = run(mode, index, &mut state, etcd.as_deref());
                 println!("{mode} run {index:2}: {:.1} ms", figure.as_secs_f64() * 1e3);
                 figure
             })
