@@ -1,5 +1,6 @@
 //! The `vvm` host binary: run a VVM with a demo service, show who leads, or watch a failover.
-// Unsafe only where FoundationDB's network thread is started (`cli::store`, feature `foundationdb`).
+// Unsafe only where FoundationDB's network thread is started (`cli::store`, feature `foundationdb`)
+// and where the supervisor starts the command into its cgroup (`cli::supervise::clone`).
 #![deny(unsafe_code)]
 
 use std::ffi::OsString;

@@ -28,6 +28,7 @@
 //! ended. `vvm` and the supervisor are each enough for every other case.
 
 pub mod cgroup;
+mod clone;
 pub mod tree;
 
 use std::ffi::OsString;
@@ -186,7 +187,7 @@ pub fn supervise(args: Supervision) -> ExitCode {
     let made = if args.no_cgroup {
         Err("not asked for".to_owned())
     } else {
-        cgroup::TreeCgroup::enter()
+        cgroup::TreeCgroup::make()
     };
     let cgroup = match made {
         Ok(cgroup) => Some(cgroup),
@@ -196,41 +197,27 @@ pub fn supervise(args: Supervision) -> ExitCode {
         }
         Err(_) => None,
     };
-    let spawned = std::process::Command::new(program)
-        .args(rest)
-        // Its own group: one signal reaches everything that stays in it.
-        .process_group(0)
-        .spawn();
-    let left = cgroup.as_ref().map_or(Ok(()), cgroup::TreeCgroup::leave);
-    let child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
+    let command = match start(program, rest, cgroup.as_ref()) {
+        Ok(command) => command,
+        Err(Start::CannotStart(e)) => {
             if let Some(cgroup) = cgroup {
                 cgroup.remove();
             }
             super::log::line(&format!("cannot start {}: {e}", program.to_string_lossy()));
             return ExitCode::from(EXIT_CANNOT_START);
         }
+        Err(Start::Failed(e)) => {
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
+            }
+            return fail(&format!("supervisor: {e}"));
+        }
     };
-    let Some(command) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) else {
-        return fail("supervisor: the command has no process id");
-    };
-    if let Err(e) = left {
-        // Still inside: a kill of the cgroup would end this process too. End the command
-        // before it does anything.
-        let _ = rustix::process::kill_process(command, Signal::KILL);
-        let _ = rustix::process::waitpid(Some(command), rustix::process::WaitOptions::empty());
-        return fail(&format!(
-            "supervisor: cannot leave the command's cgroup: {e}"
-        ));
-    }
     let containment = if cgroup.is_some() {
         Containment::Cgroup
     } else {
         Containment::Subreaper
     };
-    // Reaped below with `wait`, not through the handle.
-    drop(child);
     let mut report = std::fs::File::from(report);
     // `vvm` reads this to signal the group itself; if it is gone the pipe says so below.
     let mut record = [0_u8; REPORT_BYTES];
@@ -267,6 +254,56 @@ pub fn supervise(args: Supervision) -> ExitCode {
         }
         (None, None) => ExitCode::from(EXIT_ENDED),
     }
+}
+
+/// Why the command did not start.
+enum Start {
+    /// The program could not be run (exit [`EXIT_CANNOT_START`]).
+    CannotStart(std::io::Error),
+    /// Something of the supervisor's own failed.
+    Failed(String),
+}
+
+/// Starts the command in a process group of its own and, with `cgroup`, inside it: created into
+/// it where the kernel can (`clone3`), else by moving this process in for the spawn and out again.
+fn start(
+    program: &std::ffi::OsStr,
+    rest: &[OsString],
+    cgroup: Option<&cgroup::TreeCgroup>,
+) -> Result<Pid, Start> {
+    if let Some(cgroup) = cgroup {
+        match clone::spawn_into(cgroup.dir_fd(), program, rest) {
+            Ok(pid) => return Ok(pid),
+            Err(clone::SpawnError::Exec(e)) => return Err(Start::CannotStart(e)),
+            Err(clone::SpawnError::Failed(e)) => {
+                return Err(Start::Failed(format!("cannot start the command: {e}")))
+            }
+            // Before Linux 5.7: move this process in for the spawn below.
+            Err(clone::SpawnError::Unsupported) => cgroup.enter().map_err(Start::Failed)?,
+        }
+    }
+    let spawned = std::process::Command::new(program)
+        .args(rest)
+        // Its own group: one signal reaches everything that stays in it.
+        .process_group(0)
+        .spawn();
+    let left = cgroup.map_or(Ok(()), cgroup::TreeCgroup::leave);
+    let child = spawned.map_err(Start::CannotStart)?;
+    let Some(command) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) else {
+        return Err(Start::Failed("the command has no process id".to_owned()));
+    };
+    // Reaped by the supervisor's `wait`, not through the handle.
+    drop(child);
+    if let Err(e) = left {
+        // Still inside: a kill of the cgroup would end this process too. End the command
+        // before it does anything.
+        let _ = rustix::process::kill_process(command, Signal::KILL);
+        let _ = rustix::process::waitpid(Some(command), rustix::process::WaitOptions::empty());
+        return Err(Start::Failed(format!(
+            "cannot leave the command's cgroup: {e}"
+        )));
+    }
+    Ok(command)
 }
 
 /// Watches until the command exits (`None`) or the tree must be ended (why).

@@ -4,9 +4,9 @@
 //!
 //! The directory is `vvm-tree-<supervisor pid>` under the cgroup the supervisor started in, on
 //! the cgroup2 mount of the host (`/sys/fs/cgroup` or, on hybrid hosts,
-//! `/sys/fs/cgroup/unified`). The supervisor moves itself into it, starts the command (which
-//! inherits it at its birth, atomically), and moves itself back out: the command was never
-//! outside it, and the supervisor is never killed with it. Making it needs write access to the
+//! `/sys/fs/cgroup/unified`). The supervisor starts the command into it (`clone.rs`: created
+//! there, atomically, so the command was never outside it), or, where the kernel cannot, moves
+//! itself in for the spawn and back out; it is never killed with the tree. Making it needs write access to the
 //! supervisor's own cgroup (root, or a cgroup delegated by systemd, `Delegate=yes`); without it
 //! the subreaper alone contains the tree.
 
@@ -26,6 +26,8 @@ pub struct TreeCgroup {
     origin: PathBuf,
     /// `cgroup.kill`, opened before it is needed: ending the tree is one write.
     kill: OwnedFd,
+    /// The directory itself, for `clone3` (`CLONE_INTO_CGROUP`).
+    dir_fd: OwnedFd,
 }
 
 /// The directory of this process's cgroup v2, under the cgroup2 mount.
@@ -131,9 +133,9 @@ fn is_populated(dir: &Path) -> bool {
 }
 
 impl TreeCgroup {
-    /// Makes the tree's cgroup and moves this process into it; the next child is born there.
-    /// Trees left by supervisors that are gone are ended first ([`end_orphaned_trees`]).
-    pub fn enter() -> Result<TreeCgroup, String> {
+    /// Makes the tree's cgroup, for a child to be started into it (see `clone.rs`). Trees left
+    /// by supervisors that are gone are ended first ([`end_orphaned_trees`]).
+    pub fn make() -> Result<TreeCgroup, String> {
         let origin = own_dir()?;
         let orphans = end_orphaned_trees(&origin);
         if orphans > 0 {
@@ -155,12 +157,31 @@ impl TreeCgroup {
                 return Err(format!("no cgroup.kill in {}: {e}", dir.display()));
             }
         };
-        let cgroup = TreeCgroup { dir, origin, kill };
-        if let Err(e) = write_file(&cgroup.dir.join("cgroup.procs"), "0") {
-            cgroup.remove();
-            return Err(e);
-        }
-        Ok(cgroup)
+        let dir_fd = match std::fs::File::open(&dir) {
+            Ok(file) => OwnedFd::from(file),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(format!("cannot open the cgroup {}: {e}", dir.display()));
+            }
+        };
+        Ok(TreeCgroup {
+            dir,
+            origin,
+            kill,
+            dir_fd,
+        })
+    }
+
+    /// The directory, open: what `CLONE_INTO_CGROUP` names.
+    pub fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.dir_fd.as_fd()
+    }
+
+    /// Moves this process into the cgroup, so that the next child is born there: where the
+    /// kernel cannot start a child into it directly. [`leave`](Self::leave) after the spawn.
+    pub fn enter(&self) -> Result<(), String> {
+        write_file(&self.dir.join("cgroup.procs"), "0")
     }
 
     /// Moves this process back to the cgroup it came from, leaving the command in the tree's.
