@@ -43,6 +43,7 @@ const _: () = assert!(PARTIES_MAX <= u16::MAX as usize);
 
 /// Why bytes are not a semaphore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The bytes do not start with the semaphore magic.
     #[error("not a semaphore")]
@@ -63,13 +64,13 @@ pub enum DecodeError {
     #[error("the name is not UTF-8")]
     NameNotUtf8,
     /// The name is not a valid [`SemaphoreName`].
-    #[error("invalid name: {0}")]
+    #[error("invalid name")]
     Name(#[from] NameError),
     /// A length above its bound: data, or the number of parties.
     #[error("a length above its bound")]
     TooLong,
     /// The fields decode but break a rule of semaphore states.
-    #[error("not a valid semaphore state: {0}")]
+    #[error("not a valid semaphore state")]
     Invalid(#[from] Violation),
 }
 

@@ -8,6 +8,7 @@ use super::{
 
 /// A rule a semaphore state breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum Violation {
     /// The limit is 0.
     #[error("the limit is 0")]

@@ -7,6 +7,7 @@ use super::NAME_BYTES_MAX;
 
 /// Why a string is not a [`SemaphoreName`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum NameError {
     /// The name is empty: it would be the bare key prefix of the store.
     #[error("a semaphore name is empty")]

@@ -4,9 +4,10 @@ use super::{Generation, NameError, OrderId, Owner, SemaphoreName, SessionKey, Wa
 
 /// Why an operation was refused. A refused operation changes nothing.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SemaphoreError {
     /// The name is not a valid [`SemaphoreName`].
-    #[error("invalid semaphore name: {0}")]
+    #[error("invalid semaphore name")]
     InvalidName(#[from] NameError),
     /// A semaphore is created with limit 0: nobody could ever hold it.
     #[error("a semaphore's limit is 0")]
