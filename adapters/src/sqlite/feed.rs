@@ -22,6 +22,12 @@
 //! all the same (a record that cannot be read, say) falls back to the expiry instead of waking
 //! its waiter again and again.
 //!
+//! Where a watched record names a lock that is held, a thread of its own blocks on that lock
+//! (one per slot of a store, whatever the number of waits) and wakes every wait the moment it is
+//! free: the holder deleted its record and let go of the lock (a hand-off), or died. So both are
+//! seen within microseconds, not at the next look; the looks stay for everything else (a
+//! holder that renews no more but lives, a record without a lock).
+//!
 //! The checks run on the async worker thread: no check ever waits for a lock, and each is
 //! shorter than handing it to the blocking pool would be.
 
@@ -37,7 +43,8 @@ use super::file::Sharing;
 use super::lock::{self, FileId, LockWatch};
 
 /// How often a waiting candidate looks at `PRAGMA data_version`: the latency it adds to a
-/// hand-off is at most this. Each look costs about 0.1 ms of CPU (timer wake-up, the WAL index
+/// change that no lock tells of (a hand-off or a death is told by the lock thread at once) is
+/// at most this. Each look costs about 0.1 ms of CPU (timer wake-up, the WAL index
 /// check), so a waiting `vvm run` uses ≈ 1.5 % of a core at 10 ms, ≈ 0.8 % at 20 ms and ≈ 2.3 %
 /// at 5 ms (`BENCHMARKS.md`): 10 ms keeps a hand-off well under 20 ms at a modest cost.
 pub const FEED_POLL_INTERVAL: Duration = Duration::from_millis(10);
@@ -62,6 +69,11 @@ pub(super) struct Feed {
     woken: Mutex<Vec<(u32, i64, u64)>>,
     /// Waits begun on this store so far: each wait's number is its place in this count.
     waits: std::sync::atomic::AtomicU64,
+    /// Bumped by a lock thread when the lock it waited on became free: every wait looks at
+    /// once instead of at its next tick.
+    freed: tokio::sync::watch::Sender<u64>,
+    /// The slots whose lock a thread is blocked on now (at most one thread per slot).
+    lock_threads: Mutex<Vec<u32>>,
 }
 
 /// What the feed compares: the version of the file and the values (holders) of the watched
@@ -90,6 +102,8 @@ impl Feed {
             read_only,
             woken: Mutex::new(Vec::new()),
             waits: std::sync::atomic::AtomicU64::new(0),
+            freed: tokio::sync::watch::Sender::new(0),
+            lock_threads: Mutex::new(Vec::new()),
         }
     }
 
@@ -232,6 +246,47 @@ impl Feed {
         false
     }
 
+    /// Starts a thread blocked on the lock of `slot` until it is free — the holder deleted its
+    /// record or died — which then wakes every wait of this store at once: a hand-off or a
+    /// death is seen within microseconds rather than at the next tick. At most one such thread
+    /// per slot of a store: a thread whose lock a live holder keeps for hours is one blocked
+    /// thread, whatever the number of waits (and it ends when that holder does, or this
+    /// process's own holding of the slot does).
+    fn watch_lock(self: Arc<Self>, path: &Path, slot: u32, sharing: Sharing) {
+        {
+            let mut running = self
+                .lock_threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if running.contains(&slot) || running.len() >= LOCK_WATCH_SLOTS_MAX {
+                return;
+            }
+            running.push(slot);
+        }
+        let watch = LockWatch::new(&lock::path(path, Slot(slot)), sharing, false);
+        let feed = Arc::clone(&self);
+        let spawned = watch.and_then(|watch| {
+            std::thread::Builder::new()
+                .name("vvm-sqlite-lock".into())
+                .spawn(move || {
+                    watch.wait_free();
+                    feed.lock_threads
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .retain(|running| *running != slot);
+                    feed.freed
+                        .send_modify(|count| *count = count.wrapping_add(1));
+                })
+                .ok()
+        });
+        if spawned.is_none() {
+            self.lock_threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|running| *running != slot);
+        }
+    }
+
     /// Resolves once a row of `keys` is deleted or holds another value than now, or a record's
     /// holder is known gone by its free lock (see `lock.rs`).
     pub(super) fn changed(
@@ -256,12 +311,29 @@ impl Feed {
                     .map(|watch| (*key, watch))
             })
             .collect();
+        // Subscribed before the threads start: a lock freed right after is not missed.
+        let mut freed = self.freed.subscribe();
+        if let Some(seen) = start.as_ref() {
+            for (slot, watch) in &locks {
+                let named = seen
+                    .named
+                    .iter()
+                    .any(|record| record.slot == *slot && record.lock == Some(watch.id));
+                if named && !watch.free() {
+                    Arc::clone(&self).watch_lock(&path, *slot, sharing);
+                }
+            }
+        }
         async move {
             let mut start = start;
-            let mut interval = tokio::time::interval(FEED_POLL_INTERVAL);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut next = tokio::time::Instant::now();
             loop {
-                interval.tick().await;
+                // The next look: at the tick, or at once when a lock thread saw a lock freed.
+                if let Ok(Err(_)) = tokio::time::timeout_at(next, freed.changed()).await {
+                    // The feed is gone (never while `self` lives): looks at the ticks only.
+                    tokio::time::sleep_until(next).await;
+                }
+                next = tokio::time::Instant::now() + FEED_POLL_INTERVAL;
                 let Some(seen) = start.as_ref() else {
                     start = self.seen(&path, &keys);
                     continue;

@@ -286,6 +286,19 @@ impl LockWatch {
         Some(LockWatch { fd, id })
     }
 
+    /// Blocks until no open file holds the lock, then lets go of it at once (a shared lock
+    /// taken for an instant: a holder's [`try_lock`] that meets it tries again shortly).
+    pub(crate) fn wait_free(&self) {
+        loop {
+            match rustix::fs::flock(&self.fd, FlockOperation::LockShared) {
+                Ok(()) => break,
+                Err(Errno::INTR) => {}
+                Err(_) => return,
+            }
+        }
+        let _ = rustix::fs::flock(&self.fd, FlockOperation::Unlock);
+    }
+
     /// Whether no open file holds the lock now.
     pub(crate) fn free(&self) -> bool {
         match rustix::fs::flock(&self.fd, FlockOperation::NonBlockingLockExclusive) {
