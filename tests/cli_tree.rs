@@ -308,6 +308,9 @@ enum Fault {
     KillVvm,
     KillSupervisor,
     Terminate,
+    /// SIGABRT: how `vvm` ends when it panics with `panic = "abort"`, or any abort (a failed
+    /// allocation, a double panic) — the process ends with no code of its own running.
+    AbortVvm,
 }
 
 /// The command of a chaos round: it daemonizes, ignores SIGTERM, or both.
@@ -405,7 +408,7 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
     // The first leads before the second starts: the rounds know who leads.
     wait_until(&log, "the first tree acts", |seen| seen.len() == 1);
     let (mut candidate, mut candidate_daemon) = spawn_one(1, &mut state);
-    let mut counts = [0_usize; 4];
+    let mut counts = [0_usize; 5];
     let started = Instant::now();
     for round in 0..rounds {
         // The leader's whole tree is acting before it is hit.
@@ -414,10 +417,11 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
             seen.len() == round + 1 && seen.values().last().is_some_and(|t| t.kinds.len() == kinds)
         });
         std::thread::sleep(Duration::from_millis(next(&mut state) % 150));
-        let fault = match next(&mut state) % 4 {
+        let fault = match next(&mut state) % 5 {
             0 => Fault::StopVvm,
             1 => Fault::KillVvm,
             2 => Fault::KillSupervisor,
+            3 => Fault::AbortVvm,
             _ => Fault::Terminate,
         };
         counts[fault as usize] += 1;
@@ -428,6 +432,7 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
                 rustix::process::kill_process(supervisor_of(&leader), Signal::KILL).unwrap()
             }
             Fault::Terminate => signal(&leader, Signal::TERM),
+            Fault::AbortVvm => signal(&leader, Signal::ABORT),
         }
         wait_until(&log, "the successor acts", |seen| seen.len() == round + 2);
         if matches!(fault, Fault::StopVvm) {
@@ -450,12 +455,13 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
     assert_eq!(seen.len(), rounds + 1, "{seen:?}");
     assert_no_overlap(&seen, dir);
     eprintln!(
-        "chaos on {name}: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}): no overlap",
+        "chaos on {name}: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}, abort {}): no overlap",
         started.elapsed(),
         counts[0],
         counts[1],
         counts[2],
-        counts[3]
+        counts[3],
+        counts[4]
     );
     for mut child in [leader, candidate] {
         signal(&child, Signal::KILL);
