@@ -197,7 +197,7 @@ pub fn supervise(args: Supervision) -> ExitCode {
         }
         Err(_) => None,
     };
-    let command = match start(program, rest, cgroup.as_ref()) {
+    let command = match start(program, rest, cgroup.as_ref(), Spawn::IntoCgroup) {
         Ok(command) => command,
         Err(Start::CannotStart(e)) => {
             if let Some(cgroup) = cgroup {
@@ -264,15 +264,29 @@ enum Start {
     Failed(String),
 }
 
+/// How a command is put into its tree's cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Spawn {
+    /// Created into it with `clone3`, falling back to [`Spawn::Move`] where the kernel cannot.
+    IntoCgroup,
+    /// This process moves in for the spawn and back out (the fallback; chosen by tests).
+    Move,
+}
+
 /// Starts the command in a process group of its own and, with `cgroup`, inside it: created into
 /// it where the kernel can (`clone3`), else by moving this process in for the spawn and out again.
 fn start(
     program: &std::ffi::OsStr,
     rest: &[OsString],
     cgroup: Option<&cgroup::TreeCgroup>,
+    how: Spawn,
 ) -> Result<Pid, Start> {
     if let Some(cgroup) = cgroup {
-        match clone::spawn_into(cgroup.dir_fd(), program, rest) {
+        let cloned = match how {
+            Spawn::IntoCgroup => clone::spawn_into(cgroup.dir_fd(), program, rest),
+            Spawn::Move => Err(clone::SpawnError::Unsupported),
+        };
+        match cloned {
             Ok(pid) => return Ok(pid),
             Err(clone::SpawnError::Exec(e)) => return Err(Start::CannotStart(e)),
             Err(clone::SpawnError::Failed(e)) => {
@@ -400,4 +414,49 @@ fn exit_as(status: WaitStatus) -> ExitCode {
     }
     let code = status.terminating_signal().unwrap_or(0);
     ExitCode::from(u8::try_from(128 + code).unwrap_or(u8::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cgroup v2 path of process `pid`.
+    fn cgroup_of(pid: i32) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| line.strip_prefix("0::").map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    // Both ways into the cgroup: the command is inside, this process is where it was, and the
+    // directory goes once the command is reaped.
+    #[test]
+    fn the_command_starts_inside_the_trees_cgroup_either_way() {
+        if cgroup::probe().is_err() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "no cgroup can be made here under CI"
+            );
+            eprintln!("skipped: no cgroup can be made here");
+            return;
+        }
+        let me = std::process::id() as i32;
+        let outside = cgroup_of(me);
+        for how in [Spawn::IntoCgroup, Spawn::Move] {
+            let tree = cgroup::TreeCgroup::make().expect("a cgroup");
+            let sleep = [OsString::from("5")];
+            let pid = start(std::ffi::OsStr::new("sleep"), &sleep, Some(&tree), how)
+                .unwrap_or_else(|_| panic!("{how:?}: the command starts"));
+            let inside = cgroup_of(pid.as_raw_pid());
+            assert!(
+                inside.ends_with(&format!("/vvm-tree-{me}")),
+                "{how:?}: the command is in {inside}"
+            );
+            assert_eq!(cgroup_of(me), outside, "{how:?}: this process moved");
+            tree.kill();
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+            tree.remove();
+        }
+    }
 }
