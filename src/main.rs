@@ -262,14 +262,9 @@ fn with_newline(mut text: String) -> String {
     text
 }
 
-/// `vvm` without its hidden subcommand, as users see it.
-fn visible_command() -> clap::Command {
-    Cli::command()
-}
-
 /// Writes the completion script for `shell` to standard output.
 fn completions(shell: clap_complete::Shell) -> ExitCode {
-    let mut command = visible_command();
+    let mut command = Cli::command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "vvm", &mut script);
     write_out(&script)
@@ -277,7 +272,7 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 
 /// Writes the manual page (roff) to standard output: `vvm` with a section per subcommand.
 fn man_page() -> ExitCode {
-    let command = visible_command();
+    let command = Cli::command();
     let mut page = Vec::new();
     if let Err(e) = clap_mangen::Man::new(command.clone()).render(&mut page) {
         return cli::fail(&format!("cannot render the manual page: {e}"));

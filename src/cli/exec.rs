@@ -258,10 +258,16 @@ fn pipe_for_child(child_reads: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// The tree's cgroup, if the supervisor `supervisor` made one and could not remove it, is
 /// killed first and removed last.
 async fn sweep(supervisor: i32) {
+    use super::supervise::cgroup;
     let swept = tokio::task::spawn_blocking(move || {
-        super::supervise::cgroup::kill_tree(supervisor);
+        let leftover = cgroup::leftover_tree(supervisor);
+        if let Some(dir) = &leftover {
+            cgroup::kill_dir(dir);
+        }
         let ended = super::supervise::tree::end_descendants_by_pid();
-        super::supervise::cgroup::remove_tree(supervisor);
+        if let Some(dir) = &leftover {
+            cgroup::remove_dir(dir);
+        }
         ended
     })
     .await;
@@ -310,14 +316,7 @@ const STOPPED_CHECK: Duration = Duration::from_millis(500);
 /// `/proc/PID/stat`. False when it cannot be read (it has ended).
 fn is_stopped(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let (_, rest) = stat.rsplit_once(')')?;
-            rest.split_whitespace()
-                .next()
-                .map(|state| state == "T" || state == "t")
-        })
-        .unwrap_or(false)
+        .is_ok_and(|stat| matches!(super::supervise::tree::state_of(&stat), Some("T" | "t")))
 }
 
 impl ExecService {

@@ -54,6 +54,11 @@ pub fn parse_metrics_addr(text: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// [`OpsState`]'s command state: it runs.
+const COMMAND_RUNS: u8 = 1;
+/// [`OpsState`]'s command state: it is stopped.
+const COMMAND_STOPPED: u8 = 2;
+
 /// What the endpoints answer from: a copy of the VVM's state that the host refreshes (see
 /// [`OpsState::update`]), judged against the current time when a request comes.
 #[derive(Debug)]
@@ -67,8 +72,9 @@ pub struct OpsState {
     /// How long past the kill deadline a process that still holds leadership is reported
     /// healthy (the renewal interval, L/4).
     grace: Duration,
-    /// `Some(stopped)` in `vvm run -- CMD`: whether the command is stopped (job control).
-    command_stopped: std::sync::Mutex<Option<bool>>,
+    /// In `vvm run -- CMD`: [`COMMAND_RUNS`] or [`COMMAND_STOPPED`] (job control); 0 without a
+    /// command.
+    command: std::sync::atomic::AtomicU8,
 }
 
 impl OpsState {
@@ -79,7 +85,7 @@ impl OpsState {
             running: AtomicBool::new(false),
             deadline_ns: AtomicU64::new(u64::MAX),
             grace: lease / 4,
-            command_stopped: std::sync::Mutex::new(None),
+            command: std::sync::atomic::AtomicU8::new(0),
         }
     }
 
@@ -102,17 +108,20 @@ impl OpsState {
     /// Whether the command of `vvm run -- CMD` is stopped (SIGSTOP, SIGTTIN, SIGTTOU): such a
     /// process leads but does no work, so `/healthz` fails and `vvm_command_stopped` is 1.
     pub fn set_command_stopped(&self, stopped: bool) {
-        *self
-            .command_stopped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stopped);
+        let state = if stopped {
+            COMMAND_STOPPED
+        } else {
+            COMMAND_RUNS
+        };
+        self.command.store(state, Ordering::SeqCst);
     }
 
+    /// `Some(stopped)` in `vvm run -- CMD`, `None` without a command.
     fn command_stopped(&self) -> Option<bool> {
-        *self
-            .command_stopped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        match self.command.load(Ordering::SeqCst) {
+            0 => None,
+            state => Some(state == COMMAND_STOPPED),
+        }
     }
 
     /// The VVM is shutting down: it acts no more and holds nothing worth a health check.

@@ -50,21 +50,13 @@ pub async fn report(store: Arc<AnyStore>, slots: u32, own_address: String, notif
 fn log_change(change: &HolderChange, own_address: &str) -> Option<String> {
     match &change.holder {
         Some(holder) if holder.value.address == own_address => return None,
-        Some(holder) => match holder.time_left {
-            Some(left) => tracing::info!(
-                slot = change.slot.0,
-                holder = %holder.value.address,
-                revision = holder.token.revision.0,
-                left = %format!("{:.1}s", left.as_secs_f64()),
-                "waiting: the slot is held; it passes on when released, or when its holder stops renewing"
-            ),
-            None => tracing::info!(
-                slot = change.slot.0,
-                holder = %holder.value.address,
-                revision = holder.token.revision.0,
-                "waiting: the slot is held; it passes on when released, or when its holder stops renewing"
-            ),
-        },
+        Some(holder) => tracing::info!(
+            slot = change.slot.0,
+            holder = %holder.value.address,
+            revision = holder.token.revision.0,
+            left = %holder.time_left.map_or_else(|| "?".to_owned(), |left| format!("{:.1}s", left.as_secs_f64())),
+            "waiting: the slot is held; it passes on when released, or when its holder stops renewing"
+        ),
         None => tracing::info!(slot = change.slot.0, "the slot is free: trying to take it"),
     }
     Some(match &change.holder {

@@ -115,7 +115,7 @@ pub fn end_orphaned_trees(origin: &Path) -> usize {
             continue;
         }
         let dir = entry.path();
-        let _ = write_file(&dir.join("cgroup.kill"), "1");
+        kill_dir(&dir);
         let until = std::time::Instant::now() + ORPHAN_WAIT;
         while is_populated(&dir) && std::time::Instant::now() < until {
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -203,28 +203,21 @@ impl TreeCgroup {
     }
 }
 
-/// SIGKILL to whatever is left in the tree's cgroup of the supervisor `supervisor`: for `vvm`,
-/// after its supervisor is gone (killed before it could end the tree itself).
-pub fn kill_tree(supervisor: i32) {
-    if let Ok(origin) = own_dir() {
-        let dir = tree_dir(&origin, supervisor);
-        if dir.exists() {
-            let _ = write_file(&dir.join("cgroup.kill"), "1");
-        }
-    }
+/// The tree's cgroup of the supervisor `supervisor` when it is still there: for `vvm`, after its
+/// supervisor is gone (killed before it could end the tree and remove the directory itself).
+pub fn leftover_tree(supervisor: i32) -> Option<PathBuf> {
+    let dir = tree_dir(&own_dir().ok()?, supervisor);
+    dir.exists().then_some(dir)
 }
 
-/// Removes the tree's cgroup of the supervisor `supervisor` once it is empty (see
-/// [`TreeCgroup::remove`]); nothing when it is gone already.
-pub fn remove_tree(supervisor: i32) {
-    if let Ok(origin) = own_dir() {
-        remove_dir(&tree_dir(&origin, supervisor));
-    }
+/// SIGKILL to every process in the cgroup `dir`.
+pub fn kill_dir(dir: &Path) {
+    let _ = write_file(&dir.join("cgroup.kill"), "1");
 }
 
 /// Removes an empty cgroup directory, waiting briefly while the kernel still counts a process
 /// that was just reaped.
-fn remove_dir(dir: &Path) {
+pub fn remove_dir(dir: &Path) {
     for _ in 0..REMOVE_TRIES {
         match std::fs::remove_dir(dir) {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {

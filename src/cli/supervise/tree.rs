@@ -66,13 +66,21 @@ fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
     found
 }
 
-/// The parent pid in a `/proc/PID/stat` line: the second field after the command name, which
-/// is in parentheses and may itself hold spaces and parentheses.
+/// The fields of a `/proc/PID/stat` line after the command name, which is in parentheses and
+/// may itself hold spaces and parentheses: the state first, then the parent pid, ….
+fn fields_after_name(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace())
+}
+
+/// The parent pid in a `/proc/PID/stat` line.
 pub fn parent_of(stat: &str) -> Option<i32> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace();
-    let _state = fields.next()?;
-    fields.next()?.parse().ok()
+    fields_after_name(stat)?.nth(1)?.parse().ok()
+}
+
+/// The state letter in a `/proc/PID/stat` line (`R`, `S`, `T` stopped, `Z` zombie, …).
+pub fn state_of(stat: &str) -> Option<&str> {
+    fields_after_name(stat)?.next()
 }
 
 /// Sends `signal` to the command's group and to every descendant of this process.
