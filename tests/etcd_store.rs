@@ -400,7 +400,7 @@ async fn a_dead_member_does_not_fail_operations() {
         let revision = store
             .compare_and_swap(Slot(1), &lease, &value("a"), TTL * 30)
             .await
-            .unwrap_or_else(|error| panic!("renewal {round} failed: {error}"))
+            .unwrap_or_else(|error| panic!("renewal {round} failed: {error}: {error:?}"))
             .expect("our record is swapped");
         lease.revision = revision;
         assert_eq!(

@@ -44,11 +44,18 @@
 //!
 //! # Errors
 //!
-//! A write that fails before its transaction was sent (the connection was refused, the TTL was
-//! refused, the lease grant failed, the server refused the request) is
+//! A request whose connection a member refused is sent again at once (the server never saw it).
+//! So is a read, a lease grant, and an insert or swap whose connection broke or whose member was
+//! unavailable: the insert and the swap bind the key to a lease granted for them alone and read
+//! the key when their comparison is false, so a second send of one that had applied finds the
+//! key bound to its lease and reports that write's revision, and a second send that applies
+//! first makes the first one's comparison false. A delete is sent again only when refused.
+//!
+//! A write that fails before its transaction was sent (the connection was refused every time,
+//! the TTL was refused, the lease grant failed, the server refused the request) is
 //! [`StoreError::Failed`]. One that ends after the transaction may have reached the server
-//! (deadline, unavailable, reset connection) is [`StoreError::Unknown`]. Reads only ever fail
-//! with [`StoreError::Failed`]: they write nothing.
+//! (deadline, unavailable, reset connection, after its resends) is [`StoreError::Unknown`].
+//! Reads only ever fail with [`StoreError::Failed`]: they write nothing.
 
 mod feed;
 mod options;
@@ -89,8 +96,8 @@ pub const REVOKES_IN_FLIGHT_MAX: usize = 64;
 /// down: the record's lease ends at most this much later than reported (and is removed at the
 /// lessor's next check, every 0.5 s, after that).
 pub const TIME_LEFT_ROUNDING: Duration = Duration::from_secs(1);
-/// Most sends of one request whose connection a member refused (see [`EtcdStore`]).
-pub const UNSENT_SENDS_MAX: usize = 16;
+/// Most sends of one request whose connection a member refused or broke (see [`EtcdStore`]).
+pub const SENDS_MAX: usize = 16;
 
 /// A [`LeaseStore`] on an etcd cluster. Cloning shares the connection.
 #[derive(Clone)]
@@ -102,9 +109,9 @@ pub struct EtcdStore {
     revokes: Arc<Semaphore>,
     /// The highest cluster revision of any answer: where change feeds start.
     seen: Arc<SeenRevision>,
-    /// Sends of one request at most while members refuse the connection: twice the endpoints
-    /// plus one, at most [`UNSENT_SENDS_MAX`].
-    unsent_sends: usize,
+    /// Sends of one request at most while members refuse or break the connection: twice the endpoints
+    /// plus one, at most [`SENDS_MAX`].
+    sends_max: usize,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -150,7 +157,7 @@ impl EtcdStore {
                 source: cause(error),
             })?;
         tracing::debug!(endpoints = ?endpoints, prefix = %prefix, authenticated = credentials.is_some(), "etcd store set up");
-        let unsent_sends = (2 * endpoints.len() + 1).min(UNSENT_SENDS_MAX);
+        let sends_max = (2 * endpoints.len() + 1).min(SENDS_MAX);
         Ok(EtcdStore {
             kv: client.kv_client(),
             lease: client.lease_client(),
@@ -158,18 +165,18 @@ impl EtcdStore {
             prefix: prefix.into(),
             revokes: Arc::new(Semaphore::new(REVOKES_IN_FLIGHT_MAX)),
             seen: Arc::default(),
-            unsent_sends,
+            sends_max,
         })
     }
 
-    /// Runs `call` again, at once, while it fails before its request left this process (a
-    /// member refused the connection), at most `unsent_sends` times in all. The client spreads
-    /// requests over every endpoint and keeps a dead member's endpoint in its rotation, trying
-    /// to reconnect with each request routed there: without this, every operation of several
-    /// requests (a lease grant, then a transaction) would likely meet the dead member once and
-    /// fail, and a VVM would lose its lease to the death of one member of three. Resending is
-    /// safe because the server never saw the request; the store-call timeout bounds the whole.
-    async fn resend_unsent<T, F, Fut>(&self, mut call: F) -> Result<T, etcd_client::Error>
+    /// Runs `call` again, at once, while it fails in a way `resend` allows, at most
+    /// `sends_max` times in all. The client spreads requests over every endpoint and keeps a
+    /// dead member's endpoint in its rotation: the first request routed there after the death
+    /// meets the broken connection, each later one a refused reconnection. Without resending,
+    /// an operation of several requests (a lease grant, then a transaction) would likely meet
+    /// the dead member once and fail, and a VVM would lose its lease to the death of one member
+    /// of three. The store-call timeout bounds the whole.
+    async fn resend<T, F, Fut>(&self, resend: Resend, mut call: F) -> Result<T, etcd_client::Error>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -177,8 +184,8 @@ impl EtcdStore {
         let mut sends = 1;
         loop {
             match call().await {
-                Err(error) if never_sent(&error) && sends < self.unsent_sends => {
-                    tracing::debug!(sends, error = %ErrorChain(&EtcdClientError(error)), "connection refused; sending again");
+                Err(error) if resend.allows(&error) && sends < self.sends_max => {
+                    tracing::debug!(sends, ?resend, error = %ErrorChain(&EtcdClientError(error)), "request failed on its connection; sending again");
                     sends += 1;
                 }
                 outcome => return outcome,
@@ -252,7 +259,7 @@ impl EtcdStore {
     async fn grant(&self, ttl: Duration) -> Result<i64, StoreError> {
         let ttl_secs = Self::check_ttl(ttl).map_err(StoreError::failed)?;
         let granted = self
-            .resend_unsent(|| {
+            .resend(Resend::Broken, || {
                 let mut client = self.lease.clone();
                 async move { client.grant(ttl_secs, None).await }
             })
@@ -298,11 +305,17 @@ impl EtcdStore {
         });
     }
 
-    /// Runs a write transaction that carries `lease` (0 for none). On an error the lease is
-    /// revoked only when the transaction certainly did not apply.
-    async fn write(&self, txn: Txn, lease: i64) -> Result<etcd_client::TxnResponse, StoreError> {
+    /// Runs a write transaction that carries `lease` (0 for none), sent again as `resend`
+    /// allows. On an error the lease is revoked only when the transaction certainly did not
+    /// apply.
+    async fn write(
+        &self,
+        txn: Txn,
+        lease: i64,
+        resend: Resend,
+    ) -> Result<etcd_client::TxnResponse, StoreError> {
         let sent = self
-            .resend_unsent(|| {
+            .resend(resend, || {
                 let (mut kv, txn) = (self.kv.clone(), txn.clone());
                 async move { kv.txn(txn).await }
             })
@@ -324,12 +337,30 @@ impl EtcdStore {
 
     /// `Some(revision)` when the transaction succeeded, `None` when its comparison was false
     /// (then its fresh lease is revoked).
+    ///
+    /// A false comparison whose read of the key (the transaction's `else` branch) finds it
+    /// bound to `lease` is a success: the lease was granted for this write alone, so only an
+    /// earlier send of this very transaction, whose answer was lost with its connection, can
+    /// have written it. The key's `mod_revision` is that write's revision, since every other
+    /// write would have bound another lease.
     fn written(
         &self,
         response: &etcd_client::TxnResponse,
         lease: i64,
     ) -> Result<Option<Revision>, StoreError> {
         if !response.succeeded() {
+            let ours = response.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(get) => get
+                    .kvs()
+                    .first()
+                    .filter(|record| lease != 0 && record.lease() == lease)
+                    .map(|record| record.mod_revision()),
+                _ => None,
+            });
+            if let Some(revision) = ours {
+                tracing::debug!(lease, revision, "an earlier send of this write applied");
+                return revision_from(revision).map(Some);
+            }
             self.revoke_later(lease);
             return Ok(None);
         }
@@ -419,6 +450,44 @@ fn cause(error: etcd_client::Error) -> Cause {
     Cause::new(EtcdClientError(error))
 }
 
+/// When a failed request may be sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resend {
+    /// Only when it never left this process: a write whose second application would differ
+    /// from the first (a delete, which cannot tell its own effect from another's).
+    Unsent,
+    /// Also when its connection broke or the member was unavailable: the request is a read, a
+    /// lease grant (a second lease granted is left to its TTL), or a write whose effect is
+    /// recognised by its fresh lease, so that a second send of an applied one finds its
+    /// comparison false and the key bound to that lease (see [`EtcdStore::written`]).
+    Broken,
+}
+
+impl Resend {
+    fn allows(self, error: &etcd_client::Error) -> bool {
+        never_sent(error) || (self == Resend::Broken && connection_lost(error))
+    }
+}
+
+/// Whether the connection broke under the request or the member could not serve it: the
+/// request may have been applied, and sending it again is safe only when that is harmless.
+fn connection_lost(error: &etcd_client::Error) -> bool {
+    let unavailable = matches!(error, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::Unavailable);
+    unavailable
+        || causes(error).any(|cause| {
+            cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    std::io::ErrorKind::BrokenPipe
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::NotConnected
+                        | std::io::ErrorKind::UnexpectedEof
+                )
+            })
+        })
+}
+
 /// Whether the request never left this process: the TCP connection to the member was refused,
 /// so the server cannot have seen it.
 fn never_sent(error: &etcd_client::Error) -> bool {
@@ -477,6 +546,38 @@ fn read_failed(error: etcd_client::Error) -> StoreError {
     }
 }
 
+/// The insert of `value` bound to `lease`, reading the key when it exists (see
+/// [`EtcdStore::written`]).
+fn insert_txn(name: Vec<u8>, value: &LeaseValue, lease: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(name.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            name.clone(),
+            value.encode(),
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+        .or_else([TxnOp::get(name, None)])
+}
+
+/// The swap of `expected` (at `revision`) for `new_value` bound to `lease`, reading the key when
+/// the comparison is false (see [`EtcdStore::written`]).
+fn swap_txn(
+    name: Vec<u8>,
+    expected: &Lease,
+    revision: i64,
+    new_value: &LeaseValue,
+    lease: i64,
+) -> Txn {
+    Txn::new()
+        .when(same_record(&name, expected, revision))
+        .and_then([TxnOp::put(
+            name.clone(),
+            new_value.encode(),
+            Some(PutOptions::new().with_lease(lease).with_prev_key()),
+        )])
+        .or_else([TxnOp::get(name, None)])
+}
+
 fn same_record(key: &[u8], expected: &Lease, revision: i64) -> [Compare; 2] {
     [
         Compare::value(key.to_vec(), CompareOp::Equal, expected.value.encode()),
@@ -492,15 +593,8 @@ impl LeaseStore for EtcdStore {
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
         let lease = self.grant(ttl).await?;
-        let name = self.key(key);
-        let txn = Txn::new()
-            .when([Compare::create_revision(name.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                name,
-                value.encode(),
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        let response = self.write(txn, lease).await?;
+        let txn = insert_txn(self.key(key), value, lease);
+        let response = self.write(txn, lease, Resend::Broken).await?;
         self.written(&response, lease)
     }
 
@@ -515,15 +609,8 @@ impl LeaseStore for EtcdStore {
             return Ok(None);
         };
         let lease = self.grant(ttl).await?;
-        let name = self.key(key);
-        let txn = Txn::new()
-            .when(same_record(&name, expected, revision))
-            .and_then([TxnOp::put(
-                name,
-                new_value.encode(),
-                Some(PutOptions::new().with_lease(lease).with_prev_key()),
-            )]);
-        let response = self.write(txn, lease).await?;
+        let txn = swap_txn(self.key(key), expected, revision, new_value, lease);
+        let response = self.write(txn, lease, Resend::Broken).await?;
         self.written(&response, lease)
     }
 
@@ -538,7 +625,7 @@ impl LeaseStore for EtcdStore {
                 name,
                 Some(DeleteOptions::new().with_prev_key()),
             )]);
-        let response = self.write(txn, 0).await?;
+        let response = self.write(txn, 0, Resend::Unsent).await?;
         if !response.succeeded() {
             return Ok(false);
         }
@@ -554,7 +641,7 @@ impl LeaseStore for EtcdStore {
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
         let response = self
-            .resend_unsent(|| {
+            .resend(Resend::Broken, || {
                 let (mut kv, name) = (self.kv.clone(), self.key(key));
                 async move { kv.get(name, None::<GetOptions>).await }
             })
@@ -584,7 +671,7 @@ impl LeaseStore for EtcdStore {
     /// the rounding at most.
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
         let response = self
-            .resend_unsent(|| {
+            .resend(Resend::Broken, || {
                 let (mut kv, name) = (self.kv.clone(), self.key(key));
                 async move { kv.get(name, None::<GetOptions>).await }
             })
@@ -600,7 +687,7 @@ impl LeaseStore for EtcdStore {
             return Ok(None);
         };
         let left = self
-            .resend_unsent(|| {
+            .resend(Resend::Broken, || {
                 let mut client = self.lease.clone();
                 async move { client.time_to_live(lease, None).await }
             })
@@ -694,6 +781,116 @@ mod tests {
         assert!(
             reset.is_unknown(),
             "a reset connection may have carried the request: {reset:?}"
+        );
+    }
+
+    // covers: Et.Resend
+    #[test]
+    fn only_writes_recognised_by_their_lease_are_sent_again_after_a_broken_connection() {
+        use tonic::{Code, Status};
+        let with_cause = |kind: std::io::ErrorKind| {
+            let mut status = Status::new(Code::Unknown, "transport error");
+            status.set_source(std::sync::Arc::new(std::io::Error::from(kind)));
+            etcd_client::Error::GRpcStatus(status)
+        };
+        let refused = with_cause(std::io::ErrorKind::ConnectionRefused);
+        let broken = with_cause(std::io::ErrorKind::BrokenPipe);
+        let unavailable =
+            etcd_client::Error::GRpcStatus(Status::new(Code::Unavailable, "etcdserver: no leader"));
+        let denied = etcd_client::Error::GRpcStatus(Status::new(
+            Code::PermissionDenied,
+            "etcdserver: permission denied",
+        ));
+        for resend in [Resend::Unsent, Resend::Broken] {
+            assert!(resend.allows(&refused));
+            assert!(!resend.allows(&denied));
+        }
+        assert!(Resend::Broken.allows(&broken));
+        assert!(Resend::Broken.allows(&unavailable));
+        assert!(!Resend::Unsent.allows(&broken));
+        assert!(!Resend::Unsent.allows(&unavailable));
+    }
+
+    /// The answer of an applied insert and swap is lost: the second send of the same
+    /// transaction reports the first one's revision, and leaves the key as it wrote it.
+    // covers: Et.Resend
+    #[cfg(feature = "etcd-cluster")]
+    #[tokio::test]
+    async fn a_second_send_of_an_applied_write_reports_the_first_ones_revision() {
+        use cluster::{find_etcd, ClusterOptions, EtcdCluster};
+        if find_etcd().is_none() {
+            let ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
+            assert!(!ci, "under CI etcd must be installed");
+            return;
+        }
+        let cluster = EtcdCluster::start(ClusterOptions::new(1).expect("valid options"))
+            .await
+            .expect("etcd starts");
+        let options = cluster
+            .store_options()
+            .expect("valid options")
+            .prefix("resend/")
+            .expect("valid prefix");
+        let store = EtcdStore::connect(options).await.expect("connects");
+        let value = |address: &str| LeaseValue {
+            address: address.into(),
+            incarnation: vvm_core::Incarnation(7),
+        };
+        let ttl = Duration::from_secs(60);
+        let name = store.key(Slot(1));
+
+        // The insert, sent twice: the first answer is dropped as if its connection broke.
+        let lease = store.grant(ttl).await.expect("granted");
+        let insert = insert_txn(name.clone(), &value("a"), lease);
+        let first = store.kv.clone().txn(insert.clone()).await.expect("applied");
+        let first_revision = first.header().expect("a header").revision();
+        let again = store
+            .write(insert, lease, Resend::Broken)
+            .await
+            .expect("sent");
+        assert!(!again.succeeded(), "the second send's comparison is false");
+        let inserted = store.written(&again, lease).expect("recognised");
+        assert_eq!(
+            inserted,
+            Some(revision_from(first_revision).expect("positive"))
+        );
+        let held = store.get(Slot(1)).await.expect("read").expect("a record");
+        assert_eq!(
+            held.revision,
+            revision_from(first_revision).expect("positive")
+        );
+
+        // A write by another lease is not taken for ours.
+        let other = store.grant(ttl).await.expect("granted");
+        let refused = store
+            .write(
+                insert_txn(name.clone(), &value("b"), other),
+                other,
+                Resend::Broken,
+            )
+            .await
+            .expect("sent");
+        assert_eq!(store.written(&refused, other).expect("answered"), None);
+
+        // The swap, sent twice the same way.
+        let lease = store.grant(ttl).await.expect("granted");
+        let revision = i64::try_from(held.revision.0).expect("fits");
+        let swap = swap_txn(name.clone(), &held, revision, &value("c"), lease);
+        let first = store.kv.clone().txn(swap.clone()).await.expect("applied");
+        let first_revision = first.header().expect("a header").revision();
+        let again = store
+            .write(swap, lease, Resend::Broken)
+            .await
+            .expect("sent");
+        assert_eq!(
+            store.written(&again, lease).expect("recognised"),
+            Some(revision_from(first_revision).expect("positive"))
+        );
+        let held = store.get(Slot(1)).await.expect("read").expect("a record");
+        assert_eq!(held.value, value("c"));
+        assert_eq!(
+            held.revision,
+            revision_from(first_revision).expect("positive")
         );
     }
 
