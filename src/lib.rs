@@ -28,7 +28,7 @@
 pub use vvm_core;
 pub use vvm_core::{
     ConfigError, FencingToken, Incarnation, Instant, LeaseConfig, LossReason, Phase, Problem,
-    Revision, Slot, VvmConfig, VvmConfigBuilder, ACQUISITION_FOREVER,
+    Revision, SessionId, SessionKey, Slot, VvmConfig, VvmConfigBuilder, ACQUISITION_FOREVER,
 };
 pub use vvm_runtime::*;
 

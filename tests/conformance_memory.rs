@@ -50,3 +50,7 @@ conformance::elections_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );
+conformance::session_cases!(
+    #[tokio::test(start_paused = true)]
+    Memory
+);

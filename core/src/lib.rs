@@ -74,10 +74,10 @@ pub use leadership::{Held, Leadership, LeaseEvent, LeaseState, Pending};
 pub use lifecycle::{Lifecycle, Phase, Round, VvmEvent, VvmState, EXPIRY_RETRY_MIN};
 // The rest of the semaphore's vocabulary (`Status`, `Outcome`, ...) is used as
 // `vvm_core::semaphore::*`: the names are too general for the crate root.
-pub use semaphore::{Semaphore, SemaphoreError, SemaphoreName, SessionKey};
+pub use semaphore::{Semaphore, SemaphoreError, SemaphoreName};
 pub use session::{
     AttachRefusal, HoldingId, Liveness, OpenRefusal, Session, SessionEffect, SessionEffects,
-    SessionEvent, SessionId, SessionState, HOLDINGS_MAX, SESSION_EFFECTS_MAX,
+    SessionEvent, SessionId, SessionKey, SessionState, HOLDINGS_MAX, SESSION_EFFECTS_MAX,
 };
 
 pub use time::Instant;

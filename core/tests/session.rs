@@ -563,6 +563,25 @@ fn s15_confirmed_keepalive_moves_the_deadline_to_its_send_time_plus_0_8_l() {
         ]
     );
     assert_eq!(h.machine.revision(), Some(Revision(6)));
+    // A store that keeps the record's revision across a keepalive (etcd's lease keepalive)
+    // confirms it just the same.
+    let mut h = Harness::keeping_alive();
+    assert_eq!(
+        h.reply(sent + secs(2), 3, Reply::Written(Revision(5))),
+        [
+            E::ArmKiller {
+                at: sent + secs(16)
+            },
+            E::KeptAlive {
+                id: ID,
+                revision: Revision(5)
+            },
+            E::SetTimer {
+                timer: timer(4),
+                at: sent + secs(5)
+            },
+        ]
+    );
 }
 
 // covers: Session.LossOfAllHoldings, Session.CostGrowth
@@ -599,7 +618,7 @@ fn s16_rejected_keepalive_loses_every_holding_with_one_effect_and_deletes_nothin
 fn s17_failed_keepalive_waits_l_over_20_and_keeps_the_deadline() {
     for reply in [
         Reply::Failed,
-        Reply::Written(Revision(5)),
+        Reply::Written(Revision(4)),
         Reply::Deleted,
         Reply::Found(None),
         Reply::Held(secs(1)),

@@ -63,6 +63,7 @@ mod pipeline;
 mod refusals;
 pub mod sequencer;
 pub mod services;
+pub mod session_store;
 mod snapshot;
 mod status;
 pub mod store;
@@ -84,6 +85,7 @@ pub use services::{
     KillDeadlines, LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal,
     SERVICES_MAX,
 };
+pub use session_store::{Acquired, SessionRecord, SessionStore};
 pub use snapshot::{VvmSnapshot, VvmSubscription};
 pub use store::{
     CallTimedOut, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,

@@ -6,7 +6,9 @@
 //! - [`elections`]: the runtime's [`Elections`](vvm::Elections) acquiring, holding, losing and
 //!   releasing a slot on the store;
 //! - [`observe`]: [`vvm::observe`] reporting every change of holder (and no renewal);
-//! - [`feed`]: the change feed, for stores that have one (`feed_cases!`).
+//! - [`feed`]: the change feed, for stores that have one (`feed_cases!`);
+//! - [`sessions`]: session records and their holdings, for every [`vvm::SessionStore`]
+//!   (`session_cases!`).
 //!
 //! # Plugging a store in
 //! 1. Implement [`Harness`]: a fresh store per case, extra clients of it, a short TTL and a way
@@ -30,6 +32,7 @@
 pub mod elections;
 pub mod feed;
 pub mod observe;
+pub mod sessions;
 pub mod ttl;
 
 use std::future::Future;
@@ -210,3 +213,28 @@ macro_rules! feed_cases {
 }
 #[allow(unused_imports)]
 pub(crate) use feed_cases;
+
+/// One test per session case: `session_cases!(#[test attribute] harness-expression);`.
+#[allow(unused_macros)]
+macro_rules! session_cases {
+    (#[$test:meta] $harness:expr) => {
+        $crate::conformance::session_cases!(@cases #[$test] $harness;
+            session_create_read_and_keep_alive,
+            session_expiry_ends_every_holding,
+            session_delete_ends_every_holding,
+            holdings_and_slot_records_exclude_each_other,
+            a_released_holding_leaves_the_session_alive,
+            one_of_20_concurrent_acquires_wins,
+        );
+    };
+    (@cases #[$test:meta] $harness:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[$test]
+            async fn $case() {
+                $crate::conformance::sessions::$case(&$harness).await;
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use session_cases;

@@ -50,8 +50,7 @@
 //!   semaphore and nothing of any other, and this bound keeps that cost, and each write, bounded.
 //! - [`NAME_BYTES_MAX`] = 255 bytes of name (see [`SemaphoreName`]).
 
-use crate::session::SessionId;
-use crate::Incarnation;
+pub use crate::session::SessionKey;
 
 mod codec;
 mod invariants;
@@ -85,18 +84,6 @@ pub const ENCODED_BYTES_MAX: usize = codec::HEADER_BYTES
 /// etcd's default `--max-request-bytes`: the largest semaphore must fit in one request.
 const ETCD_REQUEST_BYTES_DEFAULT: usize = 3 * 512 * 1024;
 const _: () = assert!(ENCODED_BYTES_MAX + NAME_BYTES_MAX < ETCD_REQUEST_BYTES_DEFAULT);
-
-/// A session as every store knows it: the incarnation of the process that opened it and the id
-/// its [`Session`](crate::Session) machine minted. Ids are minted per process, so the pair is
-/// what tells two processes' sessions apart; the runtime derives the session record's key from
-/// the same pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SessionKey {
-    /// The process start that opened the session.
-    pub incarnation: Incarnation,
-    /// The session within that process.
-    pub id: SessionId,
-}
 
 /// The place of an acquire in a semaphore's order of arrival: strictly increasing per
 /// semaphore, assigned when an acquire first enters it (granted or queued), kept when the same

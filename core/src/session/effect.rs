@@ -22,6 +22,32 @@ pub const SESSION_EFFECTS_MAX: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SessionId(pub u64);
 
+/// A session as every store knows it: the incarnation of the process that opened it and the id
+/// its [`Session`](crate::Session) machine minted. Ids are minted per process, so the pair is
+/// what tells two processes' sessions apart, and no pair is ever used twice; the stores name
+/// the session record after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    /// The process start that opened the session.
+    pub incarnation: crate::Incarnation,
+    /// The session within that process.
+    pub id: SessionId,
+}
+
+impl core::fmt::Display for SessionKey {
+    /// `<incarnation, 16 hex digits>-<id>`, as the stores name the record.
+    ///
+    /// ```
+    /// use vvm_core::{Incarnation, SessionId, SessionKey};
+    ///
+    /// let key = SessionKey { incarnation: Incarnation(255), id: SessionId(3) };
+    /// assert_eq!(key.to_string(), "00000000000000ff-3");
+    /// ```
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:016x}-{}", self.incarnation.0, self.id.0)
+    }
+}
+
 /// Names one holding of a session — a slot's leadership, a semaphore's grant — in
 /// `0..`[`HOLDINGS_MAX`]. Chosen by the runtime, which keeps what the holding runs under it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

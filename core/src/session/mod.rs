@@ -34,9 +34,9 @@
 //! | S12 | Opening, OpenResolving, KeepingAlive, KeepResolving | Close | n = 0 | same, close asked | — |
 //! | S13 | Alive, KeepingAlive, KeepResolving, RetryWait, Lost | Close | n > 0 | same | CloseRefused(id, n) |
 //! | S14 | Alive, RetryWait | Timer | | KeepingAlive | [ArmKiller(now+0.75L) if earlier], KeepAlive(r, L) |
-//! | S15 | KeepingAlive | Written(r' > r) | no close asked, now < t_send+0.8L | Alive | ArmKiller(t_send+0.8L), KeptAlive(id, r'), SetTimer(t_send+L/4) |
+//! | S15 | KeepingAlive | Written(r' ≥ r) | no close asked, now < t_send+0.8L | Alive | ArmKiller(t_send+0.8L), KeptAlive(id, r'), SetTimer(t_send+L/4) |
 //! | S16 | KeepingAlive | Rejected | | Lost | Lost(Overtaken, n) [+ Closed(id, not deleted), next Closed, if close asked] |
-//! | S17 | KeepingAlive | Failed (or Written(r' ≤ r), Deleted, Found, Held) | now + backoff(k) + timeout < deadline, no close asked | RetryWait(k) | SetTimer(now + backoff(k)); k = failed attempts in a row, backoff L/20, L/10, then L/5 |
+//! | S17 | KeepingAlive | Failed (or Written(r' < r), Deleted, Found, Held) | now + backoff(k) + timeout < deadline, no close asked | RetryWait(k) | SetTimer(now + backoff(k)); k = failed attempts in a row, backoff L/20, L/10, then L/5 |
 //! | S18 | KeepingAlive | Failed | now + backoff(k) + timeout ≥ deadline, no close asked | Lost | Lost(RenewalFailed, n); the record is left to expire |
 //! | S19 | KeepingAlive, KeepResolving | Failed | close asked | Closing | Delete(r) |
 //! | S20 | KeepingAlive | Unknown | | KeepResolving | Get |
@@ -45,7 +45,7 @@
 //! | S23 | KeepResolving | Found(other or none) | | Lost | Lost(Overtaken, n) [+ Closed, next Closed, if close asked] |
 //! | S24 | Alive, RetryWait | Close | n = 0 | Closing | Delete(r) |
 //! | S25 | Opening, OpenResolving | Written(r), Found(ours, r) | now ≥ t_send+0.8L | Closed | NotOpened(DeadlinePassed) [+ Closed]: no session after its deadline |
-//! | S26 | KeepingAlive | Written(r' > r) | now ≥ t_send+0.8L, no close asked | Lost | Lost(DeadlinePassed, n); the record is left to expire |
+//! | S26 | KeepingAlive | Written(r' ≥ r) | now ≥ t_send+0.8L, no close asked | Lost | Lost(DeadlinePassed, n); the record is left to expire |
 //! | S27 | Closing | any reply | | Closed | [DisarmKiller if Deleted], Closed(id, deleted) |
 //! | S28 | Lost | Close | n = 0 | Closed | Closed(id, not deleted) |
 //! | S29 | Alive, KeepingAlive, KeepResolving, RetryWait | Attach(h) | now < deadline, no close asked, h not attached, h < HOLDINGS_MAX | same | Attached(h) |
@@ -77,8 +77,8 @@ mod effect;
 mod holdings;
 
 pub use effect::{
-    AttachRefusal, HoldingId, OpenRefusal, SessionEffect, SessionEffects, SessionId, HOLDINGS_MAX,
-    SESSION_EFFECTS_MAX,
+    AttachRefusal, HoldingId, OpenRefusal, SessionEffect, SessionEffects, SessionId, SessionKey,
+    HOLDINGS_MAX, SESSION_EFFECTS_MAX,
 };
 use holdings::Holdings;
 

@@ -316,7 +316,9 @@ impl Shared {
         match *event {
             SessionEvent::Close { .. } => close_later(live.id, pending, context),
             SessionEvent::Reply { now, op, reply } if op == pending.op => match reply {
-                Reply::Written(revision) if revision > live.revision => {
+                // Not above ours is allowed: a store may keep the record's revision across a
+                // keepalive (etcd's lease keepalive writes no key).
+                Reply::Written(revision) if revision >= live.revision => {
                     self.confirmed(live.id, revision, *pending, false, now, context)
                 }
                 Reply::Rejected => {
@@ -330,7 +332,7 @@ impl Shared {
                         *failures,
                     ))
                 }
-                // A revision not above ours breaks the store's contract: a failed attempt.
+                // A revision below ours breaks the store's contract: a failed attempt.
                 Reply::Written(_)
                 | Reply::Failed
                 | Reply::Deleted

@@ -6,19 +6,29 @@
 //! and re-insert. Per key, a [`Fault`] can be injected to reproduce every path of the core, and
 //! [`set`](MemoryStore::set), [`overwrite`](MemoryStore::overwrite) and
 //! [`delete`](MemoryStore::delete) change records underneath the VVMs.
+//!
+//! It is also a [`SessionStore`](vvm_runtime::SessionStore) (`session.rs`): session records
+//! beside the slot records, and holdings that are slot records naming their session instead of
+//! carrying an expiry of their own.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use vvm_core::{Instant, Revision, Slot};
+use vvm_core::{Instant, Revision, SessionKey, Slot};
 use vvm_runtime::{
     Clock, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
 };
 
-/// Most live or expired-but-not-yet-pruned records the store holds.
-pub const RECORDS_MAX: usize = 65_536;
+mod session;
+
+/// Most live or expired-but-not-yet-pruned records the store holds, slot records and holdings
+/// together: 2^20, as many as one session may hold (`vvm_core::HOLDINGS_MAX`).
+pub const RECORDS_MAX: usize = 1 << 20;
+
+/// Most session records the store holds.
+pub const SESSIONS_MAX: usize = 65_536;
 
 /// One of the four store operations; used to aim faults and to count calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,6 +50,9 @@ pub enum MemoryStoreError {
     /// [`RECORDS_MAX`] live records exist; nothing was written.
     #[error("memory store is full ({RECORDS_MAX} records)")]
     Full,
+    /// [`SESSIONS_MAX`] live session records exist; nothing was written.
+    #[error("memory store is full ({SESSIONS_MAX} sessions)")]
+    SessionsFull,
     /// A test injected this failure (see [`Injection`]).
     #[error("injected {fault:?} on slot {slot}")]
     Injected {
@@ -100,7 +113,10 @@ impl Injection {
 struct Stored {
     bytes: Vec<u8>,
     revision: Revision,
+    /// Unused for a holding: its session's expiry is its own.
     expires_at: Instant,
+    /// The session of a holding; `None` for a slot record.
+    session: Option<SessionKey>,
 }
 
 #[derive(Debug, Default)]
@@ -114,21 +130,51 @@ struct Inner {
     /// removed (deleted, or found expired) or written by another holder — not when its holder
     /// renews it (same bytes): a waiting candidate wakes only when it may win.
     feeds: HashMap<Slot, watch::Sender<()>>,
+    /// Session records, each with the slots it holds.
+    sessions: HashMap<SessionKey, session::SessionRecord>,
 }
 
 impl Inner {
-    /// The live record under `key`; an expired one is removed and treated as absent.
+    /// The live record under `key`; an expired one is removed and treated as absent. A holding
+    /// is live while its session is; an expired session is removed with all its holdings.
     fn live(&mut self, key: Slot, now: Instant) -> Option<&Stored> {
-        if self.records.get(&key).is_some_and(|r| r.expires_at <= now) {
+        let expired = match self.records.get(&key) {
+            None => false,
+            Some(Stored {
+                session: Some(session),
+                ..
+            }) => {
+                let session = *session;
+                !self.session_live(session, now)
+            }
+            Some(record) => record.expires_at <= now,
+        };
+        if expired {
             self.remove(key);
         }
         self.records.get(&key)
     }
 
-    /// Removes the record under `key`, telling the waiters of its feed.
+    /// When the live record under `key` ends, if there is one.
+    fn live_until(&mut self, key: Slot, now: Instant) -> Option<Instant> {
+        self.live(key, now)?;
+        self.records.get(&key).map(|stored| self.expires_at(stored))
+    }
+
+    /// When the live record under `key` ends: its own expiry, or its session's.
+    fn expires_at(&self, stored: &Stored) -> Instant {
+        stored
+            .session
+            .and_then(|session| self.sessions.get(&session))
+            .map_or(stored.expires_at, |session| session.expires_at)
+    }
+
+    /// Removes the record under `key`, telling the waiters of its feed; a holding leaves its
+    /// session's set.
     fn remove(&mut self, key: Slot) -> Option<Stored> {
         let removed = self.records.remove(&key);
-        if removed.is_some() {
+        if let Some(stored) = &removed {
+            self.unlink(key, stored);
             self.changed(key);
         }
         removed
@@ -150,7 +196,15 @@ impl Inner {
         ttl: Duration,
     ) -> Result<Revision, StoreError> {
         if self.records.len() >= RECORDS_MAX && !self.records.contains_key(&key) {
-            self.records.retain(|_, record| record.expires_at > now);
+            let ended: Vec<Slot> = self
+                .records
+                .iter()
+                .filter(|(_, record)| self.expires_at(record) <= now)
+                .map(|(key, _)| *key)
+                .collect();
+            for key in ended {
+                self.remove(key);
+            }
             if self.records.len() >= RECORDS_MAX {
                 return Err(StoreError::failed(MemoryStoreError::Full));
             }
@@ -161,13 +215,16 @@ impl Inner {
             bytes,
             revision,
             expires_at: now + ttl,
+            session: None,
         };
         // A record is live here (callers prune expired ones first): same bytes = same holder.
         let renewal = self
             .records
             .get(&key)
-            .is_some_and(|old| old.expires_at > now && old.bytes == stored.bytes);
-        self.records.insert(key, stored);
+            .is_some_and(|old| self.expires_at(old) > now && old.bytes == stored.bytes);
+        if let Some(old) = self.records.insert(key, stored) {
+            self.unlink(key, &old);
+        }
         if !renewal {
             self.changed(key);
         }
@@ -296,7 +353,7 @@ impl MemoryStore {
     pub fn overwrite(&self, key: Slot, value: &LeaseValue) -> Result<Option<Revision>, StoreError> {
         let now = self.time.now();
         let mut inner = self.lock();
-        let Some(expires_at) = inner.live(key, now).map(|stored| stored.expires_at) else {
+        let Some(expires_at) = inner.live_until(key, now) else {
             return Ok(None);
         };
         let ttl = expires_at.saturating_since(now);
@@ -381,9 +438,9 @@ impl LeaseStore for MemoryStore {
         let then_unknown = self.before(key, Op::Insert).await?;
         let now = self.time.now();
         let mut inner = self.lock();
-        let result = match inner.live(key, now) {
-            Some(stored) => Ok(Inserted::Held {
-                left: Some(stored.expires_at.saturating_since(now)),
+        let result = match inner.live_until(key, now) {
+            Some(expires_at) => Ok(Inserted::Held {
+                left: Some(expires_at.saturating_since(now)),
             }),
             None => inner
                 .write(key, value.encode().into_bytes(), now, ttl)
@@ -430,8 +487,8 @@ impl LeaseStore for MemoryStore {
         let now = self.time.now();
         let mut inner = self.lock();
         Ok(inner
-            .live(key, now)
-            .map(|stored| stored.expires_at.saturating_since(now)))
+            .live_until(key, now)
+            .map(|at| at.saturating_since(now)))
     }
 
     /// In-process: a delete, an expired record removed, or a write by another holder under one
