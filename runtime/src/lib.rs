@@ -63,6 +63,7 @@ mod pipeline;
 mod refusals;
 pub mod sequencer;
 pub mod services;
+pub mod session;
 pub mod session_store;
 mod snapshot;
 mod status;
@@ -85,6 +86,7 @@ pub use services::{
     KillDeadlines, LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal,
     SERVICES_MAX,
 };
+pub use session::{Holding, SessionError, SessionHandle, SessionStatus, ACQUIRE_SENDS_MAX};
 pub use session_store::{Acquired, SessionRecord, SessionStore};
 pub use snapshot::{VvmSnapshot, VvmSubscription};
 pub use store::{

@@ -20,7 +20,7 @@
 //! | [`keep_alive`](SessionStore::keep_alive) | the live record is ours at `expected` | `Some(revision ≥ expected)`, else `None` |
 //! | [`delete_session`](SessionStore::delete_session) | the live record is ours at `expected` | `true` (its holdings end too), else `false` |
 //! | [`get_session`](SessionStore::get_session) | — | the live record |
-//! | [`acquire`](SessionStore::acquire) | the session is live and the slot has no live record | [`Acquired`] |
+//! | [`acquire`](SessionStore::acquire) | the session is live and the slot has no live record | [`Acquired`]; idempotent per session |
 //!
 //! A keepalive may keep the record's revision (etcd's lease keepalive writes no key) or give a
 //! higher one; never a lower one. Each operation is atomic in the store: the acquire checks the
@@ -48,8 +48,8 @@ pub enum Acquired {
     /// The holding was written at this revision, above every earlier one of the slot: the
     /// fencing token of this tenure.
     Written(Revision),
-    /// The slot has a live record (another session's holding, a slot record, or one of this
-    /// session's own): nothing was written.
+    /// The slot has a live record of someone else (another session's holding, or a slot
+    /// record): nothing was written.
     Held,
     /// The session is not live (expired, deleted, never created): nothing was written.
     SessionGone,
@@ -94,6 +94,10 @@ pub trait SessionStore: LeaseStore {
     /// Writes a holding of `slot` for the session `key`: the slot's record, carrying the
     /// session's value, live exactly as long as the session. Written only when, in one
     /// transaction, the session is live and the slot has no live record.
+    ///
+    /// Idempotent: when the slot's live record is already a holding of this session, the answer
+    /// is [`Acquired::Written`] with that holding's revision and nothing is written, so an
+    /// acquire whose outcome is unknown is settled by sending it again.
     fn acquire(
         &self,
         slot: Slot,

@@ -143,7 +143,8 @@ where
 
 /// Holdings and slot records are one key space: a holding refuses inserts and other sessions'
 /// acquires, a slot record refuses acquires, and a holding reads as a record with the session's
-/// value. A session never created acquires nothing.
+/// value. A second acquire by the holding session answers the holding as it is. A session never
+/// created acquires nothing.
 // covers: St.HoldingsAreSlotRecords
 pub async fn holdings_and_slot_records_exclude_each_other<H: Harness>(harness: &H)
 where
@@ -171,8 +172,12 @@ where
     );
     assert_eq!(
         store.acquire(Slot(1), key(1)).await.expect("runs"),
-        Acquired::Held,
-        "not recursive"
+        Acquired::Written(revision),
+        "idempotent: the holding as it is, nothing written"
+    );
+    assert_eq!(
+        get(&other, Slot(1)).await.map(|lease| lease.revision),
+        Some(revision)
     );
     assert_eq!(
         other

@@ -163,8 +163,11 @@ impl SessionStore for MemoryStore {
         if !inner.session_live(key, now) {
             return Ok(Acquired::SessionGone);
         }
-        if inner.live(slot, now).is_some() {
-            return Ok(Acquired::Held);
+        if let Some(stored) = inner.live(slot, now) {
+            return Ok(match stored.session {
+                Some(holder) if holder == key => Acquired::Written(stored.revision),
+                _ => Acquired::Held,
+            });
         }
         if inner.records.len() >= RECORDS_MAX {
             return Err(StoreError::failed(MemoryStoreError::Full));

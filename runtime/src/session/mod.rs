@@ -1,0 +1,393 @@
+//! Sessions at run time: one task, one keepalive and one kill deadline per session, and any
+//! number of holdings on it.
+//!
+//! [`SessionHandle::open`] starts the task of a [`Session`](vvm_core::Session) machine on a
+//! [`SessionStore`] and waits until the session record is created. [`SessionHandle::acquire`]
+//! then takes slots as [`Holding`]s of the session: the store writes each holding only while the
+//! session is live, and the holding lives exactly as long as the session's record. The task
+//! keeps the session alive every `L/4` with one store call whatever the number of holdings, and
+//! keeps one kill deadline (`0.8·L` after the send time of the last confirmed keepalive) on the
+//! [`KillerThread`]: if keepalives fail until then, the process ends before any holding could
+//! pass to someone else.
+//!
+//! A lost session ends every holding at once: [`SessionHandle::lost`] resolves, the services of
+//! each holding must stop, and each [`Holding`] is then dropped (or released), which detaches it.
+//! Until every holding is detached the session neither closes nor opens anew, so the kill
+//! deadline the services still run under is never replaced by a later one.
+//!
+//! A runnable example is `vvm`'s `examples/sessions.rs`.
+
+mod task;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use vvm_core::{
+    AttachRefusal, HoldingId, LeaseConfig, LossReason, OpenRefusal, Revision, Session, SessionKey,
+    Slot,
+};
+
+use crate::killer::KillerThread;
+use crate::session_store::{Acquired, SessionStore};
+use crate::store::{Lease, LeaseValue, StoreError};
+use task::{Command, Task};
+
+/// Most sends of one acquire whose outcome stayed unknown (the acquire is idempotent).
+pub const ACQUIRE_SENDS_MAX: u32 = 3;
+
+/// Where a session stands, as its handles see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStatus {
+    /// The create is under way.
+    Opening,
+    /// The session record exists.
+    Open {
+        /// The session.
+        key: SessionKey,
+        /// The create's revision.
+        revision: Revision,
+    },
+    /// The open did not succeed.
+    NotOpened(OpenRefusal),
+    /// The session ended without a close: every holding ended with it.
+    Lost(LossReason),
+    /// The session was closed.
+    Closed,
+}
+
+/// Why a session operation did not succeed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The session was not opened.
+    #[error("the session was not opened: {0:?}")]
+    NotOpened(OpenRefusal),
+    /// The session was lost: every holding ended with it.
+    #[error("the session was lost: {0:?}")]
+    Lost(LossReason),
+    /// The session is closed or closing.
+    #[error("the session is closed")]
+    Closed,
+    /// The session does not take this holding now.
+    #[error("the session refused a holding: {0:?}")]
+    AttachRefused(AttachRefusal),
+    /// This session holds or is acquiring the slot already.
+    #[error("slot {slot} is held or being acquired by this session already")]
+    AlreadyHeld {
+        /// The slot.
+        slot: u32,
+    },
+    /// A close is refused while holdings are attached: their services may still act.
+    #[error("{holdings} holdings are still attached")]
+    HoldingsRemain {
+        /// How many.
+        holdings: u32,
+    },
+    /// A store call failed, or its outcome stayed unknown.
+    #[error("store call failed")]
+    Store(#[from] StoreError),
+    /// A store call did not answer within the store-call timeout.
+    #[error("store call did not answer within the store-call timeout")]
+    TimedOut,
+}
+
+struct Shared<S> {
+    store: S,
+    value: LeaseValue,
+    lease: LeaseConfig,
+    commands: mpsc::UnboundedSender<Command>,
+    status: watch::Receiver<SessionStatus>,
+    /// The slots held or being acquired: at most one holding per slot and session.
+    slots: Mutex<HashSet<Slot>>,
+}
+
+/// An open session. Dropping every handle and holding closes it.
+pub struct SessionHandle<S> {
+    shared: Arc<Shared<S>>,
+    key: SessionKey,
+}
+
+impl<S> std::fmt::Debug for SessionHandle<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandle")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: SessionStore + Clone> SessionHandle<S> {
+    /// Opens a session of the process `value` names on `store`, with the lease, store-call
+    /// timeout and keepalive timing of `lease`, and its kill deadline on `killer`. Returns once
+    /// the session record is created.
+    pub async fn open(
+        store: S,
+        lease: LeaseConfig,
+        value: LeaseValue,
+        killer: &KillerThread,
+    ) -> Result<Self, SessionError> {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let (status_tx, mut status) = watch::channel(SessionStatus::Opening);
+        let task = Task {
+            store: store.clone(),
+            value: value.clone(),
+            lease,
+            killer: killer.register(&format!("session of {}", value.address)),
+            machine: Session::new(lease, value.incarnation),
+            commands: receiver,
+            status: status_tx,
+            call: None,
+            timer: None,
+            attaching: None,
+            closing: Vec::new(),
+            free_ids: Vec::new(),
+            next_id: 0,
+        };
+        tokio::spawn(task.run());
+        let opened = status
+            .wait_for(|status| !matches!(status, SessionStatus::Opening))
+            .await
+            .map(|status| *status);
+        let key = match opened {
+            Ok(SessionStatus::Open { key, .. }) => key,
+            Ok(SessionStatus::NotOpened(refusal)) => return Err(SessionError::NotOpened(refusal)),
+            Ok(SessionStatus::Lost(reason)) => return Err(SessionError::Lost(reason)),
+            Ok(_) | Err(_) => return Err(SessionError::Closed),
+        };
+        Ok(SessionHandle {
+            shared: Arc::new(Shared {
+                store,
+                value,
+                lease,
+                commands,
+                status,
+                slots: Mutex::default(),
+            }),
+            key,
+        })
+    }
+
+    /// The session's key in the store.
+    pub fn key(&self) -> SessionKey {
+        self.key
+    }
+
+    /// Where the session stands now.
+    pub fn status(&self) -> SessionStatus {
+        *self.shared.status.borrow()
+    }
+
+    /// Resolves when the session is lost (with why) or closed (`None`): from then on no
+    /// service may act under any of its holdings.
+    pub async fn lost(&self) -> Option<LossReason> {
+        let mut status = self.shared.status.clone();
+        let ended = status
+            .wait_for(|status| {
+                matches!(
+                    status,
+                    SessionStatus::Lost(_) | SessionStatus::Closed | SessionStatus::NotOpened(_)
+                )
+            })
+            .await
+            .map(|status| *status);
+        match ended {
+            Ok(SessionStatus::Lost(reason)) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Acquires `slot` as a holding of this session: `Ok(None)` when someone else holds it.
+    /// The holding is attached to the session before the store is asked, so the session cannot
+    /// close under it; a store call with an unknown outcome is sent again (the acquire is
+    /// idempotent), at most [`ACQUIRE_SENDS_MAX`] times.
+    pub async fn acquire(&self, slot: Slot) -> Result<Option<Holding<S>>, SessionError> {
+        if !self.lock_slots().insert(slot) {
+            return Err(SessionError::AlreadyHeld { slot: slot.0 });
+        }
+        let mut claim = SlotClaim {
+            shared: &self.shared,
+            slot,
+            kept: false,
+        };
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .commands
+            .send(Command::Attach { reply })
+            .map_err(|_| SessionError::Closed)?;
+        let holding = answer
+            .await
+            .map_err(|_| SessionError::Closed)?
+            .map_err(SessionError::AttachRefused)?;
+        let mut attached = Attached {
+            shared: &self.shared,
+            holding,
+            kept: false,
+        };
+        let timeout = self.shared.lease.store_timeout();
+        let mut sends = 0;
+        let acquired = loop {
+            sends += 1;
+            let call = self.shared.store.acquire(slot, self.key);
+            match tokio::time::timeout(timeout, call).await {
+                Ok(Ok(acquired)) => break acquired,
+                Ok(Err(error)) if error.is_unknown() && sends < ACQUIRE_SENDS_MAX => {}
+                Ok(Err(error)) => return Err(SessionError::Store(error)),
+                Err(_) if sends < ACQUIRE_SENDS_MAX => {}
+                Err(_) => return Err(SessionError::TimedOut),
+            }
+        };
+        match acquired {
+            Acquired::Written(revision) => {
+                attached.kept = true;
+                claim.kept = true;
+                Ok(Some(Holding {
+                    shared: self.shared.clone(),
+                    slot,
+                    revision,
+                    holding,
+                    detached: false,
+                }))
+            }
+            Acquired::Held => Ok(None),
+            Acquired::SessionGone => Err(match self.status() {
+                SessionStatus::Lost(reason) => SessionError::Lost(reason),
+                _ => SessionError::Closed,
+            }),
+        }
+    }
+
+    /// Closes the session: deletes its record (and every holding left to it) once no holding
+    /// is attached. `Ok(true)` when our record was deleted; refused with
+    /// [`SessionError::HoldingsRemain`] while holdings are attached, and then the session goes
+    /// on as before.
+    pub async fn close(&self) -> Result<bool, SessionError> {
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .commands
+            .send(Command::Close { reply })
+            .map_err(|_| SessionError::Closed)?;
+        answer.await.map_err(|_| SessionError::Closed)?
+    }
+
+    fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashSet<Slot>> {
+        self.shared
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A slot being acquired; given back when the acquire does not end in a holding.
+struct SlotClaim<'a, S> {
+    shared: &'a Shared<S>,
+    slot: Slot,
+    kept: bool,
+}
+
+impl<S> Drop for SlotClaim<'_, S> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        self.shared
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.slot);
+    }
+}
+
+/// A holding attached to the session; detached when dropped unless kept. An acquire that ends
+/// without a holding (refused, failed, or unknown after every send) detaches it: nothing acts
+/// under it, and a record the store may still have written is left to the session.
+struct Attached<'a, S> {
+    shared: &'a Shared<S>,
+    holding: HoldingId,
+    kept: bool,
+}
+
+impl<S> Drop for Attached<'_, S> {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = self.shared.commands.send(Command::Detach {
+                holding: self.holding,
+            });
+        }
+    }
+}
+
+/// A slot held by a session: its record lives as long as the session's. Dropping it detaches
+/// it from the session and leaves the record to the session (deleted with it);
+/// [`release`](Self::release) deletes the record first. Drop or release it only once the
+/// services acting under it have stopped.
+pub struct Holding<S> {
+    shared: Arc<Shared<S>>,
+    slot: Slot,
+    revision: Revision,
+    holding: HoldingId,
+    detached: bool,
+}
+
+impl<S> std::fmt::Debug for Holding<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holding")
+            .field("slot", &self.slot)
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: SessionStore> Holding<S> {
+    /// The slot.
+    pub fn slot(&self) -> Slot {
+        self.slot
+    }
+
+    /// The revision of the holding's record: the fencing token of this tenure, above every
+    /// earlier one of the slot.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// Deletes the holding's record, then detaches it. `Ok(true)` when the record was ours and
+    /// deleted; `Ok(false)` when it had gone already (with its session).
+    pub async fn release(mut self) -> Result<bool, SessionError> {
+        let expected = Lease {
+            value: self.shared.value.clone(),
+            revision: self.revision,
+        };
+        let timeout = self.shared.lease.store_timeout();
+        let deleted = tokio::time::timeout(
+            timeout,
+            self.shared.store.compare_and_delete(self.slot, &expected),
+        )
+        .await;
+        self.detach();
+        match deleted {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(SessionError::TimedOut),
+        }
+    }
+}
+
+impl<S> Holding<S> {
+    fn detach(&mut self) {
+        if !self.detached {
+            self.detached = true;
+            let _ = self.shared.commands.send(Command::Detach {
+                holding: self.holding,
+            });
+            self.shared
+                .slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&self.slot);
+        }
+    }
+}
+
+impl<S> Drop for Holding<S> {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}

@@ -1,0 +1,269 @@
+//! Sessions at run time, on the memory store and tokio's paused clock: one keepalive for any
+//! number of holdings, holdings that end with the session, the close rules, and the one kill
+//! deadline.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestKiller;
+use vvm::adapters::MemoryStore;
+use vvm::{
+    Acquired, Clock, Incarnation, Lease, LeaseConfig, LeaseStore, LeaseValue, LossReason, Revision,
+    SessionError, SessionHandle, SessionKey, SessionRecord, SessionStatus, SessionStore, Slot,
+    StoreError, TimeSource,
+};
+
+const LEASE: Duration = Duration::from_secs(20);
+
+fn value(n: u64) -> LeaseValue {
+    LeaseValue {
+        address: format!("10.0.0.{n}:7000"),
+        incarnation: Incarnation(n),
+    }
+}
+
+/// The memory store, counting keepalives, and failing them while `failing` is set.
+#[derive(Clone, Default)]
+struct Counted {
+    store: MemoryStore,
+    keepalives: Arc<AtomicU64>,
+    failing: Arc<AtomicBool>,
+}
+
+#[derive(Debug)]
+struct Injected;
+
+impl std::fmt::Display for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("keepalive failure injected")
+    }
+}
+
+impl std::error::Error for Injected {}
+
+impl LeaseStore for Counted {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.store.insert_if_not_exists(key, value, ttl).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.store
+            .compare_and_swap(key, expected, new_value, ttl)
+            .await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        self.store.compare_and_delete(key, expected).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.store.get(key).await
+    }
+}
+
+impl SessionStore for Counted {
+    async fn create_session(
+        &self,
+        key: SessionKey,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.store.create_session(key, value, ttl).await
+    }
+
+    async fn keep_alive(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.keepalives.fetch_add(1, Ordering::Relaxed);
+        if self.failing.load(Ordering::Relaxed) {
+            return Err(StoreError::failed(Injected));
+        }
+        self.store.keep_alive(key, expected, ttl).await
+    }
+
+    async fn delete_session(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+    ) -> Result<bool, StoreError> {
+        self.store.delete_session(key, expected).await
+    }
+
+    async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.store.get_session(key).await
+    }
+
+    async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
+        self.store.acquire(slot, key).await
+    }
+}
+
+async fn open(store: &Counted, n: u64, killer: &TestKiller) -> SessionHandle<Counted> {
+    SessionHandle::open(
+        store.clone(),
+        LeaseConfig::new(LEASE).expect("valid"),
+        value(n),
+        &killer.thread,
+    )
+    .await
+    .expect("the session opens")
+}
+
+/// A thousand holdings, ten lease periods: one keepalive every `L/4` in all, every holding
+/// still live, and one kill deadline `0.8·L` after the last keepalive's send.
+// covers: Session.CostGrowth
+#[tokio::test(start_paused = true)]
+async fn one_keepalive_every_quarter_lease_keeps_a_thousand_holdings() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let session = open(&store, 1, &killer).await;
+    let mut holdings = Vec::new();
+    for slot in 0..1_000 {
+        holdings.push(
+            session
+                .acquire(Slot(slot))
+                .await
+                .expect("runs")
+                .expect("free"),
+        );
+    }
+    tokio::time::sleep(LEASE * 10).await;
+    let keepalives = store.keepalives.load(Ordering::Relaxed);
+    assert!(
+        (39..=41).contains(&keepalives),
+        "{keepalives} keepalives in 10 L"
+    );
+    for slot in [0, 500, 999] {
+        assert!(store.get(Slot(slot)).await.expect("read").is_some());
+    }
+    let armed = killer.thread.armed();
+    assert_eq!(
+        armed.len(),
+        1,
+        "one kill deadline for the session: {armed:?}"
+    );
+    let deadline = armed[0].1;
+    assert!(deadline > Clock.now() && deadline <= Clock.now() + LEASE.mul_f64(0.8));
+    assert!(killer.recorder.reports().is_empty());
+}
+
+/// A session deleted underneath is lost at its next keepalive: every holding ends at once,
+/// nothing new is acquired, and it closes (deleting nothing) once every holding is dropped.
+// covers: Session.LossOfAllHoldings
+#[tokio::test(start_paused = true)]
+async fn a_session_deleted_underneath_loses_every_holding_and_closes_after_they_detach() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let session = open(&store, 1, &killer).await;
+    let first = session.acquire(Slot(1)).await.expect("runs").expect("free");
+    let second = session.acquire(Slot(2)).await.expect("runs").expect("free");
+    let SessionStatus::Open { key, revision } = session.status() else {
+        panic!("open: {:?}", session.status());
+    };
+    assert!(store
+        .store
+        .delete_session(key, revision)
+        .await
+        .expect("runs"));
+    assert_eq!(store.get(Slot(1)).await.expect("read"), None);
+    assert_eq!(session.lost().await, Some(LossReason::Overtaken));
+    assert!(matches!(
+        session.acquire(Slot(3)).await,
+        Err(SessionError::AttachRefused(_))
+    ));
+    drop((first, second));
+    assert!(
+        !session.close().await.expect("closes"),
+        "nothing left to delete"
+    );
+}
+
+/// A close waits for the holdings: refused while one is attached, then it deletes the session
+/// record (and with it any holding left to it) and disarms the kill deadline.
+// covers: Session.Close
+#[tokio::test(start_paused = true)]
+async fn close_is_refused_while_a_holding_is_attached_then_deletes_the_session() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let session = open(&store, 1, &killer).await;
+    let key = session.key();
+    let released = session.acquire(Slot(1)).await.expect("runs").expect("free");
+    let left = session.acquire(Slot(2)).await.expect("runs").expect("free");
+    let other = open(&store, 2, &killer).await;
+    assert!(
+        matches!(other.acquire(Slot(1)).await, Ok(None)),
+        "held by session 1"
+    );
+    assert!(matches!(
+        session.close().await,
+        Err(SessionError::HoldingsRemain { holdings: 2 })
+    ));
+    assert!(released.release().await.expect("runs"));
+    drop(left);
+    assert!(session.close().await.expect("closes"));
+    assert_eq!(store.get_session(key).await.expect("read"), None);
+    assert_eq!(store.get(Slot(2)).await.expect("read"), None);
+    assert!(killer
+        .thread
+        .armed()
+        .iter()
+        .all(|(label, _)| !label.contains("10.0.0.1:")));
+}
+
+/// Keepalives that keep failing lose the session before its deadline, and a holding whose
+/// services do not stop meets the killer at the deadline.
+// covers: Session.KillDeadline
+#[tokio::test(start_paused = true)]
+async fn failing_keepalives_lose_the_session_and_the_killer_fires_at_its_deadline() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let session = open(&store, 1, &killer).await;
+    let _held = session.acquire(Slot(1)).await.expect("runs").expect("free");
+    store.failing.store(true, Ordering::Relaxed);
+    assert_eq!(session.lost().await, Some(LossReason::RenewalFailed));
+    let deadline = killer.thread.armed()[0].1;
+    killer.catch_up();
+    assert!(
+        killer.recorder.reports().is_empty(),
+        "lost before the deadline"
+    );
+    tokio::time::sleep_until(Clock.to_tokio(deadline)).await;
+    killer.catch_up();
+    assert_eq!(killer.recorder.reports().len(), 1);
+}
+
+/// One slot per session at a time: a second acquire of a slot the session holds is refused
+/// without a store call.
+// covers: Session.Attach
+#[tokio::test(start_paused = true)]
+async fn a_slot_is_held_once_per_session() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let session = open(&store, 1, &killer).await;
+    let held = session.acquire(Slot(1)).await.expect("runs").expect("free");
+    assert!(matches!(
+        session.acquire(Slot(1)).await,
+        Err(SessionError::AlreadyHeld { slot: 1 })
+    ));
+    drop(held);
+    // Dropped, not released: the record stays with the session, which re-acquires it as is.
+    let again = session.acquire(Slot(1)).await.expect("runs").expect("ours");
+    assert!(again.revision() > Revision(0));
+}
