@@ -51,3 +51,7 @@ conformance::feed_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
+conformance::session_cases!(
+    #[tokio::test(start_paused = true)]
+    Txkv
+);

@@ -53,7 +53,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use vvm_core::{Instant, Revision, Slot};
+use vvm_core::{Instant, Revision, SessionKey, Slot};
 use vvm_runtime::{
     CallTimedOut, Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
     ValueError,
@@ -180,6 +180,15 @@ impl TxOptions {
     }
 }
 
+/// A key a note is about: a slot's, or a session record's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Target {
+    /// The record of a slot (a slot record or a holding).
+    Slot(Slot),
+    /// The record of a session.
+    Session(SessionKey),
+}
+
 /// One note: this (value, revision) was seen, first at `since`, with the holder's TTL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Observation {
@@ -189,19 +198,23 @@ struct Observation {
     since: Instant,
 }
 
-/// What the slot holds, as far as this process can tell.
+/// What a key holds, as far as this process can tell.
 #[derive(Debug)]
-enum State {
+pub(super) enum State {
     /// No live record; the next write takes `revision + 1`.
     Absent { revision: u64 },
-    /// A live record.
-    Live { revision: u64, value: Vec<u8> },
+    /// A live record: a slot record, or a holding of a live `session`.
+    Live {
+        revision: u64,
+        value: Vec<u8>,
+        session: Option<SessionKey>,
+    },
     /// Bytes that are no record: live forever, never overwritten.
     Unreadable,
 }
 
 /// What an operation does once it knows the state.
-enum Decision<T> {
+pub(super) enum Decision<T> {
     /// Answer without writing.
     Done(T),
     /// Write `record` (or clear the key for `None`), then answer; `own` is the note the
@@ -218,7 +231,7 @@ enum Decision<T> {
 pub struct TxLeaseStore<K> {
     kv: Arc<K>,
     options: Arc<TxOptions>,
-    notes: Arc<Mutex<HashMap<Slot, Observation>>>,
+    notes: Arc<Mutex<HashMap<Target, Observation>>>,
     time: Arc<dyn TimeSource>,
 }
 
@@ -287,23 +300,40 @@ impl<K: TxKv> TxLeaseStore<K> {
         key
     }
 
-    fn notes(&self) -> MutexGuard<'_, HashMap<Slot, Observation>> {
+    /// The key of the session record `session`: `<prefix>session/<incarnation>-<id>`, never a
+    /// slot's key (those end in the slot number's digits right after the prefix).
+    pub fn session_key(&self, session: SessionKey) -> Vec<u8> {
+        let mut key = self.options.prefix.clone();
+        key.extend_from_slice(format!("session/{session}").as_bytes());
+        key
+    }
+
+    fn target_key(&self, target: Target) -> Vec<u8> {
+        match target {
+            Target::Slot(slot) => self.key(slot),
+            Target::Session(session) => self.session_key(session),
+        }
+    }
+
+    fn notes(&self) -> MutexGuard<'_, HashMap<Target, Observation>> {
         // Every critical section leaves the map consistent; a poisoned lock is usable.
         self.notes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Classifies what a transaction that started at `started` read at `read_at`, and updates
-    /// the notes.
+    /// Classifies what a transaction that started at `started` read at `read_at` under
+    /// `target`, and updates the notes. A holding is live while its session record is:
+    /// `session` is what the same transaction read under that record's key.
     fn observe(
         &self,
-        slot: Slot,
+        target: Target,
         bytes: Option<&[u8]>,
+        session: Option<&[u8]>,
         started: Instant,
         read_at: Instant,
     ) -> State {
         let record = match bytes {
             None => {
-                self.notes().remove(&slot);
+                self.notes().remove(&target);
                 return State::Absent { revision: 0 };
             }
             Some(bytes) => Record::decode(bytes),
@@ -311,8 +341,27 @@ impl<K: TxKv> TxLeaseStore<K> {
         let (revision, ttl, value) = match record {
             None => return State::Unreadable,
             Some(Record::Deleted { revision }) => {
-                self.notes().remove(&slot);
+                self.notes().remove(&target);
                 return State::Absent { revision };
+            }
+            Some(Record::Held {
+                revision,
+                session: holder,
+                value,
+            }) => {
+                self.notes().remove(&target);
+                let live = matches!(
+                    self.observe(Target::Session(holder), session, None, started, read_at),
+                    State::Live { .. }
+                );
+                return match live {
+                    true => State::Live {
+                        revision,
+                        value,
+                        session: Some(holder),
+                    },
+                    false => State::Absent { revision },
+                };
             }
             Some(Record::Live {
                 revision,
@@ -321,7 +370,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             }) => (revision, ttl, value),
         };
         let mut notes = self.notes();
-        match notes.get(&slot) {
+        match notes.get(&target) {
             Some(note) if note.revision == revision && note.value == value => {
                 // Unchanged since the note: expired once a whole TTL lies between the note and
                 // the start of this transaction (which sees every write committed before it).
@@ -330,11 +379,11 @@ impl<K: TxKv> TxLeaseStore<K> {
                 }
             }
             _ => {
-                if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&slot) {
+                if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&target) {
                     forget_oldest(&mut notes);
                 }
                 notes.insert(
-                    slot,
+                    target,
                     Observation {
                         revision,
                         value: value.clone(),
@@ -344,23 +393,27 @@ impl<K: TxKv> TxLeaseStore<K> {
                 );
             }
         }
-        State::Live { revision, value }
+        State::Live {
+            revision,
+            value,
+            session: None,
+        }
     }
 
     /// Notes a record this process wrote in a transaction that started at `started`.
-    fn note_own(&self, slot: Slot, own: Option<(u64, Vec<u8>, Duration)>, started: Instant) {
+    fn note_own(&self, target: Target, own: Option<(u64, Vec<u8>, Duration)>, started: Instant) {
         let mut notes = self.notes();
         match own {
             None => {
-                notes.remove(&slot);
+                notes.remove(&target);
             }
             Some((revision, value, ttl)) => {
-                if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&slot) {
+                if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&target) {
                     forget_oldest(&mut notes);
                 }
                 let since = started;
                 notes.insert(
-                    slot,
+                    target,
                     Observation {
                         revision,
                         value,
@@ -372,13 +425,21 @@ impl<K: TxKv> TxLeaseStore<K> {
         }
     }
 
-    /// Runs one operation: read, `decide`, maybe write and commit; again on conflicts.
-    async fn transact<T>(
+    /// Runs one operation on `target`: read, `decide`, maybe write and commit; again on
+    /// conflicts. A holding's session record is read in the same transaction; so is the session
+    /// record `also`, whose state `decide` gets beside the target's.
+    pub(super) async fn transact<T>(
         &self,
-        slot: Slot,
-        decide: impl Fn(&State) -> Result<Decision<T>, StoreError>,
+        target: Target,
+        also: Option<SessionKey>,
+        decide: impl Fn(&State, Option<&State>) -> Result<Decision<T>, StoreError>,
     ) -> Result<T, StoreError> {
-        let key = self.key(slot);
+        let key = self.target_key(target);
+        let slot = match target {
+            Target::Slot(slot) => slot,
+            // Errors name a slot; a session record's name none (its key is in the cause).
+            Target::Session(_) => Slot(0),
+        };
         let timeout = self.options.timeout;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut backoff = conflict_backoff();
@@ -393,23 +454,43 @@ impl<K: TxKv> TxLeaseStore<K> {
             }
             let started = self.time.now();
             let mut tx = self.kv.begin().map_err(|error| failed(&error))?;
-            let read = match tokio::time::timeout_at(deadline, tx.get(&key)).await {
-                Err(_) => {
-                    return Err(StoreError::failed(CallTimedOut {
-                        call: "reading",
-                        slot: slot.0,
-                        timeout,
-                    }))
-                }
-                Ok(Err(error @ TxError::Retryable { .. })) => {
-                    last = Some(error);
+            let read = match read_in(&mut tx, &key, deadline, slot, timeout).await? {
+                Ok(read) => read,
+                Err(retry) => {
+                    last = Some(retry);
                     continue;
                 }
-                Ok(Err(error)) => return Err(failed(&error)),
-                Ok(Ok(read)) => read,
             };
-            let state = self.observe(slot, read.as_deref(), started, self.time.now());
-            let (record, answer, own) = match decide(&state)? {
+            let holder = match read.as_deref().and_then(Record::decode) {
+                Some(Record::Held { session, .. }) => Some(session),
+                _ => None,
+            };
+            let mut session_reads = Vec::with_capacity(2);
+            let mut retry = None;
+            for session in holder.iter().chain(also.iter()) {
+                let key = self.session_key(*session);
+                match read_in(&mut tx, &key, deadline, slot, timeout).await? {
+                    Ok(read) => session_reads.push(read),
+                    Err(error) => {
+                        retry = Some(error);
+                        break;
+                    }
+                }
+            }
+            if let Some(error) = retry {
+                last = Some(error);
+                continue;
+            }
+            let read_at = self.time.now();
+            let held_session = holder
+                .and_then(|_| session_reads.first())
+                .and_then(Option::as_deref);
+            let state = self.observe(target, read.as_deref(), held_session, started, read_at);
+            let also_state = also.map(|session| {
+                let bytes = session_reads.last().and_then(Option::as_deref);
+                self.observe(Target::Session(session), bytes, None, started, read_at)
+            });
+            let (record, answer, own) = match decide(&state, also_state.as_ref())? {
                 Decision::Done(answer) => return Ok(answer),
                 Decision::Write {
                     record,
@@ -430,13 +511,13 @@ impl<K: TxKv> TxLeaseStore<K> {
                     }))
                 }
                 Ok(Ok(())) => {
-                    self.note_own(slot, own, started);
+                    self.note_own(target, own, started);
                     return Ok(answer);
                 }
                 Ok(Err(error @ TxError::Retryable { .. })) => last = Some(error),
                 Ok(Err(error @ TxError::UnknownResult { .. })) => {
                     // The note may be stale now either way; the next read renews it.
-                    self.notes().remove(&slot);
+                    self.notes().remove(&target);
                     return Err(StoreError::unknown(error));
                 }
                 Ok(Err(error)) => return Err(failed(&error)),
@@ -447,6 +528,27 @@ impl<K: TxKv> TxLeaseStore<K> {
             attempts: self.options.retries_max + 1,
             last,
         }))
+    }
+}
+
+/// Reads `key` in `tx` by `deadline`: `Ok(Err(retryable))` when the transaction must be run
+/// again.
+async fn read_in<T: KvTx>(
+    tx: &mut T,
+    key: &[u8],
+    deadline: tokio::time::Instant,
+    slot: Slot,
+    timeout: Duration,
+) -> Result<Result<Option<Vec<u8>>, TxError>, StoreError> {
+    match tokio::time::timeout_at(deadline, tx.get(key)).await {
+        Err(_) => Err(StoreError::failed(CallTimedOut {
+            call: "reading",
+            slot: slot.0,
+            timeout,
+        })),
+        Ok(Err(error @ TxError::Retryable { .. })) => Ok(Err(error)),
+        Ok(Err(error)) => Err(failed(&error)),
+        Ok(Ok(read)) => Ok(Ok(read)),
     }
 }
 
@@ -464,7 +566,11 @@ impl<K: TxKv> TxLeaseStore<K> {
         let notes = self.notes();
         slots
             .iter()
-            .map(|slot| notes.get(slot).map(|note| note.value.clone()))
+            .map(|slot| {
+                notes
+                    .get(&Target::Slot(*slot))
+                    .map(|note| note.value.clone())
+            })
             .collect()
     }
 
@@ -521,7 +627,9 @@ impl<K: TxKv> TxLeaseStore<K> {
                 Some(bytes) => match Record::decode(&bytes) {
                     None => bytes,
                     Some(Record::Deleted { .. }) => return Ok(Round::Changed),
-                    Some(Record::Live { value, .. }) => value,
+                    // A holding's end with its session changes no key: the waiter's own timer
+                    // covers it, as an expiry.
+                    Some(Record::Live { value, .. } | Record::Held { value, .. }) => value,
                 },
             };
             match seen {
@@ -558,7 +666,7 @@ impl<K: TxKv> TxLeaseStore<K> {
     }
 }
 
-fn forget_oldest(notes: &mut HashMap<Slot, Observation>) {
+fn forget_oldest(notes: &mut HashMap<Target, Observation>) {
     if let Some(oldest) = notes
         .iter()
         .min_by_key(|(_, note)| note.since)
@@ -572,7 +680,7 @@ fn failed(error: &TxError) -> StoreError {
     StoreError::failed(error.clone())
 }
 
-fn next_revision(slot: Slot, revision: u64) -> Result<u64, StoreError> {
+pub(super) fn next_revision(slot: Slot, revision: u64) -> Result<u64, StoreError> {
     revision
         .checked_add(1)
         .ok_or_else(|| StoreError::failed(TxLeaseError::RevisionsExhausted { slot: slot.0 }))
@@ -590,7 +698,7 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
         let bytes = value.encode().into_bytes();
-        self.transact(key, |state| match state {
+        self.transact(Target::Slot(key), None, |state, _| match state {
             State::Absent { revision } => {
                 let revision = next_revision(key, *revision)?;
                 Ok(Decision::Write {
@@ -616,8 +724,10 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
         let bytes = new_value.encode().into_bytes();
-        self.transact(key, |state| match state {
-            State::Live { revision, value } if matches(*revision, value, expected) => {
+        self.transact(Target::Slot(key), None, |state, _| match state {
+            State::Live {
+                revision, value, ..
+            } if matches(*revision, value, expected) => {
                 let revision = next_revision(key, *revision)?;
                 Ok(Decision::Write {
                     record: Some(Record::Live {
@@ -635,8 +745,10 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
     }
 
     async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.transact(key, |state| match state {
-            State::Live { revision, value } if matches(*revision, value, expected) => {
+        self.transact(Target::Slot(key), None, |state, _| match state {
+            State::Live {
+                revision, value, ..
+            } if matches(*revision, value, expected) => {
                 Ok(Decision::Write {
                     // The tombstone keeps the revision: a later insert goes higher.
                     record: Some(Record::Deleted {
@@ -652,10 +764,12 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
     }
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.transact(key, |state| match state {
+        self.transact(Target::Slot(key), None, |state, _| match state {
             State::Absent { .. } => Ok(Decision::Done(None)),
             State::Unreadable => Err(malformed(key)),
-            State::Live { revision, value } => {
+            State::Live {
+                revision, value, ..
+            } => {
                 let value = LeaseValue::decode(value).map_err(|source| StoreError::Corrupt {
                     slot: key.0,
                     source,

@@ -12,6 +12,7 @@
 pub mod lease;
 pub mod memory;
 mod record;
+mod session;
 
 use std::future::Future;
 

@@ -4,13 +4,21 @@
 //! ```text
 //! live:      0x01 'L' <revision: u64 BE> <ttl ns: u64 BE> <value bytes>
 //! deleted:   0x01 'D' <revision: u64 BE>
+//! holding:   0x01 'H' <revision: u64 BE> <session incarnation: u64 BE> <session id: u64 BE> <value bytes>
 //! ```
+//!
+//! A holding has no TTL: it is live while its session's record (a live record under the
+//! session's key) is. A process of a version before holdings reads one as no record of this
+//! format: live for ever and never overwritten, so it never takes a slot a session holds.
 
 use std::time::Duration;
+
+use vvm_core::{Incarnation, SessionId, SessionKey};
 
 const VERSION: u8 = 1;
 const LIVE: u8 = b'L';
 const DELETED: u8 = b'D';
+const HELD: u8 = b'H';
 const HEADER_BYTES: usize = 2 + 8;
 
 /// A decoded record.
@@ -24,6 +32,12 @@ pub(super) enum Record {
     },
     /// Deleted at `revision`.
     Deleted { revision: u64 },
+    /// A holding of `session`, live while the session's record is.
+    Held {
+        revision: u64,
+        session: SessionKey,
+        value: Vec<u8>,
+    },
 }
 
 impl Record {
@@ -39,6 +53,19 @@ impl Record {
                 bytes.extend_from_slice(&[VERSION, LIVE]);
                 bytes.extend_from_slice(&revision.to_be_bytes());
                 bytes.extend_from_slice(&ttl_ns.to_be_bytes());
+                bytes.extend_from_slice(value);
+                bytes
+            }
+            Record::Held {
+                revision,
+                session,
+                value,
+            } => {
+                let mut bytes = Vec::with_capacity(HEADER_BYTES + 16 + value.len());
+                bytes.extend_from_slice(&[VERSION, HELD]);
+                bytes.extend_from_slice(&revision.to_be_bytes());
+                bytes.extend_from_slice(&session.incarnation.0.to_be_bytes());
+                bytes.extend_from_slice(&session.id.0.to_be_bytes());
                 bytes.extend_from_slice(value);
                 bytes
             }
@@ -69,6 +96,18 @@ impl Record {
                 })
             }
             DELETED if rest.is_empty() => Some(Record::Deleted { revision }),
+            HELD => {
+                let (incarnation, rest) = split::<8>(rest)?;
+                let (id, value) = split::<8>(rest)?;
+                Some(Record::Held {
+                    revision,
+                    session: SessionKey {
+                        incarnation: Incarnation(u64::from_be_bytes(*incarnation)),
+                        id: SessionId(u64::from_be_bytes(*id)),
+                    },
+                    value: value.to_vec(),
+                })
+            }
             _ => None,
         }
     }
@@ -91,6 +130,16 @@ mod tests {
             value: b"vvm1 x".to_vec(),
         };
         let deleted = Record::Deleted { revision: 9 };
+        let held = Record::Held {
+            revision: 11,
+            session: SessionKey {
+                incarnation: Incarnation(3),
+                id: SessionId(4),
+            },
+            value: b"vvm1 y".to_vec(),
+        };
+        assert_eq!(Record::decode(&held.encode()), Some(held.clone()));
+        assert_eq!(Record::decode(&held.encode()[..HEADER_BYTES + 15]), None);
         assert_eq!(Record::decode(&live.encode()), Some(live.clone()));
         assert_eq!(Record::decode(&deleted.encode()), Some(deleted.clone()));
         let mut wrong_version = live.encode();
