@@ -15,8 +15,9 @@ use tokio::sync::oneshot;
 
 use super::{KvTx, TxError, TxKv};
 
-/// Most keys the store holds.
-pub const KEYS_MAX: usize = 65_536;
+/// Most keys the store holds: 2^21, room for a session holding `vvm_core::HOLDINGS_MAX` (2^20)
+/// slots beside as many other records.
+pub const KEYS_MAX: usize = 1 << 21;
 /// Most faults queued at once.
 pub const FAULTS_MAX: usize = 1024;
 /// Most active watches at once; a commit that would register more fails the extra ones.

@@ -15,7 +15,26 @@
 //! Until every holding is detached the session neither closes nor opens anew, so the kill
 //! deadline the services still run under is never replaced by a later one.
 //!
-//! A runnable example is `vvm`'s `examples/sessions.rs`.
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use vvm_adapters::MemoryStore;
+//! use vvm_core::{Incarnation, LeaseConfig, Slot};
+//! use vvm_runtime::{KillerThread, LeaseValue, RecordingKiller, SessionHandle};
+//!
+//! let store = MemoryStore::new();
+//! // A recording killer for the example; a service uses `KillerThread::global()`.
+//! let killer = KillerThread::new(RecordingKiller::new());
+//! let value = LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(1) };
+//! let session = SessionHandle::open(store, LeaseConfig::default(), value, &killer).await?;
+//! let first = session.acquire(Slot(1)).await?.expect("slot 1 is free");
+//! let second = session.acquire(Slot(2)).await?.expect("slot 2 is free");
+//! assert!(second.revision() > first.revision()); // fencing tokens
+//! first.release().await?;
+//! second.release().await?;
+//! assert!(session.close().await?, "the session record was deleted");
+//! # Ok(()) }
+//! ```
 
 mod task;
 
