@@ -114,3 +114,10 @@ mod three_members {
         }
     );
 }
+conformance::session_cases!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    match Etcd::start().await {
+        Some(etcd) => etcd,
+        None => return,
+    }
+);

@@ -8,7 +8,10 @@ mod etcd_support;
 use std::time::{Duration, Instant};
 
 use etcd_support::{single, store};
-use vvm::{Incarnation, Lease, LeaseConfig, LeaseStore, LeaseValue, Slot, StoreError};
+use vvm::{
+    Acquired, Incarnation, Lease, LeaseConfig, LeaseStore, LeaseValue, Revision, SessionId,
+    SessionKey, SessionStore, Slot, StoreError,
+};
 use vvm_adapters::etcd::cluster::ClusterOptions;
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::{Credentials, EtcdError, EtcdOptions, EtcdStore};
@@ -408,4 +411,380 @@ async fn a_dead_member_does_not_fail_operations() {
             Some(lease.clone())
         );
     }
+}
+
+fn session(id: u64) -> SessionKey {
+    SessionKey {
+        incarnation: Incarnation(7),
+        id: SessionId(id),
+    }
+}
+
+/// The etcd lease `key` (a session record or a slot) is bound to, read raw; `None` when absent.
+async fn bound_lease(raw: &mut etcd_client::Client, key: Vec<u8>) -> Option<i64> {
+    raw.get(key, None)
+        .await
+        .unwrap()
+        .kvs()
+        .first()
+        .map(|kv| kv.lease())
+}
+
+async fn written(store: &EtcdStore, slot: Slot, key: SessionKey) -> Revision {
+    match store.acquire(slot, key).await.unwrap() {
+        Acquired::Written(revision) => revision,
+        other => panic!("{slot:?} for {key}: {other:?}"),
+    }
+}
+
+/// A session is one lease: its record and every holding are bound to it; a keepalive renews
+/// it and keeps the record's revision; a keepalive of another TTL is refused; the delete checks
+/// the revision, then revokes the lease at once, which deletes every holding.
+// covers: Et.Sessions
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_holdings_vanish_when_the_session_is_deleted() {
+    let Some(cluster) = single("a_sessions_holdings_vanish_when_the_session_is_deleted").await
+    else {
+        return;
+    };
+    let store = store(&cluster, "sessions/").await;
+    let mut raw = raw_client(&cluster).await;
+    let ttl = TTL * 5;
+    let created = store
+        .create_session(session(1), &value("s"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.session_key(session(1)),
+        b"sessions/session/0000000000000007-1"
+    );
+    let lease = bound_lease(&mut raw, store.session_key(session(1)))
+        .await
+        .expect("the record exists");
+    assert_ne!(lease, 0);
+    assert_eq!(
+        store
+            .create_session(session(1), &value("t"), ttl)
+            .await
+            .unwrap(),
+        None,
+        "a live session's key is taken"
+    );
+
+    let mut holdings = Vec::new();
+    for slot in [Slot(1), Slot(2), Slot(3)] {
+        let revision = written(&store, slot, session(1)).await;
+        assert!(revision > created);
+        assert_eq!(
+            store.get(slot).await.unwrap(),
+            Some(Lease {
+                value: value("s"),
+                revision
+            }),
+            "a holding reads as a record with the session's value"
+        );
+        assert_eq!(bound_lease(&mut raw, store.key(slot)).await, Some(lease));
+        holdings.push(revision);
+    }
+    assert_eq!(
+        leases_settle_at_most(&cluster, 1).await,
+        1,
+        "one lease for the session and all its holdings"
+    );
+
+    assert_eq!(
+        store.keep_alive(session(1), created, ttl).await.unwrap(),
+        Some(created),
+        "etcd's keepalive writes no key"
+    );
+    let other_ttl = store.keep_alive(session(1), created, TTL).await;
+    assert!(
+        matches!(&other_ttl, Err(error @ StoreError::Failed { .. })
+            if error.find::<EtcdError>() == Some(&EtcdError::SessionTtlMismatch { asked_secs: 2, lease_secs: 10 })),
+        "{other_ttl:?}"
+    );
+    let wrong = Revision(created.0 + 1000);
+    assert_eq!(
+        store.keep_alive(session(1), wrong, ttl).await.unwrap(),
+        None
+    );
+    assert!(!store.delete_session(session(1), wrong).await.unwrap());
+    assert!(store.get(Slot(1)).await.unwrap().is_some());
+
+    assert!(store.delete_session(session(1), created).await.unwrap());
+    // The lease was revoked before the delete answered: no waiting.
+    for slot in [Slot(1), Slot(2), Slot(3)] {
+        assert_eq!(bound_lease(&mut raw, store.key(slot)).await, None);
+    }
+    assert_eq!(raw.leases().await.unwrap().leases().len(), 0);
+    assert_eq!(store.get_session(session(1)).await.unwrap(), None);
+    assert_eq!(
+        store.acquire(Slot(1), session(1)).await.unwrap(),
+        Acquired::SessionGone
+    );
+    assert!(!store.delete_session(session(1), created).await.unwrap());
+    assert_eq!(
+        store.keep_alive(session(1), created, ttl).await.unwrap(),
+        None
+    );
+}
+
+/// One keepalive per period keeps every holding live past the TTL; without keepalives the
+/// record and every holding vanish in one revision.
+// covers: Et.Sessions
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalives_keep_every_holding_and_expiry_ends_them_all() {
+    let Some(cluster) = single("keepalives_keep_every_holding_and_expiry_ends_them_all").await
+    else {
+        return;
+    };
+    let store = store(&cluster, "kept/").await;
+    let created = store
+        .create_session(session(1), &value("s"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    for slot in [Slot(1), Slot(2)] {
+        written(&store, slot, session(1)).await;
+    }
+    let until = Instant::now() + TTL * 3;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            store.keep_alive(session(1), created, TTL).await.unwrap(),
+            Some(created)
+        );
+    }
+    assert!(store.get(Slot(1)).await.unwrap().is_some());
+    assert!(store.get(Slot(2)).await.unwrap().is_some());
+
+    let stopped = Instant::now();
+    while store.get_session(session(1)).await.unwrap().is_some() {
+        assert!(
+            stopped.elapsed() < TTL * 3,
+            "the session outlived three TTLs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.get(Slot(1)).await.unwrap(), None);
+    assert_eq!(store.get(Slot(2)).await.unwrap(), None);
+    assert_eq!(
+        store.keep_alive(session(1), created, TTL).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.acquire(Slot(3), session(1)).await.unwrap(),
+        Acquired::SessionGone
+    );
+}
+
+/// A lease revoked behind the store's back ends the session: its keepalive is `None`, its
+/// holdings are gone, its acquires are `SessionGone`. A session never created acquires nothing.
+// covers: Et.Sessions
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_of_a_session_whose_lease_was_revoked_elsewhere_is_none() {
+    let Some(cluster) =
+        single("keep_alive_of_a_session_whose_lease_was_revoked_elsewhere_is_none").await
+    else {
+        return;
+    };
+    let store = store(&cluster, "revoked/").await;
+    let mut raw = raw_client(&cluster).await;
+    assert_eq!(
+        store.acquire(Slot(1), session(9)).await.unwrap(),
+        Acquired::SessionGone,
+        "never created"
+    );
+    let ttl = TTL * 5;
+    let created = store
+        .create_session(session(1), &value("s"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    written(&store, Slot(1), session(1)).await;
+    let lease = bound_lease(&mut raw, store.session_key(session(1)))
+        .await
+        .unwrap();
+    raw.lease_revoke(lease).await.unwrap();
+    assert_eq!(
+        store.keep_alive(session(1), created, ttl).await.unwrap(),
+        None
+    );
+    assert_eq!(store.get(Slot(1)).await.unwrap(), None);
+    assert_eq!(
+        store.acquire(Slot(2), session(1)).await.unwrap(),
+        Acquired::SessionGone
+    );
+    assert_eq!(store.get(Slot(2)).await.unwrap(), None, "nothing written");
+}
+
+/// A session created elsewhere, or whose create's outcome was unknown, is kept alive and
+/// acquires once read back: the store learns its lease from the record, and its TTL from etcd.
+// covers: Et.SessionLearnt
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_read_back_by_another_store_is_kept_alive() {
+    let Some(cluster) = single("a_session_read_back_by_another_store_is_kept_alive").await else {
+        return;
+    };
+    let creator = store(&cluster, "learnt/").await;
+    let ttl = TTL * 5;
+    let created = creator
+        .create_session(session(1), &value("s"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let created_2 = creator
+        .create_session(session(2), &value("s"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let reader = store(&cluster, "learnt/").await;
+    let record = reader.get_session(session(1)).await.unwrap().unwrap();
+    assert_eq!((record.value, record.revision), (value("s"), created));
+    let other_ttl = reader.keep_alive(session(1), created, TTL).await;
+    assert!(
+        matches!(&other_ttl, Err(error) if error.find::<EtcdError>() == Some(&EtcdError::SessionTtlMismatch { asked_secs: 2, lease_secs: 10 })),
+        "{other_ttl:?}"
+    );
+    assert_eq!(
+        reader.keep_alive(session(1), created, ttl).await.unwrap(),
+        Some(created)
+    );
+    let revision = written(&reader, Slot(1), session(1)).await;
+    assert_eq!(
+        creator
+            .get(Slot(1))
+            .await
+            .unwrap()
+            .map(|lease| lease.revision),
+        Some(revision)
+    );
+
+    // Never read: the keepalive reads the record itself; the acquire too.
+    let fresh = store(&cluster, "learnt/").await;
+    assert_eq!(
+        fresh.keep_alive(session(2), created_2, ttl).await.unwrap(),
+        Some(created_2)
+    );
+    let other = store(&cluster, "learnt/").await;
+    written(&other, Slot(2), session(2)).await;
+    assert!(creator.delete_session(session(2), created_2).await.unwrap());
+    assert_eq!(
+        fresh.keep_alive(session(2), created_2, ttl).await.unwrap(),
+        None
+    );
+    assert_eq!(other.get(Slot(2)).await.unwrap(), None);
+}
+
+/// An acquire writes only on a free slot: a slot record or another session's holding is
+/// `Held`; the session's own holding answers its revision and writes nothing (idempotent, which
+/// is also how a second send of an applied acquire is recognised).
+// covers: Et.AcquireResend
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_on_a_held_slot_is_held() {
+    let Some(cluster) = single("acquire_on_a_held_slot_is_held").await else {
+        return;
+    };
+    let store = store(&cluster, "held/").await;
+    let ttl = TTL * 5;
+    for id in [1, 2] {
+        store
+            .create_session(session(id), &value(&format!("s{id}")), ttl)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    store
+        .insert_if_not_exists(Slot(1), &value("plain"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.acquire(Slot(1), session(1)).await.unwrap(),
+        Acquired::Held
+    );
+    let theirs = written(&store, Slot(2), session(2)).await;
+    assert_eq!(
+        store.acquire(Slot(2), session(1)).await.unwrap(),
+        Acquired::Held
+    );
+    let ours = written(&store, Slot(3), session(1)).await;
+    assert_eq!(
+        store.acquire(Slot(3), session(1)).await.unwrap(),
+        Acquired::Written(ours),
+        "the holding as it is"
+    );
+    assert_eq!(
+        store
+            .get(Slot(3))
+            .await
+            .unwrap()
+            .map(|lease| lease.revision),
+        Some(ours),
+        "nothing written"
+    );
+    assert_eq!(
+        store.get(Slot(2)).await.unwrap(),
+        Some(Lease {
+            value: value("s2"),
+            revision: theirs
+        })
+    );
+}
+
+/// Releasing a holding (compare-and-delete) or replacing it (compare-and-swap) leaves its
+/// session's lease alone: the session and its other holdings stay live.
+// covers: Et.HoldingRelease
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_a_holding_does_not_end_the_session() {
+    let Some(cluster) = single("releasing_a_holding_does_not_end_the_session").await else {
+        return;
+    };
+    let store = store(&cluster, "release/").await;
+    let mut raw = raw_client(&cluster).await;
+    let ttl = TTL * 5;
+    let created = store
+        .create_session(session(1), &value("s"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    for slot in [Slot(1), Slot(2), Slot(3)] {
+        written(&store, slot, session(1)).await;
+    }
+    let lease = bound_lease(&mut raw, store.session_key(session(1)))
+        .await
+        .unwrap();
+    let first = store.get(Slot(1)).await.unwrap().unwrap();
+    assert!(store.compare_and_delete(Slot(1), &first).await.unwrap());
+    let second = store.get(Slot(2)).await.unwrap().unwrap();
+    let swapped = store
+        .compare_and_swap(Slot(2), &second, &value("s"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(
+        bound_lease(&mut raw, store.key(Slot(2))).await,
+        Some(lease),
+        "a swapped holding is a slot record of its own lease"
+    );
+    // Background revocations would have run by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(raw.lease_time_to_live(lease, None).await.unwrap().ttl() > 0);
+    assert_eq!(bound_lease(&mut raw, store.key(Slot(3))).await, Some(lease));
+    assert_eq!(store.get(Slot(1)).await.unwrap(), None);
+    assert_eq!(
+        store
+            .get(Slot(2))
+            .await
+            .unwrap()
+            .map(|lease| lease.revision),
+        Some(swapped)
+    );
+    assert_eq!(
+        store.keep_alive(session(1), created, ttl).await.unwrap(),
+        Some(created)
+    );
+    assert!(store.get_session(session(1)).await.unwrap().is_some());
 }

@@ -7,6 +7,8 @@
 //! | compare-and-delete | `if value(key) == expected && mod_revision(key) == rev then delete(key)` |
 //! | get | range read of the key |
 //!
+//! Sessions and their holdings: see [Sessions](#sessions) below.
+//!
 //! The revision of a record is its `mod_revision`, which etcd takes from one counter for the
 //! whole cluster: it strictly increases per key, also across delete and re-insert.
 //!
@@ -18,7 +20,8 @@
 //! live a little longer than their TTL, never shorter). No lease leaks without bound:
 //! - a lease whose transaction did not write (compare false, or failed before sending) is
 //!   revoked;
-//! - the lease a successful swap or delete replaced is revoked;
+//! - the lease a successful swap or delete replaced is revoked, unless it is the lease of a
+//!   session this store knows (the record was a holding: see [Sessions](#sessions));
 //! - a lease whose transaction ended with an unknown outcome is kept (it may carry our record)
 //!   and expires with its TTL.
 //!
@@ -26,6 +29,16 @@
 //! the request timeout. One that fails, is skipped, or is lost because the caller dropped the
 //! operation mid-way leaves a lease without keys that etcd removes when its TTL ends. So at any
 //! time the leases this store left behind are at most those granted during the last TTL.
+//!
+//! # Sessions
+//!
+//! The store is a [`SessionStore`](vvm_runtime::SessionStore): a session is one etcd lease
+//! granted with its TTL, carrying the session record (key [`EtcdStore::session_key`]) and every
+//! holding, i.e. every slot key an acquire bound to that lease. One `LeaseKeepAlive` renews them
+//! all; the lease's expiry or revocation deletes them all in one etcd revision. Releasing or
+//! swapping a holding never revokes its session's lease (the store remembers the leases of its
+//! sessions, at most [`SESSIONS_MAX`]), so a holding is released through the store, or a clone
+//! of it, that acquired it. Details in the `session` module source.
 //!
 //! # TTL
 //!
@@ -59,6 +72,7 @@
 
 mod feed;
 mod options;
+mod session;
 
 #[cfg(feature = "etcd-cluster")]
 pub mod cluster;
@@ -77,6 +91,8 @@ use vvm_runtime::{Cause, ErrorChain, Lease, LeaseStore, LeaseValue, SlotChange, 
 
 use feed::SeenRevision;
 pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
+use session::Sessions;
+pub use session::SESSIONS_MAX;
 
 #[cfg(feature = "etcd-tls")]
 pub use options::EtcdTls;
@@ -109,6 +125,9 @@ pub struct EtcdStore {
     revokes: Arc<Semaphore>,
     /// The highest cluster revision of any answer: where change feeds start.
     seen: Arc<SeenRevision>,
+    /// The lease, value and revision of the sessions this store created or read (see the
+    /// `session` module).
+    sessions: Arc<std::sync::Mutex<Sessions>>,
     /// Sends of one request at most while members refuse or break the connection: twice the endpoints
     /// plus one, at most [`SENDS_MAX`].
     sends_max: usize,
@@ -165,6 +184,7 @@ impl EtcdStore {
             prefix: prefix.into(),
             revokes: Arc::new(Semaphore::new(REVOKES_IN_FLIGHT_MAX)),
             seen: Arc::default(),
+            sessions: Arc::default(),
             sends_max,
         })
     }
@@ -305,6 +325,20 @@ impl EtcdStore {
         });
     }
 
+    /// Revokes in the background the lease of a record a swap replaced or a delete removed,
+    /// unless it is the lease of a session this store knows: the record was a holding, and
+    /// the lease still carries the session and its other holdings.
+    fn revoke_replaced(&self, lease: i64) {
+        if self.is_session_lease(lease) {
+            tracing::debug!(
+                lease,
+                "a holding was replaced or released; its session's lease is kept"
+            );
+            return;
+        }
+        self.revoke_later(lease);
+    }
+
     /// Runs a write transaction that carries `lease` (0 for none), sent again as `resend`
     /// allows. On an error the lease is revoked only when the transaction certainly did not
     /// apply.
@@ -375,7 +409,7 @@ impl EtcdStore {
             }
         }
         if previous != lease {
-            self.revoke_later(previous);
+            self.revoke_replaced(previous);
         }
         revision_from(revision).map(Some)
     }
@@ -632,7 +666,7 @@ impl LeaseStore for EtcdStore {
         for op in response.op_responses() {
             if let TxnOpResponse::Delete(delete) = op {
                 for previous in delete.prev_kvs() {
-                    self.revoke_later(previous.lease());
+                    self.revoke_replaced(previous.lease());
                 }
             }
         }

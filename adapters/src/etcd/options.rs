@@ -124,6 +124,35 @@ pub enum EtcdError {
         /// What it answered.
         revision: i64,
     },
+    /// The store already keeps the lease ids of [`SESSIONS_MAX`](super::SESSIONS_MAX) sessions;
+    /// nothing was written.
+    #[error("the etcd store already knows {max} sessions")]
+    SessionsFull {
+        /// [`SESSIONS_MAX`](super::SESSIONS_MAX).
+        max: usize,
+    },
+    /// A keepalive asked for another TTL than the one the session's lease was granted with:
+    /// etcd renews a lease to its own TTL, which cannot change.
+    #[error("the session's etcd lease lasts {lease_secs} s; a keepalive of {asked_secs} s cannot change it")]
+    SessionTtlMismatch {
+        /// The TTL asked for, in seconds.
+        asked_secs: i64,
+        /// The TTL of the session's lease, in seconds.
+        lease_secs: i64,
+    },
+    /// The record under a session's key is not bound to an etcd lease: this store did not write
+    /// it, and cannot keep it alive or bind holdings to it.
+    #[error("the etcd record of session {session} is not bound to a lease")]
+    SessionNotLeased {
+        /// The session key (`<incarnation, 16 hex digits>-<id>`).
+        session: String,
+    },
+    /// etcd's answer to a transaction contradicts its own comparison.
+    #[error("etcd answered inconsistently: {what}")]
+    Inconsistent {
+        /// What did not fit.
+        what: &'static str,
+    },
 }
 
 /// A user name and password for etcd's authentication. The password is never shown by
