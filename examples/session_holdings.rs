@@ -6,7 +6,10 @@
 //! ```text
 //! cargo run --release --example session_holdings -- memory 100000 40
 //! cargo run --release --example session_holdings -- txkv 100000 40
+//! cargo run --release --example session_holdings -- etcd 10000 40   # a throw-away etcd on loopback
 //! ```
+//!
+//! The CPU figure is this process's only (for etcd, the server's is its own).
 //!
 //! It prints one line per phase; nothing here asserts a figure (see BENCHMARKS.md).
 
@@ -38,7 +41,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let store = TxLeaseStore::new(MemoryKv::new(), TxOptions::default());
                 measure(store, holdings, seconds).await
             }
-            other => Err(format!("unknown store {other:?}: memory or txkv").into()),
+            "etcd" => {
+                let options = vvm::adapters::etcd::cluster::ClusterOptions::new(1)?;
+                let cluster = vvm::adapters::etcd::cluster::EtcdCluster::start(options).await?;
+                let store = vvm::adapters::EtcdStore::connect(cluster.store_options()?).await?;
+                let measured = measure(store, holdings, seconds).await;
+                drop(cluster);
+                measured
+            }
+            other => Err(format!("unknown store {other:?}: memory, txkv or etcd").into()),
         }
     })
 }
