@@ -66,6 +66,13 @@ pub enum EtcdError {
         /// The prefix (shortened when very long).
         prefix: String,
     },
+    /// The key prefix holds `session/`: its slot keys could equal another prefix's session
+    /// records (`a` + `session/<key>` is prefix `asession/<incarnation>-` + a slot number).
+    #[error("the etcd key prefix {prefix:?} holds \"session/\", which names session records under a shorter prefix; pick another")]
+    PrefixHasSessionPart {
+        /// The prefix (shortened when very long).
+        prefix: String,
+    },
     /// A timeout is zero.
     #[error("the etcd {name} must be above zero")]
     TimeoutZero {
@@ -342,6 +349,9 @@ impl EtcdOptions {
 /// Why `prefix` cannot be a key prefix, if it cannot. Existing keys under every accepted prefix
 /// (the default among them) keep their spelling: only the prefixes whose keys could collide
 /// are refused, so that processes of older and newer versions on one cluster agree on each key.
+/// What follows the prefix in the key of a session record.
+pub(super) const SESSION_PART: &str = "session/";
+
 fn check_prefix(prefix: &str) -> Result<(), EtcdError> {
     let shown = || prefix.chars().take(64).collect::<String>();
     if prefix.len() > PREFIX_MAX_BYTES {
@@ -358,6 +368,9 @@ fn check_prefix(prefix: &str) -> Result<(), EtcdError> {
     }
     if prefix.ends_with(|c: char| c.is_ascii_digit()) {
         return Err(EtcdError::PrefixEndsWithDigit { prefix: shown() });
+    }
+    if prefix.contains(SESSION_PART) {
+        return Err(EtcdError::PrefixHasSessionPart { prefix: shown() });
     }
     Ok(())
 }
@@ -449,7 +462,7 @@ mod tests {
             .collect();
         assert!(accepted.len() > 50, "{} prefixes accepted", accepted.len());
         let mut owners: std::collections::HashMap<Vec<u8>, (&str, u32)> = Default::default();
-        for prefix in accepted {
+        for prefix in &accepted {
             for slot in (1..=120).chain([1_000, 4_294_967_295]) {
                 if let Some(other) = owners.insert(key(prefix, slot), (prefix, slot)) {
                     panic!(
@@ -458,6 +471,15 @@ mod tests {
                     );
                 }
             }
+        }
+        // No slot key of an accepted prefix is a session record's key under another: a prefix
+        // that ends where a session key's number begins holds "session/" and is refused.
+        for prefix in &accepted {
+            let colliding = format!("{prefix}{SESSION_PART}00000000000000ff-");
+            assert!(matches!(
+                options.clone().prefix(colliding.as_str()),
+                Err(EtcdError::PrefixHasSessionPart { .. })
+            ));
         }
     }
 

@@ -252,7 +252,7 @@ impl EtcdStore {
     /// # Ok(()) }
     /// ```
     pub fn session_key(&self, key: SessionKey) -> Vec<u8> {
-        format!("{}session/{key}", self.prefix).into_bytes()
+        format!("{}{}{key}", self.prefix, super::options::SESSION_PART).into_bytes()
     }
 
     /// Whether `lease` carries a session this store knows (and so its holdings).
