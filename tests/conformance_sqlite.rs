@@ -1,8 +1,8 @@
 //! The store conformance suite on the SQLite store, twice:
 //! - `paused_clock`: every case, elections included, with the store's expiry judged by tokio's
 //!   paused clock (an injected [`StoreClock`]), so that letting time pass costs nothing;
-//! - `boot_clock`: the TTL cases with the default clock (`CLOCK_BOOTTIME` + boot id) and a
-//!   real short TTL that the cases sleep through.
+//! - `boot_clock`: the TTL, observe and session cases with the default clock (`CLOCK_BOOTTIME`
+//!   and the boot id) and a real short TTL that the cases sleep through.
 //!
 //! Every store is a new file in a scratch directory; extra clients are further connections to
 //! the same file, as separate processes would have. Their lock wait is longer than the default
@@ -111,6 +111,11 @@ mod paused_clock {
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
+    // covers: Sq.Sessions
+    conformance::session_cases!(
+        #[tokio::test(start_paused = true)]
+        Sqlite::new(true)
+    );
 }
 
 // covers: Sq.BootClock, Sq.Atomic
@@ -122,6 +127,10 @@ mod boot_clock {
         Sqlite::new(false)
     );
     conformance::observe_cases!(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        Sqlite::new(false)
+    );
+    conformance::session_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         Sqlite::new(false)
     );

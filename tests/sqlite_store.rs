@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use conformance::{value, ScratchDir, LONG_TTL};
 use tokio::task::JoinSet;
-use vvm::{Inserted, Lease, LeaseStore, Revision, Slot, StoreError};
+use vvm::{
+    Acquired, Incarnation, Inserted, Lease, LeaseStore, Revision, SessionId, SessionKey,
+    SessionStore, Slot, StoreError,
+};
 use vvm_adapters::sqlite::{
     ClockError, StoreClock, APPLICATION_ID, BUSY_WAIT_MAX, REVISION_BOOT_GAP, SCHEMA_VERSION,
 };
@@ -849,4 +852,590 @@ async fn a_dead_holder_wakes_every_waiter_of_one_store_not_only_the_first() {
         later.is_err(),
         "a later wait was woken by the same dead record"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions (`SessionStore`): schema version 4, holdings judged by their session, the feed.
+
+fn session(n: u64) -> SessionKey {
+    SessionKey {
+        incarnation: Incarnation(n),
+        id: SessionId(1),
+    }
+}
+
+/// Every row of `vvm_leases` as SQLite stores it, in slot order.
+fn lease_rows(path: &Path) -> Vec<Vec<rusqlite::types::Value>> {
+    let conn = raw(path);
+    let mut statement = conn
+        .prepare("SELECT * FROM vvm_leases ORDER BY slot")
+        .unwrap();
+    let columns = statement.column_count();
+    statement
+        .query_map([], |row| {
+            (0..columns)
+                .map(|index| row.get::<_, rusqlite::types::Value>(index))
+                .collect()
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Counts from now on every row of `vvm_leases` that any connection inserts, updates or
+/// deletes (triggers in the file); the closure reads the count.
+fn count_lease_writes(path: &Path) -> impl Fn() -> i64 {
+    raw(path)
+        .execute_batch(
+            "CREATE TABLE test_writes (n INTEGER NOT NULL);
+             INSERT INTO test_writes VALUES (0);
+             CREATE TRIGGER test_insert AFTER INSERT ON vvm_leases
+                 BEGIN UPDATE test_writes SET n = n + 1; END;
+             CREATE TRIGGER test_update AFTER UPDATE ON vvm_leases
+                 BEGIN UPDATE test_writes SET n = n + 1; END;
+             CREATE TRIGGER test_delete AFTER DELETE ON vvm_leases
+                 BEGIN UPDATE test_writes SET n = n + 1; END;",
+        )
+        .unwrap();
+    let path = path.to_owned();
+    move || {
+        raw(&path)
+            .query_row("SELECT n FROM test_writes", [], |r| r.get(0))
+            .unwrap()
+    }
+}
+
+/// Version 3 of the schema, as the previous build created it (no sessions).
+const SCHEMA_V3: &str = "
+CREATE TABLE vvm_store (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    machine_id TEXT NOT NULL
+) STRICT;
+CREATE TABLE vvm_leases (
+    slot INTEGER PRIMARY KEY,
+    value BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    expires_ns INTEGER NOT NULL,
+    lock_dev INTEGER,
+    lock_ino INTEGER
+) STRICT;
+INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 8, 'boot-a', 'machine-a');
+";
+
+/// A file of schema version 3 with a live record of slot 5 naming a lock file and an expired
+/// one of slot 6 (revisions 7 and 8).
+fn version_3_file(path: &Path) {
+    let conn = raw(path);
+    conn.execute_batch(SCHEMA_V3).unwrap();
+    conn.execute(
+        "INSERT INTO vvm_leases VALUES (5, ?1, 7, 'boot-a', ?2, 11, 12)",
+        (value(1).encode().into_bytes(), i64::MAX),
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO vvm_leases VALUES (6, ?1, 8, 'boot-a', 0, NULL, NULL)",
+        [value(2).encode().into_bytes()],
+    )
+    .unwrap();
+    conn.pragma_update(None, "application_id", APPLICATION_ID)
+        .unwrap();
+    conn.pragma_update(None, "user_version", 3).unwrap();
+    conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+}
+
+// covers: Sq.SessionsSchema, Sq.Identity
+/// A file of schema version 3 is migrated in place to version 4: its records keep their value,
+/// revision, expiry and lock file, stay slot records, and sessions work on it at once (the
+/// counter goes on). Before that, a read-only store refuses it as older, and another machine's
+/// open refuses it and leaves it unchanged.
+#[tokio::test]
+async fn a_version_3_file_is_migrated_keeping_its_records_and_gains_sessions() {
+    let dir = ScratchDir::new("vvm-sqlite-v3");
+    let path = dir.file("leases.sqlite");
+    version_3_file(&path);
+    let clock = ManualClock::new("boot-a");
+
+    let refused = SqliteStore::builder()
+        .clock(clock.clone())
+        .machine_id("machine-a")
+        .read_only()
+        .open(&path)
+        .unwrap_err();
+    assert!(
+        matches!(refused, SqliteStoreError::OlderSchema { found: 3, supported } if supported == SCHEMA_VERSION),
+        "{refused}"
+    );
+    let before = file_and_log(&path);
+    let refused = open_as(&path, "machine-b", &ManualClock::new("boot-b")).unwrap_err();
+    assert_other_machine(&refused, "machine-a", "machine-b");
+    assert!(
+        file_and_log(&path) == before,
+        "another machine migrated the file"
+    );
+
+    let store = open_as(&path, "machine-a", &clock).unwrap();
+    assert_eq!(
+        store.get(SLOT).await.unwrap(),
+        Some(Lease {
+            value: value(1),
+            revision: Revision(7)
+        })
+    );
+    assert_eq!(store.get(Slot(6)).await.unwrap(), None, "still expired");
+    assert!(store.time_left(SLOT).await.unwrap().is_some());
+    let opened = store
+        .create_session(session(1), &value(3), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("created");
+    assert_eq!(opened, Revision(9), "the counter goes on");
+    assert_eq!(
+        store.acquire(Slot(6), session(1)).await.unwrap(),
+        Acquired::Written(Revision(10))
+    );
+    assert_eq!(
+        store.acquire(SLOT, session(1)).await.unwrap(),
+        Acquired::Held,
+        "the old live record holds its slot"
+    );
+    drop(store);
+
+    let conn = raw(&path);
+    let user_version: i32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(user_version, SCHEMA_VERSION);
+    assert_eq!(SCHEMA_VERSION, 4);
+    let objects: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'vvm_%' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        objects,
+        [
+            "vvm_leases",
+            "vvm_leases_session",
+            "vvm_sessions",
+            "vvm_store"
+        ]
+    );
+    let old: (i64, i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>) = conn
+        .query_row(
+            "SELECT revision, expires_ns, lock_dev, lock_ino, session_incarnation, session_id \
+             FROM vvm_leases WHERE slot = 5",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
+        )
+        .unwrap();
+    assert_eq!(old, (7, i64::MAX, Some(11), Some(12), None, None));
+}
+
+// covers: Sq.Sessions
+/// Every operation on a slot sees a holding exactly while its session is live, with the
+/// session's time left: reads, inserts (refused with that time left), swaps and deletes with
+/// the holding's lease. A keepalive extends every holding without writing any of their rows.
+/// Once the session expired, its holdings are absent for every reader with their rows still in
+/// the table (no sweep is needed), and an insert takes the slot.
+#[tokio::test]
+async fn a_holding_lives_exactly_as_long_as_its_session_for_every_operation() {
+    let dir = ScratchDir::new("vvm-sqlite-holding");
+    let path = dir.file("leases.sqlite");
+    let clock = ManualClock::new("boot-a");
+    let holder = open_with(&path, &clock);
+    let other = open_with(&path, &clock);
+    let ttl = Duration::from_secs(10);
+    let opened = holder
+        .create_session(session(1), &value(1), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut held = Vec::new();
+    for slot in [Slot(1), Slot(2), Slot(3)] {
+        let Acquired::Written(revision) = holder.acquire(slot, session(1)).await.unwrap() else {
+            panic!("{slot:?} is free");
+        };
+        held.push(Lease {
+            value: value(1),
+            revision,
+        });
+    }
+    let live = |left: Duration| Inserted::Held { left: Some(left) };
+
+    assert_eq!(other.get(Slot(1)).await.unwrap(), Some(held[0].clone()));
+    assert_eq!(other.time_left(Slot(1)).await.unwrap(), Some(ttl));
+    assert_eq!(
+        other
+            .insert_or_time_left(Slot(1), &value(2), LONG_TTL)
+            .await
+            .unwrap(),
+        live(ttl)
+    );
+
+    clock.advance(Duration::from_secs(8));
+    let rows = lease_rows(&path);
+    let writes = count_lease_writes(&path);
+    assert_eq!(
+        holder.keep_alive(session(1), opened, ttl).await.unwrap(),
+        Some(opened)
+    );
+    assert_eq!(writes(), 0, "a keepalive wrote a holding");
+    assert!(lease_rows(&path) == rows, "a keepalive changed a holding");
+    clock.advance(Duration::from_secs(8));
+    assert_eq!(other.get(Slot(3)).await.unwrap(), Some(held[2].clone()));
+    assert_eq!(
+        other.time_left(Slot(2)).await.unwrap(),
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(
+        other
+            .insert_or_time_left(Slot(2), &value(2), LONG_TTL)
+            .await
+            .unwrap(),
+        live(Duration::from_secs(2))
+    );
+
+    clock.advance(Duration::from_secs(2));
+    for (slot, lease) in [Slot(1), Slot(2), Slot(3)].into_iter().zip(&held) {
+        assert_eq!(other.get(slot).await.unwrap(), None, "{slot:?}");
+        assert_eq!(other.time_left(slot).await.unwrap(), None, "{slot:?}");
+        assert_eq!(
+            other
+                .compare_and_swap(slot, lease, &value(1), LONG_TTL)
+                .await
+                .unwrap(),
+            None
+        );
+        assert!(!other.compare_and_delete(slot, lease).await.unwrap());
+    }
+    assert_eq!(
+        lease_rows(&path).len(),
+        3,
+        "dead holdings need no sweep to be absent"
+    );
+    assert_eq!(
+        holder.keep_alive(session(1), opened, ttl).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        holder.acquire(Slot(4), session(1)).await.unwrap(),
+        Acquired::SessionGone
+    );
+    let taken = other
+        .insert_if_not_exists(Slot(1), &value(2), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("the dead holding's slot is free");
+    assert!(writes() >= 1, "the write counter counts");
+    assert!(taken > held[2].revision);
+    assert_eq!(
+        other.get(Slot(1)).await.unwrap(),
+        Some(Lease {
+            value: value(2),
+            revision: taken
+        })
+    );
+}
+
+// covers: Sq.Sessions
+/// A session created again under the key of a dead one starts without holdings: the dead
+/// session's holdings never live again with it.
+#[tokio::test]
+async fn a_dead_sessions_holdings_never_come_back_with_a_new_session_of_its_key() {
+    let dir = ScratchDir::new("vvm-sqlite-recreate");
+    let path = dir.file("leases.sqlite");
+    let clock = ManualClock::new("boot-a");
+    let store = open_with(&path, &clock);
+    let ttl = Duration::from_secs(10);
+    store
+        .create_session(session(1), &value(1), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let Acquired::Written(first) = store.acquire(Slot(1), session(1)).await.unwrap() else {
+        panic!("the slot is free");
+    };
+    clock.advance(ttl);
+    assert!(store
+        .create_session(session(1), &value(1), ttl)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(store.get(Slot(1)).await.unwrap(), None);
+    let Acquired::Written(second) = store.acquire(Slot(1), session(1)).await.unwrap() else {
+        panic!("the slot is free");
+    };
+    assert!(second > first);
+}
+
+// covers: Sq.Sessions
+/// Ending a session costs O(its holdings): the statements that end it and the one that reads a
+/// slot with its session use indexes, never a scan of every record.
+#[tokio::test]
+async fn ending_a_session_and_judging_a_holding_use_indexes() {
+    let dir = ScratchDir::new("vvm-sqlite-plans");
+    let path = dir.file("leases.sqlite");
+    drop(open_with(&path, &ManualClock::new("boot-a")));
+    let conn = raw(&path);
+    let plan = |sql: &str| -> String {
+        let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let details: Vec<String> = statement
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        details.join("; ")
+    };
+    let holdings = plan("DELETE FROM vvm_leases WHERE session_incarnation = 1 AND session_id = 2");
+    assert!(
+        holdings.contains("USING COVERING INDEX vvm_leases_session")
+            || holdings.contains("USING INDEX vvm_leases_session"),
+        "{holdings}"
+    );
+    let session = plan("DELETE FROM vvm_sessions WHERE incarnation = 1 AND id = 2");
+    assert!(session.contains("USING PRIMARY KEY"), "{session}");
+    let load = plan(
+        "SELECT l.value, s.expires_ns FROM vvm_leases AS l LEFT JOIN vvm_sessions AS s \
+         ON s.incarnation = l.session_incarnation AND s.id = l.session_id WHERE l.slot = 1",
+    );
+    assert!(!load.contains("SCAN"), "{load}");
+    assert!(load.contains("USING PRIMARY KEY"), "{load}");
+}
+
+// covers: Sq.Sessions, Sq.Corrupt
+/// A live session row that cannot be read is reported, never acquired for, kept alive or
+/// deleted, and ends at its expiry.
+#[tokio::test]
+async fn a_corrupt_session_record_is_reported_and_kept_until_it_expires() {
+    let dir = ScratchDir::new("vvm-sqlite-corrupt-session");
+    let path = dir.file("leases.sqlite");
+    let clock = ManualClock::new("boot-a");
+    let store = open_with(&path, &clock);
+    raw(&path)
+        .execute(
+            "INSERT INTO vvm_sessions VALUES (1, 1, ?1, 7, 'boot-a', ?2)",
+            (b"\xff not a lease".as_slice(), clock.ns() + 10_000_000_000),
+        )
+        .unwrap();
+    let corrupt = |error: StoreError| {
+        matches!(
+            error.find::<SqliteStoreError>(),
+            Some(SqliteStoreError::CorruptSession { session: key, .. }) if *key == session(1)
+        )
+    };
+    assert!(corrupt(store.get_session(session(1)).await.unwrap_err()));
+    assert!(corrupt(
+        store.acquire(Slot(1), session(1)).await.unwrap_err()
+    ));
+    assert_eq!(store.get(Slot(1)).await.unwrap(), None, "nothing acquired");
+    assert_eq!(
+        store.keep_alive(session(1), Revision(7), LONG_TTL).await,
+        Ok(None)
+    );
+    assert_eq!(
+        store.delete_session(session(1), Revision(7)).await,
+        Ok(false)
+    );
+    assert_eq!(
+        store.create_session(session(1), &value(1), LONG_TTL).await,
+        Ok(None)
+    );
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(store.get_session(session(1)).await, Ok(None));
+    assert!(store
+        .create_session(session(1), &value(1), LONG_TTL)
+        .await
+        .unwrap()
+        .is_some());
+}
+
+// covers: Sq.SessionsFeed
+/// A waiter on the slots of a session's holdings is woken when the session is deleted (its
+/// holdings with it, in one transaction), and when an expired session's holdings are removed
+/// by a later create; a keepalive, which writes no holding, wakes nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_wakes_the_waiters_of_its_holdings_and_a_keepalive_does_not() {
+    let wake = Duration::from_secs(5);
+    let quiet = Duration::from_millis(200);
+    let dir = ScratchDir::new("vvm-sqlite-session-feed");
+    let path = dir.file("leases.sqlite");
+    let clock = ManualClock::new("feed-boot");
+    let holder = open_with(&path, &clock);
+    let waiter = open_with(&path, &clock);
+    let ttl = Duration::from_secs(10);
+    let opened = holder
+        .create_session(session(1), &value(1), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    for slot in [Slot(1), Slot(2)] {
+        assert!(matches!(
+            holder.acquire(slot, session(1)).await.unwrap(),
+            Acquired::Written(_)
+        ));
+    }
+
+    let change = waiter.changed(&[Slot(2)]);
+    assert!(holder
+        .keep_alive(session(1), opened, ttl)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(!resolves(change, quiet).await, "a keepalive woke a waiter");
+
+    let change = waiter.changed(&[Slot(2)]);
+    assert!(holder.delete_session(session(1), opened).await.unwrap());
+    assert!(resolves(change, wake).await, "the delete woke nobody");
+
+    // Expired: nothing is written at that instant (the waiter's own timer covers it, as for an
+    // expired slot record); the create that sweeps the dead session wakes the waiter.
+    holder
+        .create_session(session(2), &value(2), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        holder.acquire(Slot(1), session(2)).await.unwrap(),
+        Acquired::Written(_)
+    ));
+    let change = waiter.changed(&[Slot(1)]);
+    clock.advance(ttl);
+    let change = tokio::spawn(change);
+    tokio::time::sleep(quiet).await;
+    assert!(!change.is_finished());
+    holder
+        .create_session(session(3), &value(3), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(tokio::time::timeout(wake, change).await.is_ok());
+    assert!(
+        lease_rows(&path).is_empty(),
+        "the sweep removed the holding"
+    );
+}
+
+/// Set in the child process of [`a_killed_session_holder_keeps_its_holdings_until_the_session_expires`]:
+/// the path of the store.
+const SESSION_CHILD_ENV: &str = "VVM_TEST_SQLITE_SESSION_CHILD";
+/// The TTL of the child's session: its holdings outlive its death by up to this.
+const CHILD_SESSION_TTL: Duration = Duration::from_secs(3);
+
+/// The child: opens a session, acquires slots 1 and 2, says so, and keeps the session alive
+/// every 200 ms until it is killed.
+fn session_child(path: &str) -> ! {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(path).unwrap();
+        let opened = store
+            .create_session(session(1), &value(1), CHILD_SESSION_TTL)
+            .await
+            .unwrap()
+            .unwrap();
+        for slot in [Slot(1), Slot(2)] {
+            assert!(matches!(
+                store.acquire(slot, session(1)).await.unwrap(),
+                Acquired::Written(_)
+            ));
+        }
+        println!("session-child acquired");
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let kept = store
+                .keep_alive(session(1), opened, CHILD_SESSION_TTL)
+                .await;
+            assert_eq!(kept, Ok(Some(opened)));
+        }
+    })
+}
+
+// covers: Sq.SessionsExpiryOnly, Sq.Sessions
+/// Real processes on the boot clock: another process's keepalives keep its holdings live past
+/// the TTL; once it is SIGKILLed (nothing of it left, the slots' lock files free), its holdings
+/// are not taken early — an insert is refused with the session's time left — and they end at
+/// the session's expiry.
+#[test]
+fn a_killed_session_holder_keeps_its_holdings_until_the_session_expires() {
+    use std::io::BufRead;
+    if let Some(path) = std::env::var_os(SESSION_CHILD_ENV) {
+        session_child(&path.to_string_lossy());
+    }
+    let dir = ScratchDir::new("vvm-sqlite-session-kill");
+    let path = dir.file("leases.sqlite");
+    drop(SqliteStore::open(&path).unwrap());
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_killed_session_holder_keeps_its_holdings_until_the_session_expires",
+        ])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env(SESSION_CHILD_ENV, &path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let acquired = lines.any(|line| line.is_ok_and(|line| line.contains("session-child acquired")));
+    assert!(acquired, "the child acquired its slots");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(&path).unwrap();
+        let holding = store.get(Slot(1)).await.unwrap().expect("held by the child");
+        assert_eq!(holding.value, value(1));
+        // Past the TTL: the child's keepalives keep its holdings.
+        tokio::time::sleep(CHILD_SESSION_TTL + Duration::from_millis(500)).await;
+        assert_eq!(store.get(Slot(1)).await.unwrap(), Some(holding.clone()));
+
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let killed = std::time::Instant::now();
+        let refused = store
+            .insert_or_time_left(Slot(1), &value(2), LONG_TTL)
+            .await
+            .unwrap();
+        let Inserted::Held { left: Some(left) } = refused else {
+            panic!("a dead session's holding was taken at once: {refused:?}");
+        };
+        assert!(left <= CHILD_SESSION_TTL, "{left:?}");
+        let taken = loop {
+            match store
+                .insert_or_time_left(Slot(1), &value(2), LONG_TTL)
+                .await
+                .unwrap()
+            {
+                Inserted::Written(revision) => break revision,
+                Inserted::Held { .. } => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        let waited = killed.elapsed();
+        assert!(taken > holding.revision);
+        assert_eq!(store.get(Slot(2)).await.unwrap(), None, "ended together");
+        assert!(
+            waited <= CHILD_SESSION_TTL + Duration::from_secs(2),
+            "taken {waited:?} after the kill"
+        );
+        eprintln!("a killed session's holding was taken {waited:?} after the kill (time left then {left:?})");
+    });
 }

@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use vvm_core::SessionKey;
+use vvm_runtime::ValueError;
+
 use super::ClockError;
 
 /// Why a database file could not be opened as a lease store, or — as the cause inside a
@@ -139,6 +142,18 @@ pub enum SqliteStoreError {
         /// The SQLite error that showed it, if one did.
         #[source]
         source: Option<rusqlite::Error>,
+    },
+    /// A live session record that cannot be read (its value, or its revision): it is never
+    /// kept alive, deleted or acquired for, and ends at its expiry. A session row whose
+    /// liveness cannot be told (boot id or expiry unreadable) is this error for every session
+    /// operation on its key.
+    #[error("the session record {session} is corrupt")]
+    CorruptSession {
+        /// The session's key.
+        session: SessionKey,
+        /// What is wrong with it.
+        #[source]
+        source: ValueError,
     },
     /// The file system did not accept write-ahead logging (e.g. some network file systems).
     #[error("the database could not switch to WAL (journal mode stays {found:?})")]

@@ -76,6 +76,30 @@ pub(super) struct Feed {
     lock_threads: Mutex<Vec<u32>>,
 }
 
+/// The feed's read of the watched rows (`?1`: [`watched`]): only those, each found by its key,
+/// since the table holds a row per slot ever written (sessions may hold thousands) and this runs
+/// after every commit to the file. A holding names no lock file (its life is its session's,
+/// `session.rs`).
+const HOLDERS: &str = "SELECT slot, value, revision, \
+        iif(session_incarnation IS NULL, lock_dev, NULL), \
+        iif(session_incarnation IS NULL, lock_ino, NULL) \
+    FROM vvm_leases WHERE slot IN (SELECT value FROM json_each(?1)) \
+    ORDER BY slot";
+
+/// The watched slots as a JSON array, the argument of the feed's read.
+fn watched(keys: &[u32]) -> String {
+    let mut json = String::with_capacity(2 + keys.len() * 6);
+    json.push('[');
+    for (index, key) in keys.iter().enumerate() {
+        if index > 0 {
+            json.push(',');
+        }
+        json.push_str(&key.to_string());
+    }
+    json.push(']');
+    json
+}
+
 /// What the feed compares: the version of the file and the values (holders) of the watched
 /// slots that have a row, in slot order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,7 +182,7 @@ impl Feed {
     }
 
     /// The version and the holders of `keys` (sorted), read in one read transaction so that
-    /// the version is not newer than the rows.
+    /// the version is not newer than the rows: O(keys), whatever the number of rows.
     fn seen(&self, path: &Path, keys: &[u32]) -> Option<Seen> {
         self.with(path, |conn| {
             let tx = conn.unchecked_transaction()?;
@@ -172,9 +196,7 @@ impl Feed {
             let mut holders = Vec::with_capacity(keys.len());
             let mut named = Vec::with_capacity(keys.len());
             {
-                let mut rows = tx.prepare_cached(
-                    "SELECT slot, value, revision, lock_dev, lock_ino FROM vvm_leases ORDER BY slot",
-                )?;
+                let mut rows = tx.prepare_cached(HOLDERS)?;
                 let read = |row: &rusqlite::Row<'_>| {
                     // Text or blob alike; anything else reads as empty (a corrupt row).
                     let value = match row.get_ref(1)? {
@@ -190,7 +212,7 @@ impl Feed {
                     let revision = integer(2).unwrap_or(-1);
                     Ok((row.get::<_, i64>(0)?, value, revision, lock))
                 };
-                for row in rows.query_map([], read)? {
+                for row in rows.query_map([watched(keys)], read)? {
                     let (slot, value, revision, lock) = row?;
                     if let Ok(slot) = u32::try_from(slot) {
                         if keys.binary_search(&slot).is_ok() {
@@ -353,5 +375,51 @@ impl Feed {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The read after each commit finds the watched rows by key, never scanning the table,
+    /// and names no lock file for a holding.
+    // covers: Sq.SessionsFeed
+    #[test]
+    fn the_feed_reads_only_the_watched_rows_by_key() {
+        assert_eq!(watched(&[]), "[]");
+        assert_eq!(watched(&[1, 20, u32::MAX]), "[1,20,4294967295]");
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(super::super::schema::SCHEMA_V4).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {HOLDERS}"))
+            .unwrap()
+            .query_map(["[1,2]"], |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("; ");
+        assert!(
+            plan.contains("SEARCH vvm_leases USING INTEGER PRIMARY KEY"),
+            "{plan}"
+        );
+        assert!(!plan.contains("SCAN vvm_leases"), "{plan}");
+        for slot in 0..100 {
+            conn.execute(
+                "INSERT INTO vvm_leases VALUES (?1, x'01', ?1, 'b', 0, 7, 8, ?2, ?2)",
+                (slot, if slot == 3 { Some(9) } else { None }),
+            )
+            .unwrap();
+        }
+        let rows: Vec<(i64, Option<i64>)> = conn
+            .prepare(HOLDERS)
+            .unwrap()
+            .query_map([watched(&[3, 5, 500])], |row| {
+                Ok((row.get(0)?, row.get(3)?))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows, [(3, None), (5, Some(7))]);
     }
 }

@@ -70,6 +70,14 @@
 //! is left. A stopped or hung holder keeps its lock, and a removed or replaced lock file names
 //! nothing, so those cases wait for the expiry as before.
 //!
+//! **Sessions** (`session.rs`): the store is a [`SessionStore`](vvm_runtime::SessionStore).
+//! Session records are rows of their own table, judged by the same clock; a holding is a slot's
+//! row that names its session and is judged by the session's row in the same statement that
+//! reads it, so it is live exactly while the session is, for every operation and reader. A
+//! keepalive writes the session's row only; ending a session deletes its holdings in the same
+//! transaction. Sessions are judged by their expiry only: the dead-holder lock does not apply
+//! to them (why: `session.rs`).
+//!
 //! **Corrupt rows** never panic the decoder: a live record that cannot be read is
 //! [`StoreError::Corrupt`] for `get` and never matches an expected lease, so it is not
 //! overwritten or deleted before it expires.
@@ -84,6 +92,7 @@ mod probe;
 mod reader;
 mod record;
 mod schema;
+mod session;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,6 +113,7 @@ pub use file::{Sharing, Untrusted};
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
 pub use probe::write_locked;
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
+pub use session::SWEEP_SESSIONS_MAX;
 
 use busy::{is_busy, Backoff};
 use record::{Judged, Now, Stored, TxError};

@@ -1,10 +1,16 @@
 //! Rows of `vvm_leases`: reading them without trusting them, judging liveness, writing them.
+//!
+//! A row is a slot record, judged by its own boot id and expiry, or a holding of a session
+//! (`session_incarnation`, `session_id` set), judged by the boot id and expiry of that
+//! session's row in `vvm_sessions`, read in the same statement ([`load`]): a holding is live
+//! exactly while its session is, for every operation, with no sweep. Its own expiry is
+//! unused.
 
 use std::time::Duration;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{OptionalExtension, Transaction};
-use vvm_core::{Revision, Slot};
+use vvm_core::{Incarnation, Revision, SessionId, SessionKey, Slot};
 use vvm_runtime::{Lease, LeaseValue, StoreError, ValueError};
 
 use super::busy::is_busy;
@@ -65,12 +71,22 @@ impl Stored {
         }
     }
 
-    /// The lease this record holds, or [`StoreError::Corrupt`].
     /// Whether the record holds exactly these value bytes (the same holder).
     pub(crate) fn is_value(&self, bytes: &[u8]) -> bool {
         self.bytes.as_deref() == Some(bytes)
     }
 
+    /// The value bytes, if the column could be read.
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        self.bytes.as_deref()
+    }
+
+    /// The revision, if the column could be read as a positive integer.
+    pub(crate) fn revision(&self) -> Option<Revision> {
+        self.revision
+    }
+
+    /// The lease this record holds, or [`StoreError::Corrupt`].
     pub(crate) fn lease(&self, key: Slot) -> Result<Lease, StoreError> {
         let corrupt = |source| StoreError::Corrupt {
             slot: key.0,
@@ -120,21 +136,26 @@ pub(crate) type Row = [Column; 4];
 /// Decides whether `row` is a live record at `now`. Never panics, whatever the row holds; a
 /// row whose liveness cannot be told (boot id or expiry unreadable) is corrupt.
 pub(crate) fn judge(key: Slot, row: Option<&Row>, now: Now<'_>) -> Result<Judged, StoreError> {
+    judge_columns(row, now).map_err(|what| StoreError::Corrupt {
+        slot: key.0,
+        source: ValueError::Malformed(what),
+    })
+}
+
+/// [`judge`] for any row of the same four columns (a slot record, or a session record), with
+/// what makes its liveness unknowable as the error.
+pub(crate) fn judge_columns(row: Option<&Row>, now: Now<'_>) -> Result<Judged, &'static str> {
     let Some([value, revision, boot_id, expires_ns]) = row else {
         return Ok(Judged::Absent);
     };
-    let corrupt = |what| StoreError::Corrupt {
-        slot: key.0,
-        source: ValueError::Malformed(what),
-    };
     let Column::Bytes(boot_id) = boot_id else {
-        return Err(corrupt("boot id is not text"));
+        return Err("boot id is not text");
     };
     if boot_id.as_slice() != now.boot_id.as_bytes() {
         return Ok(Judged::Absent);
     }
     let Column::Integer(expires_ns) = *expires_ns else {
-        return Err(corrupt("expiry is not an integer"));
+        return Err("expiry is not an integer");
     };
     if expires_ns <= now.ns {
         return Ok(Judged::Absent);
@@ -154,29 +175,125 @@ pub(crate) fn judge(key: Slot, row: Option<&Row>, now: Now<'_>) -> Result<Judged
     Ok(Judged::Live(Stored { bytes, revision }, left))
 }
 
-/// Reads and judges the row of `key`.
-pub(crate) fn load(tx: &Transaction<'_>, key: Slot, now: Now<'_>) -> Result<Judged, TxError> {
-    let mut statement = tx.prepare_cached(
-        "SELECT value, revision, boot_id, expires_ns FROM vvm_leases WHERE slot = ?1",
-    )?;
-    let row: Option<Row> = statement
-        .query_row([i64::from(key.0)], |row| {
-            Ok([
-                row.get_ref(0)?.into(),
-                row.get_ref(1)?.into(),
-                row.get_ref(2)?.into(),
-                row.get_ref(3)?.into(),
-            ])
-        })
-        .optional()?;
-    Ok(judge(key, row.as_ref(), now)?)
+/// Whose life a row of `vvm_leases` is: its own, or a session's. Pure: see [`judge_row`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Owner {
+    /// A slot record (both session columns `NULL`): its own boot id and expiry judge it.
+    Itself,
+    /// A holding: the `boot_id, expires_ns` of its session's row, or `None` when that row is
+    /// gone (the session was deleted; the holding is dead).
+    Session(Option<[Column; 2]>),
+    /// Session columns that are neither two integers nor two `NULL`s: whose life the row is
+    /// cannot be told.
+    Unreadable,
 }
 
-/// Nanoseconds since boot at which a record written at `now_ns` for `ttl` expires.
-/// The lock file the record under `key` names (see `lock.rs`), if any.
+impl Owner {
+    /// From the columns `session_incarnation, session_id` and, when a session row of that key
+    /// was found, its `boot_id, expires_ns`.
+    fn from_columns(
+        incarnation: ValueRef<'_>,
+        id: ValueRef<'_>,
+        session: Option<[Column; 2]>,
+    ) -> Self {
+        match (incarnation, id) {
+            (ValueRef::Null, ValueRef::Null) => Owner::Itself,
+            (ValueRef::Integer(_), ValueRef::Integer(_)) => Owner::Session(session),
+            _ => Owner::Unreadable,
+        }
+    }
+}
+
+/// Decides whether a row of `vvm_leases` is a live record at `now`: a slot record by its own
+/// boot id and expiry ([`judge`]), a holding by its session's, with the holding's own value and
+/// revision. A holding whose session row is gone is absent. Never panics.
+pub(crate) fn judge_row(
+    key: Slot,
+    row: Option<(Row, Owner)>,
+    now: Now<'_>,
+) -> Result<Judged, StoreError> {
+    let Some((row, owner)) = row else {
+        return Ok(Judged::Absent);
+    };
+    match owner {
+        Owner::Itself => judge(key, Some(&row), now),
+        Owner::Session(None) => Ok(Judged::Absent),
+        Owner::Session(Some([boot_id, expires_ns])) => {
+            let [value, revision, _, _] = row;
+            judge(key, Some(&[value, revision, boot_id, expires_ns]), now)
+        }
+        Owner::Unreadable => Err(StoreError::Corrupt {
+            slot: key.0,
+            source: ValueError::Malformed("the session of the holding is not two integers"),
+        }),
+    }
+}
+
+/// Reads and judges the row of `key`, a holding by its session's row (one statement).
+pub(crate) fn load(tx: &Transaction<'_>, key: Slot, now: Now<'_>) -> Result<Judged, TxError> {
+    let mut statement = tx.prepare_cached(
+        "SELECT l.value, l.revision, l.boot_id, l.expires_ns, \
+                l.session_incarnation, l.session_id, \
+                s.incarnation IS NOT NULL, s.boot_id, s.expires_ns \
+         FROM vvm_leases AS l LEFT JOIN vvm_sessions AS s \
+           ON s.incarnation = l.session_incarnation AND s.id = l.session_id \
+         WHERE l.slot = ?1",
+    )?;
+    let row: Option<(Row, Owner)> = statement
+        .query_row([i64::from(key.0)], |row| {
+            let found = matches!(row.get_ref(6)?, ValueRef::Integer(1));
+            let session = match found {
+                true => Some([row.get_ref(7)?.into(), row.get_ref(8)?.into()]),
+                false => None,
+            };
+            Ok((
+                [
+                    row.get_ref(0)?.into(),
+                    row.get_ref(1)?.into(),
+                    row.get_ref(2)?.into(),
+                    row.get_ref(3)?.into(),
+                ],
+                Owner::from_columns(row.get_ref(4)?, row.get_ref(5)?, session),
+            ))
+        })
+        .optional()?;
+    Ok(judge_row(key, row, now)?)
+}
+
+/// The columns of a session key: SQLite integers are signed, so the bits are kept and
+/// reinterpreted (as for lock file identities).
+pub(crate) fn session_columns(key: SessionKey) -> (i64, i64) {
+    (
+        i64::from_ne_bytes(key.incarnation.0.to_ne_bytes()),
+        i64::from_ne_bytes(key.id.0.to_ne_bytes()),
+    )
+}
+
+/// The session whose holding the row of `key` is, if it is one.
+pub(crate) fn holding_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<SessionKey>, TxError> {
+    let session = tx
+        .prepare_cached("SELECT session_incarnation, session_id FROM vvm_leases WHERE slot = ?1")?
+        .query_row([i64::from(key.0)], |row| {
+            Ok(match (row.get_ref(0)?, row.get_ref(1)?) {
+                (ValueRef::Integer(incarnation), ValueRef::Integer(id)) => Some(SessionKey {
+                    incarnation: Incarnation(u64::from_ne_bytes(incarnation.to_ne_bytes())),
+                    id: SessionId(u64::from_ne_bytes(id.to_ne_bytes())),
+                }),
+                _ => None,
+            })
+        })
+        .optional()?;
+    Ok(session.flatten())
+}
+
+/// The lock file the record under `key` names (see `lock.rs`), if any. A holding names none,
+/// whatever its lock columns hold: its life is its session's.
 pub(crate) fn lock_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<FileId>, TxError> {
     let columns: Option<(Option<i64>, Option<i64>)> = tx
-        .prepare_cached("SELECT lock_dev, lock_ino FROM vvm_leases WHERE slot = ?1")?
+        .prepare_cached(
+            "SELECT lock_dev, lock_ino FROM vvm_leases \
+             WHERE slot = ?1 AND session_incarnation IS NULL AND session_id IS NULL",
+        )?
         .query_row([i64::from(key.0)], |row| {
             // A value of another type names nothing.
             let int = |index: usize| -> rusqlite::Result<Option<i64>> {
@@ -191,12 +308,38 @@ pub(crate) fn lock_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<FileId>,
     Ok(columns.and_then(|(dev, ino)| FileId::from_columns(dev, ino)))
 }
 
+/// Nanoseconds since boot at which a record written at `now_ns` for `ttl` expires.
 pub(crate) fn expiry_ns(now_ns: i64, ttl: Duration) -> i64 {
     let ttl_ns = i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX);
     now_ns.saturating_add(ttl_ns)
 }
 
-/// Writes `bytes` under `key` with the next revision of the store's counter.
+/// The next revision of the store's one counter (which deletes do not reset).
+pub(crate) fn next_revision(tx: &Transaction<'_>) -> Result<Revision, TxError> {
+    let next: Option<i64> = tx
+        .prepare_cached(
+            "UPDATE vvm_store SET revision = revision + 1 WHERE id = 0 RETURNING revision",
+        )?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    match next.map(u64::try_from) {
+        Some(Ok(revision)) if revision > 0 => Ok(Revision(revision)),
+        _ => Err(TxError::Store(StoreError::failed(
+            SqliteStoreError::Damaged {
+                what: "the store's revision counter is missing or not positive".into(),
+                source: None,
+            },
+        ))),
+    }
+}
+
+/// A revision as a column (it came from one).
+pub(crate) fn revision_column(revision: Revision) -> i64 {
+    i64::try_from(revision.0).unwrap_or(i64::MAX)
+}
+
+/// Writes `bytes` under `key` with the next revision of the store's counter: a slot record
+/// (whatever the row was before, a holding included).
 pub(crate) fn write(
     tx: &Transaction<'_>,
     key: Slot,
@@ -205,37 +348,52 @@ pub(crate) fn write(
     now: Now<'_>,
     lock: Option<FileId>,
 ) -> Result<Revision, TxError> {
-    let next: Option<i64> = tx
-        .prepare_cached(
-            "UPDATE vvm_store SET revision = revision + 1 WHERE id = 0 RETURNING revision",
-        )?
-        .query_row([], |row| row.get(0))
-        .optional()?;
-    let revision = match next.map(u64::try_from) {
-        Some(Ok(revision)) if revision > 0 => Revision(revision),
-        _ => {
-            return Err(TxError::Store(StoreError::failed(
-                SqliteStoreError::Damaged {
-                    what: "the store's revision counter is missing or not positive".into(),
-                    source: None,
-                },
-            )))
-        }
-    };
+    let revision = next_revision(tx)?;
     tx.prepare_cached(
         "INSERT OR REPLACE INTO vvm_leases \
-         (slot, value, revision, boot_id, expires_ns, lock_dev, lock_ino) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+         (slot, value, revision, boot_id, expires_ns, lock_dev, lock_ino, \
+          session_incarnation, session_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL)",
     )?
     .execute((
         i64::from(key.0),
         bytes,
-        // Came from an i64 above.
-        i64::try_from(revision.0).unwrap_or(i64::MAX),
+        revision_column(revision),
         now.boot_id,
         expiry_ns(now.ns, ttl),
         lock.map(|id| id.to_columns().0),
         lock.map(|id| id.to_columns().1),
+    ))?;
+    Ok(revision)
+}
+
+/// Writes a holding of `session` under `key` with the session's value `bytes` and the next
+/// revision of the store's counter. It names no lock file, and its own expiry is `i64::MAX`,
+/// unused: its life is the session's (see [`load`]); a reader that judged it by its own columns
+/// would see it held, never free.
+pub(crate) fn write_holding(
+    tx: &Transaction<'_>,
+    key: Slot,
+    bytes: &[u8],
+    session: SessionKey,
+    now: Now<'_>,
+) -> Result<Revision, TxError> {
+    let revision = next_revision(tx)?;
+    let (incarnation, id) = session_columns(session);
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO vvm_leases \
+         (slot, value, revision, boot_id, expires_ns, lock_dev, lock_ino, \
+          session_incarnation, session_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)",
+    )?
+    .execute((
+        i64::from(key.0),
+        bytes,
+        revision_column(revision),
+        now.boot_id,
+        i64::MAX,
+        incarnation,
+        id,
     ))?;
     Ok(revision)
 }
@@ -368,6 +526,82 @@ mod tests {
                     Err(StoreError::Corrupt { slot: 7, .. })
                 ),
                 "{bad:?}"
+            );
+        }
+    }
+
+    /// A holding is judged by its session's row, never by its own expiry: live while the session
+    /// is (with the session's time left and the holding's own value and revision), absent when
+    /// the session expired, is of another boot, or is gone; unreadable session columns are
+    /// corrupt.
+    // covers: Sq.Sessions, Sq.Corrupt
+    #[test]
+    fn a_holding_is_judged_by_its_sessions_row() {
+        let session = |expires_ns: i64| {
+            Owner::Session(Some([
+                Column::Bytes(BOOT.into()),
+                Column::Integer(expires_ns),
+            ]))
+        };
+        // The holding's own columns say "expired long ago": they are not looked at.
+        let holding = good(0);
+        let Judged::Live(stored, left) =
+            judge_row(KEY, Some((holding.clone(), session(1_250))), NOW).unwrap()
+        else {
+            panic!("a holding of a live session judged absent");
+        };
+        assert_eq!(stored, Stored::expected(&lease()));
+        assert_eq!(left, Duration::from_nanos(250));
+        // Its own columns say "live for ever": the session's say otherwise.
+        let forever = good(i64::MAX);
+        for owner in [
+            session(1_000),
+            Owner::Session(Some([
+                Column::Bytes(b"boot-b".to_vec()),
+                Column::Integer(i64::MAX),
+            ])),
+            Owner::Session(None),
+        ] {
+            assert_eq!(
+                judge_row(KEY, Some((forever.clone(), owner.clone())), NOW).unwrap(),
+                Judged::Absent,
+                "{owner:?}"
+            );
+        }
+        // A slot record is judged by its own columns.
+        assert!(matches!(
+            judge_row(KEY, Some((good(1_001), Owner::Itself)), NOW),
+            Ok(Judged::Live(..))
+        ));
+        assert_eq!(judge_row(KEY, None, NOW).unwrap(), Judged::Absent);
+        for owner in [
+            Owner::Unreadable,
+            Owner::Session(Some([Column::Integer(1), Column::Integer(i64::MAX)])),
+        ] {
+            assert!(
+                matches!(
+                    judge_row(KEY, Some((forever.clone(), owner.clone())), NOW),
+                    Err(StoreError::Corrupt { slot: 7, .. })
+                ),
+                "{owner:?}"
+            );
+        }
+        assert_eq!(
+            Owner::from_columns(ValueRef::Null, ValueRef::Null, None),
+            Owner::Itself
+        );
+        assert_eq!(
+            Owner::from_columns(ValueRef::Integer(1), ValueRef::Integer(2), None),
+            Owner::Session(None)
+        );
+        for (incarnation, id) in [
+            (ValueRef::Integer(1), ValueRef::Null),
+            (ValueRef::Null, ValueRef::Integer(2)),
+            (ValueRef::Text(b"1"), ValueRef::Integer(2)),
+        ] {
+            assert_eq!(
+                Owner::from_columns(incarnation, id, None),
+                Owner::Unreadable
             );
         }
     }

@@ -6,6 +6,13 @@
 //! refused before the first byte could change. So is a file of ours that records another
 //! machine: its machine id is read, and compared, before anything is written.
 //!
+//! Version 3 had no sessions. Such a file is migrated in place: the table of session records
+//! (`vvm_sessions`), the two columns that make a slot record a holding of a session
+//! (`session_incarnation`, `session_id`: `NULL` in every existing row, which stay slot records
+//! judged by their own expiry exactly as before) and the index on them. Version-3 programs then
+//! refuse it as newer: they would judge a holding by its own expiry columns, which a holding
+//! does not use.
+//!
 //! Version 2 recorded no lock file. Such a file is migrated in place (two added columns, empty
 //! in its existing rows: those records name no lock file, so their holders are never judged dead
 //! by one); version-2 programs then refuse it as newer.
@@ -29,13 +36,16 @@ use super::{SqliteStoreError, OPEN_BUSY_WAIT};
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
 
 /// `PRAGMA user_version` this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The earlier version this build migrates: the same, without the machine id.
 const SCHEMA_VERSION_1: i32 = 1;
 
 /// The version before the lock file's identity (`lock_dev`, `lock_ino`) was recorded.
 const SCHEMA_VERSION_2: i32 = 2;
+
+/// The version before sessions (`vvm_sessions`, and holdings in `vvm_leases`).
+const SCHEMA_VERSION_3: i32 = 3;
 
 /// How far the revision counter jumps on the first open under a new boot id.
 ///
@@ -46,12 +56,16 @@ const SCHEMA_VERSION_2: i32 = 2;
 /// than 2^32 commits) and syncs that jump before any revision of the new boot exists.
 pub const REVISION_BOOT_GAP: i64 = 1 << 32;
 
-/// Version 2. `vvm_store` has exactly one row: the revision counter, which survives deletes,
+/// Version 4. `vvm_store` has exactly one row: the revision counter, which survives deletes,
 /// the boot id of the last opener and the machine the file belongs to (empty until the first
-/// open claims it). `vvm_leases` holds one row per slot ever written and not deleted; a row is
-/// live while its boot id is the host's current one and its expiry (ns of `CLOCK_BOOTTIME`) is
-/// in the future.
-const SCHEMA_V3: &str = "
+/// open claims it). `vvm_leases` holds one row per slot ever written and not deleted. A slot
+/// record (`session_incarnation` and `session_id` `NULL`) is live while its boot id is the
+/// host's current one and its expiry (ns of `CLOCK_BOOTTIME`) is in the future. A holding
+/// (both set) is live exactly while the `vvm_sessions` row of that key is, judged the same way
+/// by that row's boot id and expiry; its own `expires_ns` is unused (written as `i64::MAX`)
+/// and it names no lock file. The partial index finds a session's holdings, so ending a session
+/// costs O(its holdings), whatever the number of rows.
+pub(crate) const SCHEMA_V4: &str = "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
     revision INTEGER NOT NULL,
@@ -65,8 +79,21 @@ CREATE TABLE vvm_leases (
     boot_id TEXT NOT NULL,
     expires_ns INTEGER NOT NULL,
     lock_dev INTEGER,
-    lock_ino INTEGER
+    lock_ino INTEGER,
+    session_incarnation INTEGER,
+    session_id INTEGER
 ) STRICT;
+CREATE TABLE vvm_sessions (
+    incarnation INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    value BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    expires_ns INTEGER NOT NULL,
+    PRIMARY KEY (incarnation, id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
+    WHERE session_incarnation IS NOT NULL;
 INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 ";
 
@@ -77,6 +104,22 @@ const MIGRATE_V1_TO_V2: &str =
 /// Adds the identity of the holder's lock file (see `lock.rs`); `NULL` names none.
 const MIGRATE_V2_TO_V3: &str = "ALTER TABLE vvm_leases ADD COLUMN lock_dev INTEGER;
 ALTER TABLE vvm_leases ADD COLUMN lock_ino INTEGER;";
+
+/// Adds sessions: their table, the session of a holding (`NULL` in every existing row: slot
+/// records) and the index on it. The same definitions as [`SCHEMA_V4`].
+const MIGRATE_V3_TO_V4: &str = "ALTER TABLE vvm_leases ADD COLUMN session_incarnation INTEGER;
+ALTER TABLE vvm_leases ADD COLUMN session_id INTEGER;
+CREATE TABLE vvm_sessions (
+    incarnation INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    value BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    expires_ns INTEGER NOT NULL,
+    PRIMARY KEY (incarnation, id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
+    WHERE session_incarnation IS NOT NULL;";
 
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +132,8 @@ pub(crate) enum Identity {
     Version1,
     /// Ours, at version 2: migrated on open.
     Version2,
+    /// Ours, at version 3: migrated on open.
+    Version3,
     /// Ours, from a later version of this program.
     Newer(i32),
     /// Something else's.
@@ -107,6 +152,7 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
         (APPLICATION_ID, SCHEMA_VERSION) => Identity::Ours,
         (APPLICATION_ID, SCHEMA_VERSION_1) => Identity::Version1,
         (APPLICATION_ID, SCHEMA_VERSION_2) => Identity::Version2,
+        (APPLICATION_ID, SCHEMA_VERSION_3) => Identity::Version3,
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
         _ => Identity::Foreign {
             application_id,
@@ -156,7 +202,7 @@ fn build(path: &Path) -> Result<(), SqliteStoreError> {
         return Err(SqliteStoreError::JournalMode { found: mode });
     }
     let tx = conn.transaction().map_err(sqlite("creating the schema"))?;
-    tx.execute_batch(SCHEMA_V3)
+    tx.execute_batch(SCHEMA_V4)
         .map_err(sqlite("creating the schema"))?;
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(sqlite("creating the schema"))?;
@@ -174,7 +220,11 @@ fn build(path: &Path) -> Result<(), SqliteStoreError> {
 
 fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
     match identity {
-        Identity::Empty | Identity::Ours | Identity::Version1 | Identity::Version2 => Ok(()),
+        Identity::Empty
+        | Identity::Ours
+        | Identity::Version1
+        | Identity::Version2
+        | Identity::Version3 => Ok(()),
         Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
@@ -238,11 +288,12 @@ pub(crate) fn check_readable(
                 path: path.to_owned(),
             })
         }
-        Identity::Version1 | Identity::Version2 => {
+        Identity::Version1 | Identity::Version2 | Identity::Version3 => {
             return Err(SqliteStoreError::OlderSchema {
                 found: match identity {
                     Identity::Version1 => SCHEMA_VERSION_1,
-                    _ => SCHEMA_VERSION_2,
+                    Identity::Version2 => SCHEMA_VERSION_2,
+                    _ => SCHEMA_VERSION_3,
                 },
                 supported: SCHEMA_VERSION,
             })
@@ -275,6 +326,42 @@ fn sqlite(what: &'static str) -> impl FnOnce(rusqlite::Error) -> SqliteStoreErro
         Some(ErrorCode::NotADatabase) => SqliteStoreError::NotADatabase,
         _ => SqliteStoreError::Sqlite { what, source },
     }
+}
+
+/// Whether a file of this identity records its machine (version 2 on).
+fn has_machine_id(identity: Identity) -> bool {
+    matches!(
+        identity,
+        Identity::Ours | Identity::Version2 | Identity::Version3
+    )
+}
+
+/// Brings the schema of a file of `identity` to [`SCHEMA_VERSION`] inside the caller's write
+/// transaction, one version at a time (the caller then sets `user_version`); creates it in an
+/// empty file. Nothing for a file of this version.
+fn migrate(tx: &Connection, identity: Identity) -> Result<(), SqliteStoreError> {
+    let steps: &[(&str, &'static str)] = match identity {
+        Identity::Empty => &[(SCHEMA_V4, "creating the schema")],
+        Identity::Version1 => &[
+            (MIGRATE_V1_TO_V2, "migrating from schema version 1"),
+            (MIGRATE_V2_TO_V3, "migrating from schema version 2"),
+            (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
+        ],
+        Identity::Version2 => &[
+            (MIGRATE_V2_TO_V3, "migrating from schema version 2"),
+            (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
+        ],
+        Identity::Version3 => &[(MIGRATE_V3_TO_V4, "migrating from schema version 3")],
+        Identity::Ours | Identity::Newer(_) | Identity::Foreign { .. } => &[],
+    };
+    for (sql, what) in steps {
+        tx.execute_batch(sql).map_err(sqlite(what))?;
+    }
+    if identity == Identity::Empty {
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(sqlite("creating the schema"))?;
+    }
+    Ok(())
 }
 
 /// Opens `path` read-write (creating it when missing), makes sure it is ours (creating the
@@ -319,7 +406,7 @@ pub(crate) fn open(
         read_identity(&conn).map_err(sqlite("reading the file header"))
     })?;
     refuse(identity)?;
-    if matches!(identity, Identity::Ours | Identity::Version2) {
+    if has_machine_id(identity) {
         let recorded = retry_busy(busy_wait, "reading the machine id", || {
             read_machine_id(&conn)
         })?;
@@ -348,29 +435,13 @@ pub(crate) fn open(
                 .map_err(sqlite("creating the schema"))?;
             let identity = read_identity(&tx).map_err(sqlite("reading the file header"))?;
             refuse(identity)?;
-            match identity {
-                Identity::Empty => {
-                    tx.execute_batch(SCHEMA_V3)
-                        .map_err(sqlite("creating the schema"))?;
-                    tx.pragma_update(None, "application_id", APPLICATION_ID)
-                        .map_err(sqlite("creating the schema"))?;
-                }
-                Identity::Version1 => {
-                    tx.execute_batch(MIGRATE_V1_TO_V2)
-                        .map_err(sqlite("migrating from schema version 1"))?;
-                    tx.execute_batch(MIGRATE_V2_TO_V3)
-                        .map_err(sqlite("migrating from schema version 2"))?;
-                }
-                Identity::Version2 => {
-                    tx.execute_batch(MIGRATE_V2_TO_V3)
-                        .map_err(sqlite("migrating from schema version 2"))?;
-                }
-                _ => {}
+            if has_machine_id(identity) {
+                // Again under the write lock: a migration never touches another machine's file,
+                // even one claimed since the check above. Returning rolls back.
+                refuse_other_machine(path, read_machine_id(&tx)?, machine_id)?;
             }
-            if matches!(
-                identity,
-                Identity::Empty | Identity::Version1 | Identity::Version2
-            ) {
+            migrate(&tx, identity)?;
+            if identity != Identity::Ours {
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(sqlite("creating the schema"))?;
             }
@@ -468,6 +539,7 @@ mod tests {
         assert_eq!(classify(APPLICATION_ID, SCHEMA_VERSION, 3), Identity::Ours);
         assert_eq!(classify(APPLICATION_ID, 1, 3), Identity::Version1);
         assert_eq!(classify(APPLICATION_ID, 2, 3), Identity::Version2);
+        assert_eq!(classify(APPLICATION_ID, 3, 3), Identity::Version3);
         assert_eq!(
             classify(APPLICATION_ID, SCHEMA_VERSION + 1, 3),
             Identity::Newer(SCHEMA_VERSION + 1)

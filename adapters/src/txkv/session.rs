@@ -136,3 +136,70 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txkv::{MemoryKv, TxOptions};
+    use vvm_core::{Incarnation, SessionId};
+    use vvm_runtime::LeaseStore;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn value(n: u64) -> LeaseValue {
+        LeaseValue {
+            address: format!("10.0.0.{n}:7000"),
+            incarnation: Incarnation(n),
+        }
+    }
+
+    fn key() -> SessionKey {
+        SessionKey {
+            incarnation: Incarnation(1),
+            id: SessionId(1),
+        }
+    }
+
+    /// Another process judges a holding by the session's record, by observation: kept alive, it
+    /// stays held past a TTL of that process's sightings; unrenewed for a whole TTL after its
+    /// first sighting, the slot is free to it.
+    // covers: Tx.Sessions
+    #[tokio::test(start_paused = true)]
+    async fn another_process_judges_a_holding_by_its_sessions_record() {
+        let holder = TxLeaseStore::new(MemoryKv::new(), TxOptions::default());
+        let other = holder.other_observer();
+        let mut revision = holder
+            .create_session(key(), &value(1), TTL)
+            .await
+            .expect("runs")
+            .expect("created");
+        assert!(matches!(
+            holder.acquire(Slot(1), key()).await,
+            Ok(Acquired::Written(_))
+        ));
+        assert!(other.get(Slot(1)).await.expect("read").is_some());
+        for _ in 0..3 {
+            tokio::time::sleep(TTL / 2).await;
+            let kept = holder.keep_alive(key(), revision, TTL).await.expect("runs");
+            revision = kept.expect("ours");
+            assert!(
+                other.get(Slot(1)).await.expect("read").is_some(),
+                "kept alive"
+            );
+        }
+        assert_eq!(
+            other
+                .insert_if_not_exists(Slot(1), &value(2), TTL)
+                .await
+                .expect("runs"),
+            None
+        );
+        tokio::time::sleep(TTL).await;
+        assert_eq!(other.get(Slot(1)).await.expect("read"), None);
+        assert!(other
+            .insert_if_not_exists(Slot(1), &value(2), TTL)
+            .await
+            .expect("runs")
+            .is_some());
+    }
+}

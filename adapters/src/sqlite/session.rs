@@ -1,0 +1,270 @@
+//! Sessions of the SQLite store ([`SessionStore`]): a table of session records beside the slot
+//! records, and holdings that are slot records naming their session.
+//!
+//! A session record is a row of `vvm_sessions` keyed by the session's incarnation and id, with
+//! a value, a revision and an expiry judged exactly like a slot record's: by the store's clock
+//! (by default `CLOCK_BOOTTIME` and the boot id), read under the write lock. A holding is the
+//! slot's row in `vvm_leases` with `session_incarnation` and `session_id` set: it carries the
+//! session's value and its own revision, names no lock file, and its own expiry columns are
+//! unused. Every read of a slot (`record::load`, used by every
+//! [`LeaseStore`](vvm_runtime::LeaseStore) operation) joins
+//! the session row in the same statement and judges a holding by it, so a holding is live
+//! exactly while its session is — its time left is the session's — and an expired or deleted
+//! session's holdings are dead for every reader at once, with no sweep.
+//!
+//! | operation | one `BEGIN IMMEDIATE` transaction (`get_session`: one read transaction) |
+//! |---|---|
+//! | `create_session` | read the row; if live: nothing. Else delete the dead row of the key and its holdings, remove up to [`SWEEP_SESSIONS_MAX`] other dead sessions with theirs, take a revision from the counter, insert the row |
+//! | `keep_alive` | read the row; if live at `expected`: update its expiry (the revision stays) |
+//! | `delete_session` | read the row; if live at `expected`: delete its holdings and the row |
+//! | `get_session` | read the row |
+//! | `acquire` | read the session row; if not live: `SessionGone`. Read the slot (as `get`): live and a holding of this session → its revision; live otherwise → `Held`; else write the holding with a revision from the counter |
+//!
+//! **Costs.** A keepalive updates the session's row only, O(1) whatever the number of holdings:
+//! the holdings' rows are not written, so a waiter's change feed, which compares the holders
+//! of its slots, is not woken by it. Ending a session (delete, or the create that replaces a
+//! dead one) deletes its holdings through the index on the session columns: O(its holdings).
+//! An acquire is a few indexed reads and one row written.
+//!
+//! **Dead rows** are removed lazily. An expired session's rows stay until a create under its key
+//! or a later create's sweep removes them, or a write to the slot replaces the holding; nothing
+//! depends on that for correctness (readers judge by the session row). A create under a key
+//! whose row is dead deletes that key's holdings first, so a holding never comes back to life
+//! with a new session of the same key.
+//!
+//! **A holding is a slot record** for everything else: `compare_and_delete` at its value and
+//! revision releases it (the session and its other holdings stay), `compare_and_swap` replaces
+//! it with a slot record of its own TTL, and an insert on a slot whose holding is dead replaces
+//! it.
+//!
+//! **Expiry only: no kernel-lock fast path.** A slot record's holder is known dead at once by
+//! its free slot lock (`lock.rs`); a session is judged by its expiry only, and a holding is never
+//! taken early, even when the slot's lock file is free (a holding names none). Why:
+//! - what may act under a holding is the session's process and whatever it started. The slot
+//!   locks reach the supervised command because `vvm run` lets its children inherit them
+//!   ([`let_children_inherit_slot_locks`](super::let_children_inherit_slot_locks)) before it
+//!   starts its supervisor; no such hand-over exists for sessions, whose runtime lives outside
+//!   the store. A free session lock would then not prove that nothing acts under the holdings,
+//!   which is the whole soundness argument of the fast path;
+//! - lock files are one per slot, created on first use and never removed (removing one races
+//!   with another process's identity check). Session keys are never reused (an incarnation per
+//!   process start), so a lock file per session would leave one file per session ever opened
+//!   next to the database;
+//! - a free session lock would have to end the whole session from another process, and the
+//!   change feed would have to watch, for each watched slot, the lock of the session holding it.
+//!
+//! So a candidate waiting on a holding of a dead session tries again at the session's expiry
+//! (the time left an insert reports), as for a stopped holder of a slot record. For the same
+//! reason, and to keep the acquire one read-judge-write, an acquire does not take the slot lock
+//! either: a slot record whose holder died blocks an acquire until the record's expiry (an
+//! insert takes it at once).
+
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, Transaction, TransactionBehavior};
+use vvm_core::{Revision, SessionKey, Slot};
+use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError, ValueError};
+
+use super::record::{self, Judged, Now, Row, Stored, TxError};
+use super::{SqliteStore, SqliteStoreError, Step};
+
+/// Most dead sessions (another boot's, or expired) a create removes with their holdings, besides
+/// a dead row under its own key: dead rows never pile up while sessions are created, and no
+/// create pays for many.
+pub const SWEEP_SESSIONS_MAX: u32 = 4;
+
+/// A session row that cannot be read, or whose liveness cannot be told.
+fn corrupt(session: SessionKey, source: ValueError) -> StoreError {
+    StoreError::failed(SqliteStoreError::CorruptSession { session, source })
+}
+
+/// Reads and judges the session row of `key`.
+fn load(tx: &Transaction<'_>, key: SessionKey, now: Now<'_>) -> Result<Judged, TxError> {
+    let row: Option<Row> = tx
+        .prepare_cached(
+            "SELECT value, revision, boot_id, expires_ns FROM vvm_sessions \
+             WHERE incarnation = ?1 AND id = ?2",
+        )?
+        .query_row(record::session_columns(key), |row| {
+            Ok([
+                row.get_ref(0)?.into(),
+                row.get_ref(1)?.into(),
+                row.get_ref(2)?.into(),
+                row.get_ref(3)?.into(),
+            ])
+        })
+        .optional()?;
+    record::judge_columns(row.as_ref(), now)
+        .map_err(|what| TxError::Store(corrupt(key, ValueError::Malformed(what))))
+}
+
+/// The session record a live row holds, or [`SqliteStoreError::CorruptSession`].
+fn read(key: SessionKey, stored: &Stored) -> Result<SessionRecord, StoreError> {
+    let bytes = stored
+        .bytes()
+        .ok_or(ValueError::Malformed("value is neither text nor a blob"))
+        .map_err(|source| corrupt(key, source))?;
+    let revision = stored
+        .revision()
+        .ok_or(ValueError::Malformed("revision is not a positive integer"))
+        .map_err(|source| corrupt(key, source))?;
+    let value = LeaseValue::decode(bytes).map_err(|source| corrupt(key, source))?;
+    Ok(SessionRecord { value, revision })
+}
+
+/// Whether the live session row `stored` is readable and at `expected`: an unreadable one is
+/// never kept alive or deleted (it ends at its expiry), as a corrupt slot record is never
+/// swapped or deleted.
+fn ours(key: SessionKey, stored: &Stored, expected: Revision) -> bool {
+    stored.revision() == Some(expected) && read(key, stored).is_ok()
+}
+
+/// Deletes the session row with these key columns and every holding of it (through the index
+/// on the session columns: O(its holdings)).
+fn end(tx: &Transaction<'_>, key: (i64, i64)) -> Result<(), TxError> {
+    tx.prepare_cached("DELETE FROM vvm_leases WHERE session_incarnation = ?1 AND session_id = ?2")?
+        .execute(key)?;
+    tx.prepare_cached("DELETE FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2")?
+        .execute(key)?;
+    Ok(())
+}
+
+/// Removes up to [`SWEEP_SESSIONS_MAX`] dead sessions — of another boot, or expired — with
+/// their holdings. A row whose liveness cannot be told is left alone.
+fn sweep(tx: &Transaction<'_>, now: Now<'_>) -> Result<(), TxError> {
+    let dead: Vec<(i64, i64)> = tx
+        .prepare_cached(
+            "SELECT incarnation, id FROM vvm_sessions \
+             WHERE typeof(boot_id) = 'text' AND typeof(expires_ns) = 'integer' \
+               AND (boot_id != ?1 OR expires_ns <= ?2) \
+             LIMIT ?3",
+        )?
+        .query_map((now.boot_id, now.ns, SWEEP_SESSIONS_MAX), |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for key in dead {
+        end(tx, key)?;
+    }
+    Ok(())
+}
+
+impl SessionStore for SqliteStore {
+    /// One transaction: a dead row under `key` is replaced, its holdings deleted with it (they
+    /// must not live again with the new session), and a few other dead sessions are swept.
+    async fn create_session(
+        &self,
+        key: SessionKey,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.writable()?;
+        let bytes = value.encode().into_bytes();
+        self.transact(TransactionBehavior::Immediate, move |tx, now| {
+            if let Judged::Live(..) = load(tx, key, now)? {
+                return Ok(Step::read(None));
+            }
+            let columns = record::session_columns(key);
+            end(tx, columns)?;
+            sweep(tx, now)?;
+            let revision = record::next_revision(tx)?;
+            tx.prepare_cached(
+                "INSERT INTO vvm_sessions (incarnation, id, value, revision, boot_id, expires_ns) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute((
+                columns.0,
+                columns.1,
+                &bytes,
+                record::revision_column(revision),
+                now.boot_id,
+                record::expiry_ns(now.ns, ttl),
+            ))?;
+            Ok(Step::wrote(Some(revision)))
+        })
+        .await
+    }
+
+    /// Moves the session row's expiry only: the revision stays, and no holding is written.
+    async fn keep_alive(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        self.writable()?;
+        self.transact(TransactionBehavior::Immediate, move |tx, now| {
+            match load(tx, key, now)? {
+                Judged::Live(stored, _) if ours(key, &stored, expected) => {
+                    let (incarnation, id) = record::session_columns(key);
+                    tx.prepare_cached(
+                        "UPDATE vvm_sessions SET expires_ns = ?3 WHERE incarnation = ?1 AND id = ?2",
+                    )?
+                    .execute((incarnation, id, record::expiry_ns(now.ns, ttl)))?;
+                    Ok(Step::wrote(Some(expected)))
+                }
+                _ => Ok(Step::read(None)),
+            }
+        })
+        .await
+    }
+
+    /// Deletes the row and every holding of the session in the same transaction: every
+    /// waiter of those slots sees them deleted, as after a release.
+    async fn delete_session(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+    ) -> Result<bool, StoreError> {
+        self.writable()?;
+        self.transact(TransactionBehavior::Immediate, move |tx, now| {
+            match load(tx, key, now)? {
+                Judged::Live(stored, _) if ours(key, &stored, expected) => {
+                    end(tx, record::session_columns(key))?;
+                    Ok(Step::wrote(true))
+                }
+                _ => Ok(Step::read(false)),
+            }
+        })
+        .await
+    }
+
+    async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.transact(TransactionBehavior::Deferred, move |tx, now| {
+            let record = match load(tx, key, now)? {
+                Judged::Absent => None,
+                Judged::Live(stored, _) => Some(read(key, &stored)?),
+            };
+            Ok(Step::read(record))
+        })
+        .await
+    }
+
+    /// One transaction: the session judged live, then the slot judged free, then the holding
+    /// written. A slot whose live record is a holding of this session answers its revision.
+    async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
+        self.writable()?;
+        self.transact(TransactionBehavior::Immediate, move |tx, now| {
+            let session = match load(tx, key, now)? {
+                Judged::Absent => return Ok(Step::read(Acquired::SessionGone)),
+                Judged::Live(stored, _) => stored,
+            };
+            // The holding carries the session's value: an unreadable one is not copied.
+            read(key, &session)?;
+            match record::load(tx, slot, now)? {
+                Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
+                    Some(holder) if holder == key => {
+                        Ok(Step::read(Acquired::Written(stored.lease(slot)?.revision)))
+                    }
+                    _ => Ok(Step::read(Acquired::Held)),
+                },
+                Judged::Absent => {
+                    let bytes = session.bytes().unwrap_or_default();
+                    let revision = record::write_holding(tx, slot, bytes, key, now)?;
+                    Ok(Step::wrote(Acquired::Written(revision)))
+                }
+            }
+        })
+        .await
+    }
+}
