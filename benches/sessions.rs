@@ -6,15 +6,16 @@
 //! - `acquire_release/<store>`: acquiring a free slot on a live session and releasing it;
 //! - `cas/<store>`: the per-slot renewal (compare-and-swap) it replaces, for comparison.
 //!
-//! Stores: the memory store, and the transactional store on its in-memory key-value model (the
-//! logic FoundationDB runs). Run: `cargo bench --bench sessions`.
+//! Stores: the memory store, the transactional store on its in-memory key-value model (the logic
+//! FoundationDB runs), and SQLite (a file in a scratch directory). Run:
+//! `cargo bench --bench sessions`.
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tokio::runtime::Runtime;
 use vvm::adapters::txkv::{MemoryKv, TxLeaseStore, TxOptions};
-use vvm::adapters::MemoryStore;
+use vvm::adapters::{MemoryStore, SqliteStore};
 use vvm::{
     Acquired, Incarnation, Lease, LeaseValue, Revision, SessionId, SessionKey, SessionStore, Slot,
 };
@@ -123,11 +124,26 @@ fn txkv() -> TxLeaseStore<MemoryKv> {
     TxLeaseStore::new(MemoryKv::new(), TxOptions::default())
 }
 
+/// A SQLite store on a fresh file under `dir`.
+fn sqlite(dir: &std::path::Path) -> impl Fn() -> SqliteStore + '_ {
+    let files = std::sync::atomic::AtomicU32::new(0);
+    move || {
+        let n = files.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        SqliteStore::open(dir.join(format!("bench-{n}.sqlite"))).expect("the store opens")
+    }
+}
+
 fn benches(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("vvm-bench-sessions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
     keepalive(c, "memory", MemoryStore::new);
     keepalive(c, "txkv", txkv);
+    keepalive(c, "sqlite", sqlite(&dir));
     acquire_release(c, "memory", MemoryStore::new());
     acquire_release(c, "txkv", txkv());
+    let store = SqliteStore::open(dir.join("acquire.sqlite")).expect("the store opens");
+    acquire_release(c, "sqlite", store);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group! {

@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --release --example session_holdings -- memory 100000 40
 //! cargo run --release --example session_holdings -- txkv 100000 40
+//! cargo run --release --example session_holdings -- sqlite 100000 40 # a file in a scratch directory
 //! cargo run --release --example session_holdings -- etcd 10000 40   # a throw-away etcd on loopback
 //! ```
 //!
@@ -41,6 +42,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let store = TxLeaseStore::new(MemoryKv::new(), TxOptions::default());
                 measure(store, holdings, seconds).await
             }
+            "sqlite" => {
+                let dir = std::env::temp_dir().join(format!("vvm-holdings-{}", std::process::id()));
+                std::fs::create_dir_all(&dir)?;
+                let store = vvm::adapters::SqliteStore::open(dir.join("vvm.sqlite"))?;
+                let measured = measure(store, holdings, seconds).await;
+                let _ = std::fs::remove_dir_all(&dir);
+                measured
+            }
             "etcd" => {
                 let options = vvm::adapters::etcd::cluster::ClusterOptions::new(1)?;
                 let cluster = vvm::adapters::etcd::cluster::EtcdCluster::start(options).await?;
@@ -49,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 drop(cluster);
                 measured
             }
-            other => Err(format!("unknown store {other:?}: memory, txkv or etcd").into()),
+            other => Err(format!("unknown store {other:?}: memory, txkv, sqlite or etcd").into()),
         }
     })
 }
@@ -95,7 +104,10 @@ async fn measure<S: SessionStore + Clone>(
     let released = Instant::now();
     drop(held);
     session.close().await?;
-    println!("closed (holdings left to the session) in {:?}", released.elapsed());
+    println!(
+        "closed (holdings left to the session) in {:?}",
+        released.elapsed()
+    );
     Ok(())
 }
 
