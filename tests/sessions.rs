@@ -250,7 +250,7 @@ async fn failing_keepalives_lose_the_session_and_the_killer_fires_at_its_deadlin
 }
 
 /// One slot per session at a time: a second acquire of a slot the session holds is refused
-/// without a store call.
+/// without a store call; every tenure gets a higher fencing token.
 // covers: Session.Attach
 #[tokio::test(start_paused = true)]
 async fn a_slot_is_held_once_per_session() {
@@ -262,8 +262,15 @@ async fn a_slot_is_held_once_per_session() {
         session.acquire(Slot(1)).await,
         Err(SessionError::AlreadyHeld { slot: 1 })
     ));
+    let first = held.revision();
     drop(held);
-    // Dropped, not released: the record stays with the session, which re-acquires it as is.
+    // Dropped, not released: the record stays with the session until the next acquire of the
+    // slot deletes it, so the next tenure's fencing token is higher.
+    assert!(store.get(Slot(1)).await.expect("read").is_some());
     let again = session.acquire(Slot(1)).await.expect("runs").expect("ours");
-    assert!(again.revision() > Revision(0));
+    assert!(
+        again.revision() > first,
+        "{:?} > {first:?}",
+        again.revision()
+    );
 }

@@ -38,7 +38,7 @@
 
 mod task;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -119,6 +119,10 @@ struct Shared<S> {
     status: watch::Receiver<SessionStatus>,
     /// The slots held or being acquired: at most one holding per slot and session.
     slots: Mutex<HashSet<Slot>>,
+    /// Holdings dropped without a release: their records stay with the session until it ends,
+    /// or until an acquire of the slot deletes them first, so that every tenure of the slot
+    /// gets a new, higher revision.
+    left: Mutex<HashMap<Slot, Revision>>,
 }
 
 /// An open session. Dropping every handle and holding closes it.
@@ -181,6 +185,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
                 commands,
                 status,
                 slots: Mutex::default(),
+                left: Mutex::default(),
             }),
             key,
         })
@@ -218,7 +223,9 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
     /// Acquires `slot` as a holding of this session: `Ok(None)` when someone else holds it.
     /// The holding is attached to the session before the store is asked, so the session cannot
     /// close under it; a store call with an unknown outcome is sent again (the acquire is
-    /// idempotent), at most [`ACQUIRE_SENDS_MAX`] times.
+    /// idempotent), at most [`ACQUIRE_SENDS_MAX`] times. The record of an earlier holding of
+    /// the slot that was dropped without a release is deleted first, so that the new holding's
+    /// revision (its fencing token) is above it.
     pub async fn acquire(&self, slot: Slot) -> Result<Option<Holding<S>>, SessionError> {
         if !self.lock_slots().insert(slot) {
             return Err(SessionError::AlreadyHeld { slot: slot.0 });
@@ -228,6 +235,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             slot,
             kept: false,
         };
+        self.delete_left(slot).await?;
         let (reply, answer) = oneshot::channel();
         self.shared
             .commands
@@ -275,6 +283,31 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
         }
     }
 
+    /// Deletes the record of a holding of `slot` dropped without a release, if there is one.
+    async fn delete_left(&self, slot: Slot) -> Result<(), SessionError> {
+        let left = lock(&self.shared.left).remove(&slot);
+        let Some(revision) = left else {
+            return Ok(());
+        };
+        let expected = Lease {
+            value: self.shared.value.clone(),
+            revision,
+        };
+        let timeout = self.shared.lease.store_timeout();
+        let call = self.shared.store.compare_and_delete(slot, &expected);
+        match tokio::time::timeout(timeout, call).await {
+            // Deleted, or gone already (with a session that ended, or taken after it).
+            Ok(Ok(_)) => Ok(()),
+            failed => {
+                lock(&self.shared.left).insert(slot, revision);
+                Err(match failed {
+                    Ok(Err(error)) => SessionError::Store(error),
+                    _ => SessionError::TimedOut,
+                })
+            }
+        }
+    }
+
     /// Closes the session: deletes its record (and every holding left to it) once no holding
     /// is attached. `Ok(true)` when our record was deleted; refused with
     /// [`SessionError::HoldingsRemain`] while holdings are attached, and then the session goes
@@ -289,10 +322,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
     }
 
     fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashSet<Slot>> {
-        self.shared
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shared.slots)
     }
 }
 
@@ -305,14 +335,9 @@ struct SlotClaim<'a, S> {
 
 impl<S> Drop for SlotClaim<'_, S> {
     fn drop(&mut self) {
-        if self.kept {
-            return;
+        if !self.kept {
+            lock(&self.shared.slots).remove(&self.slot);
         }
-        self.shared
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.slot);
     }
 }
 
@@ -336,8 +361,8 @@ impl<S> Drop for Attached<'_, S> {
 }
 
 /// A slot held by a session: its record lives as long as the session's. Dropping it detaches
-/// it from the session and leaves the record to the session (deleted with it);
-/// [`release`](Self::release) deletes the record first. Drop or release it only once the
+/// it from the session and leaves the record to the session (deleted with it, or by the
+/// session's next acquire of the slot); [`release`](Self::release) deletes the record first. Drop or release it only once the
 /// services acting under it have stopped.
 pub struct Holding<S> {
     shared: Arc<Shared<S>>,
@@ -369,7 +394,8 @@ impl<S: SessionStore> Holding<S> {
     }
 
     /// Deletes the holding's record, then detaches it. `Ok(true)` when the record was ours and
-    /// deleted; `Ok(false)` when it had gone already (with its session).
+    /// deleted; `Ok(false)` when it had gone already (with its session). On an error the record
+    /// is left to the session, as by a drop.
     pub async fn release(mut self) -> Result<bool, SessionError> {
         let expected = Lease {
             value: self.shared.value.clone(),
@@ -381,7 +407,8 @@ impl<S: SessionStore> Holding<S> {
             self.shared.store.compare_and_delete(self.slot, &expected),
         )
         .await;
-        self.detach();
+        // A release whose outcome is not known leaves the record to the session, as a drop.
+        self.detach(!matches!(deleted, Ok(Ok(_))));
         match deleted {
             Ok(result) => Ok(result?),
             Err(_) => Err(SessionError::TimedOut),
@@ -390,23 +417,28 @@ impl<S: SessionStore> Holding<S> {
 }
 
 impl<S> Holding<S> {
-    fn detach(&mut self) {
+    /// Detaches the holding; `left` when its record stays in the store (a drop).
+    fn detach(&mut self, left: bool) {
         if !self.detached {
             self.detached = true;
+            if left {
+                lock(&self.shared.left).insert(self.slot, self.revision);
+            }
             let _ = self.shared.commands.send(Command::Detach {
                 holding: self.holding,
             });
-            self.shared
-                .slots
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&self.slot);
+            lock(&self.shared.slots).remove(&self.slot);
         }
     }
 }
 
 impl<S> Drop for Holding<S> {
     fn drop(&mut self) {
-        self.detach();
+        self.detach(true);
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section leaves the set or map consistent; a poisoned lock is usable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
