@@ -306,7 +306,7 @@ async fn run_seed(seed: u64) -> Oracle {
 
 /// Every seed: no two processes run a service on one slot at once, unless the first is past
 /// its kill deadline; tokens rise per slot. The run must also have acted (not vacuous).
-// covers: Session.LossOfAllHoldings, Session.KillDeadline
+// covers: Session.LossOfAllHoldings, Session.KillDeadline, Session.Chaos, Session.TokenPerTenure
 #[test]
 fn no_two_processes_run_a_service_on_one_slot() {
     let seeds = std::env::var("VVM_SESSION_CHAOS_SEEDS")

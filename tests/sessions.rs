@@ -31,6 +31,8 @@ struct Counted {
     store: MemoryStore,
     keepalives: Arc<AtomicU64>,
     failing: Arc<AtomicBool>,
+    /// How long each acquire waits before it is applied, in milliseconds.
+    acquire_delay_ms: Arc<AtomicU64>,
 }
 
 #[derive(Debug)]
@@ -111,6 +113,8 @@ impl SessionStore for Counted {
     }
 
     async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
+        let delay = Duration::from_millis(self.acquire_delay_ms.load(Ordering::Relaxed));
+        tokio::time::sleep(delay).await;
         self.store.acquire(slot, key).await
     }
 }
@@ -128,7 +132,7 @@ async fn open(store: &Counted, n: u64, killer: &TestKiller) -> SessionHandle<Cou
 
 /// A thousand holdings, ten lease periods: one keepalive every `L/4` in all, every holding
 /// still live, and one kill deadline `0.8·L` after the last keepalive's send.
-// covers: Session.CostGrowth
+// covers: Session.CostGrowth, Session.RuntimeOneTask
 #[tokio::test(start_paused = true)]
 async fn one_keepalive_every_quarter_lease_keeps_a_thousand_holdings() {
     let store = Counted::default();
@@ -166,7 +170,7 @@ async fn one_keepalive_every_quarter_lease_keeps_a_thousand_holdings() {
 
 /// A session deleted underneath is lost at its next keepalive: every holding ends at once,
 /// nothing new is acquired, and it closes (deleting nothing) once every holding is dropped.
-// covers: Session.LossOfAllHoldings
+// covers: Session.LossOfAllHoldings, Session.DetachAfterServices
 #[tokio::test(start_paused = true)]
 async fn a_session_deleted_underneath_loses_every_holding_and_closes_after_they_detach() {
     let store = Counted::default();
@@ -251,7 +255,7 @@ async fn failing_keepalives_lose_the_session_and_the_killer_fires_at_its_deadlin
 
 /// One slot per session at a time: a second acquire of a slot the session holds is refused
 /// without a store call; every tenure gets a higher fencing token.
-// covers: Session.Attach
+// covers: Session.Attach, Session.AttachBeforeAcquire, Session.TokenPerTenure
 #[tokio::test(start_paused = true)]
 async fn a_slot_is_held_once_per_session() {
     let store = Counted::default();
@@ -273,4 +277,31 @@ async fn a_slot_is_held_once_per_session() {
         "{:?} > {first:?}",
         again.revision()
     );
+}
+
+/// An acquire in flight holds the session open: a close asked meanwhile is refused, and the
+/// acquire then ends with a holding.
+// covers: Session.AttachBeforeAcquire
+#[tokio::test(start_paused = true)]
+async fn an_acquire_in_flight_keeps_the_session_from_closing() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let session = Arc::new(open(&store, 1, &killer).await);
+    store.acquire_delay_ms.store(100, Ordering::Relaxed);
+    let acquiring = tokio::spawn({
+        let session = session.clone();
+        async move {
+            session
+                .acquire(Slot(1))
+                .await
+                .map(|held| held.map(|h| h.revision()))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(matches!(
+        session.close().await,
+        Err(SessionError::HoldingsRemain { holdings: 1 })
+    ));
+    let revision = acquiring.await.expect("ran").expect("runs");
+    assert!(revision.is_some(), "acquired while the close was refused");
 }
