@@ -238,7 +238,9 @@ async fn process(n: u64, store: Chaos, oracle: Arc<Mutex<Oracle>>, seed: u64) {
         let label_address = format!("10.0.{n}.{sessions}:7000");
         let value = LeaseValue {
             address: label_address.clone(),
-            incarnation: Incarnation(n << 32 | sessions),
+            // One incarnation per process, as a service has: the runtime keeps the session
+            // ids of one process distinct (`Session.FreshId`).
+            incarnation: Incarnation(n),
         };
         let label = format!("session of {label_address}");
         let Ok(session) = SessionHandle::open(store.clone(), lease, value, &killer.thread).await

@@ -305,3 +305,19 @@ async fn an_acquire_in_flight_keeps_the_session_from_closing() {
     let revision = acquiring.await.expect("ran").expect("runs");
     assert!(revision.is_some(), "acquired while the close was refused");
 }
+
+/// Two sessions of one process, with the same value, have distinct keys: a create read back after
+/// an unknown outcome can only be its own.
+// covers: Session.FreshId
+#[tokio::test(start_paused = true)]
+async fn sessions_of_one_process_never_share_a_key() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let first = open(&store, 1, &killer).await;
+    let second = open(&store, 1, &killer).await;
+    assert_ne!(first.key(), second.key());
+    assert_eq!(first.key().incarnation, second.key().incarnation);
+    first.close().await.expect("closes");
+    let third = open(&store, 1, &killer).await;
+    assert!(third.key() != first.key() && third.key() != second.key());
+}

@@ -187,6 +187,23 @@ fn s1_open_from_closed_creates_a_record_under_a_fresh_id_with_the_lease_as_ttl()
     assert_eq!(h.machine.id(), Some(ID));
 }
 
+// covers: Session.FreshId
+#[test]
+fn s1_a_machine_made_after_an_id_opens_under_the_next_one() {
+    let lease = LeaseConfig::new(secs(20)).expect("valid");
+    let mut machine = Session::after(lease, Incarnation(7), SessionId(41));
+    let mut out = SessionEffects::new();
+    machine.handle(&SessionEvent::Open { now: t0() }, &mut out);
+    assert_eq!(
+        out.as_slice(),
+        [E::Create {
+            op: OpId(1),
+            id: SessionId(42),
+            ttl: secs(20)
+        }]
+    );
+}
+
 // covers: Session.FreshId, Session.LossOfAllHoldings
 #[test]
 fn s1_open_after_a_loss_uses_the_next_id() {

@@ -221,13 +221,21 @@ impl core::hash::Hash for Session {
 }
 
 impl Session {
-    /// A closed session machine for a process of `incarnation`.
+    /// A closed session machine for a process of `incarnation`; its first session is id 1.
     pub fn new(lease: LeaseConfig, incarnation: Incarnation) -> Self {
+        Session::after(lease, incarnation, SessionId(0))
+    }
+
+    /// A closed session machine whose first session id is the one after `last`: several
+    /// machines of one incarnation must never mint the same id (a create with an unknown outcome
+    /// is settled by reading the record back, which is sound only if no other create ever used
+    /// its key), so a process that runs more than one hands each a range of its own.
+    pub fn after(lease: LeaseConfig, incarnation: Incarnation, last: SessionId) -> Self {
         let shared = Shared {
             lease,
             incarnation,
             seq: 0,
-            sessions: 0,
+            sessions: last.0,
         };
         let machine = shared
             .uninitialized_state_machine()

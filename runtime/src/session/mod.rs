@@ -39,12 +39,13 @@
 mod task;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, oneshot, watch};
 use vvm_core::{
-    AttachRefusal, HoldingId, LeaseConfig, LossReason, OpenRefusal, Revision, Session, SessionKey,
-    Slot,
+    AttachRefusal, HoldingId, LeaseConfig, LossReason, OpenRefusal, Revision, Session, SessionId,
+    SessionKey, Slot,
 };
 
 use crate::killer::KillerThread;
@@ -156,7 +157,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             value: value.clone(),
             lease,
             killer: killer.register(&format!("session of {}", value.address)),
-            machine: Session::new(lease, value.incarnation),
+            machine: Session::after(lease, value.incarnation, last_session_id()),
             commands: receiver,
             status: status_tx,
             call: None,
@@ -436,6 +437,14 @@ impl<S> Drop for Holding<S> {
     fn drop(&mut self) {
         self.detach(true);
     }
+}
+
+/// The id before the one the next session of this process opens under: every handle's machine
+/// opens once, and no two of a process share an id, whatever their incarnations
+/// (`Session.FreshId`: a create read back after an unknown outcome must be that create's).
+fn last_session_id() -> SessionId {
+    static OPENED: AtomicU64 = AtomicU64::new(0);
+    SessionId(OPENED.fetch_add(1, Ordering::Relaxed))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
