@@ -16,12 +16,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
 use rng::Rng;
 use vvm::adapters::MemoryStore;
 use vvm::{
-    Acquired, Clock, Incarnation, Lease, LeaseConfig, LeaseStore, LeaseValue, Revision,
-    SessionHandle, SessionKey, SessionRecord, SessionStatus, SessionStore, Slot, StoreError,
+    Clock, Incarnation, LeaseConfig, LeaseValue, Revision, SessionHandle, SessionStatus, Slot,
     TimeSource,
 };
 
@@ -31,39 +31,15 @@ const PROCESSES: u64 = 3;
 const RUN: Duration = Duration::from_secs(200);
 const SEEDS_DEFAULT: u64 = 200;
 
-#[derive(Debug)]
-struct Injected;
-
-impl std::fmt::Display for Injected {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("injected")
-    }
-}
-
-impl std::error::Error for Injected {}
-
-/// The memory store, with every session call subject to a fault drawn from the seed.
+/// Draws a fault for every call from the seed.
 #[derive(Clone)]
 struct Chaos {
-    store: MemoryStore,
     rng: Arc<Mutex<Rng>>,
 }
 
-/// What happens to one call.
-enum Fault {
-    None,
-    Fail,
-    /// Applied, then reported as unknown.
-    UnknownApplied,
-    /// Not applied, reported as unknown.
-    UnknownLost,
-    /// Applied after this long.
-    Delay(Duration),
-}
-
-impl Chaos {
-    fn draw(&self) -> Fault {
-        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+impl Hook for Chaos {
+    fn fault(&self, _call: Call) -> Fault {
+        let mut rng = lock(&self.rng);
         match rng.below(100) {
             0..=7 => Fault::Fail,
             8..=11 => Fault::UnknownApplied,
@@ -72,94 +48,9 @@ impl Chaos {
             _ => Fault::None,
         }
     }
-
-    async fn call<T>(
-        &self,
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        match self.draw() {
-            Fault::None => call.await,
-            Fault::Fail => Err(StoreError::failed(Injected)),
-            Fault::UnknownLost => Err(StoreError::unknown(Injected)),
-            Fault::UnknownApplied => {
-                call.await?;
-                Err(StoreError::unknown(Injected))
-            }
-            Fault::Delay(delay) => {
-                tokio::time::sleep(delay).await;
-                call.await
-            }
-        }
-    }
 }
 
-impl LeaseStore for Chaos {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.call(self.store.insert_if_not_exists(key, value, ttl))
-            .await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.call(self.store.compare_and_swap(key, expected, new_value, ttl))
-            .await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.call(self.store.compare_and_delete(key, expected))
-            .await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.call(self.store.get(key)).await
-    }
-}
-
-impl SessionStore for Chaos {
-    async fn create_session(
-        &self,
-        key: SessionKey,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.call(self.store.create_session(key, value, ttl)).await
-    }
-
-    async fn keep_alive(
-        &self,
-        key: SessionKey,
-        expected: Revision,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.call(self.store.keep_alive(key, expected, ttl)).await
-    }
-
-    async fn delete_session(
-        &self,
-        key: SessionKey,
-        expected: Revision,
-    ) -> Result<bool, StoreError> {
-        self.call(self.store.delete_session(key, expected)).await
-    }
-
-    async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {
-        self.call(self.store.get_session(key)).await
-    }
-
-    async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
-        self.call(self.store.acquire(slot, key)).await
-    }
-}
+type ChaosStore = Faulty<Chaos>;
 
 /// Who runs a service on a slot: the process, its killer, and the label of the session's kill
 /// deadline.
@@ -227,7 +118,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// One process: sessions one after another until the run ends.
-async fn process(n: u64, store: Chaos, oracle: Arc<Mutex<Oracle>>, seed: u64) {
+async fn process(n: u64, store: ChaosStore, oracle: Arc<Mutex<Oracle>>, seed: u64) {
     let mut rng = Rng::new(seed ^ (n << 32));
     let killer = Arc::new(TestKiller::new());
     let lease = LeaseConfig::new(LEASE).expect("valid");
@@ -292,9 +183,11 @@ async fn process(n: u64, store: Chaos, oracle: Arc<Mutex<Oracle>>, seed: u64) {
 }
 
 async fn run_seed(seed: u64) -> Oracle {
-    let store = Chaos {
+    let store = Faulty {
         store: MemoryStore::new(),
-        rng: Arc::new(Mutex::new(Rng::new(seed))),
+        hook: Chaos {
+            rng: Arc::new(Mutex::new(Rng::new(seed))),
+        },
     };
     let oracle = Arc::new(Mutex::new(Oracle::default()));
     let mut processes = tokio::task::JoinSet::new();

@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
-use vvm::adapters::MemoryStore;
 use vvm::{
-    Acquired, Clock, Incarnation, Lease, LeaseConfig, LeaseStore, LeaseValue, LossReason, Revision,
-    SessionError, SessionHandle, SessionKey, SessionRecord, SessionStatus, SessionStore, Slot,
-    StoreError, TimeSource,
+    Clock, Incarnation, LeaseConfig, LeaseStore, LeaseValue, LossReason, SessionError,
+    SessionHandle, SessionStatus, SessionStore, Slot, TimeSource,
 };
 
 const LEASE: Duration = Duration::from_secs(20);
@@ -25,99 +24,34 @@ fn value(n: u64) -> LeaseValue {
     }
 }
 
-/// The memory store, counting keepalives, and failing them while `failing` is set.
+/// Counts keepalives, fails them while `failing` is set, and delays acquires.
 #[derive(Clone, Default)]
-struct Counted {
-    store: MemoryStore,
+struct Counting {
     keepalives: Arc<AtomicU64>,
     failing: Arc<AtomicBool>,
     /// How long each acquire waits before it is applied, in milliseconds.
     acquire_delay_ms: Arc<AtomicU64>,
 }
 
-#[derive(Debug)]
-struct Injected;
-
-impl std::fmt::Display for Injected {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("keepalive failure injected")
-    }
-}
-
-impl std::error::Error for Injected {}
-
-impl LeaseStore for Counted {
-    async fn insert_if_not_exists(
-        &self,
-        key: Slot,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.store.insert_if_not_exists(key, value, ttl).await
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Slot,
-        expected: &Lease,
-        new_value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.store
-            .compare_and_swap(key, expected, new_value, ttl)
-            .await
-    }
-
-    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
-        self.store.compare_and_delete(key, expected).await
-    }
-
-    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        self.store.get(key).await
-    }
-}
-
-impl SessionStore for Counted {
-    async fn create_session(
-        &self,
-        key: SessionKey,
-        value: &LeaseValue,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.store.create_session(key, value, ttl).await
-    }
-
-    async fn keep_alive(
-        &self,
-        key: SessionKey,
-        expected: Revision,
-        ttl: Duration,
-    ) -> Result<Option<Revision>, StoreError> {
-        self.keepalives.fetch_add(1, Ordering::Relaxed);
-        if self.failing.load(Ordering::Relaxed) {
-            return Err(StoreError::failed(Injected));
+impl Hook for Counting {
+    fn fault(&self, call: Call) -> Fault {
+        match call {
+            Call::KeepAlive => {
+                self.keepalives.fetch_add(1, Ordering::Relaxed);
+                match self.failing.load(Ordering::Relaxed) {
+                    true => Fault::Fail,
+                    false => Fault::None,
+                }
+            }
+            Call::Acquire => Fault::Delay(Duration::from_millis(
+                self.acquire_delay_ms.load(Ordering::Relaxed),
+            )),
+            _ => Fault::None,
         }
-        self.store.keep_alive(key, expected, ttl).await
-    }
-
-    async fn delete_session(
-        &self,
-        key: SessionKey,
-        expected: Revision,
-    ) -> Result<bool, StoreError> {
-        self.store.delete_session(key, expected).await
-    }
-
-    async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {
-        self.store.get_session(key).await
-    }
-
-    async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
-        let delay = Duration::from_millis(self.acquire_delay_ms.load(Ordering::Relaxed));
-        tokio::time::sleep(delay).await;
-        self.store.acquire(slot, key).await
     }
 }
+
+type Counted = Faulty<Counting>;
 
 async fn open(store: &Counted, n: u64, killer: &TestKiller) -> SessionHandle<Counted> {
     SessionHandle::open(
@@ -149,7 +83,7 @@ async fn one_keepalive_every_quarter_lease_keeps_a_thousand_holdings() {
         );
     }
     tokio::time::sleep(LEASE * 10).await;
-    let keepalives = store.keepalives.load(Ordering::Relaxed);
+    let keepalives = store.hook.keepalives.load(Ordering::Relaxed);
     assert!(
         (39..=41).contains(&keepalives),
         "{keepalives} keepalives in 10 L"
@@ -240,7 +174,7 @@ async fn failing_keepalives_lose_the_session_and_the_killer_fires_at_its_deadlin
     let killer = TestKiller::new();
     let session = open(&store, 1, &killer).await;
     let _held = session.acquire(Slot(1)).await.expect("runs").expect("free");
-    store.failing.store(true, Ordering::Relaxed);
+    store.hook.failing.store(true, Ordering::Relaxed);
     assert_eq!(session.lost().await, Some(LossReason::RenewalFailed));
     let deadline = killer.thread.armed()[0].1;
     killer.catch_up();
@@ -287,7 +221,7 @@ async fn an_acquire_in_flight_keeps_the_session_from_closing() {
     let store = Counted::default();
     let killer = TestKiller::new();
     let session = Arc::new(open(&store, 1, &killer).await);
-    store.acquire_delay_ms.store(100, Ordering::Relaxed);
+    store.hook.acquire_delay_ms.store(100, Ordering::Relaxed);
     let acquiring = tokio::spawn({
         let session = session.clone();
         async move {

@@ -11,7 +11,7 @@
 //! Holdings and slot records are one key space: every [`LeaseStore`] operation on a slot sees a
 //! live holding as a live record (its value the session's, its revision the acquire's), so a
 //! candidate of the per-slot protocol can never take a slot a session holds, nor the other way
-//! round, and observers ([`observe`](crate::observe)) report holdings like any holder. A holding
+//! round, and observers ([`observe`](crate::observe())) report holdings like any holder. A holding
 //! is released like any record, with [`LeaseStore::compare_and_delete`].
 //!
 //! | operation | writes when | answer |

@@ -2,6 +2,8 @@
 //! services that record what happened to them.
 #![allow(dead_code)]
 
+pub mod faulty;
+
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

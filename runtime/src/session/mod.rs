@@ -1,7 +1,7 @@
 //! Sessions at run time: one task, one keepalive and one kill deadline per session, and any
 //! number of holdings on it.
 //!
-//! [`SessionHandle::open`] starts the task of a [`Session`](vvm_core::Session) machine on a
+//! [`SessionHandle::open`] starts the task of a [`Session`] machine on a
 //! [`SessionStore`] and waits until the session record is created. [`SessionHandle::acquire`]
 //! then takes slots as [`Holding`]s of the session: the store writes each holding only while the
 //! session is live, and the holding lives exactly as long as the session's record. The task

@@ -1,0 +1,157 @@
+//! A memory store whose every call first asks a [`Hook`] what goes wrong with it: the session
+//! tests count, fail, delay or randomise calls through it.
+
+use std::time::Duration;
+
+use vvm::adapters::MemoryStore;
+use vvm::{
+    Acquired, Lease, LeaseStore, LeaseValue, Revision, SessionKey, SessionRecord, SessionStore,
+    Slot, StoreError,
+};
+
+/// Which call the hook is asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Insert,
+    Swap,
+    Delete,
+    Get,
+    CreateSession,
+    KeepAlive,
+    DeleteSession,
+    GetSession,
+    Acquire,
+}
+
+/// What happens to one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The call runs normally.
+    None,
+    /// Fails; nothing is applied.
+    Fail,
+    /// Applied, then reported as unknown.
+    UnknownApplied,
+    /// Not applied, reported as unknown.
+    UnknownLost,
+    /// Applied after this long.
+    Delay(Duration),
+}
+
+/// Decides the fate of each call.
+pub trait Hook: Clone + Send + Sync + 'static {
+    fn fault(&self, call: Call) -> Fault;
+}
+
+/// The failure a [`Fault`] reports.
+#[derive(Debug)]
+pub struct Injected;
+
+impl std::fmt::Display for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("failure injected")
+    }
+}
+
+impl std::error::Error for Injected {}
+
+/// The memory store behind a [`Hook`].
+#[derive(Clone, Default)]
+pub struct Faulty<H> {
+    pub store: MemoryStore,
+    pub hook: H,
+}
+
+impl<H: Hook> Faulty<H> {
+    async fn run<T>(
+        &self,
+        call: Call,
+        run: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match self.hook.fault(call) {
+            Fault::None => run.await,
+            Fault::Fail => Err(StoreError::failed(Injected)),
+            Fault::UnknownLost => Err(StoreError::unknown(Injected)),
+            Fault::UnknownApplied => {
+                run.await?;
+                Err(StoreError::unknown(Injected))
+            }
+            Fault::Delay(delay) => {
+                tokio::time::sleep(delay).await;
+                run.await
+            }
+        }
+    }
+}
+
+impl<H: Hook> LeaseStore for Faulty<H> {
+    async fn insert_if_not_exists(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        let run = self.store.insert_if_not_exists(key, value, ttl);
+        self.run(Call::Insert, run).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Slot,
+        expected: &Lease,
+        new_value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        let run = self.store.compare_and_swap(key, expected, new_value, ttl);
+        self.run(Call::Swap, run).await
+    }
+
+    async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        let run = self.store.compare_and_delete(key, expected);
+        self.run(Call::Delete, run).await
+    }
+
+    async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
+        self.run(Call::Get, self.store.get(key)).await
+    }
+}
+
+impl<H: Hook> SessionStore for Faulty<H> {
+    async fn create_session(
+        &self,
+        key: SessionKey,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        let run = self.store.create_session(key, value, ttl);
+        self.run(Call::CreateSession, run).await
+    }
+
+    async fn keep_alive(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        let run = self.store.keep_alive(key, expected, ttl);
+        self.run(Call::KeepAlive, run).await
+    }
+
+    async fn delete_session(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+    ) -> Result<bool, StoreError> {
+        let run = self.store.delete_session(key, expected);
+        self.run(Call::DeleteSession, run).await
+    }
+
+    async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.run(Call::GetSession, self.store.get_session(key))
+            .await
+    }
+
+    async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
+        self.run(Call::Acquire, self.store.acquire(slot, key)).await
+    }
+}
