@@ -232,12 +232,27 @@ async fn an_unreadable_record_is_corrupt_and_never_overwritten_or_expired() {
     assert_eq!(store.kv().value(&key), Some(b"garbage".to_vec()));
 }
 
+// covers: Tx.Sessions
 #[test]
 fn bad_options_are_refused() {
     assert!(TxOptions::default().timeout(Duration::ZERO).is_err());
     assert!(TxOptions::default().retries_max(101).is_err());
     assert!(TxOptions::default().prefix(vec![b'p'; 257]).is_err());
     assert!(TxOptions::default().retries_max(100).is_ok());
+    // No two accepted prefixes share a key: "app1" slot 1 would be "app" slot 11, and
+    // "asession/00000000000000ff-" slot 3 would be "a"'s session record (ff, 3).
+    for refused in ["app1", "vvm/7", "asession/00000000000000ff-", "session/"] {
+        assert!(
+            TxOptions::default().prefix(refused).is_err(),
+            "{refused:?} accepted"
+        );
+    }
+    for accepted in ["app", "app1/", "vvm/slot/", "sessions-"] {
+        assert!(
+            TxOptions::default().prefix(accepted).is_ok(),
+            "{accepted:?} refused"
+        );
+    }
 }
 
 /// Whether `feed` resolves within `limit` (on the paused clock: as soon as nothing else can

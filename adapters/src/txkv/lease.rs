@@ -71,6 +71,8 @@ pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 /// Shortest wait of a change feed that ends without having seen a change (a failed round): bounds
 /// how often a waiter asks a store that fails.
 pub const FEED_UNKNOWN_PAUSE: Duration = Duration::from_millis(100);
+/// What follows the prefix in the key of a session record.
+const SESSION_PART: &[u8] = b"session/";
 /// Longest key prefix, in bytes.
 pub const PREFIX_MAX_BYTES: usize = 256;
 /// Longest first pause before running a conflicting transaction again; the ceiling doubles up
@@ -142,6 +144,14 @@ pub enum TxOptionsError {
     /// The key prefix is longer than [`PREFIX_MAX_BYTES`].
     #[error("key prefix of {0} bytes is longer than {PREFIX_MAX_BYTES}")]
     PrefixTooLong(usize),
+    /// The key prefix ends with an ASCII digit: its keys could equal another prefix's (`app1`
+    /// slot 1 and `app` slot 11 are both `app11`).
+    #[error("the key prefix ends with a digit, so its keys could be another prefix's (\"app1\" slot 1 and \"app\" slot 11 are both \"app11\"); end it with a separator such as \"/\"")]
+    PrefixEndsWithDigit,
+    /// The key prefix holds `session/`: its slot keys could be a shorter prefix's session
+    /// records (`a` + `session/<key>` is prefix `asession/<incarnation>-` + a slot number).
+    #[error("the key prefix holds \"session/\", which names session records under a shorter prefix; pick another")]
+    PrefixHasSessionPart,
 }
 
 impl TxOptions {
@@ -164,11 +174,22 @@ impl TxOptions {
         Ok(self)
     }
 
-    /// Keys are `<prefix><slot number>` (default `vvm/slot/`).
+    /// Keys are `<prefix><slot number>` and `<prefix>session/<session>` (default `vvm/slot/`).
+    /// Two stores on one key-value store with different accepted prefixes never share a key: a
+    /// prefix that ends with a digit or holds `session/` is refused.
     pub fn prefix(mut self, prefix: impl Into<Vec<u8>>) -> Result<Self, TxOptionsError> {
         let prefix = prefix.into();
         if prefix.len() > PREFIX_MAX_BYTES {
             return Err(TxOptionsError::PrefixTooLong(prefix.len()));
+        }
+        if prefix.last().is_some_and(u8::is_ascii_digit) {
+            return Err(TxOptionsError::PrefixEndsWithDigit);
+        }
+        if prefix
+            .windows(SESSION_PART.len())
+            .any(|part| part == SESSION_PART)
+        {
+            return Err(TxOptionsError::PrefixHasSessionPart);
         }
         self.prefix = prefix;
         Ok(self)
@@ -304,7 +325,8 @@ impl<K: TxKv> TxLeaseStore<K> {
     /// slot's key (those end in the slot number's digits right after the prefix).
     pub fn session_key(&self, session: SessionKey) -> Vec<u8> {
         let mut key = self.options.prefix.clone();
-        key.extend_from_slice(format!("session/{session}").as_bytes());
+        key.extend_from_slice(SESSION_PART);
+        key.extend_from_slice(session.to_string().as_bytes());
         key
     }
 
