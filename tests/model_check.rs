@@ -29,6 +29,9 @@
 //! Properties: at most one acting leader per slot; fencing tokens never go back; shutdown effects
 //! in the fixed order; and, under fair scheduling, every slot is taken.
 
+#[path = "support/rates.rs"]
+mod rates;
+
 use core::time::Duration;
 use std::time::Instant as WallInstant;
 
@@ -254,11 +257,11 @@ struct LeaseModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    (u128::from(true_ns) * u128::from(RATES_PPM[p]) / 1_000_000) as u64
+    rates::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    (u128::from(local_ns) * 1_000_000).div_ceil(u128::from(RATES_PPM[p])) as u64
+    rates::true_at(RATES_PPM[p], local_ns)
 }
 
 fn incarnation(p: usize, generation: u8) -> Incarnation {

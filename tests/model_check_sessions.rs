@@ -48,6 +48,9 @@
 //! horizon affordable: revisions count per session record (the machine compares only its own
 //! record's), and the calls in flight are ordered by process (each process's own order kept).
 
+#[path = "support/rates.rs"]
+mod rates;
+
 use core::time::Duration;
 use std::time::Instant as WallInstant;
 
@@ -331,11 +334,11 @@ struct SessionModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    (u128::from(true_ns) * u128::from(RATES_PPM[p]) / 1_000_000) as u64
+    rates::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    (u128::from(local_ns) * 1_000_000).div_ceil(u128::from(RATES_PPM[p])) as u64
+    rates::true_at(RATES_PPM[p], local_ns)
 }
 
 fn incarnation(p: usize, generation: u8) -> Incarnation {

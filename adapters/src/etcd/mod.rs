@@ -301,6 +301,20 @@ impl EtcdStore {
         Ok(granted.id())
     }
 
+    /// Reads the key `name` (sent again while its connection is refused or breaks), noting the
+    /// answer's revision for the change feeds.
+    async fn read_key(&self, name: Vec<u8>) -> Result<etcd_client::GetResponse, StoreError> {
+        let response = self
+            .resend(Resend::Broken, || {
+                let (mut kv, name) = (self.kv.clone(), name.clone());
+                async move { kv.get(name, None::<GetOptions>).await }
+            })
+            .await
+            .map_err(read_failed)?;
+        self.seen.note(response.header());
+        Ok(response)
+    }
+
     /// Revokes `lease` in the background, best effort (see the module documentation).
     fn revoke_later(&self, lease: i64) {
         if lease == 0 {
@@ -674,14 +688,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
-        let response = self
-            .resend(Resend::Broken, || {
-                let (mut kv, name) = (self.kv.clone(), self.key(key));
-                async move { kv.get(name, None::<GetOptions>).await }
-            })
-            .await
-            .map_err(read_failed)?;
-        self.seen.note(response.header());
+        let response = self.read_key(self.key(key)).await?;
         let Some(record) = response.kvs().first() else {
             return Ok(None);
         };
@@ -704,14 +711,7 @@ impl LeaseStore for EtcdStore {
     /// and again, while told the rounding it waits for the deletion on its change feed, or
     /// the rounding at most.
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
-        let response = self
-            .resend(Resend::Broken, || {
-                let (mut kv, name) = (self.kv.clone(), self.key(key));
-                async move { kv.get(name, None::<GetOptions>).await }
-            })
-            .await
-            .map_err(read_failed)?;
-        self.seen.note(response.header());
+        let response = self.read_key(self.key(key)).await?;
         let Some(lease) = response
             .kvs()
             .first()

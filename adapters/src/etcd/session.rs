@@ -307,14 +307,7 @@ impl EtcdStore {
 
     /// Reads the session record `key`.
     async fn read_session(&self, key: SessionKey) -> Result<Read, StoreError> {
-        let response = self
-            .resend(Resend::Broken, || {
-                let (mut kv, name) = (self.kv.clone(), self.session_key(key));
-                async move { kv.get(name, None::<GetOptions>).await }
-            })
-            .await
-            .map_err(read_failed)?;
-        self.seen.note(response.header());
+        let response = self.read_key(self.session_key(key)).await?;
         let at = response.header().map_or(0, |header| header.revision());
         let Some(record) = response.kvs().first() else {
             return Ok(Read { known: None, at });

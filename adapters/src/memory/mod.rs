@@ -209,8 +209,7 @@ impl Inner {
                 return Err(StoreError::failed(MemoryStoreError::Full));
             }
         }
-        self.revision += 1;
-        let revision = Revision(self.revision);
+        let revision = self.next_revision();
         let stored = Stored {
             bytes,
             revision,
@@ -229,6 +228,12 @@ impl Inner {
             self.changed(key);
         }
         Ok(revision)
+    }
+
+    /// The store's next revision: one counter for every key and session.
+    fn next_revision(&mut self) -> Revision {
+        self.revision += 1;
+        Revision(self.revision)
     }
 
     /// Counts the call and takes the fault that hits it, if any.

@@ -55,11 +55,6 @@ impl Inner {
             session.slots.remove(&slot);
         }
     }
-
-    fn next_revision(&mut self) -> Revision {
-        self.revision += 1;
-        Revision(self.revision)
-    }
 }
 
 impl SessionStore for MemoryStore {

@@ -56,6 +56,25 @@ const SCHEMA_VERSION_3: i32 = 3;
 /// than 2^32 commits) and syncs that jump before any revision of the new boot exists.
 pub const REVISION_BOOT_GAP: i64 = 1 << 32;
 
+/// The sessions table and the index on holdings: one text for a new file ([`SCHEMA_V4`]) and
+/// the migration from version 3, so the two cannot drift apart.
+macro_rules! sessions_ddl {
+    () => {
+        "CREATE TABLE vvm_sessions (
+    incarnation INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    value BLOB NOT NULL,
+    revision INTEGER NOT NULL,
+    boot_id TEXT NOT NULL,
+    expires_ns INTEGER NOT NULL,
+    PRIMARY KEY (incarnation, id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
+    WHERE session_incarnation IS NOT NULL;
+"
+    };
+}
+
 /// Version 4. `vvm_store` has exactly one row: the revision counter, which survives deletes,
 /// the boot id of the last opener and the machine the file belongs to (empty until the first
 /// open claims it). `vvm_leases` holds one row per slot ever written and not deleted. A slot
@@ -65,7 +84,8 @@ pub const REVISION_BOOT_GAP: i64 = 1 << 32;
 /// by that row's boot id and expiry; its own `expires_ns` is unused (written as `i64::MAX`)
 /// and it names no lock file. The partial index finds a session's holdings, so ending a session
 /// costs O(its holdings), whatever the number of rows.
-pub(crate) const SCHEMA_V4: &str = "
+pub(crate) const SCHEMA_V4: &str = concat!(
+    "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
     revision INTEGER NOT NULL,
@@ -83,19 +103,11 @@ CREATE TABLE vvm_leases (
     session_incarnation INTEGER,
     session_id INTEGER
 ) STRICT;
-CREATE TABLE vvm_sessions (
-    incarnation INTEGER NOT NULL,
-    id INTEGER NOT NULL,
-    value BLOB NOT NULL,
-    revision INTEGER NOT NULL,
-    boot_id TEXT NOT NULL,
-    expires_ns INTEGER NOT NULL,
-    PRIMARY KEY (incarnation, id)
-) STRICT, WITHOUT ROWID;
-CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
-    WHERE session_incarnation IS NOT NULL;
-INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
-";
+",
+    sessions_ddl!(),
+    "INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
+"
+);
 
 /// Version 1 → 2: the machine id, empty until the next step of opening claims the file.
 const MIGRATE_V1_TO_V2: &str =
@@ -107,19 +119,12 @@ ALTER TABLE vvm_leases ADD COLUMN lock_ino INTEGER;";
 
 /// Adds sessions: their table, the session of a holding (`NULL` in every existing row: slot
 /// records) and the index on it. The same definitions as [`SCHEMA_V4`].
-const MIGRATE_V3_TO_V4: &str = "ALTER TABLE vvm_leases ADD COLUMN session_incarnation INTEGER;
+const MIGRATE_V3_TO_V4: &str = concat!(
+    "ALTER TABLE vvm_leases ADD COLUMN session_incarnation INTEGER;
 ALTER TABLE vvm_leases ADD COLUMN session_id INTEGER;
-CREATE TABLE vvm_sessions (
-    incarnation INTEGER NOT NULL,
-    id INTEGER NOT NULL,
-    value BLOB NOT NULL,
-    revision INTEGER NOT NULL,
-    boot_id TEXT NOT NULL,
-    expires_ns INTEGER NOT NULL,
-    PRIMARY KEY (incarnation, id)
-) STRICT, WITHOUT ROWID;
-CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
-    WHERE session_incarnation IS NOT NULL;";
+",
+    sessions_ddl!()
+);
 
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

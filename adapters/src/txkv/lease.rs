@@ -487,29 +487,33 @@ impl<K: TxKv> TxLeaseStore<K> {
                 Some(Record::Held { session, .. }) => Some(session),
                 _ => None,
             };
-            let mut session_reads = Vec::with_capacity(2);
-            let mut retry = None;
-            for session in holder.iter().chain(also.iter()) {
-                let key = self.session_key(*session);
-                match read_in(&mut tx, &key, deadline, slot, timeout).await? {
-                    Ok(read) => session_reads.push(read),
-                    Err(error) => {
-                        retry = Some(error);
-                        break;
+            // The holding's session record, then `also` (read once when it is the same).
+            let held_read = match self
+                .read_session_in(&mut tx, holder, deadline, slot)
+                .await?
+            {
+                Ok(read) => read,
+                Err(retry) => {
+                    last = Some(retry);
+                    continue;
+                }
+            };
+            let also_read = if also == holder {
+                held_read.clone()
+            } else {
+                match self.read_session_in(&mut tx, also, deadline, slot).await? {
+                    Ok(read) => read,
+                    Err(retry) => {
+                        last = Some(retry);
+                        continue;
                     }
                 }
-            }
-            if let Some(error) = retry {
-                last = Some(error);
-                continue;
-            }
+            };
             let read_at = self.time.now();
-            let held_session = holder
-                .and_then(|_| session_reads.first())
-                .and_then(Option::as_deref);
+            let held_session = held_read.as_ref().and_then(Option::as_deref);
             let state = self.observe(target, read.as_deref(), held_session, started, read_at);
             let also_state = also.map(|session| {
-                let bytes = session_reads.last().and_then(Option::as_deref);
+                let bytes = also_read.as_ref().and_then(Option::as_deref);
                 self.observe(Target::Session(session), bytes, None, started, read_at)
             });
             let (record, answer, own) = match decide(&state, also_state.as_ref())? {
@@ -550,6 +554,25 @@ impl<K: TxKv> TxLeaseStore<K> {
             attempts: self.options.retries_max + 1,
             last,
         }))
+    }
+}
+
+impl<K: TxKv> TxLeaseStore<K> {
+    /// Reads the record of `session` in `tx`, if there is a session: `Ok(Err(retryable))` when
+    /// the transaction must be run again.
+    async fn read_session_in(
+        &self,
+        tx: &mut K::Tx,
+        session: Option<SessionKey>,
+        deadline: tokio::time::Instant,
+        slot: Slot,
+    ) -> Result<Result<Option<Option<Vec<u8>>>, TxError>, StoreError> {
+        let Some(session) = session else {
+            return Ok(Ok(None));
+        };
+        let key = self.session_key(session);
+        let read = read_in(tx, &key, deadline, slot, self.options.timeout).await?;
+        Ok(read.map(Some))
     }
 }
 
@@ -708,6 +731,20 @@ pub(super) fn next_revision(slot: Slot, revision: u64) -> Result<u64, StoreError
         .ok_or_else(|| StoreError::failed(TxLeaseError::RevisionsExhausted { slot: slot.0 }))
 }
 
+/// Writes a live record of `value` at `revision` with `ttl`, noted as this process's own, and
+/// answers its revision.
+pub(super) fn live_write(revision: u64, ttl: Duration, value: &[u8]) -> Decision<Option<Revision>> {
+    Decision::Write {
+        record: Some(Record::Live {
+            revision,
+            ttl,
+            value: value.to_vec(),
+        }),
+        answer: Some(Revision(revision)),
+        own: Some((revision, value.to_vec(), ttl)),
+    }
+}
+
 fn matches(revision: u64, value: &[u8], expected: &Lease) -> bool {
     revision == expected.revision.0 && value == expected.value.encode().as_bytes()
 }
@@ -723,15 +760,7 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
         self.transact(Target::Slot(key), None, |state, _| match state {
             State::Absent { revision } => {
                 let revision = next_revision(key, *revision)?;
-                Ok(Decision::Write {
-                    record: Some(Record::Live {
-                        revision,
-                        ttl,
-                        value: bytes.clone(),
-                    }),
-                    answer: Some(Revision(revision)),
-                    own: Some((revision, bytes.clone(), ttl)),
-                })
+                Ok(live_write(revision, ttl, &bytes))
             }
             State::Live { .. } | State::Unreadable => Ok(Decision::Done(None)),
         })
@@ -751,15 +780,7 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
                 revision, value, ..
             } if matches(*revision, value, expected) => {
                 let revision = next_revision(key, *revision)?;
-                Ok(Decision::Write {
-                    record: Some(Record::Live {
-                        revision,
-                        ttl,
-                        value: bytes.clone(),
-                    }),
-                    answer: Some(Revision(revision)),
-                    own: Some((revision, bytes.clone(), ttl)),
-                })
+                Ok(live_write(revision, ttl, &bytes))
             }
             _ => Ok(Decision::Done(None)),
         })

@@ -19,7 +19,7 @@ use std::time::Duration;
 use vvm_core::{Revision, SessionKey, Slot};
 use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError};
 
-use super::lease::{next_revision, Decision, State, Target, TxLeaseStore};
+use super::lease::{live_write, next_revision, Decision, State, Target, TxLeaseStore};
 use super::record::Record;
 use super::TxKv;
 
@@ -34,15 +34,7 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
         self.transact(Target::Session(key), None, |state, _| match state {
             State::Absent { revision } => {
                 let revision = next_revision(Slot(0), *revision)?;
-                Ok(Decision::Write {
-                    record: Some(Record::Live {
-                        revision,
-                        ttl,
-                        value: bytes.clone(),
-                    }),
-                    answer: Some(Revision(revision)),
-                    own: Some((revision, bytes.clone(), ttl)),
-                })
+                Ok(live_write(revision, ttl, &bytes))
             }
             State::Live { .. } | State::Unreadable => Ok(Decision::Done(None)),
         })
@@ -60,15 +52,7 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
                 revision, value, ..
             } if *revision == expected.0 => {
                 let revision = next_revision(Slot(0), *revision)?;
-                Ok(Decision::Write {
-                    record: Some(Record::Live {
-                        revision,
-                        ttl,
-                        value: value.clone(),
-                    }),
-                    answer: Some(Revision(revision)),
-                    own: Some((revision, value.clone(), ttl)),
-                })
+                Ok(live_write(revision, ttl, value))
             }
             _ => Ok(Decision::Done(None)),
         })
