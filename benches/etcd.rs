@@ -95,6 +95,7 @@ fn bench_cluster(c: &mut Criterion, runtime: &Runtime, members: usize) {
     let value = LeaseValue {
         address: "bench:7000".into(),
         incarnation: Incarnation(1),
+        stopping: false,
     };
     let revision = runtime
         .block_on(store.insert_if_not_exists(Slot(1), &value, TTL))
@@ -239,6 +240,7 @@ async fn failover(cluster: &EtcdCluster, prefix: &str, feed: bool) -> (Duration,
     let value = LeaseValue {
         address: "gone:1".into(),
         incarnation: Incarnation(1),
+        stopping: false,
     };
     let written = Instant::now();
     let revision = gone

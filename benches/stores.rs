@@ -38,6 +38,7 @@ fn value() -> LeaseValue {
     LeaseValue {
         address: "10.0.0.1:7000".into(),
         incarnation: Incarnation(0x5eed),
+        stopping: false,
     }
 }
 

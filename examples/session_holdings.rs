@@ -72,6 +72,7 @@ async fn measure<S: SessionStore + Clone>(
     let value = LeaseValue {
         address: "10.0.0.1:7000".into(),
         incarnation: Incarnation(std::process::id().into()),
+        stopping: false,
     };
     let lease = LeaseConfig::new(Duration::from_secs(20))?;
     let rss_before = rss_kib()?;

@@ -76,6 +76,7 @@ fn value(n: u64) -> LeaseValue {
     LeaseValue {
         address: format!("10.0.0.{n}:7000"),
         incarnation: Incarnation(u64::from(std::process::id()) << 8 | n),
+        stopping: false,
     }
 }
 

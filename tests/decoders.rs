@@ -30,6 +30,7 @@ fn ours() -> LeaseValue {
     LeaseValue {
         address: "10.0.0.1:7000".into(),
         incarnation: Incarnation(7),
+        stopping: false,
     }
 }
 
@@ -82,8 +83,9 @@ proptest! {
     fn lease_value_round_trips(
         address in "[!-~][ -~]{0,254}",
         incarnation in any::<u64>(),
+        stopping in any::<bool>(),
     ) {
-        let value = LeaseValue { address, incarnation: Incarnation(incarnation) };
+        let value = LeaseValue { address, incarnation: Incarnation(incarnation), stopping };
         prop_assert_eq!(LeaseValue::decode(value.encode().as_bytes()), Ok(value));
     }
 }

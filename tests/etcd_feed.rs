@@ -29,6 +29,7 @@ fn value(address: &str, incarnation: u64) -> LeaseValue {
     LeaseValue {
         address: address.into(),
         incarnation: Incarnation(incarnation),
+        stopping: false,
     }
 }
 

@@ -70,6 +70,7 @@ fn value(address: &str) -> LeaseValue {
     LeaseValue {
         address: address.into(),
         incarnation: Incarnation(0xdead_beef),
+        stopping: false,
     }
 }
 

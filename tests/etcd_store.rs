@@ -22,6 +22,7 @@ fn value(address: &str) -> LeaseValue {
     LeaseValue {
         address: address.into(),
         incarnation: Incarnation(7),
+        stopping: false,
     }
 }
 

@@ -11,6 +11,7 @@ fn value(address: &str) -> LeaseValue {
     LeaseValue {
         address: address.into(),
         incarnation: Incarnation(1),
+        stopping: false,
     }
 }
 

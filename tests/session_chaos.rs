@@ -132,6 +132,7 @@ async fn process(n: u64, store: ChaosStore, oracle: Arc<Mutex<Oracle>>, seed: u6
             // One incarnation per process, as a service has: the runtime keeps the session
             // ids of one process distinct (`Session.FreshId`).
             incarnation: Incarnation(n),
+            stopping: false,
         };
         let label = format!("session of {label_address}");
         let Ok(session) = SessionHandle::open(store.clone(), lease, value, &killer.thread).await

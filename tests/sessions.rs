@@ -21,6 +21,7 @@ fn value(n: u64) -> LeaseValue {
     LeaseValue {
         address: format!("10.0.0.{n}:7000"),
         incarnation: Incarnation(n),
+        stopping: false,
     }
 }
 

@@ -3,10 +3,15 @@
 
 mod common;
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config, foreign, pass, Journal, TestKiller, Worker};
-use vvm::{Phase, Services, Slot, Vvm, VvmSnapshot, VvmSubscription};
+use vvm::observe::{observe, ObserveOptions};
+use vvm::{
+    Phase, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmSnapshot, VvmSubscription,
+};
 use vvm_adapters::MemoryStore;
 
 const SLOT: Slot = Slot(1);
@@ -141,4 +146,84 @@ async fn a_subscriber_sees_no_token_once_the_services_are_asked_to_stop() {
     let now = states.current();
     assert_eq!(now.token, None, "the released VVM still claims: {now:?}");
     assert_eq!(successor.shutdown().await, Ok(()));
+}
+
+/// Ready at once; takes `linger` to stop once asked.
+struct SlowToStop {
+    linger: Duration,
+    journal: Journal,
+}
+
+impl Service for SlowToStop {
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Borrowed("slow-to-stop")
+    }
+
+    async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
+        context.ready();
+        context.shutdown().requested().await;
+        self.journal.push("asked to stop".into());
+        tokio::time::sleep(self.linger).await;
+        self.journal.push("stopped".into());
+        Ok(())
+    }
+}
+
+// covers: Rt.StoppingMark
+/// An observer in another process learns that the holder's services were asked to stop from
+/// the store, at once (not at the next renewal, `L/4` later), while the holder still has the
+/// slot; the release follows the services' stop.
+#[tokio::test(start_paused = true)]
+async fn observers_see_the_holder_stopping_from_the_request_to_stop_until_the_release() {
+    let (store, killer, journal) = (MemoryStore::new(), TestKiller::new(), Journal::default());
+    let linger = Duration::from_secs(8);
+    let services = Services::new()
+        .with(SlowToStop {
+            linger,
+            journal: journal.clone(),
+        })
+        .unwrap();
+    let vvm = Vvm::provide(config("a", 1), store.clone(), services)
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let mut observer =
+        observe(Arc::new(store.clone()), &[SLOT], ObserveOptions::default()).unwrap();
+    let first = observer.next().await.unwrap();
+    let holder = first.holder.expect("a leads");
+    assert!(!holder.value.stopping, "{holder:?}");
+
+    // Between two renewals, so that only an immediate write can be seen at once.
+    pass(Duration::from_secs(1)).await;
+    let asked = tokio::time::Instant::now();
+    let shutdown = tokio::spawn(vvm.shutdown());
+    let change = tokio::time::timeout(HANG_GUARD, observer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let seen_after = asked.elapsed();
+    let holder = change
+        .holder
+        .expect("the slot is still held while the services stop");
+    assert!(holder.value.stopping, "not marked stopping: {holder:?}");
+    assert_eq!(holder.value.address, "a");
+    assert!(
+        seen_after < Duration::from_millis(100),
+        "the mark came {seen_after:?} after the request to stop"
+    );
+    assert_eq!(
+        journal.entries(),
+        ["asked to stop"],
+        "the services still stop"
+    );
+
+    let change = tokio::time::timeout(HANG_GUARD, observer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(change.holder, None, "released after the services stopped");
+    assert!(asked.elapsed() >= linger);
+    assert_eq!(journal.entries(), ["asked to stop", "stopped"]);
+    assert_eq!(shutdown.await.unwrap(), Ok(()));
 }

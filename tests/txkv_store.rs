@@ -15,6 +15,7 @@ fn value(address: &str) -> LeaseValue {
     LeaseValue {
         address: address.into(),
         incarnation: Incarnation(3),
+        stopping: false,
     }
 }
 
@@ -290,6 +291,7 @@ fn other_holder() -> LeaseValue {
     LeaseValue {
         address: "b".into(),
         incarnation: Incarnation(4),
+        stopping: false,
     }
 }
 

@@ -18,11 +18,11 @@
 //! use vvm_runtime::{LeaseStore, LeaseValue};
 //!
 //! let store = MemoryStore::new();
-//! let mine = LeaseValue { address: "10.0.0.7:7000".into(), incarnation: Incarnation(1) };
+//! let mine = LeaseValue::new("10.0.0.7:7000", Incarnation(1));
 //! let ttl = Duration::from_secs(10);
 //! let revision = store.insert_if_not_exists(Slot(1), &mine, ttl).await.unwrap();
 //! assert!(revision.is_some(), "the slot was free");
-//! let theirs = LeaseValue { address: "10.0.0.8:7000".into(), incarnation: Incarnation(2) };
+//! let theirs = LeaseValue::new("10.0.0.8:7000", Incarnation(2));
 //! assert_eq!(store.insert_if_not_exists(Slot(1), &theirs, ttl).await.unwrap(), None, "taken");
 //! let lease = store.get(Slot(1)).await.unwrap().unwrap();
 //! assert_eq!((lease.value, Some(lease.revision)), (mine, revision));

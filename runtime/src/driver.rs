@@ -359,6 +359,7 @@ impl<S: LeaseStore> Driver<S> {
             }
             Effect::StopServices => {
                 next.stopping = true;
+                self.exec.mark_stopping();
                 match self.pipeline {
                     Some(_) => services.stop = true,
                     None => {

@@ -94,6 +94,7 @@ impl Elections {
         let value = LeaseValue {
             address: address.to_owned(),
             incarnation,
+            stopping: false,
         };
         let (commands, rx) = mpsc::channel(COMMANDS_MAX);
         let (tenure_tx, tenure) = watch::channel(Tenure::Idle);

@@ -65,6 +65,14 @@ struct Timer {
 pub(crate) struct Executor<S> {
     store: Arc<S>,
     own: LeaseValue,
+    /// The value our record holds in the store as far as we know: what the last confirmed write
+    /// (or a read of our own record) found. A swap and a delete must name it exactly.
+    written: Written,
+    /// Whether the next lease timer (a renewal or its retry) fires at once: set once when the
+    /// services are asked to stop, so that the mark reaches the store without waiting up to
+    /// `L/4`; cleared by the first lease timer that fires, so a failing store is not retried
+    /// faster than the machine's backoff.
+    mark_now: bool,
     lease: LeaseConfig,
     killer: KillerEntry,
     calls: Vec<Call>,
@@ -96,7 +104,9 @@ impl<S: LeaseStore> Executor<S> {
     ) -> Self {
         Executor {
             store,
+            written: Written(Arc::new(Mutex::new(own.clone()))),
             own,
+            mark_now: false,
             lease,
             killer,
             calls: Vec::with_capacity(STORE_CALLS_MAX),
@@ -133,6 +143,21 @@ impl<S: LeaseStore> Executor<S> {
         self.killer.deadline()
     }
 
+    /// The services were asked to stop: every write from now on marks our record as
+    /// [`stopping`](LeaseValue::stopping), so that observers stop sending work here, and the
+    /// next renewal goes out at once instead of at its timer. Nothing else changes: the record
+    /// stays ours and is renewed until the release, which only follows the services' stop.
+    pub(crate) fn mark_stopping(&mut self) {
+        if self.own.stopping {
+            return;
+        }
+        self.own.stopping = true;
+        self.mark_now = true;
+        if let Some(timer) = self.timers[timer_index(TimerKind::Lease)].as_mut() {
+            timer.sleep.as_mut().reset(tokio::time::Instant::now());
+        }
+    }
+
     /// Whether a store call is in flight.
     pub(crate) fn busy(&self) -> bool {
         !self.calls.is_empty()
@@ -142,7 +167,12 @@ impl<S: LeaseStore> Executor<S> {
     pub(crate) fn execute(&mut self, effect: &Effect) -> bool {
         match *effect {
             Effect::SetTimer { timer, at } => {
-                let sleep = Box::pin(tokio::time::sleep_until(Clock.to_tokio(at)));
+                let at = if timer.kind == TimerKind::Lease && self.mark_now {
+                    tokio::time::Instant::now()
+                } else {
+                    Clock.to_tokio(at)
+                };
+                let sleep = Box::pin(tokio::time::sleep_until(at));
                 self.timers[timer_index(timer.kind)] = Some(Timer { id: timer, sleep });
             }
             Effect::ArmKiller { at } => {
@@ -169,6 +199,7 @@ impl<S: LeaseStore> Executor<S> {
         let call = store_call(
             self.store.clone(),
             self.own.clone(),
+            self.written.clone(),
             self.lease,
             self.time_left_cap,
             self.failures.clone(),
@@ -208,6 +239,9 @@ impl<S: LeaseStore> Executor<S> {
                 };
                 if fired {
                     if let Some(timer) = slot.take() {
+                        if timer.id.kind == TimerKind::Lease {
+                            self.mark_now = false;
+                        }
                         return Poll::Ready(Wake::Timer(timer.id));
                     }
                 }
@@ -225,6 +259,24 @@ fn op_of(effect: &Effect) -> OpId {
         | Effect::CompareAndDelete { op, .. }
         | Effect::Get { op, .. } => op,
         _ => OpId(0),
+    }
+}
+
+/// The value our record holds in the store, shared by the store calls of one machine (it has
+/// one in flight at a time).
+#[derive(Clone)]
+struct Written(Arc<Mutex<LeaseValue>>);
+
+impl Written {
+    fn get(&self) -> LeaseValue {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, value: LeaseValue) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = value;
     }
 }
 
@@ -281,6 +333,7 @@ impl CandidateLog {
 fn store_call<S: LeaseStore>(
     store: Arc<S>,
     own: LeaseValue,
+    written: Written,
     lease: LeaseConfig,
     time_left_cap: Option<Duration>,
     failures: Failures,
@@ -296,7 +349,10 @@ fn store_call<S: LeaseStore>(
                 log.answered(slot);
             }
             let reply = match result {
-                Ok(Ok(Inserted::Written(revision))) => Reply::Written(revision),
+                Ok(Ok(Inserted::Written(revision))) => {
+                    written.set(own);
+                    Reply::Written(revision)
+                }
                 Ok(Ok(Inserted::Held { left: Some(left) })) => {
                     Reply::Held(time_left_cap.map_or(left, |cap| left.min(cap)))
                 }
@@ -319,15 +375,19 @@ fn store_call<S: LeaseStore>(
             ttl,
         } => Box::pin(async move {
             let expected = Lease {
-                value: own.clone(),
+                value: written.get(),
                 revision: expected,
             };
             let call = store.compare_and_swap(slot, &expected, &own, ttl);
-            (op, written(slot, tokio::time::timeout(timeout, call).await))
+            let reply = swapped(slot, tokio::time::timeout(timeout, call).await);
+            if let Reply::Written(_) = reply {
+                written.set(own);
+            }
+            (op, reply)
         }),
         Effect::CompareAndDelete { op, slot, expected } => Box::pin(async move {
             let expected = Lease {
-                value: own,
+                value: written.get(),
                 revision: expected,
             };
             let result =
@@ -342,7 +402,15 @@ fn store_call<S: LeaseStore>(
         }),
         Effect::Get { op, slot } => Box::pin(async move {
             let reply = match tokio::time::timeout(timeout, store.get(slot)).await {
-                Ok(Ok(lease)) => Reply::Found(lease.map(|lease| record(&own, &lease))),
+                Ok(Ok(lease)) => Reply::Found(lease.map(|lease| {
+                    let record = record(&own, &lease);
+                    if record.incarnation == own.incarnation {
+                        // Ours: a write whose outcome was unknown may have marked it or not;
+                        // the next swap or delete must name what is there.
+                        written.set(lease.value);
+                    }
+                    record
+                })),
                 Ok(Err(error)) => {
                     failures.note(slot, crate::ErrorChain(&error).to_string());
                     log.failed(slot, Some(&error), true)
@@ -359,7 +427,7 @@ fn store_call<S: LeaseStore>(
     Some(call)
 }
 
-fn written(slot: Slot, result: Result<Result<Option<Revision>, StoreError>, Elapsed>) -> Reply {
+fn swapped(slot: Slot, result: Result<Result<Option<Revision>, StoreError>, Elapsed>) -> Reply {
     match result {
         Ok(Ok(Some(revision))) => Reply::Written(revision),
         Ok(Ok(None)) => Reply::Rejected,
@@ -407,6 +475,7 @@ mod tests {
         LeaseValue {
             address: address.into(),
             incarnation: Incarnation(incarnation),
+            stopping: false,
         }
     }
 

@@ -2,8 +2,10 @@
 //!
 //! [`observe`] returns an [`Observer`]. Its first answers describe every watched slot as it is
 //! (holder or free); after that, [`Observer::next`] answers once per change of a slot's holder: a
-//! slot taken, released or expired, or passed to another incarnation. A renewal by the same
-//! holder is not a change. Between looks it waits for the earliest of
+//! slot taken, released or expired, passed to another incarnation, or its holder's services
+//! asked to stop ([`LeaseValue::stopping`]: the holder still has the slot, so nobody else acts on
+//! it yet, but it is no longer the one to send work to). A renewal by the same holder is not a
+//! change. Between looks it waits for the earliest of
 //!
 //! - the store's change feed ([`LeaseStore::changed`]) — a deletion or a new holder is seen
 //!   within milliseconds on stores that have one;
@@ -49,7 +51,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vvm_core::{FencingToken, Incarnation, Slot, SLOTS_MAX};
+use vvm_core::{FencingToken, Slot, SLOTS_MAX};
 
 use crate::store::{CallTimedOut, LeaseStore, LeaseValue, SlotChange, StoreError};
 
@@ -112,7 +114,8 @@ pub enum ObserveError {
 /// Who holds a slot, as read from the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
-    /// The record: the holder's address and incarnation.
+    /// The record: the holder's address and incarnation, and whether its services are being
+    /// asked to stop ([`LeaseValue::stopping`]).
     pub value: LeaseValue,
     /// The fencing token of the record as read (its revision changes with every renewal).
     pub token: FencingToken,
@@ -136,7 +139,7 @@ pub struct Observer<S: LeaseStore> {
     slots: Vec<Slot>,
     options: ObserveOptions,
     /// The holder each slot had at the last look (`None`: free), `None` before the first look.
-    known: Option<Vec<Option<(Incarnation, String)>>>,
+    known: Option<Vec<Option<LeaseValue>>>,
     /// Changes found by the last look, not yet answered; at most one per slot.
     pending: VecDeque<HolderChange>,
     /// Subscribed before the look whose result it covers.
@@ -300,10 +303,7 @@ impl<S: LeaseStore> Observer<S> {
         let first = self.known.is_none();
         let known = self.known.get_or_insert_with(|| vec![None; seen.len()]);
         for (index, change) in seen.into_iter().enumerate() {
-            let identity = change
-                .holder
-                .as_ref()
-                .map(|holder| (holder.value.incarnation, holder.value.address.clone()));
+            let identity = change.holder.as_ref().map(|holder| holder.value.clone());
             if first || known[index] != identity {
                 known[index] = identity;
                 self.pending.push_back(change);

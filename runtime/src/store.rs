@@ -22,6 +22,10 @@ pub struct LeaseValue {
     pub address: String,
     /// The holder's process incarnation.
     pub incarnation: Incarnation,
+    /// The holder has asked its services to stop: it still holds the slot (nobody else may act
+    /// on it before the release), but it is no longer the one to send work to. Written by the
+    /// first renewal after the request to stop, which is sent at once.
+    pub stopping: bool,
 }
 
 /// A live record: its value and the revision of the write that produced it.
@@ -57,27 +61,67 @@ pub enum ValueError {
         /// The maximum.
         max: usize,
     },
-    /// Not of the form `vvm1 <16 hex digits> <address>`.
+    /// Not of the form `vvm1 <16 hex digits> <address>` (or `vvm1s …`).
     #[error("value is not a vvm lease record: {0}")]
     Malformed(&'static str),
 }
 
 const VALUE_PREFIX: &str = "vvm1 ";
+const STOPPING_PREFIX: &str = "vvm1s ";
 
 impl LeaseValue {
-    /// Encodes as `vvm1 <incarnation, 16 hex digits> <address>`: readable in store tools, and
-    /// versioned so that a later format is recognised instead of misread.
+    /// A holder's value, not stopping.
     ///
     /// ```
     /// use vvm_core::Incarnation;
     /// use vvm_runtime::LeaseValue;
     ///
-    /// let value = LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(255) };
+    /// let value = LeaseValue::new("10.0.0.1:7000", Incarnation(255));
+    /// assert!(!value.stopping);
+    /// ```
+    pub fn new(address: impl Into<String>, incarnation: Incarnation) -> Self {
+        LeaseValue {
+            address: address.into(),
+            incarnation,
+            stopping: false,
+        }
+    }
+
+    /// Encodes as `vvm1 <incarnation, 16 hex digits> <address>`, or `vvm1s …` when
+    /// [`stopping`](Self::stopping): readable in store tools, and versioned so that a later
+    /// format is recognised instead of misread.
+    ///
+    /// ```
+    /// use vvm_core::Incarnation;
+    /// use vvm_runtime::LeaseValue;
+    ///
+    /// let mut value = LeaseValue::new("10.0.0.1:7000", Incarnation(255));
     /// assert_eq!(value.encode(), "vvm1 00000000000000ff 10.0.0.1:7000");
+    /// assert_eq!(LeaseValue::decode(value.encode().as_bytes()), Ok(value.clone()));
+    /// value.stopping = true;
+    /// assert_eq!(value.encode(), "vvm1s 00000000000000ff 10.0.0.1:7000");
     /// assert_eq!(LeaseValue::decode(value.encode().as_bytes()), Ok(value));
     /// ```
     pub fn encode(&self) -> String {
-        format!("{VALUE_PREFIX}{:016x} {}", self.incarnation.0, self.address)
+        let prefix = if self.stopping {
+            STOPPING_PREFIX
+        } else {
+            VALUE_PREFIX
+        };
+        format!("{prefix}{:016x} {}", self.incarnation.0, self.address)
+    }
+
+    /// The same holder, marked as stopping or not.
+    pub fn marked(&self, stopping: bool) -> Self {
+        LeaseValue {
+            stopping,
+            ..self.clone()
+        }
+    }
+
+    /// Whether `other` names the same holder (address and incarnation), stopping or not.
+    pub fn same_holder(&self, other: &LeaseValue) -> bool {
+        self.incarnation == other.incarnation && self.address == other.address
     }
 
     /// Decodes what [`encode`](Self::encode) wrote; anything else is a [`ValueError`]. Decoding
@@ -90,9 +134,14 @@ impl LeaseValue {
             });
         }
         let text = std::str::from_utf8(bytes).map_err(|_| ValueError::Malformed("not UTF-8"))?;
-        let rest = text
-            .strip_prefix(VALUE_PREFIX)
-            .ok_or(ValueError::Malformed("missing the vvm1 prefix"))?;
+        let (rest, stopping) = match text.strip_prefix(VALUE_PREFIX) {
+            Some(rest) => (rest, false),
+            None => (
+                text.strip_prefix(STOPPING_PREFIX)
+                    .ok_or(ValueError::Malformed("missing the vvm1 prefix"))?,
+                true,
+            ),
+        };
         let (hex, address) = rest
             .split_once(' ')
             .ok_or(ValueError::Malformed("missing the address"))?;
@@ -114,6 +163,7 @@ impl LeaseValue {
         Ok(LeaseValue {
             address: address.to_owned(),
             incarnation: Incarnation(incarnation),
+            stopping,
         })
     }
 }

@@ -215,6 +215,7 @@ impl Vvm<Provided> {
             let own = LeaseValue {
                 address: config_address(&launch.config),
                 incarnation,
+                stopping: false,
             };
             let span =
                 tracing::info_span!("vvm", address = %own.address, slot = tracing::field::Empty);

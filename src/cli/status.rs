@@ -217,12 +217,13 @@ fn text_row(row: &HolderChange) -> String {
             token,
             time_left,
         }) => format!(
-            "{:<6} {:<32} {:<18} {:>10} {:>10}",
+            "{:<6} {:<32} {:<18} {:>10} {:>10}{}",
             row.slot.0,
             value.address,
             format!("{:016x}", value.incarnation.0),
             token.revision.0,
-            time_left.map_or_else(|| "?".to_owned(), |d| format!("{:.1}s", d.as_secs_f64()))
+            time_left.map_or_else(|| "?".to_owned(), |d| format!("{:.1}s", d.as_secs_f64())),
+            if value.stopping { " stopping" } else { "" }
         ),
         None => format!(
             "{:<6} {:<32} {:<18} {:>10} {:>10}",
@@ -232,7 +233,7 @@ fn text_row(row: &HolderChange) -> String {
 }
 
 /// `{"slot": 1, "holder": null}` or `{"slot": 1, "holder": {"address": ..., "incarnation":
-/// "16 hex digits", "revision": n, "time_left_ms": n | null}}`.
+/// "16 hex digits", "revision": n, "time_left_ms": n | null, "stopping": bool}}`.
 fn json_row(row: &HolderChange) -> serde_json::Value {
     let holder = row.holder.as_ref().map(|holder| {
         serde_json::json!({
@@ -240,6 +241,7 @@ fn json_row(row: &HolderChange) -> serde_json::Value {
             "incarnation": format!("{:016x}", holder.value.incarnation.0),
             "revision": holder.token.revision.0,
             "time_left_ms": holder.time_left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+            "stopping": holder.value.stopping,
         })
     });
     serde_json::json!({ "slot": row.slot.0, "holder": holder })
@@ -254,6 +256,9 @@ enum Event {
     Released,
     /// The holder's record went away at or after its expiry.
     Expired,
+    /// The holder's services were asked to stop: it still has the slot, and releases it once
+    /// they stopped.
+    Stopping,
     /// Another holder has the slot now (the old record expired or was released between looks).
     PassedOn,
     /// The holder went away, and the store did not say when its record was due to expire.
@@ -266,6 +271,7 @@ impl Event {
             Event::Taken => "taken",
             Event::Released => "released",
             Event::Expired => "expired",
+            Event::Stopping => "stopping",
             Event::PassedOn => "passed-on",
             Event::Gone => "gone",
         }
@@ -274,28 +280,35 @@ impl Event {
 
 /// The last holder seen per slot.
 struct Events {
-    held: Vec<bool>,
+    held: Vec<Option<vvm::LeaseValue>>,
 }
 
 impl Events {
     fn new(table: &[HolderChange]) -> Self {
         Events {
-            held: table.iter().map(|row| row.holder.is_some()).collect(),
+            held: table
+                .iter()
+                .map(|row| row.holder.as_ref().map(|holder| holder.value.clone()))
+                .collect(),
         }
     }
 
-    /// Holders are reported only on a change, so a slot with a holder before and after
-    /// changed hands; a free slot's holder went away as the observer judged it.
+    /// Holders are reported only on a change, so a slot with another holder before and after
+    /// changed hands, and the same holder now marked stopping is stopping; a free slot's holder
+    /// went away as the observer judged it.
     fn classify<S: vvm::LeaseStore>(
         &mut self,
         change: &HolderChange,
         observer: &vvm::observe::Observer<S>,
     ) -> Event {
         let index = change.slot.0.saturating_sub(1) as usize;
-        let before = self.held.get(index).copied().unwrap_or(false);
-        let event = match (&change.holder, before) {
-            (Some(_), false) => Event::Taken,
-            (Some(_), true) => Event::PassedOn,
+        let before = self.held.get(index).cloned().flatten();
+        let event = match (&change.holder, &before) {
+            (Some(_), None) => Event::Taken,
+            (Some(now), Some(before)) if now.value.stopping && now.value.same_holder(before) => {
+                Event::Stopping
+            }
+            (Some(_), Some(_)) => Event::PassedOn,
             (None, _) => match observer.departure(change.slot) {
                 Departure::Released => Event::Released,
                 Departure::Expired => Event::Expired,
@@ -303,7 +316,7 @@ impl Events {
             },
         };
         if let Some(entry) = self.held.get_mut(index) {
-            *entry = change.holder.is_some();
+            *entry = change.holder.as_ref().map(|holder| holder.value.clone());
         }
         event
     }

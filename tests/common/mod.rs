@@ -67,6 +67,7 @@ pub fn foreign(address: &str) -> LeaseValue {
     LeaseValue {
         address: address.into(),
         incarnation: Incarnation(0xdead_beef),
+        stopping: false,
     }
 }
 

@@ -84,6 +84,7 @@ pub fn value(n: u64) -> LeaseValue {
     LeaseValue {
         address: format!("10.0.{}.{}:7000", n / 256 % 256, n % 256),
         incarnation: Incarnation(n),
+        stopping: false,
     }
 }
 

@@ -153,6 +153,7 @@ pub async fn cas_on_value_mismatch<H: Harness>(harness: &H) {
         value: LeaseValue {
             address: lease.value.address.clone(),
             incarnation: vvm::Incarnation(lease.value.incarnation.0 + 1),
+            stopping: false,
         },
         revision: lease.revision,
     };

@@ -869,6 +869,7 @@ mod tests {
         let value = |address: &str| LeaseValue {
             address: address.into(),
             incarnation: vvm_core::Incarnation(7),
+            stopping: false,
         };
         let ttl = Duration::from_secs(60);
         let name = store.key(Slot(1));

@@ -632,6 +632,7 @@ mod tests {
             value: LeaseValue {
                 address: "a".into(),
                 incarnation: Incarnation(1),
+                stopping: false,
             },
             revision: Revision(5),
         }

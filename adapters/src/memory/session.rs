@@ -201,6 +201,7 @@ mod tests {
         LeaseValue {
             address: format!("10.0.0.{n}:7000"),
             incarnation: Incarnation(n),
+            stopping: false,
         }
     }
 

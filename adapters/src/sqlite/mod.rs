@@ -12,10 +12,10 @@
 //! let dir = std::env::temp_dir().join(format!("vvm-sqlite-doc-{}", std::process::id()));
 //! std::fs::create_dir_all(&dir)?;
 //! let store = SqliteStore::open(dir.join("vvm.sqlite"))?;
-//! let value = LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(1) };
+//! let value = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
 //! let won = store.insert_if_not_exists(Slot(1), &value, Duration::from_secs(20)).await?;
 //! assert!(won.is_some());
-//! let other = LeaseValue { address: "10.0.0.2:7000".into(), incarnation: Incarnation(2) };
+//! let other = LeaseValue::new("10.0.0.2:7000", Incarnation(2));
 //! let lost = store.insert_if_not_exists(Slot(1), &other, Duration::from_secs(20)).await?;
 //! assert_eq!(lost, None); // the slot is held until its lease ends
 //! # drop(store);

@@ -426,6 +426,7 @@ mod tests {
             value: LeaseValue {
                 address: "10.0.0.1:7000".into(),
                 incarnation: Incarnation(3),
+                stopping: false,
             },
             revision: Revision(5),
         }
@@ -640,6 +641,7 @@ mod fuzz {
                     let value = LeaseValue {
                         address: "10.0.0.1:7000".into(),
                         incarnation: Incarnation(incarnation),
+                        stopping: false,
                     };
                     let mut bytes = value.encode().into_bytes();
                     for (at, byte) in flips {
@@ -674,7 +676,7 @@ mod fuzz {
             let now = Now { boot_id: BOOT, ns: now_ns };
             if let Ok(Judged::Live(stored, _)) = judge(Slot(1), Some(&row), now) {
                 let expected = Lease {
-                    value: LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(incarnation) },
+                    value: LeaseValue::new("10.0.0.1:7000", Incarnation(incarnation)),
                     revision: Revision(expected_revision),
                 };
                 match stored.lease(Slot(1)) {

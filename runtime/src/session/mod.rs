@@ -25,7 +25,7 @@
 //! let store = MemoryStore::new();
 //! // A recording killer for the example; a service uses `KillerThread::global()`.
 //! let killer = KillerThread::new(RecordingKiller::new());
-//! let value = LeaseValue { address: "10.0.0.1:7000".into(), incarnation: Incarnation(1) };
+//! let value = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
 //! let session = SessionHandle::open(store, LeaseConfig::default(), value, &killer).await?;
 //! let first = session.acquire(Slot(1)).await?.expect("slot 1 is free");
 //! let second = session.acquire(Slot(2)).await?.expect("slot 2 is free");
