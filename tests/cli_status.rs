@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use cli_support::{signal_and_wait, temp_dir};
+use cli_support::{exit_within, signal, signal_and_wait, temp_dir};
 use rustix::process::Signal;
 
 /// Longest wait for a line that must come (a generous correctness bound, not a speed bound).
@@ -44,6 +44,38 @@ fn spawn_holder(store: &str, address: &str) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("the vvm binary runs")
+}
+
+/// How long the lingering holder's command takes to stop after SIGTERM.
+const STOP_LINGER: Duration = Duration::from_secs(1);
+
+/// A holder whose command takes [`STOP_LINGER`] to stop once asked; its first line is `up`.
+fn spawn_lingering_holder(store: &str, address: &str) -> Child {
+    vvm()
+        .args([
+            "run",
+            "--store",
+            store,
+            "--lease",
+            LEASE,
+            "--address",
+            address,
+        ])
+        .args(["--round", "200ms", "--", "sh", "-c"])
+        .arg("trap 'sleep 1; exit 0' TERM; echo up; while :; do sleep 0.05; done")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the vvm binary runs")
+}
+
+/// Waits for the lingering holder's command to be up.
+fn wait_up(holder: &mut Child) {
+    let mut lines = BufReader::new(holder.stdout.take().expect("piped")).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    assert_eq!(first, "up");
+    std::thread::spawn(move || for _ in lines {});
 }
 
 /// Waits for the holder's `leading` line.
@@ -122,8 +154,10 @@ fn assert_time(line: &serde_json::Value) {
     );
 }
 
-/// Watches one slot through a holder's life: free, taken (renewals say nothing), released;
-/// with `expire`, then taken by a holder that is SIGKILLed, so that its record expires.
+/// Watches one slot through a holder's life: free, taken (renewals say nothing), stopping (at
+/// once after SIGTERM, while its command still stops), released (only after the command
+/// stopped); with `expire`, then taken by a holder that is SIGKILLed, so that its record
+/// expires.
 fn watch_a_tenure(store: &str, expire: bool) {
     let watcher = Watcher::spawn(store, true);
     let table = watcher.json("the table");
@@ -132,8 +166,8 @@ fn watch_a_tenure(store: &str, expire: bool) {
         serde_json::json!({ "slots": [{ "slot": 1, "holder": null }] })
     );
 
-    let mut holder = spawn_holder(store, "holder-a");
-    wait_leading(&mut holder);
+    let mut holder = spawn_lingering_holder(store, "holder-a");
+    wait_up(&mut holder);
     let taken = watcher.json("the slot taken");
     assert_eq!(taken["slot"], 1);
     assert_eq!(taken["holder"]["address"], "holder-a", "{taken}");
@@ -144,13 +178,26 @@ fn watch_a_tenure(store: &str, expire: bool) {
     assert!(taken["holder"]["revision"].is_u64(), "{taken}");
     assert_eq!(taken["event"], "taken", "{taken}");
     assert_time(&taken);
+    assert_eq!(taken["holder"]["stopping"], false, "{taken}");
     watcher.quiet("renewals are not changes");
 
-    assert_eq!(
-        signal_and_wait(&mut holder, Signal::TERM, LINE_WAIT),
-        Some(0)
+    let asked = std::time::Instant::now();
+    signal(&holder, Signal::TERM);
+    let stopping = watcher.json("the holder stopping");
+    let stopping_after = asked.elapsed();
+    assert_eq!(stopping["event"], "stopping", "{stopping}");
+    assert_eq!(stopping["holder"]["address"], "holder-a", "{stopping}");
+    assert_eq!(stopping["holder"]["stopping"], true, "{stopping}");
+    assert!(
+        stopping_after < STOP_LINGER,
+        "the mark came {stopping_after:?} after SIGTERM, not before the command stopped"
     );
+    assert_eq!(exit_within(&mut holder, LINE_WAIT), Some(Some(0)));
     let released = watcher.json("the slot released");
+    assert!(
+        asked.elapsed() >= STOP_LINGER,
+        "released before the command stopped"
+    );
     assert_time(&released);
     assert_eq!(released["event"], "released", "{released}");
     assert_eq!(released["holder"], serde_json::Value::Null, "{released}");
