@@ -56,6 +56,8 @@ fn spawn_with(
         .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])
         .args(["--address", address, "--grace", grace])
         .args(extra)
+        // Debug builds only: SIGUSR1 makes the command's service panic (`Fault::PanicVvm`).
+        .env("VVM_FAULTS", "panic-on-sigusr1")
         .args(["--", "sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -311,6 +313,9 @@ enum Fault {
     /// SIGABRT: how `vvm` ends when it panics with `panic = "abort"`, or any abort (a failed
     /// allocation, a double panic) — the process ends with no code of its own running.
     AbortVvm,
+    /// An unwinding panic in the task that runs the command (SIGUSR1 with the debug build's
+    /// fault hook): the process lives on, the task's drops run, the service ends as failed.
+    PanicVvm,
 }
 
 /// The command of a chaos round: it daemonizes, ignores SIGTERM, or both.
@@ -408,7 +413,7 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
     // The first leads before the second starts: the rounds know who leads.
     wait_until(&log, "the first tree acts", |seen| seen.len() == 1);
     let (mut candidate, mut candidate_daemon) = spawn_one(1, &mut state);
-    let mut counts = [0_usize; 5];
+    let mut counts = [0_usize; 6];
     let started = Instant::now();
     for round in 0..rounds {
         // The leader's whole tree is acting before it is hit.
@@ -417,11 +422,12 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
             seen.len() == round + 1 && seen.values().last().is_some_and(|t| t.kinds.len() == kinds)
         });
         std::thread::sleep(Duration::from_millis(next(&mut state) % 150));
-        let fault = match next(&mut state) % 5 {
+        let fault = match next(&mut state) % 6 {
             0 => Fault::StopVvm,
             1 => Fault::KillVvm,
             2 => Fault::KillSupervisor,
             3 => Fault::AbortVvm,
+            4 => Fault::PanicVvm,
             _ => Fault::Terminate,
         };
         counts[fault as usize] += 1;
@@ -433,6 +439,7 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
             }
             Fault::Terminate => signal(&leader, Signal::TERM),
             Fault::AbortVvm => signal(&leader, Signal::ABORT),
+            Fault::PanicVvm => signal(&leader, Signal::USR1),
         }
         wait_until(&log, "the successor acts", |seen| seen.len() == round + 2);
         if matches!(fault, Fault::StopVvm) {
@@ -445,6 +452,15 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
         );
         let seen = tenures(&log);
         assert_no_overlap(&seen, dir);
+        if matches!(fault, Fault::PanicVvm) {
+            // The round hit what it meant to: the task unwound and its guard ended the tree.
+            let stderr = std::fs::read_to_string(dir.join(format!("n{round:04}.stderr")))
+                .unwrap_or_default();
+            assert!(
+                stderr.contains("injected fault") && stderr.contains("ended without stopping it"),
+                "round {round}: no unwinding panic in the log:\n{stderr}"
+            );
+        }
         leader = candidate;
         daemon = candidate_daemon;
         (candidate, candidate_daemon) = spawn_one(round + 2, &mut state);
@@ -455,13 +471,14 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
     assert_eq!(seen.len(), rounds + 1, "{seen:?}");
     assert_no_overlap(&seen, dir);
     eprintln!(
-        "chaos on {name}: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}, abort {}): no overlap",
+        "chaos on {name}: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}, abort {}, panic {}): no overlap",
         started.elapsed(),
         counts[0],
         counts[1],
         counts[2],
         counts[3],
-        counts[4]
+        counts[4],
+        counts[5]
     );
     for mut child in [leader, candidate] {
         signal(&child, Signal::KILL);

@@ -258,21 +258,139 @@ fn pipe_for_child(child_reads: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// The tree's cgroup, if the supervisor `supervisor` made one and could not remove it, is
 /// killed first and removed last.
 async fn sweep(supervisor: i32) {
-    use super::supervise::cgroup;
-    let swept = tokio::task::spawn_blocking(move || {
-        let leftover = cgroup::leftover_tree(supervisor);
-        if let Some(dir) = &leftover {
-            cgroup::kill_dir(dir);
-        }
-        let ended = super::supervise::tree::end_descendants_by_pid();
-        if let Some(dir) = &leftover {
-            cgroup::remove_dir(dir);
-        }
-        ended
-    })
-    .await;
+    let swept = tokio::task::spawn_blocking(move || sweep_now(supervisor)).await;
     if !matches!(swept, Ok(true)) {
         tracing::error!("processes left by the command kept appearing");
+    }
+}
+
+/// [`sweep`]'s work, blocking: `true` when nothing is left.
+fn sweep_now(supervisor: i32) -> bool {
+    use super::supervise::cgroup;
+    let leftover = cgroup::leftover_tree(supervisor);
+    if let Some(dir) = &leftover {
+        cgroup::kill_dir(dir);
+    }
+    let ended = super::supervise::tree::end_descendants_by_pid();
+    if let Some(dir) = &leftover {
+        cgroup::remove_dir(dir);
+    }
+    ended
+}
+
+/// The environment variable that arms [`injected_panic`] in debug builds.
+const FAULTS_VARIABLE: &str = "VVM_FAULTS";
+
+/// Debug builds only, a fault for tests: with `VVM_FAULTS=panic-on-sigusr1`, SIGUSR1 makes the
+/// command's service panic — an unwinding panic in a task, after which the process lives on —
+/// so that a test can check that the tree still ends before the slot is released. Pending
+/// forever otherwise, and always in release builds, which have no such hook.
+async fn injected_panic() {
+    #[cfg(debug_assertions)]
+    if std::env::var(FAULTS_VARIABLE).is_ok_and(|faults| faults.contains("panic-on-sigusr1")) {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut usr1) = signal(SignalKind::user_defined1()) {
+            usr1.recv().await;
+            return;
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = FAULTS_VARIABLE;
+    std::future::pending().await
+}
+
+/// Longest wait, on an unwinding or cancelled service, for the supervisor to end the tree and
+/// exit after the end of its control pipe; it only has to kill and reap, so this is far more
+/// than it takes. After it, the supervisor is killed and its tree swept from here.
+const SUPERVISOR_EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// The command's tree, owned by the service's `run`: whichever way `run` ends — returned,
+/// unwound by a panic, or dropped by a cancellation — the tree is gone before the service counts
+/// as stopped, so the slot is never released while a process of it lives. The normal paths wait
+/// for the supervisor and sweep, then [`settle`](Self::settle); otherwise `Drop` closes the
+/// control pipe (the supervisor ends the tree at once), waits for the supervisor to exit, and
+/// sweeps what is left, blocking the thread it runs on for those few milliseconds.
+struct Tree {
+    control: Option<Control>,
+    supervisor: i32,
+    settled: bool,
+    /// Ends what the supervisor left: [`sweep_now`] (a test passes one that touches nothing
+    /// else of the test process).
+    sweep: fn(i32) -> bool,
+}
+
+impl Tree {
+    fn control(&self) -> Option<&Control> {
+        self.control.as_ref()
+    }
+
+    fn send(&self, record: u64) {
+        if let Some(control) = self.control() {
+            control.send(record);
+        }
+    }
+
+    fn send_deadline(&self, deadline: vvm::vvm_core::Instant) {
+        if let Some(control) = self.control() {
+            control.send_deadline(deadline);
+        }
+    }
+
+    /// The end of the control pipe: the supervisor ends the rest of the tree and exits.
+    fn close(&mut self) {
+        self.control = None;
+    }
+
+    /// The supervisor was waited for and the tree swept: nothing is left to do on drop.
+    fn settle(&mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.close();
+        let exited = supervisor_exited_within(self.supervisor, SUPERVISOR_EXIT_WAIT);
+        if !exited {
+            if let Some(pid) = Pid::from_raw(self.supervisor) {
+                let _ = rustix::process::kill_process(pid, Signal::KILL);
+            }
+            let _ = supervisor_exited_within(self.supervisor, SUPERVISOR_EXIT_WAIT);
+        }
+        let swept = (self.sweep)(self.supervisor);
+        tracing::error!(
+            supervisor = self.supervisor,
+            exited,
+            swept,
+            "the command's service ended without stopping it (a panic or a cancellation): its \
+             tree was ended before the slot can be released"
+        );
+    }
+}
+
+/// Whether the supervisor (a child of this process) has exited — reaped already, or a zombie,
+/// which it only becomes after reaping its whole tree — waiting at most `limit`. It is not
+/// reaped here: the runtime's child handle does that.
+fn supervisor_exited_within(supervisor: i32, limit: Duration) -> bool {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    let Some(pid) = Pid::from_raw(supervisor) else {
+        return true;
+    };
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        match waitid(WaitId::Pid(pid), options) {
+            Ok(Some(_)) | Err(rustix::io::Errno::CHILD) => return true,
+            Ok(None) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -413,8 +531,16 @@ impl Service for ExecService {
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .unwrap_or(0);
+        let mut tree = Tree {
+            control: Some(control),
+            supervisor: supervisor_pid,
+            settled: false,
+            sweep: sweep_now,
+        };
         let Some((pid, containment)) = read_report(report).await else {
             let status = child.wait().await.ok();
+            // Nothing was started, and the supervisor is gone.
+            tree.settle();
             return Err(ServiceError::new(
                 match status.and_then(|s| Some((s, s.code()?))) {
                     Some((status, code))
@@ -449,13 +575,16 @@ impl Service for ExecService {
         let lost = context.lost();
         let mut stopped_check = tokio::time::interval(STOPPED_CHECK);
         stopped_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut fault = std::pin::pin!(injected_panic());
         loop {
             tokio::select! {
+                () = &mut fault => panic!("injected fault ({FAULTS_VARIABLE}): SIGUSR1"),
                 _ = stopped_check.tick() => self.note_stopped(pid, is_stopped(pid)),
                 status = child.wait() => {
                     // The supervisor has ended whatever the command left before exiting; if it
                     // was killed first, what it left is ours now.
                     sweep(supervisor_pid).await;
+                    tree.settle();
                     self.group.pgid.store(0, Ordering::Release);
                     let status = status
                         .map_err(|e| ServiceError::with_source("waiting for the command failed", e))?;
@@ -476,7 +605,7 @@ impl Service for ExecService {
                         "the command ended before it was asked to stop: {status}"
                     )));
                 }
-                Some(deadline) = deadlines.changed() => control.send_deadline(deadline),
+                Some(deadline) = deadlines.changed() => tree.send_deadline(deadline),
                 _ = shutdown.requested() => break,
             }
         }
@@ -488,7 +617,7 @@ impl Service for ExecService {
         tracing::info!(pid, grace = ?self.grace, "{why}: sending SIGTERM to the command's tree");
         let limit = tokio::time::Instant::now() + self.grace;
         // The supervisor sends SIGCONT after SIGTERM: a stopped command gets the signal too.
-        control.send(STOP);
+        tree.send(STOP);
         self.note_stopped(pid, false);
         // Renewals go on while the services stop: keep the supervisor's deadline moving. A
         // second SIGINT or SIGTERM to `vvm` skips what is left of the grace.
@@ -496,18 +625,19 @@ impl Service for ExecService {
         let outcome = loop {
             tokio::select! {
                 status = tokio::time::timeout_at(limit, child.wait()) => break status,
-                Some(deadline) = deadlines.changed() => control.send_deadline(deadline),
+                Some(deadline) = deadlines.changed() => tree.send_deadline(deadline),
                 _ = self.force.notified(), if !forced => {
                     tracing::warn!(pid, "a second signal: SIGKILL to the command's tree, the grace skipped");
                     forced = true;
                     self.group.signal(Signal::KILL);
                     // The end of the pipe: the supervisor ends the rest of the tree and exits.
-                    control.send(KILL_NOW);
+                    tree.send(KILL_NOW);
                 }
             }
         };
         if matches!(outcome, Ok(Ok(_))) {
             sweep(supervisor_pid).await;
+            tree.settle();
         }
         let outcome = match outcome {
             Ok(Ok(_)) if forced => Err(ServiceError::new(
@@ -519,7 +649,8 @@ impl Service for ExecService {
             }
             Ok(Err(e)) => {
                 self.group.signal(Signal::KILL);
-                drop(control);
+                // Not settled: dropping `tree` waits for the supervisor to end it.
+                tree.close();
                 Err(ServiceError::with_source(
                     "waiting for the command failed",
                     e,
@@ -531,10 +662,10 @@ impl Service for ExecService {
                     "the command did not stop within the grace period: SIGKILL"
                 );
                 self.group.signal(Signal::KILL);
-                // The end of the pipe: the supervisor ends the rest of the tree and exits.
-                drop(control);
+                tree.close();
                 let _ = child.wait().await;
                 sweep(supervisor_pid).await;
+                tree.settle();
                 Err(ServiceError::new(format!(
                     "the command did not stop within {:?} of SIGTERM and was killed",
                     self.grace
@@ -543,5 +674,56 @@ impl Service for ExecService {
         };
         self.group.pgid.store(0, Ordering::Release);
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in supervisor: it reads its control pipe until the end, then takes `linger`
+    /// to end its tree and exit, as the real one does (in microseconds) after `vvm` is gone.
+    fn stand_in(linger: &str) -> (std::process::Child, Control) {
+        let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).unwrap();
+        let child = std::process::Command::new("sh")
+            .args(["-c", &format!("cat >/dev/null; sleep {linger}")])
+            .stdin(std::process::Stdio::from(read))
+            .spawn()
+            .unwrap();
+        (child, Control { fd: write })
+    }
+
+    #[test]
+    fn an_unsettled_tree_is_gone_when_its_guard_is_dropped() {
+        let (mut child, control) = stand_in("0.3");
+        let tree = Tree {
+            control: Some(control),
+            supervisor: i32::try_from(child.id()).unwrap(),
+            settled: false,
+            sweep: |_| true,
+        };
+        let dropped = std::time::Instant::now();
+        drop(tree);
+        let took = dropped.elapsed();
+        assert!(
+            child.try_wait().unwrap().is_some(),
+            "the supervisor still runs after the guard of an unwound service was dropped"
+        );
+        assert!(took >= Duration::from_millis(250), "{took:?}");
+    }
+
+    #[test]
+    fn a_settled_tree_is_left_alone() {
+        let (mut child, control) = stand_in("0");
+        let mut tree = Tree {
+            control: Some(control),
+            supervisor: i32::try_from(child.id()).unwrap(),
+            settled: false,
+            sweep: |_| panic!("a settled tree is not swept again"),
+        };
+        tree.settle();
+        drop(tree);
+        // The pipe is closed with the guard either way; only the wait is skipped.
+        child.wait().unwrap();
     }
 }
