@@ -355,7 +355,7 @@ fn chaos_settings(rounds: usize) -> (usize, u64) {
     (rounds, seed)
 }
 
-// covers: Cli.ExecTree, Cli.ExecChaos
+// covers: Cli.ExecTree, Cli.ExecChaos, Cli.ExecUnwind
 #[test]
 fn chaos_never_lets_two_trees_act_at_once() {
     let dir = temp_dir("vvm-tree-chaos");
@@ -366,7 +366,7 @@ fn chaos_never_lets_two_trees_act_at_once() {
 #[path = "support/etcd.rs"]
 mod etcd;
 
-// covers: Cli.ExecTree, Cli.ExecChaos
+// covers: Cli.ExecTree, Cli.ExecChaos, Cli.ExecUnwind
 #[test]
 fn chaos_on_etcd_never_lets_two_trees_act_at_once() {
     let runtime = tokio::runtime::Builder::new_current_thread()

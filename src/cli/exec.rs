@@ -693,6 +693,7 @@ mod tests {
         (child, Control { fd: write })
     }
 
+    // covers: Cli.ExecUnwind
     #[test]
     fn an_unsettled_tree_is_gone_when_its_guard_is_dropped() {
         let (mut child, control) = stand_in("0.3");
