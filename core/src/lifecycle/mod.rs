@@ -206,13 +206,33 @@ pub struct Shared {
     slots: u32,
     acquisition: Duration,
     round_interval: Duration,
-    leadership: Leadership,
     problem: Option<Problem>,
     seq: u64,
     /// No service has been aborted or left running unseen (see [`VvmEvent::ServicesStopped`]).
     services_clean: bool,
     /// A lease was won, so a kill deadline was armed.
     armed: bool,
+}
+
+/// The statig context: the caller's effect buffer, the embedded leadership machine, and the
+/// notices of an event the leadership already handled on the fast path (see
+/// [`Lifecycle::handle`]), which the state handler takes instead of forwarding the event again.
+pub struct Cx<'a> {
+    out: &'a mut Effects,
+    leadership: &'a mut Leadership,
+    handled: Option<Notices>,
+}
+
+/// The leadership's event for a VVM event: store replies and lease timers; `None` for the rest.
+#[inline]
+fn lease_event(event: &VvmEvent) -> Option<LeaseEvent> {
+    match *event {
+        VvmEvent::Reply { now, op, reply } => Some(LeaseEvent::Reply { now, op, reply }),
+        VvmEvent::Timer { now, timer } if timer.kind == TimerKind::Lease => {
+            Some(LeaseEvent::Timer { now, timer })
+        }
+        _ => None,
+    }
 }
 
 /// The lifecycle of one VVM. Pure: feed it [`VvmEvent`]s, execute the [`Effect`]s it writes.
@@ -232,6 +252,10 @@ pub struct Shared {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lifecycle {
     machine: InitializedStateMachine<Shared>,
+    /// Beside the statig machine rather than in its shared storage, so that the steady state
+    /// reaches it without a dispatch (see [`handle`](Self::handle)); handlers get it through
+    /// the context.
+    leadership: Leadership,
 }
 
 // Model checkers fingerprint states by hash; equal machines (same shared data, same state) hash
@@ -240,6 +264,7 @@ impl core::hash::Hash for Lifecycle {
     fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
         self.machine.inner().hash(state);
         self.machine.state().hash(state);
+        self.leadership.hash(state);
     }
 }
 
@@ -250,26 +275,72 @@ impl Lifecycle {
             slots: config.slots(),
             acquisition: config.acquisition(),
             round_interval: config.round_interval(),
-            leadership: Leadership::new(*config.lease(), incarnation),
             problem: None,
             seq: 0,
             services_clean: true,
             armed: false,
         };
+        let mut leadership = Leadership::new(*config.lease(), incarnation);
         let machine = shared
             .uninitialized_state_machine()
-            .init_with_context(&mut Effects::new());
-        Lifecycle { machine }
+            .init_with_context(&mut Cx {
+                out: &mut Effects::new(),
+                leadership: &mut leadership,
+                handled: None,
+            });
+        Lifecycle {
+            machine,
+            leadership,
+        }
     }
 
     /// Handles one event, appending the resulting effects to `out`.
+    ///
+    /// **Fast path.** While the services start, run or stop, a store reply or lease timer only
+    /// concerns the leadership (V10 and V10a aside): it is handed to the leadership directly,
+    /// and the lifecycle's own dispatch runs only when the leadership reported something
+    /// (acquired, not acquired, lost, released). The steady state — a renewal every `L/4` —
+    /// thus costs the leadership's transition and a state check, not two dispatches. When the
+    /// leadership did report, the same event goes through the lifecycle's dispatch with those
+    /// notices, exactly as if it had been forwarded from there.
     // Never inlined: one copy of the machine, and a clear boundary for instruction counts.
     #[inline(never)]
     pub fn handle(&mut self, event: &VvmEvent, out: &mut Effects) {
         let problem_before = self.problem();
-        self.machine.handle_with_context(event, out);
+        let mut handled = None;
+        if self.serving() {
+            if let Some(lease) = lease_event(event) {
+                let notices = self.leadership.handle_noting(&lease, out);
+                // While serving, the leadership leads or has lost (Idle): still leading after
+                // the event means it reported nothing (no loss; an acquisition or a release
+                // cannot happen while serving). One state check instead of comparing notices.
+                if self.leadership.held().is_some() {
+                    debug_assert_eq!(notices, Notices::default());
+                    return;
+                }
+                handled = Some(notices);
+            }
+        }
+        let mut cx = Cx {
+            out,
+            leadership: &mut self.leadership,
+            handled,
+        };
+        self.machine.handle_with_context(event, &mut cx);
+        // Every state that is `serving` takes the notices of a reply or lease timer.
+        debug_assert!(cx.handled.is_none());
         // Write-once: a problem, once set, never changes.
         debug_assert!(problem_before.is_none() || problem_before == self.problem());
+    }
+
+    /// Whether the services start, run or stop: the states in which replies and lease timers
+    /// go to the leadership and only a report of it concerns the lifecycle.
+    #[inline]
+    fn serving(&self) -> bool {
+        matches!(
+            self.machine.state(),
+            State::StartingServices { .. } | State::Running {} | State::StoppingServices {}
+        )
     }
 
     /// The first problem, if any.
@@ -279,7 +350,7 @@ impl Lifecycle {
 
     /// The embedded leadership machine.
     pub fn leadership(&self) -> &Leadership {
-        &self.machine.inner().leadership
+        &self.leadership
     }
 
     /// The current fencing token, while leading.

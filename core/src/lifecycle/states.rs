@@ -14,8 +14,13 @@ impl Shared {
 
     /// Hands an event to the leadership machine and reads what it reported. A loss becomes
     /// the problem here, whatever state the lifecycle is in.
-    fn forward(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
-        let notices = self.leadership.handle_noting(event, out);
+    fn forward(&mut self, event: &LeaseEvent, cx: &mut Cx<'_>) -> Notices {
+        let notices = cx.leadership.handle_noting(event, cx.out);
+        self.noted(notices, cx.out)
+    }
+
+    /// What the lifecycle keeps of the leadership's notices, whichever way they were produced.
+    fn noted(&mut self, notices: Notices, out: &mut Effects) -> Notices {
         self.armed |= notices.acquired.is_some();
         if let Some((slot, reason)) = notices.lost {
             self.raise(Problem::LeadershipLost { slot, reason }, out);
@@ -23,16 +28,16 @@ impl Shared {
         notices
     }
 
-    /// Forwards replies and lease timers; everything else is not for the leadership.
-    fn forward_vvm(&mut self, event: &VvmEvent, out: &mut Effects) -> Notices {
-        match *event {
-            VvmEvent::Reply { now, op, reply } => {
-                self.forward(&LeaseEvent::Reply { now, op, reply }, out)
-            }
-            VvmEvent::Timer { now, timer } if timer.kind == TimerKind::Lease => {
-                self.forward(&LeaseEvent::Timer { now, timer }, out)
-            }
-            _ => Notices::default(),
+    /// Forwards replies and lease timers; everything else is not for the leadership. An event
+    /// the leadership already handled on the fast path (see `Lifecycle::handle`) is not
+    /// handed to it again: its notices come with the context.
+    fn forward_vvm(&mut self, event: &VvmEvent, cx: &mut Cx<'_>) -> Notices {
+        if let Some(notices) = cx.handled.take() {
+            return self.noted(notices, cx.out);
+        }
+        match lease_event(event) {
+            Some(event) => self.forward(&event, cx),
+            None => Notices::default(),
         }
     }
 
@@ -42,9 +47,9 @@ impl Shared {
         until: Instant,
         round: Round,
         now: Instant,
-        out: &mut Effects,
+        cx: &mut Cx<'_>,
     ) -> Outcome<State> {
-        self.forward(&LeaseEvent::Acquire { now, slot }, out);
+        self.forward(&LeaseEvent::Acquire { now, slot }, cx);
         Transition(State::acquiring(slot, until, round))
     }
 
@@ -57,21 +62,21 @@ impl Shared {
         round: Round,
         left: Option<Duration>,
         now: Instant,
-        out: &mut Effects,
+        cx: &mut Cx<'_>,
     ) -> Outcome<State> {
         let mut round = round;
         round.refused(now, left);
         if slot.0 < self.slots {
-            return self.acquire(Slot(slot.0 + 1), until, round, now, out);
+            return self.acquire(Slot(slot.0 + 1), until, round, now, cx);
         }
         if now >= until {
-            self.raise(Problem::AcquisitionFailed, out);
+            self.raise(Problem::AcquisitionFailed, cx.out);
             return Transition(State::idle());
         }
         if round.changed {
             // A record changed since the feed was subscribed, perhaps after its slot was
             // tried: look again now rather than at an expiry that may no longer exist.
-            return self.acquire(Slot(1), until, Round::default(), now, out);
+            return self.acquire(Slot(1), until, Round::default(), now, cx);
         }
         self.seq += 1;
         let timer = TimerId {
@@ -79,26 +84,26 @@ impl Shared {
             seq: self.seq,
         };
         let at = round.next_try(now, self.round_interval, until);
-        out.push(Effect::SetTimer { timer, at });
+        cx.out.push(Effect::SetTimer { timer, at });
         Transition(State::round_wait(until, timer))
     }
 
     /// Services are down: stop renewing once nothing is in flight, then release.
-    fn stop_monitor(&mut self, now: Instant, out: &mut Effects) -> Outcome<State> {
-        out.push(Effect::MonitorStopped);
-        let notices = self.forward(&LeaseEvent::Release { now }, out);
-        self.releasing(notices, out)
+    fn stop_monitor(&mut self, now: Instant, cx: &mut Cx<'_>) -> Outcome<State> {
+        cx.out.push(Effect::MonitorStopped);
+        let notices = self.forward(&LeaseEvent::Release { now }, cx);
+        self.releasing(notices, cx)
     }
 
     /// Where shutdown stands once the release was asked: finished when the leadership
     /// reported `Released`; cleaning the elections while its compare-and-delete is in
     /// flight; otherwise still waiting for the monitor's last operation (an insert or a
     /// renewal sent before the shutdown), after which the leadership releases by itself.
-    fn releasing(&mut self, notices: Notices, out: &mut Effects) -> Outcome<State> {
+    fn releasing(&mut self, notices: Notices, cx: &mut Cx<'_>) -> Outcome<State> {
         if notices.released {
-            return self.finish(notices.deleted, out);
+            return self.finish(notices.deleted, cx.out);
         }
-        if matches!(self.leadership.state(), LeaseState::Releasing { .. }) {
+        if matches!(cx.leadership.state(), LeaseState::Releasing { .. }) {
             Transition(State::cleaning_elections())
         } else {
             Transition(State::stopping_monitor())
@@ -114,12 +119,12 @@ impl Shared {
     }
 
     /// Forwards a reply or lease timer while services run; a loss stops them at once.
-    fn forward_while_serving(&mut self, event: &VvmEvent, out: &mut Effects) -> Outcome<State> {
-        let notices = self.forward_vvm(event, out);
+    fn forward_while_serving(&mut self, event: &VvmEvent, cx: &mut Cx<'_>) -> Outcome<State> {
+        let notices = self.forward_vvm(event, cx);
         if notices.lost.is_some() {
             // No token is valid any more and the killer ends the process at the deadline
             // anyway: stopping now gives the services the rest of the margin to stop cleanly.
-            out.push(Effect::StopServices);
+            cx.out.push(Effect::StopServices);
             return Transition(State::stopping_services());
         }
         Handled
@@ -128,9 +133,9 @@ impl Shared {
     /// Shutdown in progress: a second shutdown is a no-op; a service failing while it is
     /// being stopped is still a problem. (A plain helper rather than a statig superstate:
     /// the hierarchy walk on every transition costs more than the event's own work.)
-    fn while_shutting_down(&mut self, event: &VvmEvent, out: &mut Effects) -> Outcome<State> {
+    fn while_shutting_down(&mut self, event: &VvmEvent, cx: &mut Cx<'_>) -> Outcome<State> {
         if let VvmEvent::ServiceFailed { index, .. } = *event {
-            self.raise(Problem::ServiceFailed { index }, out);
+            self.raise(Problem::ServiceFailed { index }, cx.out);
         }
         Handled
     }
@@ -156,7 +161,7 @@ impl Shared {
 impl Shared {
     /// Not launched.
     #[state]
-    fn provided(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+    fn provided(&mut self, context: &mut Cx<'_>, event: &VvmEvent) -> Outcome<State> {
         match *event {
             VvmEvent::Launch { now } => {
                 let until = now + self.acquisition;
@@ -170,7 +175,7 @@ impl Shared {
     #[state]
     fn acquiring(
         &mut self,
-        context: &mut Effects,
+        context: &mut Cx<'_>,
         slot: &Slot,
         until: &Instant,
         round: &mut Round,
@@ -186,7 +191,7 @@ impl Shared {
             _ => {
                 let notices = self.forward_vvm(event, context);
                 if let Some(token) = notices.acquired {
-                    context.push(Effect::StartServices { token });
+                    context.out.push(Effect::StartServices { token });
                     return Transition(State::starting_services(token));
                 }
                 if notices.not_acquired {
@@ -202,7 +207,7 @@ impl Shared {
     #[state]
     fn round_wait(
         &mut self,
-        context: &mut Effects,
+        context: &mut Cx<'_>,
         until: &Instant,
         timer: &TimerId,
         event: &VvmEvent,
@@ -225,7 +230,7 @@ impl Shared {
     #[state]
     fn starting_services(
         &mut self,
-        context: &mut Effects,
+        context: &mut Cx<'_>,
         token: &FencingToken,
         event: &VvmEvent,
     ) -> Outcome<State> {
@@ -234,44 +239,44 @@ impl Shared {
                 // The tenure may have moved on (renewals) while services started; if it was
                 // lost meanwhile, the problem is already raised and launch is not "running".
                 let _ = token;
-                if let Some(token) = self.leadership.token() {
-                    context.push(Effect::Running { token });
+                if let Some(token) = context.leadership.token() {
+                    context.out.push(Effect::Running { token });
                 }
                 Transition(State::running())
             }
             VvmEvent::ServiceFailed { index, .. } => {
-                self.raise(Problem::ServiceStartFailed { index }, context);
+                self.raise(Problem::ServiceStartFailed { index }, context.out);
                 Transition(State::running())
             }
             VvmEvent::Shutdown { .. } => {
-                context.push(Effect::StopServices);
+                context.out.push(Effect::StopServices);
                 Transition(State::stopping_services())
             }
-            VvmEvent::ServicesStopped { .. } => self.services_vanished(context),
+            VvmEvent::ServicesStopped { .. } => self.services_vanished(context.out),
             _ => self.forward_while_serving(event, context),
         }
     }
 
     /// Services started (or failed to start: see the problem).
     #[state]
-    fn running(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+    fn running(&mut self, context: &mut Cx<'_>, event: &VvmEvent) -> Outcome<State> {
         match *event {
             VvmEvent::ServiceFailed { index, .. } => {
-                self.raise(Problem::ServiceFailed { index }, context);
+                self.raise(Problem::ServiceFailed { index }, context.out);
                 Handled
             }
             VvmEvent::Shutdown { .. } => {
-                context.push(Effect::StopServices);
+                context.out.push(Effect::StopServices);
                 Transition(State::stopping_services())
             }
-            VvmEvent::ServicesStopped { .. } => self.services_vanished(context),
+            VvmEvent::ServicesStopped { .. } => self.services_vanished(context.out),
             _ => self.forward_while_serving(event, context),
         }
     }
 
     /// Launch ended without leadership; nothing runs.
     #[state]
-    fn idle(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+    fn idle(&mut self, context: &mut Cx<'_>, event: &VvmEvent) -> Outcome<State> {
         match *event {
             VvmEvent::Shutdown { now } => self.stop_monitor(now, context),
             _ => {
@@ -283,7 +288,7 @@ impl Shared {
 
     /// Waiting for the services to stop.
     #[state]
-    fn stopping_services(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+    fn stopping_services(&mut self, context: &mut Cx<'_>, event: &VvmEvent) -> Outcome<State> {
         match *event {
             VvmEvent::ServicesStopped { now, clean } => {
                 self.services_clean &= clean;
@@ -300,7 +305,7 @@ impl Shared {
     /// The monitor is stopped (no new renewal will be sent) but an operation it sent before
     /// is still in flight; the release follows its reply.
     #[state]
-    fn stopping_monitor(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+    fn stopping_monitor(&mut self, context: &mut Cx<'_>, event: &VvmEvent) -> Outcome<State> {
         match *event {
             VvmEvent::Reply { .. } | VvmEvent::Timer { .. } => {
                 let notices = self.forward_vvm(event, context);
@@ -312,7 +317,7 @@ impl Shared {
 
     /// Compare-and-delete of our record in flight.
     #[state]
-    fn cleaning_elections(&mut self, context: &mut Effects, event: &VvmEvent) -> Outcome<State> {
+    fn cleaning_elections(&mut self, context: &mut Cx<'_>, event: &VvmEvent) -> Outcome<State> {
         match *event {
             VvmEvent::Reply { .. } => {
                 let notices = self.forward_vvm(event, context);
