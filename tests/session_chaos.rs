@@ -8,9 +8,6 @@
 //! `cargo test --test session_chaos` runs 200 seeds; `VVM_SESSION_CHAOS_SEEDS=N` runs more.
 
 mod common;
-#[path = "sim/rng.rs"]
-#[allow(dead_code)]
-mod rng;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,12 +15,12 @@ use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
-use rng::Rng;
 use vvm::adapters::MemoryStore;
 use vvm::{
     Clock, Incarnation, LeaseConfig, LeaseValue, Revision, SessionHandle, SessionStatus, Slot,
     TimeSource,
 };
+use vvm_sim::rng::Rng;
 
 const LEASE: Duration = Duration::from_secs(20);
 const SLOTS: u32 = 2;
