@@ -226,3 +226,13 @@ fn no_two_processes_run_a_service_on_one_slot() {
     );
     assert!(starts > seeds, "services started: {starts}");
 }
+
+/// The simulator (`vvm-sim`) drives holdings as the runtime does: it gives up an acquire whose
+/// outcome stays unknown after as many sends.
+#[test]
+fn the_simulator_sends_an_acquire_as_often_as_the_runtime() {
+    assert_eq!(
+        u32::from(vvm_sim::session::ACQUIRE_SENDS_MAX),
+        vvm::ACQUIRE_SENDS_MAX
+    );
+}

@@ -9,7 +9,8 @@
 //!   cores); `VVM_SIM_SEEDS` and `VVM_SIM_FIRST_SEED` choose others.
 //! - A failing seed prints the command that replays it with a trace:
 //!   `VVM_SIM_SEED=<seed> cargo test -p vvm-sim --test session_simulation -- replay --nocapture`
-//!   (`VVM_SIM_TRACE=1` prints the whole trace of a passing seed too).
+//!   (`VVM_SIM_TRACE=1` prints the whole trace of a passing seed too; `VVM_SIM_RULE=` one of
+//!   `detach-at-loss`, `killer-ignored`, `holdings-expire-alone` replays it with that rule broken).
 
 use vvm_sim::oracle::Violation;
 use vvm_sim::runner::{catching, env_u64, Seeds};
@@ -170,6 +171,15 @@ fn an_ignored_killer_is_caught() {
     println!("session simulation: an ignored killer makes seed {seed} fail:{failure}");
 }
 
+// covers: Verify.SessionCanFail
+/// A store whose holdings expire on their own, a lease after their acquire, while their
+/// session's keepalives keep their services acting.
+#[test]
+fn holdings_that_expire_without_their_session_are_caught() {
+    let (seed, failure) = caught(Rule::HoldingsExpireAlone);
+    println!("session simulation: holdings expiring on their own make seed {seed} fail:{failure}");
+}
+
 // covers: Verify.Replay
 /// Replays `VVM_SIM_SEED` (default: seed 0) with a trace, printing its last lines up to the
 /// first violation.
@@ -178,7 +188,14 @@ fn replay() {
     let seed = env_u64("VVM_SIM_SEED").unwrap_or(0);
     let params = SessionParams::random(seed);
     println!("seed {seed}: {params:#?}");
-    let (outcome, sim) = run_seed(seed, Rule::Sound, true);
+    let rule = match std::env::var("VVM_SIM_RULE").as_deref() {
+        Err(_) | Ok("sound") => Rule::Sound,
+        Ok("detach-at-loss") => Rule::DetachAtLoss,
+        Ok("killer-ignored") => Rule::KillerIgnored,
+        Ok("holdings-expire-alone") => Rule::HoldingsExpireAlone,
+        Ok(other) => panic!("VVM_SIM_RULE={other} names no rule"),
+    };
+    let (outcome, sim) = run_seed(seed, rule, true);
     let Some(sim) = sim else {
         panic!("seed {seed} failed: {:?}", outcome.failure);
     };

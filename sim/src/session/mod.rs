@@ -59,6 +59,9 @@ pub enum Rule {
     DetachAtLoss,
     /// Unsound: the killer never fires; a process runs on past its kill deadline.
     KillerIgnored,
+    /// Unsound, in the store: a holding expires a lease after its acquire, as a record of its
+    /// own, although its session's keepalives keep its services acting.
+    HoldingsExpireAlone,
 }
 
 /// The shape of one run of sessions.
@@ -277,13 +280,17 @@ impl SessionSim {
     pub fn new(seed: u64, params: SessionParams) -> Self {
         let base = &params.base;
         let lease = LeaseConfig::new(base.lease).expect("simulation lease is valid");
+        let mut store = SessionStoreModel::new(base.slots, params.keepalives);
+        if params.rule == Rule::HoldingsExpireAlone {
+            store.expire_holdings_alone(base.lease_ns());
+        }
         let mut sim = SessionSim {
             lease,
             rng: Rng::new(seed),
             now_ns: 0,
             queue: BinaryHeap::new(),
             seq: 0,
-            store: SessionStoreModel::new(base.slots, params.keepalives),
+            store,
             places: (0..base.processes)
                 .map(|_| Place {
                     generation: 0,
@@ -796,7 +803,7 @@ impl SessionSim {
         let event = event(now);
         let mut out = SessionEffects::new();
         self.live(id).session.handle(&event, &mut out);
-        self.note(id, || format!("{event:?} -> {out:?}"));
+        self.note(id, || format!("{event:?} -> {:?}", out.as_slice()));
         for effect in out.iter().copied() {
             self.execute(id, effect);
             if self.live_mut(id).is_none() {

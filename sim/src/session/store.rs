@@ -45,6 +45,8 @@ pub struct HoldingRecord {
     pub owner: SessionOwner,
     /// The revision of the acquire that wrote it: the fencing token of the tenure.
     pub revision: Revision,
+    /// True time it was written.
+    pub written_ns: u64,
 }
 
 /// A store call of a session process.
@@ -94,6 +96,9 @@ pub struct SessionStoreModel {
     holdings: Vec<Option<HoldingRecord>>,
     revision: u64,
     keepalives: KeepAlives,
+    /// Unsound on purpose when set: holdings also expire this long after their acquire,
+    /// whatever their session's keepalives.
+    holding_ttl_ns: Option<u64>,
 }
 
 impl SessionStoreModel {
@@ -104,7 +109,15 @@ impl SessionStoreModel {
             holdings: vec![None; slots as usize],
             revision: 0,
             keepalives,
+            holding_ttl_ns: None,
         }
+    }
+
+    /// Unsound on purpose: from now on a holding also expires `ttl_ns` after its acquire, as if
+    /// it were a record of its own rather than part of its session — while the session's
+    /// keepalives keep its services acting.
+    pub fn expire_holdings_alone(&mut self, ttl_ns: u64) {
+        self.holding_ttl_ns = Some(ttl_ns);
     }
 
     fn next_revision(&mut self) -> Revision {
@@ -126,8 +139,12 @@ impl SessionStoreModel {
 
     /// The live holding of `slot` at true time `now_ns`: its session's record is live.
     pub fn live_holding(&self, slot: Slot, now_ns: u64) -> Option<HoldingRecord> {
-        self.holdings[Self::index(slot)]
-            .filter(|holding| self.live_session(holding.owner, now_ns).is_some())
+        self.holdings[Self::index(slot)].filter(|holding| {
+            self.live_session(holding.owner, now_ns).is_some()
+                && self
+                    .holding_ttl_ns
+                    .is_none_or(|ttl_ns| now_ns < holding.written_ns + ttl_ns)
+        })
     }
 
     /// Applies `call` of `writer` at true time `now_ns`, atomically.
@@ -204,6 +221,7 @@ impl SessionStoreModel {
                         self.holdings[Self::index(slot)] = Some(HoldingRecord {
                             owner: owner(id),
                             revision,
+                            written_ns: now_ns,
                         });
                         Answer::Acquire(Acquired::Written(revision))
                     }
