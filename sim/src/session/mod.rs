@@ -24,132 +24,31 @@
 //! session is lost, no successor acts on any of its holdings before all their services stopped
 //! or its killer fired.
 
+mod holdings;
+mod params;
 pub mod store;
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
 
 use vvm_core::{
-    FencingToken, HoldingId, Incarnation, Instant, LeaseConfig, OpId, Reply, Session,
-    SessionEffect, SessionEffects, SessionEvent, SessionId, Slot, TimerId,
+    FencingToken, Incarnation, Instant, LeaseConfig, OpId, Reply, Session, SessionEffect,
+    SessionEffects, SessionEvent, SessionId, Slot, TimerId,
 };
 
 use crate::clock::LocalClock;
 use crate::oracle::{Interval, Oracle, ProcessId, Violation};
-use crate::params::{Fate, Outcome, Params};
+use crate::params::{Fate, Outcome};
 use crate::rng::Rng;
 use crate::store::Writer;
 use store::{Acquired, Answer, Call, SessionStoreModel};
 
+pub use params::{Rule, SessionParams, SessionStats};
 pub use store::KeepAlives;
 
 /// Sends of one acquire before an unknown outcome counts as no holding: the runtime's
 /// `ACQUIRE_SENDS_MAX`.
 pub const ACQUIRE_SENDS_MAX: u8 = 3;
-
-/// How the runtime treats the rules a lost session's holdings depend on; all but
-/// [`Rule::Sound`] are broken on purpose, for the simulator to show it catches them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rule {
-    /// As the runtime does it.
-    Sound,
-    /// Unsound: at the loss every holding is detached at once, while its services still stop;
-    /// the process then opens a new session, whose later kill deadline replaces the one they
-    /// run under.
-    DetachAtLoss,
-    /// Unsound: the killer never fires; a process runs on past its kill deadline.
-    KillerIgnored,
-    /// Unsound, in the store: a holding expires a lease after its acquire, as a record of its
-    /// own, although its session's keepalives keep its services acting.
-    HoldingsExpireAlone,
-}
-
-/// The shape of one run of sessions.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionParams {
-    /// Processes, slots, lease, timing and faults, as for the leadership simulator.
-    pub base: Params,
-    /// How the store answers keepalives.
-    pub keepalives: KeepAlives,
-    /// The runtime's rule.
-    pub rule: Rule,
-    /// Services that are slow to stop, per million stops.
-    pub slow_stop_ppm: u32,
-    /// Longest stop of slow services.
-    pub slow_stop_max_ns: u64,
-}
-
-impl SessionParams {
-    /// A run drawn from `seed`: 2–3 processes, each holding every one of 2–3 slots under its
-    /// session when it can, over 10–20 lease periods, with the leadership simulator's mix of
-    /// faults.
-    pub fn random(seed: u64) -> Self {
-        let mut rng = Rng::new(seed ^ 0x5E55_1075_EED5_0001);
-        let mut base = Params::random(seed ^ 0x0A11_0F17_5E55_1075);
-        let l = base.lease_ns();
-        base.processes = rng.between(2, 3) as u32;
-        base.slots = rng.between(2, 3) as u32;
-        base.duration_ns = rng.between(10, 20) * l;
-        SessionParams {
-            base,
-            keepalives: if rng.chance(500_000) {
-                KeepAlives::Keep
-            } else {
-                KeepAlives::Bump
-            },
-            rule: Rule::Sound,
-            slow_stop_ppm: rng.between(0, 100_000) as u32,
-            slow_stop_max_ns: 2 * l,
-        }
-    }
-}
-
-/// Counts of what happened in a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SessionStats {
-    /// Events handled by session machines and holdings.
-    pub events: u64,
-    /// Store calls sent.
-    pub store_calls: u64,
-    /// Sessions opened.
-    pub opened: u64,
-    /// Keepalives confirmed.
-    pub keepalives: u64,
-    /// Holdings handed out (services started on them).
-    pub acquisitions: u64,
-    /// Sessions lost.
-    pub losses: u64,
-    /// Sessions lost while services ran under their holdings.
-    pub losses_while_acting: u64,
-    /// Processes ended by their killer.
-    pub killed: u64,
-    /// Processes ended by their killer while services ran under their holdings.
-    pub killed_while_acting: u64,
-    /// Processes crashed.
-    pub crashed: u64,
-    /// Processes started.
-    pub starts: u64,
-    /// Slots acted on by one process start after another.
-    pub handovers: u64,
-}
-
-impl SessionStats {
-    /// Adds `more` to these counts.
-    pub fn add(&mut self, more: &SessionStats) {
-        self.events += more.events;
-        self.store_calls += more.store_calls;
-        self.opened += more.opened;
-        self.keepalives += more.keepalives;
-        self.acquisitions += more.acquisitions;
-        self.losses += more.losses;
-        self.losses_while_acting += more.losses_while_acting;
-        self.killed += more.killed;
-        self.killed_while_acting += more.killed_while_acting;
-        self.crashed += more.crashed;
-        self.starts += more.starts;
-        self.handovers += more.handovers;
-    }
-}
 
 /// An input of a process, before it carries a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -641,162 +540,6 @@ impl SessionSim {
         self.check_killer(id);
     }
 
-    /// After a holding was detached: a lost session with nothing attached opens anew; a
-    /// stopping process closes its session once nothing is attached.
-    fn after_detach(&mut self, id: ProcessId) {
-        let live = self.live(id);
-        if live.session.holdings() > 0 {
-            return;
-        }
-        if live.stopping {
-            if live.holds.iter().all(|&h| h == Hold::Idle) {
-                self.session_event(id, |now| SessionEvent::Close { now });
-            }
-        } else if live.session.is_lost() {
-            self.schedule_open(id);
-        }
-    }
-
-    fn schedule_open(&mut self, id: ProcessId) {
-        let round_ns = self.params.base.round_interval.as_nanos() as u64;
-        let at_ns = self.now_ns + self.rng.between(0, round_ns);
-        self.schedule(at_ns, Ev::Input(id, Input::Open));
-    }
-
-    fn schedule_acquire(&mut self, id: ProcessId, slot: Slot, soon: bool) {
-        let round_ns = self.params.base.round_interval.as_nanos() as u64;
-        let delay_ns = if soon {
-            self.rng.between(0, round_ns / 4)
-        } else {
-            self.rng.between(round_ns / 2, round_ns)
-        };
-        self.schedule(self.now_ns + delay_ns, Ev::Input(id, Input::Acquire(slot)));
-    }
-
-    /// `SessionHandle::acquire`: attach, then send the acquire.
-    fn acquire(&mut self, id: ProcessId, slot: Slot) {
-        let live = self.live(id);
-        let index = slot.0 as usize - 1;
-        if live.stopping || live.holds[index] != Hold::Idle {
-            return;
-        }
-        let Some(session) = live.session.liveness().map(|l| l.id) else {
-            return; // the next open acquires again
-        };
-        let holding = HoldingId(index as u32);
-        let now = self.local_now(id);
-        let mut out = SessionEffects::new();
-        self.live(id)
-            .session
-            .handle(&SessionEvent::Attach { now, holding }, &mut out);
-        if out.as_slice() != [SessionEffect::Attached { holding }] {
-            self.note(id, || format!("attach of slot {} refused: {out:?}", slot.0));
-            return;
-        }
-        self.send_acquire(id, slot, session, 1);
-    }
-
-    fn send_acquire(&mut self, id: ProcessId, slot: Slot, session: SessionId, sends: u8) {
-        self.acquire_ops += 1;
-        let op = self.acquire_ops;
-        self.live(id).holds[slot.0 as usize - 1] = Hold::Acquiring {
-            op,
-            sends,
-            id: session,
-        };
-        let call = Call::Acquire {
-            op,
-            slot,
-            id: session,
-        };
-        self.send(id, call);
-    }
-
-    /// What the runtime's acquire does with an answer.
-    fn acquired(&mut self, id: ProcessId, slot: Slot, op: u64, acquired: Acquired) {
-        let index = slot.0 as usize - 1;
-        let live = self.live(id);
-        let Hold::Acquiring {
-            op: waited,
-            sends,
-            id: session,
-        } = live.holds[index]
-        else {
-            return;
-        };
-        if waited != op {
-            return;
-        }
-        match acquired {
-            Acquired::Written(revision) => {
-                let token = FencingToken { slot, revision };
-                let alive = live.session.liveness().is_some_and(|l| l.id == session);
-                live.holds[index] = Hold::Running(token);
-                self.stats.acquisitions += 1;
-                self.check_token_fresh(id, token);
-                self.set_acting(id, slot, Some(token));
-                if !alive || self.live(id).stopping {
-                    // The session was lost meanwhile, or the host asked to stop: the services
-                    // just handed the holding are told to stop at once.
-                    self.stop_services(id, token, true);
-                }
-            }
-            Acquired::Unknown if sends < ACQUIRE_SENDS_MAX => {
-                // Idempotent per session: sent again.
-                self.send_acquire(id, slot, session, sends + 1);
-            }
-            Acquired::Held | Acquired::SessionGone | Acquired::Failed | Acquired::Unknown => {
-                live.holds[index] = Hold::Idle;
-                self.detach(id, slot);
-                if self.live(id).session.liveness().is_some() {
-                    self.schedule_acquire(id, slot, false);
-                }
-                self.after_detach(id);
-            }
-        }
-    }
-
-    /// Tells the services acting with `token` to stop; they act until they have.
-    fn stop_services(&mut self, id: ProcessId, token: FencingToken, attached: bool) {
-        let index = token.slot.0 as usize - 1;
-        self.live(id).holds[index] = Hold::Stopping(token, attached);
-        let slow = self.rng.chance(self.params.slow_stop_ppm);
-        let delay_ns = if slow {
-            self.rng.between(0, self.params.slow_stop_max_ns)
-        } else {
-            self.rng.between(0, self.params.base.service_delay_max_ns)
-        };
-        self.schedule(
-            self.now_ns + delay_ns,
-            Ev::Input(id, Input::Stopped(token.slot)),
-        );
-    }
-
-    fn detach(&mut self, id: ProcessId, slot: Slot) {
-        let now = self.local_now(id);
-        let holding = HoldingId(slot.0 - 1);
-        let mut out = SessionEffects::new();
-        self.live(id)
-            .session
-            .handle(&SessionEvent::Detach { now, holding }, &mut out);
-        assert!(out.is_empty(), "detach is silent: {out:?}");
-    }
-
-    fn set_acting(&mut self, id: ProcessId, slot: Slot, token: Option<FencingToken>) {
-        let now_ns = self.now_ns;
-        if let Some(token) = token {
-            let index = slot.0 as usize - 1;
-            if self.last_actor[index].is_some_and(|last| last != id) {
-                self.stats.handovers += 1;
-            }
-            self.last_actor[index] = Some(id);
-            self.note(id, || format!("acts on slot {} with {token:?}", slot.0));
-        } else {
-            self.note(id, || format!("stops acting on slot {}", slot.0));
-        }
-        self.oracle.observe_slot(id, slot, token, now_ns);
-    }
-
     /// Runs one event through the session machine and executes its effects.
     fn session_event(&mut self, id: ProcessId, event: impl FnOnce(Instant) -> SessionEvent) {
         let now = self.local_now(id);
@@ -867,29 +610,6 @@ impl SessionSim {
             | SessionEffect::Attached { .. }
             | SessionEffect::AttachRefused { .. } => {}
         }
-    }
-
-    /// The session's one `Lost`, fanned out to every holding.
-    fn lost(&mut self, id: ProcessId) {
-        self.stats.losses += 1;
-        let acting = self.live(id).acting();
-        self.stats.losses_while_acting += u64::from(acting);
-        let detach_now = self.params.rule == Rule::DetachAtLoss;
-        for index in 0..self.live(id).holds.len() {
-            let slot = Slot(index as u32 + 1);
-            match self.live(id).holds[index] {
-                Hold::Running(token) => {
-                    self.stop_services(id, token, !detach_now);
-                    if detach_now {
-                        // Unsound: detached before the services stopped.
-                        self.detach(id, slot);
-                    }
-                }
-                // An acquire in flight ends with its answer.
-                Hold::Acquiring { .. } | Hold::Stopping(..) | Hold::Idle => {}
-            }
-        }
-        self.after_detach(id);
     }
 
     /// Checks after every input: while the session is alive its killer is armed at the
