@@ -14,15 +14,17 @@
 //! most one holding, live exactly while its session's record is; an acquire is one transaction.
 //! Its keepalives keep the record's revision or give a new one ([`KeepAlives`], drawn per seed).
 //!
-//! The faults are the leadership simulator's ([`Params::random`](crate::params::Params::random)): store errors, unknown
-//! outcomes (committed or not), latency, hung calls, store outages, pauses up to `3·L` (also
-//! right after a call), crashes with restart, graceful stops, clock-rate error up to 10 %; and
-//! services slow to stop, up to `2·L`: only the killer bounds them.
+//! The faults are the leadership simulator's ([`Params::random`]): store errors, unknown outcomes
+//! (committed or not), latency, hung calls, store outages, pauses up to `3·L` (also right after
+//! a call), crashes with restart, graceful stops, clock-rate error up to 10 %; and services slow
+//! to stop, up to `2·L`: only the killer bounds them.
 //!
 //! The [`Oracle`] judges what a user sees: services acting on a slot. No two processes act on
 //! one slot at the same instant, and fencing tokens strictly increase per slot; so once a
 //! session is lost, no successor acts on any of its holdings before all their services stopped
 //! or its killer fired.
+//!
+//! [`Params::random`]: crate::params::Params::random
 
 mod holdings;
 mod params;
