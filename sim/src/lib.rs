@@ -28,14 +28,14 @@
 pub mod clock;
 pub mod oracle;
 pub mod params;
+pub mod queue;
 pub mod rng;
 pub mod runner;
 pub mod session;
 pub mod store;
 pub mod trace;
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use vvm_core::{
     Effect, Effects, FencingToken, Incarnation, Instant, Lifecycle, OpId, Reply, Slot, TimerId,
@@ -45,6 +45,7 @@ use vvm_core::{
 use clock::LocalClock;
 use oracle::{Oracle, ProcessId, Violation};
 use params::{DeadHolder, Fate, Outcome, Params};
+use queue::EventQueue;
 use rng::Rng;
 use store::{StoreModel, Writer};
 use trace::{Death, Note};
@@ -88,32 +89,6 @@ enum Ev {
     RandomCrash(ProcessId),
     RandomStop(ProcessId),
     Script(Script),
-}
-
-struct Queued {
-    at_ns: u64,
-    /// Killers fire before anything else happening at the same instant.
-    rank: u8,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued {
-    // Reversed: the heap pops the earliest.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at_ns, other.rank, other.seq).cmp(&(self.at_ns, self.rank, self.seq))
-    }
 }
 
 /// One running process.
@@ -171,8 +146,7 @@ pub struct Sim {
     config: Vec<VvmConfig>,
     rng: Rng,
     now_ns: u64,
-    queue: BinaryHeap<Queued>,
-    seq: u64,
+    queue: EventQueue<Ev>,
     store: StoreModel,
     places: Vec<Place>,
     oracle: Oracle,
@@ -211,8 +185,7 @@ impl Sim {
             config,
             rng: Rng::new(seed),
             now_ns: 0,
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: EventQueue::default(),
             oracle: Oracle::default(),
             trace: None,
             fate_hook: None,
@@ -338,11 +311,15 @@ impl Sim {
 
     /// Runs until true time `until_ns` (events at exactly `until_ns` included).
     pub fn run_until(&mut self, until_ns: u64) {
-        while self.queue.peek().is_some_and(|q| q.at_ns <= until_ns) {
-            let queued = self.queue.pop().expect("peeked");
-            debug_assert!(queued.at_ns >= self.now_ns, "time ran backwards");
-            self.now_ns = queued.at_ns;
-            self.dispatch(queued.ev);
+        while self
+            .queue
+            .next_at_ns()
+            .is_some_and(|at_ns| at_ns <= until_ns)
+        {
+            let (at_ns, ev) = self.queue.pop().expect("peeked");
+            debug_assert!(at_ns >= self.now_ns, "time ran backwards");
+            self.now_ns = at_ns;
+            self.dispatch(ev);
         }
         self.now_ns = self.now_ns.max(until_ns);
     }
@@ -397,14 +374,9 @@ impl Sim {
     }
 
     fn schedule(&mut self, at_ns: u64, ev: Ev) {
-        self.seq += 1;
+        // Killers fire before anything else happening at the same instant.
         let rank = u8::from(!matches!(ev, Ev::Kill(..)));
-        self.queue.push(Queued {
-            at_ns: at_ns.max(self.now_ns),
-            rank,
-            seq: self.seq,
-            ev,
-        });
+        self.queue.push(at_ns.max(self.now_ns), rank, ev);
     }
 
     fn note(&mut self, note: Note) {

@@ -30,8 +30,7 @@ mod holdings;
 mod params;
 pub mod store;
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use vvm_core::{
     FencingToken, Incarnation, Instant, LeaseConfig, OpId, Reply, Session, SessionEffect,
@@ -41,6 +40,7 @@ use vvm_core::{
 use crate::clock::LocalClock;
 use crate::oracle::{Interval, Oracle, ProcessId, Violation};
 use crate::params::{Fate, Outcome};
+use crate::queue::EventQueue;
 use crate::rng::Rng;
 use crate::store::Writer;
 use store::{Acquired, Answer, Call, SessionStoreModel};
@@ -77,32 +77,6 @@ enum Ev {
     RandomPause(ProcessId),
     RandomCrash(ProcessId),
     RandomStop(ProcessId),
-}
-
-struct Queued {
-    at_ns: u64,
-    /// Killers fire before anything else happening at the same instant.
-    rank: u8,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued {
-    // Reversed: the heap pops the earliest.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at_ns, other.rank, other.seq).cmp(&(self.at_ns, self.rank, self.seq))
-    }
 }
 
 /// The holding of one slot by one process, as the runtime drives it.
@@ -163,8 +137,7 @@ pub struct SessionSim {
     lease: LeaseConfig,
     rng: Rng,
     now_ns: u64,
-    queue: BinaryHeap<Queued>,
-    seq: u64,
+    queue: EventQueue<Ev>,
     store: SessionStoreModel,
     places: Vec<Place>,
     oracle: Oracle,
@@ -189,8 +162,7 @@ impl SessionSim {
             lease,
             rng: Rng::new(seed),
             now_ns: 0,
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: EventQueue::default(),
             store,
             places: (0..base.processes)
                 .map(|_| Place {
@@ -252,11 +224,15 @@ impl SessionSim {
     /// Runs for the whole duration of the parameters.
     pub fn run(&mut self) {
         let until_ns = self.params.base.duration_ns;
-        while self.queue.peek().is_some_and(|q| q.at_ns <= until_ns) {
-            let queued = self.queue.pop().expect("peeked");
-            debug_assert!(queued.at_ns >= self.now_ns, "time ran backwards");
-            self.now_ns = queued.at_ns;
-            self.dispatch(queued.ev);
+        while self
+            .queue
+            .next_at_ns()
+            .is_some_and(|at_ns| at_ns <= until_ns)
+        {
+            let (at_ns, ev) = self.queue.pop().expect("peeked");
+            debug_assert!(at_ns >= self.now_ns, "time ran backwards");
+            self.now_ns = at_ns;
+            self.dispatch(ev);
         }
         self.now_ns = self.now_ns.max(until_ns);
     }
@@ -269,14 +245,9 @@ impl SessionSim {
     }
 
     fn schedule(&mut self, at_ns: u64, ev: Ev) {
-        self.seq += 1;
+        // Killers fire before anything else happening at the same instant.
         let rank = u8::from(!matches!(ev, Ev::Kill(..)));
-        self.queue.push(Queued {
-            at_ns: at_ns.max(self.now_ns),
-            rank,
-            seq: self.seq,
-            ev,
-        });
+        self.queue.push(at_ns.max(self.now_ns), rank, ev);
     }
 
     fn note(&mut self, id: ProcessId, text: impl FnOnce() -> String) {
