@@ -45,7 +45,7 @@ use vvm_core::{
 use clock::LocalClock;
 use oracle::{Oracle, ProcessId, Violation};
 use params::{DeadHolder, Fate, Outcome, Params};
-use queue::EventQueue;
+use queue::{EventQueue, Ticket};
 use rng::Rng;
 use store::{StoreModel, Writer};
 use trace::{Death, Note};
@@ -81,7 +81,9 @@ enum Input {
 
 enum Ev {
     Input(ProcessId, Input),
-    Arrive(ProcessId, Writer, Effect, Fate),
+    /// A store call reaches the store; with the time and place of its caller's timeout when
+    /// that is not queued yet (it is only when the answer does not come first).
+    Arrive(ProcessId, Writer, Effect, Fate, Option<(u64, Ticket)>),
     Kill(ProcessId, u64),
     Resume(ProcessId),
     Start(u32),
@@ -374,9 +376,15 @@ impl Sim {
     }
 
     fn schedule(&mut self, at_ns: u64, ev: Ev) {
+        let ticket = self.queue.reserve();
+        self.schedule_reserved(at_ns, ticket, ev);
+    }
+
+    fn schedule_reserved(&mut self, at_ns: u64, ticket: Ticket, ev: Ev) {
         // Killers fire before anything else happening at the same instant.
         let rank = u8::from(!matches!(ev, Ev::Kill(..)));
-        self.queue.push(at_ns.max(self.now_ns), rank, ev);
+        self.queue
+            .push_reserved(at_ns.max(self.now_ns), rank, ticket, ev);
     }
 
     fn note(&mut self, note: Note) {
@@ -395,7 +403,9 @@ impl Sim {
     fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::Input(id, input) => self.deliver(id, input),
-            Ev::Arrive(id, writer, effect, fate) => self.arrive(id, writer, effect, fate),
+            Ev::Arrive(id, writer, effect, fate, timeout) => {
+                self.arrive(id, writer, effect, fate, timeout)
+            }
             Ev::Kill(id, arming) => {
                 let fires = self
                     .live_mut(id)
@@ -678,11 +688,18 @@ impl Sim {
                 let writer = live.writer;
                 let timeout_local_ns = now_local_ns + store_timeout.as_nanos() as u64;
                 let timeout_ns = live.clock.true_at(timeout_local_ns);
-                self.schedule(
-                    now_ns + fate.to_store_ns,
-                    Ev::Arrive(id, writer, effect, fate),
-                );
-                self.schedule(timeout_ns, Ev::Input(id, Input::Reply(op, Reply::Unknown)));
+                // The timeout waits in the call until the call reaches the store, and is queued
+                // only if the answer does not come first: a third fewer events, the same run.
+                let arrive_ns = now_ns + fate.to_store_ns;
+                let arrival = self.queue.reserve();
+                let timeout = self.queue.reserve();
+                let deferred = (arrive_ns <= timeout_ns).then_some((timeout_ns, timeout));
+                let arrive = Ev::Arrive(id, writer, effect, fate, deferred);
+                self.schedule_reserved(arrive_ns, arrival, arrive);
+                if deferred.is_none() {
+                    let unknown = Ev::Input(id, Input::Reply(op, Reply::Unknown));
+                    self.schedule_reserved(timeout_ns, timeout, unknown);
+                }
                 if self.rng.chance(self.params.faults.pause_on_call_ppm) {
                     let duration_ns = self.pause_duration();
                     self.pause(id.index, duration_ns);
@@ -775,7 +792,14 @@ impl Sim {
     }
 
     /// A store call reaches the store.
-    fn arrive(&mut self, id: ProcessId, writer: Writer, effect: Effect, fate: Fate) {
+    fn arrive(
+        &mut self,
+        id: ProcessId,
+        writer: Writer,
+        effect: Effect,
+        fate: Fate,
+        timeout: Option<(u64, Ticket)>,
+    ) {
         let now_ns = self.now_ns;
         let mut outcome = fate.outcome;
         if let Some(&(_, _, down)) = self
@@ -825,8 +849,14 @@ impl Sim {
             Outcome::UnknownLost | Outcome::UnknownCommitted => Some(Reply::Unknown),
             Outcome::Hang { .. } => None,
         };
+        let op = store_op(&effect);
+        if let Some((timeout_ns, ticket)) = timeout {
+            if answer.is_none() || now_ns + fate.back_ns >= timeout_ns {
+                let unknown = Ev::Input(id, Input::Reply(op, Reply::Unknown));
+                self.schedule_reserved(timeout_ns, ticket, unknown);
+            }
+        }
         if let Some(reply) = answer {
-            let op = store_op(&effect);
             self.schedule(
                 now_ns + fate.back_ns,
                 Ev::Input(id, Input::Reply(op, reply)),

@@ -18,6 +18,10 @@ pub struct EventQueue<E> {
     seq: u64,
 }
 
+/// A place in the order of the events of one instant, taken by [`EventQueue::reserve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket(u64);
+
 impl<E> Default for EventQueue<E> {
     fn default() -> Self {
         EventQueue {
@@ -31,9 +35,23 @@ impl<E> Default for EventQueue<E> {
 
 impl<E> EventQueue<E> {
     /// Queues `event` at `at_ns`; of the events of one instant, those of a lower `rank` come
-    /// out first.
+    /// out first, then those pushed (or reserved) first.
     pub fn push(&mut self, at_ns: u64, rank: u8, event: E) {
+        let ticket = self.reserve();
+        self.push_reserved(at_ns, rank, ticket, event);
+    }
+
+    /// Takes the place in the order of one instant that an event pushed now would get, for an
+    /// event that may be pushed later ([`push_reserved`](Self::push_reserved)) or never: a run
+    /// that decides later whether an event is needed stays the run that pushed it at once.
+    pub fn reserve(&mut self) -> Ticket {
         self.seq += 1;
+        Ticket(self.seq)
+    }
+
+    /// Queues `event` at `at_ns` in the place `ticket` reserved. Pushed no later than `at_ns`,
+    /// it comes out exactly when it would have had it been pushed when the ticket was taken.
+    pub fn push_reserved(&mut self, at_ns: u64, rank: u8, ticket: Ticket, event: E) {
         let index = match self.free.pop() {
             Some(index) => {
                 self.slab[index as usize] = Some(event);
@@ -44,7 +62,7 @@ impl<E> EventQueue<E> {
                 u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 events queued")
             }
         };
-        self.heap.push(Reverse((at_ns, rank, self.seq, index)));
+        self.heap.push(Reverse((at_ns, rank, ticket.0, index)));
     }
 
     /// When the earliest event is due.
@@ -78,5 +96,10 @@ mod tests {
         queue.push(1, 0, "again");
         assert_eq!(queue.pop(), Some((1, "again")));
         assert_eq!(queue.slab.len(), 4, "slots are reused");
+        // A reserved place keeps its order among events pushed after it.
+        let early = queue.reserve();
+        queue.push(7, 1, "pushed after the reservation");
+        queue.push_reserved(7, 1, early, "reserved first");
+        assert_eq!(queue.pop(), Some((7, "reserved first")));
     }
 }

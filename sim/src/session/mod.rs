@@ -40,7 +40,7 @@ use vvm_core::{
 use crate::clock::LocalClock;
 use crate::oracle::{Interval, Oracle, ProcessId, Violation};
 use crate::params::{Fate, Outcome};
-use crate::queue::EventQueue;
+use crate::queue::{EventQueue, Ticket};
 use crate::rng::Rng;
 use crate::store::Writer;
 use store::{Acquired, Answer, Call, SessionStoreModel};
@@ -70,7 +70,9 @@ enum Input {
 
 enum Ev {
     Input(ProcessId, Input),
-    Arrive(ProcessId, Writer, Call, Fate),
+    /// A store call reaches the store; with the time and place of its caller's timeout when
+    /// that is not queued yet (it is only when the answer does not come first).
+    Arrive(ProcessId, Writer, Call, Fate, Option<(u64, Ticket)>),
     Kill(ProcessId, u64),
     Resume(ProcessId),
     Start(u32),
@@ -245,9 +247,15 @@ impl SessionSim {
     }
 
     fn schedule(&mut self, at_ns: u64, ev: Ev) {
+        let ticket = self.queue.reserve();
+        self.schedule_reserved(at_ns, ticket, ev);
+    }
+
+    fn schedule_reserved(&mut self, at_ns: u64, ticket: Ticket, ev: Ev) {
         // Killers fire before anything else happening at the same instant.
         let rank = u8::from(!matches!(ev, Ev::Kill(..)));
-        self.queue.push(at_ns.max(self.now_ns), rank, ev);
+        self.queue
+            .push_reserved(at_ns.max(self.now_ns), rank, ticket, ev);
     }
 
     fn note(&mut self, id: ProcessId, text: impl FnOnce() -> String) {
@@ -271,7 +279,9 @@ impl SessionSim {
     fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::Input(id, input) => self.deliver(id, input),
-            Ev::Arrive(id, writer, call, fate) => self.arrive(id, writer, call, fate),
+            Ev::Arrive(id, writer, call, fate, timeout) => {
+                self.arrive(id, writer, call, fate, timeout)
+            }
             Ev::Kill(id, arming) => {
                 let fires = self
                     .live_mut(id)
@@ -644,15 +654,20 @@ impl SessionSim {
         let live = self.live(id);
         let writer = live.writer;
         let timeout_at_ns = live.clock.true_at(live.clock.local(now_ns) + timeout_ns);
-        self.schedule(
-            now_ns + fate.to_store_ns,
-            Ev::Arrive(id, writer, call, fate),
+        // The timeout waits in the call until the call reaches the store, and is queued only if
+        // the answer does not come first.
+        let arrive_ns = now_ns + fate.to_store_ns;
+        let arrival = self.queue.reserve();
+        let timeout = self.queue.reserve();
+        let deferred = (arrive_ns <= timeout_at_ns).then_some((timeout_at_ns, timeout));
+        self.schedule_reserved(
+            arrive_ns,
+            arrival,
+            Ev::Arrive(id, writer, call, fate, deferred),
         );
-        let unknown = match call {
-            Call::Session(effect) => Input::Reply(session_op(&effect), Reply::Unknown),
-            Call::Acquire { op, slot, .. } => Input::Acquired(slot, op, Acquired::Unknown),
-        };
-        self.schedule(timeout_at_ns, Ev::Input(id, unknown));
+        if deferred.is_none() {
+            self.schedule_reserved(timeout_at_ns, timeout, Ev::Input(id, unknown(call)));
+        }
         if self.rng.chance(self.params.base.faults.pause_on_call_ppm) {
             let duration_ns = self.pause_duration();
             self.pause(id, duration_ns);
@@ -660,7 +675,14 @@ impl SessionSim {
     }
 
     /// A store call reaches the store.
-    fn arrive(&mut self, id: ProcessId, writer: Writer, call: Call, fate: Fate) {
+    fn arrive(
+        &mut self,
+        id: ProcessId,
+        writer: Writer,
+        call: Call,
+        fate: Fate,
+        timeout: Option<(u64, Ticket)>,
+    ) {
         let now_ns = self.now_ns;
         let mut outcome = fate.outcome;
         if let Some(&(_, _, down)) = self
@@ -690,6 +712,11 @@ impl SessionSim {
             }),
             Outcome::Hang { .. } => None,
         };
+        if let Some((timeout_ns, ticket)) = timeout {
+            if answer.is_none() || now_ns + fate.back_ns >= timeout_ns {
+                self.schedule_reserved(timeout_ns, ticket, Ev::Input(id, unknown(call)));
+            }
+        }
         let input = match (call, answer) {
             (_, None) => return,
             (Call::Session(effect), Some(Answer::Session(reply))) => {
@@ -701,6 +728,14 @@ impl SessionSim {
             (call, Some(answer)) => panic!("{answer:?} does not answer {call:?}"),
         };
         self.schedule(now_ns + fate.back_ns, Ev::Input(id, input));
+    }
+}
+
+/// What the caller of `call` hears when its timeout comes first.
+fn unknown(call: Call) -> Input {
+    match call {
+        Call::Session(effect) => Input::Reply(session_op(&effect), Reply::Unknown),
+        Call::Acquire { op, slot, .. } => Input::Acquired(slot, op, Acquired::Unknown),
     }
 }
 
