@@ -17,10 +17,10 @@
 //! runs at a rate within ±10 % of true time; the store judges expiry by true time. One seeded
 //! generator draws every fault, so a seed replays a run exactly.
 //!
-//! The tests of this crate run the seeds (`tests/simulation.rs`, `tests/sessions.rs`) and the
-//! named adversarial scenarios (`tests/scenarios.rs`). The crate is built with `opt-level = 3`
-//! in the dev profile (debug assertions and overflow checks on), which is what makes 100 000
-//! seeds affordable inside `cargo test`.
+//! The tests of this crate run the seeds (`tests/simulation.rs`,
+//! `tests/session_simulation.rs`) and the named adversarial scenarios (`tests/scenarios.rs`).
+//! The crate is built with `opt-level = 3` in the dev profile (debug assertions and overflow
+//! checks on), which is what makes 100 000 seeds of each affordable inside `cargo test`.
 //!
 //! [`LeaseConfig::store_timeout`]: vvm_core::LeaseConfig::store_timeout
 #![forbid(unsafe_code)]
