@@ -8,9 +8,6 @@
 //! `cargo test --test session_chaos` runs 200 seeds; `VVM_SESSION_CHAOS_SEEDS=N` runs more.
 
 mod common;
-#[path = "sim/rng.rs"]
-#[allow(dead_code)]
-mod rng;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,12 +15,12 @@ use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
-use rng::Rng;
 use vvm::adapters::MemoryStore;
 use vvm::{
     Clock, Incarnation, LeaseConfig, LeaseValue, Revision, SessionHandle, SessionStatus, Slot,
     TimeSource,
 };
+use vvm_sim::rng::Rng;
 
 const LEASE: Duration = Duration::from_secs(20);
 const SLOTS: u32 = 2;
@@ -229,4 +226,14 @@ fn no_two_processes_run_a_service_on_one_slot() {
         "session chaos: {seeds} seeds, {starts} service starts, {killed} over a killed holder"
     );
     assert!(starts > seeds, "services started: {starts}");
+}
+
+/// The simulator (`vvm-sim`) drives holdings as the runtime does: it gives up an acquire whose
+/// outcome stays unknown after as many sends.
+#[test]
+fn the_simulator_sends_an_acquire_as_often_as_the_runtime() {
+    assert_eq!(
+        u32::from(vvm_sim::session::ACQUIRE_SENDS_MAX),
+        vvm::ACQUIRE_SENDS_MAX
+    );
 }

@@ -5,21 +5,19 @@
 //! every 5 s, kill deadline 16 s after the send of the last confirmed write, acquisition rounds
 //! every second.
 
-mod sim;
-
 use core::time::Duration;
 use std::collections::BTreeSet;
 use std::mem::discriminant;
 
-use sim::oracle::{Interval, ProcessId};
-use sim::params::{Fate, Outcome, Params, SECOND_NS};
-use sim::store::Writer;
-use sim::trace::{Death, Note};
-use sim::Sim;
 use vvm_core::{
     ConfigError, Effect, Incarnation, LeaseConfig, LossReason, Reply, Slot, VvmConfig, VvmEvent,
     LEASE_DEFAULT,
 };
+use vvm_sim::oracle::{Interval, ProcessId};
+use vvm_sim::params::{Fate, Outcome, Params, SECOND_NS};
+use vvm_sim::store::Writer;
+use vvm_sim::trace::{Death, Note};
+use vvm_sim::Sim;
 
 const S: u64 = SECOND_NS;
 const MS: u64 = SECOND_NS / 1000;
@@ -572,7 +570,7 @@ fn holders_killed_at_random_every_slot_is_refilled_with_one_holder() {
         p.duration_ns = 40 * L;
         p.restart_delay_max_ns = L / 4;
     });
-    let mut rng = sim::rng::Rng::new(11);
+    let mut rng = vvm_sim::rng::Rng::new(11);
     let mut crash_ns = 10 * S;
     let mut crashes = 0;
     while crash_ns < 34 * L {

@@ -1,6 +1,8 @@
-//! The safety oracle: records every interval during which a process *acts* as leader of a slot
-//! (its machine holds the slot and its local clock is before its kill deadline) and checks, per
-//! slot, that no two intervals overlap in true time and that fencing tokens strictly increase.
+//! The safety oracle: records every interval during which a process *acts* on a slot (services
+//! it started with a token of the slot have not all stopped, and the process has not died) and
+//! checks, per slot, that no two processes' intervals overlap in true time and that fencing
+//! tokens strictly increase. A VVM acts on one slot at a time ([`Oracle::observe`]); a process
+//! with a session acts on each of its holdings' slots at once ([`Oracle::observe_slot`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -114,6 +116,8 @@ impl Violation {
 #[derive(Clone, Debug, Default)]
 pub struct Oracle {
     open: BTreeMap<ProcessId, (FencingToken, u64)>,
+    /// Per process and slot, for processes that act on several slots at once.
+    open_slots: BTreeMap<(ProcessId, Slot), (FencingToken, u64)>,
     closed: Vec<Interval>,
     violations: Vec<Violation>,
 }
@@ -132,18 +136,63 @@ impl Oracle {
         }
     }
 
-    /// `process` stops acting at `now_ns` (killed, crashed, exited, lost the slot).
+    /// `process` acts on `slot` with `token` from `now_ns` on (or stops acting on it, with
+    /// `None`); its other slots are unchanged. A changed token closes the previous interval.
+    pub fn observe_slot(
+        &mut self,
+        process: ProcessId,
+        slot: Slot,
+        token: Option<FencingToken>,
+        now_ns: u64,
+    ) {
+        debug_assert!(
+            token.is_none_or(|t| t.slot == slot),
+            "a token of another slot"
+        );
+        let current = self
+            .open_slots
+            .get(&(process, slot))
+            .map(|&(token, _)| token);
+        if current == token {
+            return;
+        }
+        if let Some((token, start_ns)) = self.open_slots.remove(&(process, slot)) {
+            self.close(process, token, start_ns, now_ns);
+        }
+        if let Some(token) = token {
+            self.open_slots.insert((process, slot), (token, now_ns));
+        }
+    }
+
+    /// `process` stops acting at `now_ns` (killed, crashed, exited, lost the slot), on every
+    /// slot.
     pub fn stop(&mut self, process: ProcessId, now_ns: u64) {
         if let Some((token, start_ns)) = self.open.remove(&process) {
-            assert!(start_ns <= now_ns, "time ran backwards for {process}");
-            if start_ns < now_ns {
-                self.closed.push(Interval {
-                    process,
-                    token,
-                    start_ns,
-                    end_ns: now_ns,
-                });
-            }
+            self.close(process, token, start_ns, now_ns);
+        }
+        if self.open_slots.is_empty() {
+            return;
+        }
+        let slots: Vec<Slot> = self
+            .open_slots
+            .range((process, Slot(0))..=(process, Slot(u32::MAX)))
+            .map(|(&(_, slot), _)| slot)
+            .collect();
+        for slot in slots {
+            let (token, start_ns) = self.open_slots.remove(&(process, slot)).expect("listed");
+            self.close(process, token, start_ns, now_ns);
+        }
+    }
+
+    fn close(&mut self, process: ProcessId, token: FencingToken, start_ns: u64, end_ns: u64) {
+        assert!(start_ns <= end_ns, "time ran backwards for {process}");
+        if start_ns < end_ns {
+            self.closed.push(Interval {
+                process,
+                token,
+                start_ns,
+                end_ns,
+            });
         }
     }
 
@@ -167,7 +216,12 @@ impl Oracle {
 
     /// Closes every open interval at `end_ns` and returns all intervals, by slot and start.
     pub fn finish(&mut self, end_ns: u64) -> Vec<Interval> {
-        let open: Vec<ProcessId> = self.open.keys().copied().collect();
+        let open: Vec<ProcessId> = self
+            .open
+            .keys()
+            .chain(self.open_slots.keys().map(|(process, _)| process))
+            .copied()
+            .collect();
         for process in open {
             self.stop(process, end_ns);
         }
