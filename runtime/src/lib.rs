@@ -61,7 +61,7 @@ pub mod observe;
 mod pacing;
 mod pipeline;
 mod refusals;
-pub mod semaphore;
+mod semaphore;
 pub mod semaphore_store;
 pub mod sequencer;
 pub mod services;
@@ -85,7 +85,7 @@ pub use killer::{
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
 pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use semaphore::{
-    AcquireOptions, Coordination, CoordinationError, SemaphoreGrant, Watch, WatchKind,
+    AcquireOptions, Coordination, CoordinationError, GrantEnd, SemaphoreGrant, Watch, WatchKind,
 };
 pub use semaphore_store::{
     Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
