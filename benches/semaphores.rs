@@ -59,7 +59,10 @@ fn acquire_release<S: SemaphoreStore>(c: &mut Criterion, label: &str, store: S) 
             limit: 1,
             data: Vec::new(),
         };
-        store.semaphore(key(1), &name, create).await.expect("created");
+        store
+            .semaphore(key(1), &name, create)
+            .await
+            .expect("created");
     });
     c.bench_function(&format!("semaphores/acquire_release/{label}"), |b| {
         b.iter(|| {
@@ -70,7 +73,10 @@ fn acquire_release<S: SemaphoreStore>(c: &mut Criterion, label: &str, store: S) 
                     timeout_ms: 0,
                     ephemeral: false,
                 };
-                store.semaphore(key(1), &name, acquire).await.expect("granted");
+                store
+                    .semaphore(key(1), &name, acquire)
+                    .await
+                    .expect("granted");
                 store
                     .semaphore(key(1), &name, SemaphoreRequest::Release)
                     .await
@@ -97,7 +103,10 @@ async fn member<S: SemaphoreStore + Clone>(store: S, n: u64) -> Coordination<S> 
 /// Hand-offs between two members, each waiting on its own client of the store.
 async fn handoffs<S: SemaphoreStore + Clone + 'static>(first: S, second: S) -> Vec<Duration> {
     let mut members = [member(first, 1).await, member(second, 2).await];
-    members[0].create("lock", 1, Vec::new()).await.expect("created");
+    members[0]
+        .create("lock", 1, Vec::new())
+        .await
+        .expect("created");
     let mut grant = members[0]
         .acquire("lock", AcquireOptions::new(1))
         .await
@@ -110,7 +119,13 @@ async fn handoffs<S: SemaphoreStore + Clone + 'static>(first: S, second: S) -> V
             let grant = next.acquire("lock", AcquireOptions::new(1)).await;
             (Instant::now(), grant)
         });
-        while members[0].describe("lock").await.expect("read").waiters.is_empty() {
+        while members[0]
+            .describe("lock")
+            .await
+            .expect("read")
+            .waiters
+            .is_empty()
+        {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
         let released = Instant::now();
