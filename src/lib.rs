@@ -26,9 +26,13 @@
 #![deny(missing_docs)]
 
 pub use vvm_core;
+/// Semaphores' vocabulary (`Description`, `Status`, `Outcome`, the size bounds): the rules of
+/// coordination, as every store runs them.
+pub use vvm_core::semaphore;
 pub use vvm_core::{
     ConfigError, FencingToken, Incarnation, Instant, LeaseConfig, LossReason, Phase, Problem,
-    Revision, SessionId, SessionKey, Slot, VvmConfig, VvmConfigBuilder, ACQUISITION_FOREVER,
+    Revision, Semaphore, SemaphoreError, SemaphoreName, SessionId, SessionKey, Slot, VvmConfig,
+    VvmConfigBuilder, ACQUISITION_FOREVER,
 };
 pub use vvm_runtime::*;
 

@@ -54,3 +54,7 @@ conformance::session_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );
+conformance::semaphore_cases!(
+    #[tokio::test(start_paused = true)]
+    Memory
+);

@@ -116,6 +116,10 @@ mod paused_clock {
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
+    conformance::semaphore_cases!(
+        #[tokio::test(start_paused = true)]
+        Sqlite::new(true)
+    );
 }
 
 // covers: Sq.BootClock, Sq.Atomic
@@ -131,6 +135,10 @@ mod boot_clock {
         Sqlite::new(false)
     );
     conformance::session_cases!(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        Sqlite::new(false)
+    );
+    conformance::semaphore_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         Sqlite::new(false)
     );

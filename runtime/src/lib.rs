@@ -61,6 +61,8 @@ pub mod observe;
 mod pacing;
 mod pipeline;
 mod refusals;
+mod semaphore;
+pub mod semaphore_store;
 pub mod sequencer;
 pub mod services;
 pub mod session;
@@ -82,6 +84,12 @@ pub use killer::{
 };
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
 pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
+pub use semaphore::{
+    AcquireOptions, Coordination, CoordinationError, GrantEnd, SemaphoreGrant, Watch, WatchKind,
+};
+pub use semaphore_store::{
+    Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
+};
 pub use services::{
     KillDeadlines, LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal,
     SERVICES_MAX,

@@ -8,7 +8,9 @@
 //! - [`observe`]: [`vvm::observe`] reporting every change of holder (and no renewal);
 //! - [`feed`]: the change feed, for stores that have one (`feed_cases!`);
 //! - [`sessions`]: session records and their holdings, for every [`vvm::SessionStore`]
-//!   (`session_cases!`).
+//!   (`session_cases!`);
+//! - [`semaphores`]: semaphores and the runtime's coordination on them, for every
+//!   [`vvm::SemaphoreStore`] (`semaphore_cases!`).
 //!
 //! # Plugging a store in
 //! 1. Implement [`Harness`]: a fresh store per case, extra clients of it, a short TTL and a way
@@ -32,6 +34,7 @@
 pub mod elections;
 pub mod feed;
 pub mod observe;
+pub mod semaphores;
 pub mod sessions;
 pub mod ttl;
 
@@ -239,3 +242,34 @@ macro_rules! session_cases {
 }
 #[allow(unused_imports)]
 pub(crate) use session_cases;
+
+/// One test per semaphore case: `semaphore_cases!(#[test attribute] harness-expression);`.
+#[allow(unused_macros)]
+macro_rules! semaphore_cases {
+    (#[$test:meta] $harness:expr) => {
+        $crate::conformance::semaphore_cases!(@cases #[$test] $harness;
+            semaphore_queue_is_fifo,
+            semaphore_acquire_again_replaces_in_place,
+            semaphore_try_once_never_queues,
+            semaphore_ephemeral_lives_with_its_parties,
+            semaphore_delete_is_refused_while_busy_unless_forced,
+            semaphore_expired_session_releases_and_grants_the_next,
+            semaphore_deleted_session_releases_at_once,
+            semaphore_refusals_are_typed_and_write_nothing,
+            semaphore_feed_wakes_on_a_write,
+            coordination_queued_acquire_waits_for_its_grant,
+            coordination_watch_ends_at_the_latest_state,
+            coordination_errors_are_typed,
+        );
+    };
+    (@cases #[$test:meta] $harness:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[$test]
+            async fn $case() {
+                $crate::conformance::semaphores::$case(&$harness).await;
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use semaphore_cases;

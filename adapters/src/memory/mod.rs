@@ -21,6 +21,7 @@ use vvm_runtime::{
     Clock, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
 };
 
+mod semaphore;
 mod session;
 
 /// Most live or expired-but-not-yet-pruned records the store holds, slot records and holdings
@@ -132,6 +133,8 @@ struct Inner {
     feeds: HashMap<Slot, watch::Sender<()>>,
     /// Session records, each with the slots it holds.
     sessions: HashMap<SessionKey, session::SessionRecord>,
+    /// Semaphores, whose parties name sessions.
+    semaphores: semaphore::Semaphores,
 }
 
 impl Inner {

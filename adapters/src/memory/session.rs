@@ -47,6 +47,7 @@ impl Inner {
                 self.changed(slot);
             }
         }
+        self.end_semaphore_parties(key);
     }
 
     /// Takes a removed or replaced record of `slot` out of its session's set.

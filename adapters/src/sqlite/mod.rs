@@ -78,6 +78,10 @@
 //! transaction. Sessions are judged by their expiry only: the dead-holder lock does not apply
 //! to them (why: `session.rs`).
 //!
+//! **Semaphores** (`semaphore.rs`): the store is a
+//! [`SemaphoreStore`](vvm_runtime::SemaphoreStore). One row per name holds the encoded state;
+//! every operation is one write transaction that judges the parties' sessions by their rows.
+//!
 //! **Corrupt rows** never panic the decoder: a live record that cannot be read is
 //! [`StoreError::Corrupt`] for `get` and never matches an expected lease, so it is not
 //! overwritten or deleted before it expires.
@@ -92,6 +96,7 @@ mod probe;
 mod reader;
 mod record;
 mod schema;
+mod semaphore;
 mod session;
 
 use std::path::{Path, PathBuf};
@@ -232,6 +237,7 @@ impl SqliteStoreBuilder {
                 sharing: self.sharing,
                 path: path.to_owned(),
                 feed: Arc::new(feed::Feed::new(self.read_only)),
+                semaphore_feed: Arc::default(),
             }),
         })
     }
@@ -244,6 +250,8 @@ struct Shared {
     path: PathBuf,
     /// The change feed's own connection; see [`feed`].
     feed: Arc<feed::Feed>,
+    /// The semaphores' change feed and its connection; see `semaphore.rs`.
+    semaphore_feed: Arc<semaphore::SemaphoreFeed>,
 }
 
 /// A [`LeaseStore`] in an SQLite file. Cloning shares the connection.

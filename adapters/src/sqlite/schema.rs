@@ -6,6 +6,10 @@
 //! refused before the first byte could change. So is a file of ours that records another
 //! machine: its machine id is read, and compared, before anything is written.
 //!
+//! Version 4 had no semaphores. Such a file is migrated in place: one added table
+//! (`vvm_semaphores`), empty; nothing else changes. Version-4 programs then refuse it as newer:
+//! they would end sessions without ending their semaphores' parties.
+//!
 //! Version 3 had no sessions. Such a file is migrated in place: the table of session records
 //! (`vvm_sessions`), the two columns that make a slot record a holding of a session
 //! (`session_incarnation`, `session_id`: `NULL` in every existing row, which stay slot records
@@ -36,7 +40,7 @@ use super::{SqliteStoreError, OPEN_BUSY_WAIT};
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
 
 /// `PRAGMA user_version` this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The earlier version this build migrates: the same, without the machine id.
 const SCHEMA_VERSION_1: i32 = 1;
@@ -47,6 +51,9 @@ const SCHEMA_VERSION_2: i32 = 2;
 /// The version before sessions (`vvm_sessions`, and holdings in `vvm_leases`).
 const SCHEMA_VERSION_3: i32 = 3;
 
+/// The version before semaphores (`vvm_semaphores`).
+const SCHEMA_VERSION_4: i32 = 4;
+
 /// How far the revision counter jumps on the first open under a new boot id.
 ///
 /// Commits are synced lazily (`synchronous=NORMAL`), so a power loss may take back the last
@@ -56,7 +63,7 @@ const SCHEMA_VERSION_3: i32 = 3;
 /// than 2^32 commits) and syncs that jump before any revision of the new boot exists.
 pub const REVISION_BOOT_GAP: i64 = 1 << 32;
 
-/// The sessions table and the index on holdings: one text for a new file ([`SCHEMA_V4`]) and
+/// The sessions table and the index on holdings: one text for a new file ([`SCHEMA_V5`]) and
 /// the migration from version 3, so the two cannot drift apart.
 macro_rules! sessions_ddl {
     () => {
@@ -75,7 +82,26 @@ CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
     };
 }
 
-/// Version 4. `vvm_store` has exactly one row: the revision counter, which survives deletes,
+/// The semaphores table: one text for a new file ([`SCHEMA_V5`]) and the migration from
+/// version 4. One row per name ever used: `state` is the encoded semaphore
+/// (`vvm_core::Semaphore::encode`), `NULL` once deleted, when the row keeps only the counters
+/// a semaphore created again under the name continues (`generation`, `next_order_id`);
+/// `version` is a revision of the store's counter, new with every write of the row, which the
+/// change feed compares.
+macro_rules! semaphores_ddl {
+    () => {
+        "CREATE TABLE vvm_semaphores (
+    name TEXT PRIMARY KEY,
+    state BLOB,
+    version INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    next_order_id INTEGER NOT NULL
+) STRICT;
+"
+    };
+}
+
+/// Version 5: version 4 and the semaphores. `vvm_store` has exactly one row: the revision counter, which survives deletes,
 /// the boot id of the last opener and the machine the file belongs to (empty until the first
 /// open claims it). `vvm_leases` holds one row per slot ever written and not deleted. A slot
 /// record (`session_incarnation` and `session_id` `NULL`) is live while its boot id is the
@@ -84,7 +110,7 @@ CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
 /// by that row's boot id and expiry; its own `expires_ns` is unused (written as `i64::MAX`)
 /// and it names no lock file. The partial index finds a session's holdings, so ending a session
 /// costs O(its holdings), whatever the number of rows.
-pub(crate) const SCHEMA_V4: &str = concat!(
+pub(crate) const SCHEMA_V5: &str = concat!(
     "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -105,6 +131,7 @@ CREATE TABLE vvm_leases (
 ) STRICT;
 ",
     sessions_ddl!(),
+    semaphores_ddl!(),
     "INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 "
 );
@@ -118,13 +145,16 @@ const MIGRATE_V2_TO_V3: &str = "ALTER TABLE vvm_leases ADD COLUMN lock_dev INTEG
 ALTER TABLE vvm_leases ADD COLUMN lock_ino INTEGER;";
 
 /// Adds sessions: their table, the session of a holding (`NULL` in every existing row: slot
-/// records) and the index on it. The same definitions as [`SCHEMA_V4`].
+/// records) and the index on it. The same definitions as [`SCHEMA_V5`].
 const MIGRATE_V3_TO_V4: &str = concat!(
     "ALTER TABLE vvm_leases ADD COLUMN session_incarnation INTEGER;
 ALTER TABLE vvm_leases ADD COLUMN session_id INTEGER;
 ",
     sessions_ddl!()
 );
+
+/// Adds semaphores: their table, empty. The same definition as [`SCHEMA_V5`].
+const MIGRATE_V4_TO_V5: &str = semaphores_ddl!();
 
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +169,8 @@ pub(crate) enum Identity {
     Version2,
     /// Ours, at version 3: migrated on open.
     Version3,
+    /// Ours, at version 4: migrated on open.
+    Version4,
     /// Ours, from a later version of this program.
     Newer(i32),
     /// Something else's.
@@ -158,6 +190,7 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
         (APPLICATION_ID, SCHEMA_VERSION_1) => Identity::Version1,
         (APPLICATION_ID, SCHEMA_VERSION_2) => Identity::Version2,
         (APPLICATION_ID, SCHEMA_VERSION_3) => Identity::Version3,
+        (APPLICATION_ID, SCHEMA_VERSION_4) => Identity::Version4,
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
         _ => Identity::Foreign {
             application_id,
@@ -207,7 +240,7 @@ fn build(path: &Path) -> Result<(), SqliteStoreError> {
         return Err(SqliteStoreError::JournalMode { found: mode });
     }
     let tx = conn.transaction().map_err(sqlite("creating the schema"))?;
-    tx.execute_batch(SCHEMA_V4)
+    tx.execute_batch(SCHEMA_V5)
         .map_err(sqlite("creating the schema"))?;
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(sqlite("creating the schema"))?;
@@ -229,7 +262,8 @@ fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
         | Identity::Ours
         | Identity::Version1
         | Identity::Version2
-        | Identity::Version3 => Ok(()),
+        | Identity::Version3
+        | Identity::Version4 => Ok(()),
         Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
@@ -293,12 +327,13 @@ pub(crate) fn check_readable(
                 path: path.to_owned(),
             })
         }
-        Identity::Version1 | Identity::Version2 | Identity::Version3 => {
+        Identity::Version1 | Identity::Version2 | Identity::Version3 | Identity::Version4 => {
             return Err(SqliteStoreError::OlderSchema {
                 found: match identity {
                     Identity::Version1 => SCHEMA_VERSION_1,
                     Identity::Version2 => SCHEMA_VERSION_2,
-                    _ => SCHEMA_VERSION_3,
+                    Identity::Version3 => SCHEMA_VERSION_3,
+                    _ => SCHEMA_VERSION_4,
                 },
                 supported: SCHEMA_VERSION,
             })
@@ -337,7 +372,7 @@ fn sqlite(what: &'static str) -> impl FnOnce(rusqlite::Error) -> SqliteStoreErro
 fn has_machine_id(identity: Identity) -> bool {
     matches!(
         identity,
-        Identity::Ours | Identity::Version2 | Identity::Version3
+        Identity::Ours | Identity::Version2 | Identity::Version3 | Identity::Version4
     )
 }
 
@@ -346,17 +381,23 @@ fn has_machine_id(identity: Identity) -> bool {
 /// empty file. Nothing for a file of this version.
 fn migrate(tx: &Connection, identity: Identity) -> Result<(), SqliteStoreError> {
     let steps: &[(&str, &'static str)] = match identity {
-        Identity::Empty => &[(SCHEMA_V4, "creating the schema")],
+        Identity::Empty => &[(SCHEMA_V5, "creating the schema")],
         Identity::Version1 => &[
             (MIGRATE_V1_TO_V2, "migrating from schema version 1"),
             (MIGRATE_V2_TO_V3, "migrating from schema version 2"),
             (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
+            (MIGRATE_V4_TO_V5, "migrating from schema version 4"),
         ],
         Identity::Version2 => &[
             (MIGRATE_V2_TO_V3, "migrating from schema version 2"),
             (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
+            (MIGRATE_V4_TO_V5, "migrating from schema version 4"),
         ],
-        Identity::Version3 => &[(MIGRATE_V3_TO_V4, "migrating from schema version 3")],
+        Identity::Version3 => &[
+            (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
+            (MIGRATE_V4_TO_V5, "migrating from schema version 4"),
+        ],
+        Identity::Version4 => &[(MIGRATE_V4_TO_V5, "migrating from schema version 4")],
         Identity::Ours | Identity::Newer(_) | Identity::Foreign { .. } => &[],
     };
     for (sql, what) in steps {
@@ -545,6 +586,7 @@ mod tests {
         assert_eq!(classify(APPLICATION_ID, 1, 3), Identity::Version1);
         assert_eq!(classify(APPLICATION_ID, 2, 3), Identity::Version2);
         assert_eq!(classify(APPLICATION_ID, 3, 3), Identity::Version3);
+        assert_eq!(classify(APPLICATION_ID, 4, 3), Identity::Version4);
         assert_eq!(
             classify(APPLICATION_ID, SCHEMA_VERSION + 1, 3),
             Identity::Newer(SCHEMA_VERSION + 1)

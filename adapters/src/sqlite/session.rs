@@ -16,7 +16,7 @@
 //! |---|---|
 //! | `create_session` | read the row; if live: nothing. Else delete the dead row of the key and its holdings, remove up to [`SWEEP_SESSIONS_MAX`] other dead sessions with theirs, take a revision from the counter, insert the row |
 //! | `keep_alive` | read the row; if live at `expected`: update its expiry (the revision stays) |
-//! | `delete_session` | read the row; if live at `expected`: delete its holdings and the row |
+//! | `delete_session` | read the row; if live at `expected`: delete its holdings and the row, and remove its parties from every semaphore (`semaphore.rs`) |
 //! | `get_session` | read the row |
 //! | `acquire` | read the session row; if not live: `SessionGone`. Read the slot (as `get`): live and a holding of this session → its revision; live otherwise → `Held`; else write the holding with a revision from the counter |
 //!
@@ -221,6 +221,7 @@ impl SessionStore for SqliteStore {
             match load(tx, key, now)? {
                 Judged::Live(stored, _) if ours(key, &stored, expected) => {
                     end(tx, record::session_columns(key))?;
+                    super::semaphore::end_parties(tx, key)?;
                     Ok(Step::wrote(true))
                 }
                 _ => Ok(Step::read(false)),

@@ -322,6 +322,30 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
         answer.await.map_err(|_| SessionError::Closed)?
     }
 
+    /// Attaches a holding that is not a slot (a semaphore's grant or queued acquire): the
+    /// session neither closes nor opens anew until it is detached.
+    pub(crate) async fn attach(&self) -> Result<HoldingId, SessionError> {
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .commands
+            .send(Command::Attach { reply })
+            .map_err(|_| SessionError::Closed)?;
+        answer
+            .await
+            .map_err(|_| SessionError::Closed)?
+            .map_err(SessionError::AttachRefused)
+    }
+
+    /// The store the session lives in.
+    pub(crate) fn store(&self) -> &S {
+        &self.shared.store
+    }
+
+    /// The session's lease configuration (its store-call timeout).
+    pub(crate) fn lease(&self) -> LeaseConfig {
+        self.shared.lease
+    }
+
     fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashSet<Slot>> {
         lock(&self.shared.slots)
     }
@@ -414,6 +438,13 @@ impl<S: SessionStore> Holding<S> {
             Ok(result) => Ok(result?),
             Err(_) => Err(SessionError::TimedOut),
         }
+    }
+}
+
+impl<S> SessionHandle<S> {
+    /// Detaches a holding of [`attach`](Self::attach).
+    pub(crate) fn detach(&self, holding: HoldingId) {
+        let _ = self.shared.commands.send(Command::Detach { holding });
     }
 }
 

@@ -1,0 +1,290 @@
+//! Semaphores of the SQLite store ([`SemaphoreStore`]): one row of `vvm_semaphores` per name,
+//! holding the encoded state ([`Semaphore::encode`]).
+//!
+//! | operation | one `BEGIN IMMEDIATE` transaction |
+//! |---|---|
+//! | `semaphore` | judge the caller's session row; read and decode the semaphore's row; judge the session row of every party, removing those of dead sessions; run the core operation ([`transact`]); write the row back with a new `version` from the store's counter when anything changed (a delete keeps the row with `state` `NULL` and the counters) |
+//! | `delete_session` (`session.rs`) | besides the session's row and holdings: every semaphore that has a party of the session, that party removed as by its expiry |
+//!
+//! Sessions are judged exactly as holdings are: by their row's boot id and expiry on the
+//! store's clock, read under the write lock. The queue's order is the core's order ids,
+//! assigned inside the transaction, so it is the order in which the transactions committed.
+//!
+//! **Costs.** An operation reads one semaphore row and one session row per party (by primary
+//! key), and writes one row: O(parties) statements, each O(log n). Ending a session eagerly
+//! reads every semaphore row (`delete_session` is rare: once per closed session), O(semaphores
+//! · parties); the expiry of a session writes nothing, and its parties are removed by the next
+//! transaction on each semaphore, which a waiter makes at that expiry
+//! ([`Applied::parties_expire_in`]).
+//!
+//! **Change feed**, across processes: as for slots (`feed.rs`), a connection of the store's own
+//! that never writes looks at `PRAGMA data_version` every [`FEED_POLL_INTERVAL`](super::FEED_POLL_INTERVAL), and only
+//! when the file changed reads the `version` of the watched name: one integer by primary key.
+//! A wait resolves when it differs from the one read when the wait began.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+use vvm_core::semaphore::{Generation, OrderId, Semaphore, SemaphoreName, SessionKey};
+use vvm_runtime::semaphore_store::{transact, Write};
+use vvm_runtime::{
+    Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
+};
+
+use super::feed::FEED_POLL_INTERVAL;
+use super::record::{self, Now, TxError};
+use super::{SqliteStore, Step};
+
+/// A semaphore's row: its state (`None` once deleted) and the counters of a deleted one.
+struct Row {
+    state: Option<Vec<u8>>,
+    counters: (Generation, OrderId),
+}
+
+fn load(tx: &Transaction<'_>, name: &SemaphoreName) -> Result<Option<Row>, TxError> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT state, generation, next_order_id FROM vvm_semaphores WHERE name = ?1",
+        )?
+        .query_row([name.as_str()], |row| {
+            let state = match row.get_ref(0)? {
+                ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            };
+            let counter = |index| -> rusqlite::Result<u64> {
+                Ok(match row.get_ref(index)? {
+                    ValueRef::Integer(value) => u64::try_from(value).unwrap_or(0),
+                    _ => 0,
+                })
+            };
+            Ok(Row {
+                state,
+                counters: (Generation(counter(1)?), OrderId(counter(2)?.max(1))),
+            })
+        })
+        .optional()?)
+}
+
+fn column(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Writes what a transaction decided; whether it wrote.
+fn store(tx: &Transaction<'_>, name: &SemaphoreName, write: &Write) -> Result<bool, TxError> {
+    let (state, generation, next_order_id) = match write {
+        Write::Keep => return Ok(false),
+        Write::Put(semaphore) => (
+            Some(semaphore.encode()),
+            semaphore.generation(),
+            semaphore.next_order_id(),
+        ),
+        Write::Delete {
+            generation,
+            next_order_id,
+        } => (None, *generation, *next_order_id),
+    };
+    let version = record::revision_column(record::next_revision(tx)?);
+    tx.prepare_cached(
+        "INSERT INTO vvm_semaphores (name, state, version, generation, next_order_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (name) DO UPDATE SET state = excluded.state, version = excluded.version, \
+           generation = excluded.generation, next_order_id = excluded.next_order_id",
+    )?
+    .execute((
+        name.as_str(),
+        state,
+        version,
+        column(generation.0),
+        column(next_order_id.0),
+    ))?;
+    Ok(true)
+}
+
+/// The time the session `key` has left by its row, `None` when it is not live. A row whose
+/// liveness cannot be told counts as live for ever: its parties are never removed on a guess.
+fn session_left(
+    tx: &Transaction<'_>,
+    key: SessionKey,
+    now: Now<'_>,
+) -> Result<Option<Duration>, TxError> {
+    let judged = tx
+        .prepare_cached(
+            "SELECT boot_id, expires_ns FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2",
+        )?
+        .query_row(record::session_columns(key), |row| {
+            Ok(match (row.get_ref(0)?, row.get_ref(1)?) {
+                (ValueRef::Text(boot), ValueRef::Integer(expires_ns)) => {
+                    if boot != now.boot_id.as_bytes() || expires_ns <= now.ns {
+                        None
+                    } else {
+                        Some(Duration::from_nanos(expires_ns.abs_diff(now.ns)))
+                    }
+                }
+                _ => Some(Duration::MAX),
+            })
+        })
+        .optional()?;
+    Ok(judged.flatten())
+}
+
+/// Removes the parties of the session `key` from every semaphore (its row was deleted in the
+/// same transaction). A state that cannot be decoded is left as it is.
+pub(super) fn end_parties(tx: &Transaction<'_>, key: SessionKey) -> Result<(), TxError> {
+    let rows: Vec<(String, Vec<u8>)> = tx
+        .prepare_cached("SELECT name, state FROM vvm_semaphores WHERE state IS NOT NULL")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for (name, bytes) in rows {
+        let (Ok(name), Ok(mut state)) = (SemaphoreName::new(&name), Semaphore::decode(&bytes))
+        else {
+            continue;
+        };
+        let outcome = state.expire_session(key);
+        if !outcome.changes.any() && !outcome.delete {
+            continue;
+        }
+        let write = if outcome.delete {
+            Write::Delete {
+                generation: state.generation(),
+                next_order_id: state.next_order_id(),
+            }
+        } else {
+            Write::Put(state)
+        };
+        store(tx, &name, &write)?;
+    }
+    Ok(())
+}
+
+impl SemaphoreStore for SqliteStore {
+    async fn semaphore(
+        &self,
+        session: SessionKey,
+        name: &SemaphoreName,
+        request: SemaphoreRequest,
+    ) -> Result<Applied, SemaphoreStoreError> {
+        self.writable()?;
+        let name = name.clone();
+        self.transact(TransactionBehavior::Immediate, move |tx, now| {
+            let row = load(tx, &name)?;
+            let counters = row.as_ref().map(|row| row.counters);
+            let stored = match row.and_then(|row| row.state) {
+                None => None,
+                Some(bytes) => match Semaphore::decode(&bytes) {
+                    Ok(state) => Some(state),
+                    Err(source) => {
+                        let name = name.clone();
+                        return Ok(Step::read(Err(SemaphoreStoreError::Corrupt {
+                            name,
+                            source,
+                        })));
+                    }
+                },
+            };
+            let decided = transact(stored, counters, session, &name, request.clone(), |key| {
+                session_left(tx, key, now)
+            })?;
+            match decided {
+                Ok((write, applied)) => {
+                    let wrote = store(tx, &name, &write)?;
+                    Ok(Step {
+                        result: Ok(applied),
+                        wrote,
+                    })
+                }
+                Err(refused) => Ok(Step::read(Err(refused))),
+            }
+        })
+        .await?
+    }
+
+    fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
+        let feed = Arc::clone(&self.shared.semaphore_feed);
+        let path: Arc<Path> = Arc::from(self.shared.path.as_path());
+        let name = name.clone();
+        // Read at the call, not at the first poll: a change right after it is not missed.
+        let start = feed.seen(&path, &name);
+        Box::pin(async move {
+            let mut start = start;
+            loop {
+                tokio::time::sleep(FEED_POLL_INTERVAL).await;
+                let Some((version, row)) = start else {
+                    start = feed.seen(&path, &name);
+                    continue;
+                };
+                if feed.data_version(&path) == Some(version) {
+                    continue;
+                }
+                match feed.seen(&path, &name) {
+                    Some((_, now)) if now != row => return,
+                    // Another row changed: wait for the next commit.
+                    Some(now) => start = Some(now),
+                    None => {}
+                }
+            }
+        })
+    }
+}
+
+/// The change feed's connection for semaphores: opened at the first wait, shared by every
+/// wait of one store, never writing.
+#[derive(Default)]
+pub(super) struct SemaphoreFeed {
+    conn: Mutex<Option<Connection>>,
+}
+
+impl SemaphoreFeed {
+    /// Runs `read` on the connection, opening it first; an error is logged and is `None` (the
+    /// wait then looks again at its next tick).
+    fn with<T>(
+        &self,
+        path: &Path,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Option<T> {
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if conn.is_none() {
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+            let opened = Connection::open_with_flags(path, flags)
+                .and_then(|opened| opened.busy_timeout(Duration::ZERO).map(|()| opened));
+            match opened {
+                Ok(opened) => *conn = Some(opened),
+                Err(error) => {
+                    tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite semaphore feed: cannot open its connection");
+                    return None;
+                }
+            }
+        }
+        read(conn.as_ref()?)
+            .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite semaphore feed: check failed"))
+            .ok()
+    }
+
+    fn data_version(&self, path: &Path) -> Option<i64> {
+        self.with(path, |conn| {
+            conn.prepare_cached("PRAGMA data_version")?
+                .query_row([], |row| row.get(0))
+        })
+    }
+
+    /// The file's version and the row version of `name` (`None`: no row), from one read
+    /// transaction.
+    fn seen(&self, path: &Path, name: &SemaphoreName) -> Option<(i64, Option<i64>)> {
+        self.with(path, |conn| {
+            let tx = conn.unchecked_transaction()?;
+            let version: i64 = tx
+                .prepare_cached("PRAGMA data_version")?
+                .query_row([], |row| row.get(0))?;
+            let row: Option<i64> = tx
+                .prepare_cached("SELECT version FROM vvm_semaphores WHERE name = ?1")?
+                .query_row([name.as_str()], |row| row.get(0))
+                .optional()?;
+            tx.finish()?;
+            Ok((version, row))
+        })
+    }
+}

@@ -1,0 +1,179 @@
+//! Semaphores on the memory and SQLite stores:
+//!
+//! - `semaphores/acquire_release/<store>`: an uncontended acquire (granted at once) and its
+//!   release, as two store transactions through [`SemaphoreStore::semaphore`]; operations per
+//!   second = 1 / the time;
+//! - `handoff/<store>` (printed, not criterion): from the owner's release to the grant seen by
+//!   the next waiter's `Coordination::acquire`, which waits on the store's change feed; p50 and
+//!   p99 over [`HANDOFFS`] hand-offs between two sessions (for SQLite two connections, as two
+//!   processes would have).
+//!
+//! Run: `cargo bench --bench semaphores` (`-- --quick` for a short run).
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, Criterion};
+use tokio::runtime::Runtime;
+use vvm::adapters::{MemoryStore, SqliteStore};
+use vvm::semaphore::SemaphoreName;
+use vvm::{
+    AcquireOptions, Coordination, Incarnation, KillerThread, LeaseConfig, LeaseValue,
+    RecordingKiller, SemaphoreRequest, SemaphoreStore, SessionHandle, SessionId, SessionKey,
+};
+
+const TTL: Duration = Duration::from_secs(3600);
+/// Hand-offs measured per store.
+const HANDOFFS: usize = 200;
+
+fn key(n: u64) -> SessionKey {
+    SessionKey {
+        incarnation: Incarnation(n),
+        id: SessionId(1),
+    }
+}
+
+fn value(n: u64) -> LeaseValue {
+    LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n))
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("vvm-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir.join("store.sqlite")
+}
+
+fn acquire_release<S: SemaphoreStore>(c: &mut Criterion, label: &str, store: S) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let name = SemaphoreName::new("lock").expect("a name");
+    runtime.block_on(async {
+        store
+            .create_session(key(1), &value(1), TTL)
+            .await
+            .expect("runs")
+            .expect("created");
+        let create = SemaphoreRequest::Create {
+            limit: 1,
+            data: Vec::new(),
+        };
+        store
+            .semaphore(key(1), &name, create)
+            .await
+            .expect("created");
+    });
+    c.bench_function(&format!("semaphores/acquire_release/{label}"), |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let acquire = SemaphoreRequest::Acquire {
+                    count: 1,
+                    data: b"10.0.0.1:7000".to_vec(),
+                    timeout_ms: 0,
+                    ephemeral: false,
+                };
+                store
+                    .semaphore(key(1), &name, acquire)
+                    .await
+                    .expect("granted");
+                store
+                    .semaphore(key(1), &name, SemaphoreRequest::Release)
+                    .await
+                    .expect("released");
+            })
+        })
+    });
+}
+
+fn benches(c: &mut Criterion) {
+    acquire_release(c, "memory", MemoryStore::new());
+    let path = scratch("semaphores-throughput");
+    acquire_release(c, "sqlite", SqliteStore::open(&path).expect("opens"));
+}
+
+async fn member<S: SemaphoreStore + Clone>(store: S, n: u64) -> Coordination<S> {
+    let killer = KillerThread::new(RecordingKiller::new());
+    let session = SessionHandle::open(store, LeaseConfig::default(), value(n), &killer)
+        .await
+        .expect("the session opens");
+    Coordination::new(session)
+}
+
+/// Hand-offs between two members, each waiting on its own client of the store.
+async fn handoffs<S: SemaphoreStore + Clone + 'static>(first: S, second: S) -> Vec<Duration> {
+    let mut members = [member(first, 1).await, member(second, 2).await];
+    members[0]
+        .create("lock", 1, Vec::new())
+        .await
+        .expect("created");
+    let mut grant = members[0]
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+    let mut latencies = Vec::with_capacity(HANDOFFS);
+    for _ in 0..HANDOFFS {
+        let next = members[1].clone();
+        let waiting = tokio::spawn(async move {
+            let grant = next.acquire("lock", AcquireOptions::new(1)).await;
+            (Instant::now(), grant)
+        });
+        while members[0]
+            .describe("lock")
+            .await
+            .expect("read")
+            .waiters
+            .is_empty()
+        {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        let released = Instant::now();
+        grant.release().await.expect("released");
+        let (granted, next) = waiting.await.expect("joined");
+        latencies.push(granted.duration_since(released));
+        grant = next.expect("runs").expect("granted");
+        members.swap(0, 1);
+    }
+    grant.release().await.expect("released");
+    latencies
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+fn report(label: &str, mut latencies: Vec<Duration>) {
+    latencies.sort();
+    println!(
+        "handoff/{label}: release -> next waiter's grant over {} hand-offs: p50 {:?}, p99 {:?}, max {:?}",
+        latencies.len(),
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99),
+        latencies.last().copied().unwrap_or_default(),
+    );
+}
+
+fn handoff_latency(runtime: &Runtime) {
+    let memory = MemoryStore::new();
+    report("memory", runtime.block_on(handoffs(memory.clone(), memory)));
+    let path = scratch("semaphores-handoff");
+    let open = || SqliteStore::open(&path).expect("opens");
+    report("sqlite", runtime.block_on(handoffs(open(), open())));
+}
+
+criterion_group!(group, benches);
+
+fn main() {
+    group();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    handoff_latency(&runtime);
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+}

@@ -1,0 +1,357 @@
+//! Acquiring: the store's answer at once, or the wait in the queue for the grant; and the grant
+//! itself, a holding of the session.
+
+use std::sync::Arc;
+
+use vvm_core::semaphore::{Description, Generation, OrderId, SemaphoreName, Status};
+use vvm_core::{HoldingId, LossReason};
+
+use super::{expiry_look, AcquireOptions, CoordinationError, Inner};
+use crate::semaphore_store::{Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore};
+use crate::session::SessionError;
+
+/// How a grant ended, as [`SemaphoreGrant::ended`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantEnd {
+    /// The session was lost (with why) or closed (`None`): nothing may act under the grant.
+    SessionOver(Option<LossReason>),
+    /// The grant is no longer in the store: a forced delete, a release by name, or the
+    /// session's expiry seen by another party.
+    Ended,
+}
+
+/// The name claimed and the holding attached for one acquire; given back unless kept.
+struct Claim<'a, S: SemaphoreStore + Clone> {
+    inner: &'a Arc<Inner<S>>,
+    name: SemaphoreName,
+    holding: Option<HoldingId>,
+    /// A request may be queued in the store: withdraw it when the acquire ends without a grant.
+    queued: bool,
+    kept: bool,
+}
+
+impl<S: SemaphoreStore + Clone> Drop for Claim<'_, S> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        if self.queued {
+            withdraw(self.inner, &self.name, self.holding);
+        } else {
+            give_back(self.inner, &self.name, self.holding);
+        }
+    }
+}
+
+/// Detaches `holding` and frees the name for the next acquire through this handle.
+fn give_back<S>(inner: &Inner<S>, name: &SemaphoreName, holding: Option<HoldingId>) {
+    if let Some(holding) = holding {
+        inner.session.detach(holding);
+    }
+    inner.lock_held().remove(name);
+}
+
+/// Releases the session's request on `name` in the background (an acquire dropped while
+/// waiting, a grant dropped without a release), then gives back the name and the holding: a
+/// later acquire of the name cannot be released by it. Without a runtime the request is left
+/// to end with the session.
+fn withdraw<S: SemaphoreStore + Clone>(
+    inner: &Arc<Inner<S>>,
+    name: &SemaphoreName,
+    holding: Option<HoldingId>,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        give_back(inner, name, holding);
+        return;
+    };
+    let (inner, name) = (Arc::clone(inner), name.clone());
+    runtime.spawn(async move {
+        if let Err(error) = inner.call(&name, SemaphoreRequest::Release).await {
+            tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; it ends with the session");
+        }
+        give_back(&inner, &name, holding);
+    });
+}
+
+/// The owner entry of our session in `description`, if it owns.
+fn owned(
+    inner_key: vvm_core::SessionKey,
+    description: &Description,
+) -> Option<(OrderId, Generation)> {
+    description
+        .owners
+        .iter()
+        .find(|o| o.session == inner_key)
+        .map(|o| (o.order_id, o.token))
+}
+
+fn waits(key: vvm_core::SessionKey, description: &Description) -> bool {
+    description.waiters.iter().any(|w| w.session == key)
+}
+
+pub(super) async fn acquire<S: SemaphoreStore + Clone>(
+    inner: &Arc<Inner<S>>,
+    name: SemaphoreName,
+    options: AcquireOptions,
+) -> Result<Option<SemaphoreGrant<S>>, CoordinationError> {
+    if !inner.lock_held().insert(name.clone()) {
+        return Err(CoordinationError::AlreadyHeld(name));
+    }
+    let mut claim = Claim {
+        inner,
+        name: name.clone(),
+        holding: None,
+        queued: false,
+        kept: false,
+    };
+    claim.holding = Some(
+        inner
+            .session
+            .attach()
+            .await
+            .map_err(CoordinationError::Session)?,
+    );
+    let key = inner.session.key();
+    let store = inner.session.store();
+    let deadline = tokio::time::Instant::now().checked_add(options.timeout);
+    // Subscribed before the acquire: a grant right after it is not missed.
+    let mut change: SemaphoreChange = store.semaphore_changed(&name);
+    let request = SemaphoreRequest::Acquire {
+        count: options.count,
+        data: options.data.clone(),
+        timeout_ms: options.timeout_ms(),
+        ephemeral: options.ephemeral,
+    };
+    let applied = inner.call(&name, request).await?;
+    let mut look = expiry_look(&applied);
+    let status = applied.outcome.map(|o| o.status);
+    let granted = match status {
+        Some(Status::Granted { order_id, token }) => Some((order_id, token)),
+        Some(Status::NotGranted) => return Ok(None),
+        Some(Status::Queued { .. }) => None,
+        // Not an acquire's status: the store broke the contract; nothing is held.
+        _ => return Ok(None),
+    };
+    let (order_id, token) = match granted {
+        Some(granted) => granted,
+        None => {
+            claim.queued = true;
+            let waited = wait(inner, &name, key, deadline, &mut change, &mut look).await;
+            match waited {
+                Ok(Some(granted)) => granted,
+                Ok(None) => {
+                    claim.queued = false;
+                    return Ok(None);
+                }
+                // The claim withdraws whatever may still be queued.
+                Err(error) => return Err(error),
+            }
+        }
+    };
+    claim.queued = false;
+    claim.kept = true;
+    let holding = claim.holding.unwrap_or(HoldingId(0));
+    tracing::debug!(semaphore = %name, order_id = order_id.0, token = token.0, "semaphore granted");
+    Ok(Some(SemaphoreGrant {
+        inner: Arc::clone(inner),
+        name,
+        order_id,
+        token,
+        timeout_ms: options.timeout_ms(),
+        holding,
+        done: false,
+    }))
+}
+
+/// Waits in the queue: woken by the feed, by the soonest expiry of another party, by the
+/// session's end or by the timeout. `Ok(None)`: the timeout passed and the request left the
+/// queue.
+async fn wait<S: SemaphoreStore + Clone>(
+    inner: &Arc<Inner<S>>,
+    name: &SemaphoreName,
+    key: vvm_core::SessionKey,
+    deadline: Option<tokio::time::Instant>,
+    change: &mut SemaphoreChange,
+    look: &mut Option<tokio::time::Instant>,
+) -> Result<Option<(OrderId, Generation)>, CoordinationError> {
+    let store = inner.session.store();
+    loop {
+        let wake = [*look, deadline].into_iter().flatten().min();
+        let timer = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = change.as_mut() => {}
+            () = timer => {}
+            _ = inner.session.lost() => {
+                inner.check_session()?;
+                return Err(CoordinationError::Session(SessionError::Closed));
+            }
+        }
+        let timed_out = deadline.is_some_and(|at| tokio::time::Instant::now() >= at);
+        *change = store.semaphore_changed(name);
+        let request = if timed_out {
+            SemaphoreRequest::CancelWaiterTimeout
+        } else {
+            SemaphoreRequest::Describe
+        };
+        let applied: Applied = inner.call(name, request).await?;
+        *look = expiry_look(&applied);
+        let Some(description) = applied.description else {
+            return Err(CoordinationError::NotFound(name.clone()));
+        };
+        if let Some(granted) = owned(key, &description) {
+            // Granted, also when the timeout came after the grant.
+            return Ok(Some(granted));
+        }
+        if timed_out {
+            return Ok(None);
+        }
+        if !waits(key, &description) {
+            // Ended by someone else: a forced delete (and a new semaphore), or a release by
+            // name through another handle of the session.
+            return Err(CoordinationError::GrantEnded(name.clone()));
+        }
+    }
+}
+
+/// Units of a semaphore held by the session: a holding of it, so the session neither closes
+/// nor opens anew while the grant exists. Release it with [`release`](Self::release); dropping
+/// it releases it in the background (or, without a runtime, leaves the hold to end with the
+/// session).
+pub struct SemaphoreGrant<S: SemaphoreStore + Clone> {
+    inner: Arc<Inner<S>>,
+    name: SemaphoreName,
+    order_id: OrderId,
+    token: Generation,
+    timeout_ms: u64,
+    holding: HoldingId,
+    done: bool,
+}
+
+impl<S: SemaphoreStore + Clone> std::fmt::Debug for SemaphoreGrant<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphoreGrant")
+            .field("name", &self.name)
+            .field("order_id", &self.order_id)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
+    /// The semaphore.
+    pub fn name(&self) -> &SemaphoreName {
+        &self.name
+    }
+
+    /// The grant's place in the semaphore's order of arrival.
+    pub fn order_id(&self) -> OrderId {
+        self.order_id
+    }
+
+    /// The fencing token: the generation of this grant, above every earlier grant's of the
+    /// semaphore. Pass it along with writes so that a resource can refuse a former owner's.
+    pub fn token(&self) -> Generation {
+        self.token
+    }
+
+    /// Lowers the count held or changes the data published, in place: the order id and the
+    /// token stay. Raising the count is refused (it would jump the queue).
+    pub async fn replace(
+        &self,
+        count: u64,
+        data: impl Into<Vec<u8>>,
+    ) -> Result<(), CoordinationError> {
+        let request = SemaphoreRequest::Acquire {
+            count,
+            data: data.into(),
+            timeout_ms: self.timeout_ms,
+            ephemeral: false,
+        };
+        let applied = self.inner.call(&self.name, request).await?;
+        match applied.outcome.map(|o| o.status) {
+            Some(Status::Granted { order_id, .. }) if order_id == self.order_id => Ok(()),
+            // Our hold had ended: the acquire made a new request, which is not this grant.
+            _ => {
+                let _ = self.inner.call(&self.name, SemaphoreRequest::Release).await;
+                Err(CoordinationError::GrantEnded(self.name.clone()))
+            }
+        }
+    }
+
+    /// Resolves when the grant ends without a release of this handle: the session is lost
+    /// or closed, or the grant is gone from the store (a forced delete, the session's expiry).
+    /// Services acting under the grant must stop then.
+    pub async fn ended(&self) -> GrantEnd {
+        let store = self.inner.session.store();
+        let key = self.inner.session.key();
+        loop {
+            let mut change = store.semaphore_changed(&self.name);
+            let applied = self
+                .inner
+                .call(&self.name, SemaphoreRequest::Describe)
+                .await;
+            let look = match &applied {
+                Ok(applied) => {
+                    let ours = applied
+                        .description
+                        .as_ref()
+                        .and_then(|d| owned(key, d))
+                        .is_some_and(|(order_id, _)| order_id == self.order_id);
+                    if !ours {
+                        return GrantEnd::Ended;
+                    }
+                    expiry_look(applied)
+                }
+                Err(CoordinationError::NotFound(_)) => return GrantEnd::Ended,
+                Err(CoordinationError::Session(_) | CoordinationError::SessionGone(_)) => {
+                    return GrantEnd::SessionOver(self.inner.session.lost().await);
+                }
+                // A failed look: try again at the next change or a store-call timeout later.
+                Err(_) => tokio::time::Instant::now()
+                    .checked_add(self.inner.session.lease().store_timeout()),
+            };
+            let timer = async {
+                match look {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = change.as_mut() => {}
+                () = timer => {}
+                reason = self.inner.session.lost() => return GrantEnd::SessionOver(reason),
+            }
+        }
+    }
+
+    /// Releases the grant: `Ok(true)` when it was still held. Whatever the answer, the
+    /// grant is detached from the session afterwards; a release whose outcome is unknown
+    /// leaves the hold to end with the session.
+    pub async fn release(mut self) -> Result<bool, CoordinationError> {
+        self.done = true;
+        let result = self.inner.call(&self.name, SemaphoreRequest::Release).await;
+        self.detach();
+        let applied = result?;
+        Ok(applied.outcome.is_some_and(
+            |o| matches!(o.status, Status::Released { order_id } if order_id == self.order_id),
+        ))
+    }
+
+    fn detach(&mut self) {
+        give_back(&self.inner, &self.name, Some(self.holding));
+    }
+}
+
+impl<S: SemaphoreStore + Clone> Drop for SemaphoreGrant<S> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.done = true;
+            withdraw(&self.inner, &self.name, Some(self.holding));
+        }
+    }
+}

@@ -1,0 +1,625 @@
+//! The semaphore cases: every [`SemaphoreStore`] runs the core's operations in one transaction
+//! per call, judges parties by their sessions, and wakes waiters and watches through its feed;
+//! the runtime's [`Coordination`] waits, times out and watches on it.
+
+use std::time::Duration;
+
+use vvm::semaphore::{Description, SemaphoreName, Status};
+use vvm::{
+    AcquireOptions, Applied, Coordination, CoordinationError, Incarnation, KillerThread,
+    LeaseConfig, RecordingKiller, SemaphoreError, SemaphoreRequest, SemaphoreStore,
+    SemaphoreStoreError, SessionHandle, SessionId, SessionKey, SessionStore, WatchKind,
+};
+
+use super::{value, Harness, LONG_TTL};
+
+fn key(n: u64) -> SessionKey {
+    SessionKey {
+        incarnation: Incarnation(n),
+        id: SessionId(1),
+    }
+}
+
+fn name(text: &str) -> SemaphoreName {
+    SemaphoreName::new(text).expect("a valid name")
+}
+
+/// Opens session `n` with `ttl`; the create must win.
+async fn open<S: SemaphoreStore>(store: &S, n: u64, ttl: Duration) -> vvm::Revision {
+    store
+        .create_session(key(n), &value(n), ttl)
+        .await
+        .expect("the create runs")
+        .expect("a fresh key is free")
+}
+
+async fn run<S: SemaphoreStore>(
+    store: &S,
+    n: u64,
+    semaphore: &str,
+    request: SemaphoreRequest,
+) -> Result<Applied, SemaphoreStoreError> {
+    store.semaphore(key(n), &name(semaphore), request).await
+}
+
+fn acquire(count: u64, data: &[u8], timeout_ms: u64) -> SemaphoreRequest {
+    SemaphoreRequest::Acquire {
+        count,
+        data: data.to_vec(),
+        timeout_ms,
+        ephemeral: false,
+    }
+}
+
+fn create(limit: u64) -> SemaphoreRequest {
+    SemaphoreRequest::Create {
+        limit,
+        data: Vec::new(),
+    }
+}
+
+fn status(applied: &Applied) -> Status {
+    applied.outcome.as_ref().expect("an outcome").status.clone()
+}
+
+async fn describe<S: SemaphoreStore>(store: &S, n: u64, semaphore: &str) -> Description {
+    run(store, n, semaphore, SemaphoreRequest::Describe)
+        .await
+        .expect("described")
+        .description
+        .expect("the semaphore exists")
+}
+
+fn owners(description: &Description) -> Vec<SessionKey> {
+    description.owners.iter().map(|o| o.session).collect()
+}
+
+fn waiters(description: &Description) -> Vec<SessionKey> {
+    description.waiters.iter().map(|w| w.session).collect()
+}
+
+/// Waiters are granted in arrival order, each when the units it waits for are free, and
+/// every client of the store sees the same queue.
+// covers: Sem.Store.Transaction, Sem.Fifo
+pub async fn semaphore_queue_is_fifo<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let other = harness.client(&store).await;
+    for n in 1..=4 {
+        open(&store, n, LONG_TTL).await;
+    }
+    run(&store, 1, "lock", create(2)).await.expect("created");
+    let a = run(&store, 1, "lock", acquire(2, b"a", 1_000))
+        .await
+        .expect("runs");
+    assert!(matches!(status(&a), Status::Granted { .. }), "{a:?}");
+    for n in [2, 3, 4] {
+        let queued = run(&other, n, "lock", acquire(1 + n % 2, b"w", 60_000))
+            .await
+            .expect("runs");
+        assert!(
+            matches!(status(&queued), Status::Queued { .. }),
+            "{queued:?}"
+        );
+    }
+    assert_eq!(
+        waiters(&describe(&store, 1, "lock").await),
+        [key(2), key(3), key(4)]
+    );
+    // 2 units free: session 2 (1 unit) and session 3 (2 units) in order; 3 does not fit yet.
+    run(&store, 1, "lock", SemaphoreRequest::Release)
+        .await
+        .expect("released");
+    let now = describe(&other, 2, "lock").await;
+    assert_eq!(owners(&now), [key(2)], "the head is granted");
+    assert_eq!(
+        waiters(&now),
+        [key(3), key(4)],
+        "a head that does not fit blocks the rest"
+    );
+    run(&other, 2, "lock", SemaphoreRequest::Release)
+        .await
+        .expect("released");
+    let now = describe(&store, 3, "lock").await;
+    assert_eq!(owners(&now), [key(3)]);
+    assert_eq!(waiters(&now), [key(4)]);
+    let tokens: Vec<u64> = now.owners.iter().map(|o| o.token.0).collect();
+    assert_eq!(tokens, [3], "the third grant carries token 3");
+}
+
+/// A second acquire of a session replaces its request in place: same order id, same token.
+// covers: Sem.Store.Transaction, Sem.ReplaceInPlace
+pub async fn semaphore_acquire_again_replaces_in_place<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, LONG_TTL).await;
+    open(&store, 2, LONG_TTL).await;
+    run(&store, 1, "pool", create(3)).await.expect("created");
+    let first = status(
+        &run(&store, 1, "pool", acquire(3, b"one", 1_000))
+            .await
+            .expect("runs"),
+    );
+    let again = status(
+        &run(&store, 1, "pool", acquire(2, b"two", 1_000))
+            .await
+            .expect("runs"),
+    );
+    assert_eq!(first, again, "same order id and token");
+    let queued = status(
+        &run(&store, 2, "pool", acquire(2, b"x", 60_000))
+            .await
+            .expect("runs"),
+    );
+    let requeued = status(
+        &run(&store, 2, "pool", acquire(2, b"y", 60_000))
+            .await
+            .expect("runs"),
+    );
+    assert_eq!(queued, requeued, "a waiter keeps its place");
+    let now = describe(&store, 1, "pool").await;
+    assert_eq!((now.count, now.owners[0].data.as_slice()), (2, &b"two"[..]));
+    assert_eq!(now.waiters[0].data, b"y");
+    let raised = run(&store, 1, "pool", acquire(3, b"two", 1_000)).await;
+    assert!(
+        matches!(
+            raised,
+            Err(SemaphoreStoreError::Refused(
+                SemaphoreError::OwnerCountRaised { .. }
+            ))
+        ),
+        "{raised:?}"
+    );
+}
+
+/// An acquire with timeout 0 is granted now or not at all, and never queues.
+// covers: Sem.Store.Transaction, Sem.TryOnce
+pub async fn semaphore_try_once_never_queues<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, LONG_TTL).await;
+    open(&store, 2, LONG_TTL).await;
+    run(&store, 1, "lock", create(1)).await.expect("created");
+    let free = run(&store, 2, "lock", acquire(1, b"", 0))
+        .await
+        .expect("runs");
+    assert!(matches!(status(&free), Status::Granted { .. }));
+    let taken = run(&store, 1, "lock", acquire(1, b"", 0))
+        .await
+        .expect("runs");
+    assert_eq!(status(&taken), Status::NotGranted);
+    assert!(describe(&store, 1, "lock").await.waiters.is_empty());
+}
+
+/// An ephemeral semaphore is made by its first acquire and deleted with its last release;
+/// made again, its tokens go on.
+// covers: Sem.Store.Ephemeral
+pub async fn semaphore_ephemeral_lives_with_its_parties<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, LONG_TTL).await;
+    let ephemeral = SemaphoreRequest::Acquire {
+        count: 1,
+        data: b"me".to_vec(),
+        timeout_ms: 0,
+        ephemeral: true,
+    };
+    let missing = run(&store, 1, "tmp", acquire(1, b"", 0)).await;
+    assert_eq!(missing, Err(SemaphoreStoreError::NotFound(name("tmp"))));
+    let made = run(&store, 1, "tmp", ephemeral.clone())
+        .await
+        .expect("made");
+    let description = made.description.expect("it exists");
+    assert!(description.ephemeral);
+    assert_eq!(description.limit, u64::MAX);
+    let released = run(&store, 1, "tmp", SemaphoreRequest::Release)
+        .await
+        .expect("runs");
+    assert!(matches!(status(&released), Status::Released { .. }));
+    assert_eq!(released.description, None, "deleted with its last party");
+    assert_eq!(
+        run(&store, 1, "tmp", SemaphoreRequest::Describe).await,
+        Err(SemaphoreStoreError::NotFound(name("tmp")))
+    );
+    let again = run(&store, 1, "tmp", ephemeral).await.expect("made again");
+    assert!(
+        matches!(status(&again), Status::Granted { token, .. } if token.0 == 2),
+        "tokens go on across re-creation: {again:?}"
+    );
+}
+
+/// A delete is refused while there are parties unless forced; forced, it ends them all.
+// covers: Sem.Store.Transaction, Sem.Delete
+pub async fn semaphore_delete_is_refused_while_busy_unless_forced<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, LONG_TTL).await;
+    open(&store, 2, LONG_TTL).await;
+    run(&store, 1, "lock", create(1)).await.expect("created");
+    run(&store, 1, "lock", acquire(1, b"", 0))
+        .await
+        .expect("granted");
+    run(&store, 2, "lock", acquire(1, b"", 60_000))
+        .await
+        .expect("queued");
+    let busy = run(&store, 2, "lock", SemaphoreRequest::Delete { force: false }).await;
+    assert_eq!(
+        busy,
+        Err(SemaphoreStoreError::Refused(SemaphoreError::Busy {
+            owners: 1,
+            waiters: 1
+        }))
+    );
+    let deleted = run(&store, 2, "lock", SemaphoreRequest::Delete { force: true })
+        .await
+        .expect("forced");
+    assert!(
+        matches!(status(&deleted), Status::Deleted { ref owners, ref waiters } if owners.len() == 1 && waiters.len() == 1)
+    );
+    assert_eq!(
+        run(&store, 1, "lock", SemaphoreRequest::Describe).await,
+        Err(SemaphoreStoreError::NotFound(name("lock")))
+    );
+    run(&store, 1, "lock", create(1))
+        .await
+        .expect("created again");
+}
+
+/// An owner whose session expired is removed by the next operation on the semaphore, which
+/// grants the waiter behind it; before that, every answer says when the owner's session
+/// expires.
+// covers: Sem.Store.LazyExpiry, Sem.Store.ExpiryHint
+pub async fn semaphore_expired_session_releases_and_grants_the_next<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, harness.short_ttl()).await;
+    open(&store, 2, LONG_TTL).await;
+    run(&store, 2, "lock", create(1)).await.expect("created");
+    run(&store, 1, "lock", acquire(1, b"", 0))
+        .await
+        .expect("granted");
+    let queued = run(&store, 2, "lock", acquire(1, b"", 60_000_000))
+        .await
+        .expect("queued");
+    let hint = queued
+        .parties_expire_in
+        .expect("the owner's session has an expiry");
+    assert!(hint <= harness.short_ttl(), "{hint:?}");
+    harness.expire().await;
+    let other = harness.client(&store).await;
+    let after = run(&other, 2, "lock", SemaphoreRequest::Describe)
+        .await
+        .expect("runs");
+    assert_eq!(after.expired, [key(1)]);
+    let description = after.description.expect("exists");
+    assert_eq!(owners(&description), [key(2)], "the waiter was granted");
+    assert!(description.waiters.is_empty());
+}
+
+/// Deleting a session removes its parties at once, granting the waiters behind them.
+// covers: Sem.Store.EagerExpiry
+pub async fn semaphore_deleted_session_releases_at_once<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let revision = open(&store, 1, LONG_TTL).await;
+    open(&store, 2, LONG_TTL).await;
+    run(&store, 2, "lock", create(1)).await.expect("created");
+    run(&store, 1, "lock", acquire(1, b"", 0))
+        .await
+        .expect("granted");
+    run(&store, 2, "lock", acquire(1, b"", 60_000))
+        .await
+        .expect("queued");
+    let change = store.semaphore_changed(&name("lock"));
+    assert!(store.delete_session(key(1), revision).await.expect("runs"));
+    tokio::time::timeout(Duration::from_secs(5), change)
+        .await
+        .expect("the delete woke the feed");
+    let after = run(&store, 2, "lock", SemaphoreRequest::Describe)
+        .await
+        .expect("runs");
+    assert!(
+        after.expired.is_empty(),
+        "removed by the delete, not lazily"
+    );
+    assert_eq!(owners(&after.description.expect("exists")), [key(2)]);
+}
+
+/// Every refusal is typed and writes nothing: an unknown semaphore, a count of 0 or above
+/// the limit, oversized data, a taken name, a session that is not live.
+// covers: Sem.Store.TypedErrors, Sem.Store.SessionChecked
+pub async fn semaphore_refusals_are_typed_and_write_nothing<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, LONG_TTL).await;
+    open(&store, 2, harness.short_ttl()).await;
+    let missing = run(&store, 1, "none", acquire(1, b"", 0)).await;
+    assert_eq!(missing, Err(SemaphoreStoreError::NotFound(name("none"))));
+    let missing = run(
+        &store,
+        1,
+        "none",
+        SemaphoreRequest::UpdateData { data: vec![1] },
+    )
+    .await;
+    assert_eq!(missing, Err(SemaphoreStoreError::NotFound(name("none"))));
+    run(&store, 1, "lock", create(2)).await.expect("created");
+    let before = describe(&store, 1, "lock").await;
+    for count in [0, 3] {
+        let refused = run(&store, 1, "lock", acquire(count, b"", 0)).await;
+        assert_eq!(
+            refused,
+            Err(SemaphoreStoreError::Refused(
+                SemaphoreError::CountOutOfRange { count, limit: 2 }
+            ))
+        );
+    }
+    let big = vec![0; vvm::semaphore::PARTY_DATA_BYTES_MAX + 1];
+    let refused = run(&store, 1, "lock", acquire(1, &big, 0)).await;
+    assert!(matches!(
+        refused,
+        Err(SemaphoreStoreError::Refused(
+            SemaphoreError::DataTooLarge { .. }
+        ))
+    ));
+    let big = vec![0; vvm::semaphore::DATA_BYTES_MAX + 1];
+    let refused = run(
+        &store,
+        1,
+        "lock",
+        SemaphoreRequest::UpdateData { data: big },
+    )
+    .await;
+    assert!(matches!(
+        refused,
+        Err(SemaphoreStoreError::Refused(
+            SemaphoreError::DataTooLarge { .. }
+        ))
+    ));
+    let taken = run(&store, 1, "lock", create(5)).await;
+    assert_eq!(
+        taken,
+        Err(SemaphoreStoreError::Refused(SemaphoreError::AlreadyExists(
+            name("lock")
+        )))
+    );
+    let zero = run(&store, 1, "other", create(0)).await;
+    assert_eq!(
+        zero,
+        Err(SemaphoreStoreError::Refused(SemaphoreError::LimitZero))
+    );
+    harness.expire().await;
+    let gone = run(&store, 2, "lock", acquire(1, b"", 0)).await;
+    assert_eq!(gone, Err(SemaphoreStoreError::SessionGone(key(2))));
+    let never = run(
+        &store,
+        9,
+        "lock",
+        SemaphoreRequest::UpdateData { data: vec![7] },
+    )
+    .await;
+    assert_eq!(never, Err(SemaphoreStoreError::SessionGone(key(9))));
+    assert_eq!(
+        describe(&store, 1, "lock").await,
+        before,
+        "nothing was written"
+    );
+    assert_eq!(
+        run(&store, 1, "other", SemaphoreRequest::Describe).await,
+        Err(SemaphoreStoreError::NotFound(name("other")))
+    );
+}
+
+/// The feed of a semaphore resolves on a write by another client after the call, and not
+/// on a write to another semaphore.
+// covers: Sem.Store.Feed
+pub async fn semaphore_feed_wakes_on_a_write<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let other = harness.client(&store).await;
+    open(&store, 1, LONG_TTL).await;
+    run(&store, 1, "a", create(1)).await.expect("created");
+    run(&store, 1, "b", create(1)).await.expect("created");
+    let mut change = store.semaphore_changed(&name("a"));
+    run(
+        &other,
+        1,
+        "b",
+        SemaphoreRequest::UpdateData { data: vec![1] },
+    )
+    .await
+    .expect("runs");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut change)
+            .await
+            .is_err(),
+        "a write to another semaphore does not wake it"
+    );
+    run(
+        &other,
+        1,
+        "a",
+        SemaphoreRequest::UpdateData { data: vec![1] },
+    )
+    .await
+    .expect("runs");
+    tokio::time::timeout(Duration::from_secs(5), change)
+        .await
+        .expect("the write woke the feed");
+}
+
+async fn coordination<H: Harness>(harness: &H, store: H::Store, n: u64) -> Coordination<H::Store>
+where
+    H::Store: SemaphoreStore,
+{
+    let killer = KillerThread::new(RecordingKiller::new());
+    let lease = LeaseConfig::new(harness.lease()).expect("a valid lease");
+    let lease = match harness.store_timeout() {
+        Some(timeout) => lease.with_store_timeout(timeout).expect("a valid timeout"),
+        None => lease,
+    };
+    let session = SessionHandle::open(store, lease, value(n), &killer)
+        .await
+        .expect("the session opens");
+    Coordination::new(session)
+}
+
+/// A queued acquire waits for its grant and gets it when the owner releases, woken by the
+/// feed; a queued acquire whose timeout passes leaves the queue.
+// covers: Sem.Store.Wait, Sem.Store.Timeout
+pub async fn coordination_queued_acquire_waits_for_its_grant<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let a = coordination(harness, store.clone(), 1).await;
+    let b = coordination(harness, harness.client(&store).await, 2).await;
+    a.create("lock", 1, Vec::new()).await.expect("created");
+    let held = a
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+    let timed_out = b
+        .acquire(
+            "lock",
+            AcquireOptions::new(1).timeout(Duration::from_millis(200)),
+        )
+        .await
+        .expect("runs");
+    assert!(timed_out.is_none(), "the timeout passed");
+    assert!(
+        a.describe("lock").await.expect("runs").waiters.is_empty(),
+        "it left the queue"
+    );
+    let waiting = tokio::spawn(async move {
+        let grant = b
+            .acquire("lock", AcquireOptions::new(1).data(b"b".to_vec()))
+            .await
+            .expect("runs")
+            .expect("granted");
+        let token = grant.token();
+        grant.release().await.expect("released");
+        token
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let first = held.token();
+    assert!(held.release().await.expect("runs"));
+    let token = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("granted after the release")
+        .expect("the task ran");
+    assert!(token > first, "tokens rise with every grant");
+}
+
+/// A watch answers the state now, then the latest state after changes: a slow reader skips
+/// the snapshots in between but ends at the last one, and then waits.
+// covers: Sem.Store.Watch
+pub async fn coordination_watch_ends_at_the_latest_state<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let writer = coordination(harness, store.clone(), 1).await;
+    let reader = coordination(harness, harness.client(&store).await, 2).await;
+    writer
+        .create("config", 1, b"v0".to_vec())
+        .await
+        .expect("created");
+    let mut watch = reader
+        .watch("config", WatchKind::DATA)
+        .expect("a valid name");
+    assert_eq!(watch.next().await.expect("now").data, b"v0");
+    for version in 1..=5 {
+        writer
+            .update_data("config", format!("v{version}").into_bytes())
+            .await
+            .expect("updated");
+    }
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("a change")
+        .expect("a snapshot");
+    assert_eq!(next.data, b"v5", "coalesced to the latest state");
+    let grant = writer
+        .acquire("config", AcquireOptions::new(1))
+        .await
+        .expect("runs");
+    assert!(grant.is_some());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), watch.next())
+            .await
+            .is_err(),
+        "owners changed, data did not: no snapshot"
+    );
+    writer
+        .update_data("config", b"v6".to_vec())
+        .await
+        .expect("updated");
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("a change")
+        .expect("a snapshot");
+    assert_eq!(next.data, b"v6");
+    drop(grant);
+}
+
+/// The runtime's errors are typed: an invalid name, an unknown semaphore, a second acquire
+/// through the same handle.
+// covers: Sem.Store.TypedErrors
+pub async fn coordination_errors_are_typed<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let a = coordination(harness, store, 1).await;
+    assert!(matches!(
+        a.create("", 1, Vec::new()).await,
+        Err(CoordinationError::InvalidName(_))
+    ));
+    assert!(matches!(
+        a.create("bad\nname", 1, Vec::new()).await,
+        Err(CoordinationError::InvalidName(_))
+    ));
+    assert!(matches!(
+        a.describe("none").await,
+        Err(CoordinationError::NotFound(_))
+    ));
+    a.create("lock", 1, Vec::new()).await.expect("created");
+    let grant = a
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs");
+    assert!(grant.is_some());
+    assert!(matches!(
+        a.acquire("lock", AcquireOptions::new(1)).await,
+        Err(CoordinationError::AlreadyHeld(_))
+    ));
+    assert!(matches!(
+        a.acquire("lock", AcquireOptions::new(0)).await,
+        Err(CoordinationError::AlreadyHeld(_))
+    ));
+    drop(grant);
+    assert!(matches!(
+        a.delete("none", false).await,
+        Err(CoordinationError::NotFound(_))
+    ));
+}
