@@ -198,8 +198,10 @@ impl<S: LeaseStore> Executor<S> {
     fn call(&mut self, effect: &Effect) {
         let call = store_call(
             self.store.clone(),
-            self.own.clone(),
-            self.written.clone(),
+            Ours {
+                value: self.own.clone(),
+                written: self.written.clone(),
+            },
             self.lease,
             self.time_left_cap,
             self.failures.clone(),
@@ -260,6 +262,13 @@ fn op_of(effect: &Effect) -> OpId {
         | Effect::Get { op, .. } => op,
         _ => OpId(0),
     }
+}
+
+/// What a store call writes (`value`, marked once the services are asked to stop) and what it
+/// expects to find (`written`).
+struct Ours {
+    value: LeaseValue,
+    written: Written,
 }
 
 /// The value our record holds in the store, shared by the store calls of one machine (it has
@@ -332,8 +341,7 @@ impl CandidateLog {
 /// The store call for a store effect, already mapped to the machines' [`Reply`].
 fn store_call<S: LeaseStore>(
     store: Arc<S>,
-    own: LeaseValue,
-    written: Written,
+    ours: Ours,
     lease: LeaseConfig,
     time_left_cap: Option<Duration>,
     failures: Failures,
@@ -341,6 +349,10 @@ fn store_call<S: LeaseStore>(
     effect: &Effect,
 ) -> Option<Call> {
     let timeout = lease.store_timeout();
+    let Ours {
+        value: own,
+        written,
+    } = ours;
     let call: Call = match *effect {
         Effect::Insert { op, slot, ttl } => Box::pin(async move {
             let result =
