@@ -73,6 +73,10 @@ enum Command {
     /// Show who holds each slot: holder, incarnation, fencing revision, time left.
     #[command(after_help = EXIT_CODES_HELP)]
     Status(StatusArgs),
+    /// Create, describe (`--watch`, `--json`), update or delete a counted semaphore: service
+    /// discovery and configuration from a shell (see the README's coordination recipes).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Semaphore(SemaphoreArgs),
     /// Start 3 `vvm run` processes on a temporary SQLite file (or a 3-member etcd cluster it starts),
     /// SIGKILL the leader, measure the
     /// failover, stop the next leader gracefully, measure the hand-off, and clean up.
@@ -215,6 +219,60 @@ pub struct StatusArgs {
     json: bool,
 }
 
+/// Arguments of `vvm semaphore`.
+#[derive(Args, Debug, Clone)]
+pub struct SemaphoreArgs {
+    /// Where the semaphores live (see `vvm run --help`) [default: as `vvm run`].
+    #[arg(short, long, global = true, env = "VVM_STORE", value_name = "URL")]
+    store: Option<String>,
+    #[command(subcommand)]
+    action: SemaphoreAction,
+}
+
+/// What `vvm semaphore` does.
+#[derive(Subcommand, Debug, Clone)]
+pub enum SemaphoreAction {
+    /// Create a semaphore of `--limit` units (refused when the name exists).
+    Create {
+        /// Its name: 1 to 255 bytes of UTF-8, no control characters.
+        name: String,
+        /// Units it has: 1 for a lock or a leader, the number of instances for discovery.
+        #[arg(long)]
+        limit: u64,
+        /// Its own data (a configuration, a version), at most 16 KiB.
+        #[arg(long, default_value = "")]
+        data: String,
+    },
+    /// Print a semaphore: data, count and limit, the last token, its owners and waiters;
+    /// `--watch` prints it again at every change of its data or owners, until SIGINT or SIGTERM.
+    Describe {
+        /// Its name.
+        name: String,
+        /// Keep printing at every change (a slow reader skips to the latest state).
+        #[arg(short, long)]
+        watch: bool,
+        /// One JSON object per snapshot and line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace a semaphore's data (no ownership needed); watchers see the change.
+    Update {
+        /// Its name.
+        name: String,
+        /// The new data, at most 16 KiB.
+        #[arg(long)]
+        data: String,
+    },
+    /// Delete a semaphore; refused while it has owners or waiters unless `--force`.
+    Delete {
+        /// Its name.
+        name: String,
+        /// Delete it even with owners or waiters: their grants and requests end.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
 /// Which store the demo runs on.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DemoStore {
@@ -350,6 +408,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cli::demo::demo(args),
         Command::Run(args) => cli::block_on(cli::run::run(args)),
         Command::Status(args) => cli::block_on(cli::status::status(args)),
+        Command::Semaphore(args) => cli::block_on(cli::semaphore::semaphore(args)),
     };
     // The last lines (e.g. "shut down cleanly") are still queued; wait a bounded time for them.
     cli::log::flush();

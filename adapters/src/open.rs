@@ -438,6 +438,91 @@ impl LeaseStore for AnyStore {
     }
 }
 
+impl vvm_runtime::SessionStore for AnyStore {
+    async fn create_session(
+        &self,
+        key: vvm_core::SessionKey,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        each_store!(self, s => s.create_session(key, value, ttl).await)
+    }
+
+    async fn keep_alive(
+        &self,
+        key: vvm_core::SessionKey,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<Option<Revision>, StoreError> {
+        each_store!(self, s => s.keep_alive(key, expected, ttl).await)
+    }
+
+    async fn delete_session(
+        &self,
+        key: vvm_core::SessionKey,
+        expected: Revision,
+    ) -> Result<bool, StoreError> {
+        each_store!(self, s => s.delete_session(key, expected).await)
+    }
+
+    async fn get_session(
+        &self,
+        key: vvm_core::SessionKey,
+    ) -> Result<Option<vvm_runtime::SessionRecord>, StoreError> {
+        each_store!(self, s => s.get_session(key).await)
+    }
+
+    async fn acquire(
+        &self,
+        slot: Slot,
+        key: vvm_core::SessionKey,
+    ) -> Result<vvm_runtime::Acquired, StoreError> {
+        each_store!(self, s => s.acquire(slot, key).await)
+    }
+}
+
+/// A store of this build that does not keep semaphores yet.
+#[derive(Debug, thiserror::Error)]
+#[error("{store} stores do not keep semaphores in this version")]
+pub struct NoSemaphores {
+    /// The store's scheme.
+    pub store: &'static str,
+}
+
+impl vvm_runtime::SemaphoreStore for AnyStore {
+    async fn semaphore(
+        &self,
+        session: vvm_core::SessionKey,
+        name: &vvm_core::semaphore::SemaphoreName,
+        request: vvm_runtime::SemaphoreRequest,
+    ) -> Result<vvm_runtime::Applied, vvm_runtime::SemaphoreStoreError> {
+        match self {
+            #[cfg(feature = "memory")]
+            AnyStore::Memory(s) => s.semaphore(session, name, request).await,
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(s) => s.semaphore(session, name, request).await,
+            #[cfg(feature = "etcd")]
+            AnyStore::Etcd(_) => Err(StoreError::failed(NoSemaphores { store: "etcd" }).into()),
+            #[cfg(feature = "foundationdb")]
+            AnyStore::Fdb(_) => Err(StoreError::failed(NoSemaphores { store: "fdb" }).into()),
+        }
+    }
+
+    fn semaphore_changed(
+        &self,
+        name: &vvm_core::semaphore::SemaphoreName,
+    ) -> vvm_runtime::SemaphoreChange {
+        match self {
+            #[cfg(feature = "memory")]
+            AnyStore::Memory(s) => s.semaphore_changed(name),
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(s) => s.semaphore_changed(name),
+            #[allow(unreachable_patterns)]
+            _ => Box::pin(std::future::pending()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

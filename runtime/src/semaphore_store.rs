@@ -311,3 +311,19 @@ fn apply(
         }
     })
 }
+
+/// A shared store is a store of semaphores too.
+impl<S: SemaphoreStore> SemaphoreStore for std::sync::Arc<S> {
+    fn semaphore(
+        &self,
+        session: SessionKey,
+        name: &SemaphoreName,
+        request: SemaphoreRequest,
+    ) -> impl Future<Output = Result<Applied, SemaphoreStoreError>> + Send {
+        S::semaphore(self, session, name, request)
+    }
+
+    fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
+        S::semaphore_changed(self, name)
+    }
+}

@@ -104,3 +104,48 @@ pub trait SessionStore: LeaseStore {
         key: SessionKey,
     ) -> impl Future<Output = Result<Acquired, StoreError>> + Send;
 }
+
+/// A shared store is a store of sessions too (a process may hand one connection to sessions,
+/// VVMs and observers).
+impl<S: SessionStore> SessionStore for std::sync::Arc<S> {
+    fn create_session(
+        &self,
+        key: SessionKey,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Revision>, StoreError>> + Send {
+        S::create_session(self, key, value, ttl)
+    }
+
+    fn keep_alive(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Revision>, StoreError>> + Send {
+        S::keep_alive(self, key, expected, ttl)
+    }
+
+    fn delete_session(
+        &self,
+        key: SessionKey,
+        expected: Revision,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        S::delete_session(self, key, expected)
+    }
+
+    fn get_session(
+        &self,
+        key: SessionKey,
+    ) -> impl Future<Output = Result<Option<SessionRecord>, StoreError>> + Send {
+        S::get_session(self, key)
+    }
+
+    fn acquire(
+        &self,
+        slot: Slot,
+        key: SessionKey,
+    ) -> impl Future<Output = Result<Acquired, StoreError>> + Send {
+        S::acquire(self, slot, key)
+    }
+}

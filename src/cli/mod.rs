@@ -12,13 +12,14 @@ pub mod log;
 pub mod ops;
 pub mod program;
 pub mod run;
+pub mod semaphore;
 pub mod status;
 pub mod store;
 pub mod supervise;
 pub mod systemd;
 pub mod waiting;
 
-pub use super::{DemoArgs, DemoStore, RunArgs, StatusArgs};
+pub use super::{DemoArgs, DemoStore, RunArgs, SemaphoreAction, SemaphoreArgs, StatusArgs};
 
 /// Exit code of a usage error: bad flag, bad value, unknown store scheme.
 pub const EXIT_USAGE: u8 = 2;

@@ -1,0 +1,245 @@
+//! `vvm semaphore …`: create, describe (once or `--watch`), update and delete a semaphore from a
+//! shell, so that service discovery and configuration work without a program of one's own.
+//!
+//! Each command opens a session of its own (every semaphore operation is one transaction of a
+//! live session), does its one operation, and closes the session; a watch keeps its session
+//! open until SIGINT or SIGTERM. The session holds nothing, so its kill deadline never has
+//! anything to end but this short-lived process.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use vvm::semaphore::{Description, DATA_BYTES_MAX};
+use vvm::{
+    Coordination, CoordinationError, KillerThread, LeaseConfig, LeaseValue, SessionHandle,
+    WatchKind,
+};
+
+use super::store::{open_store, AnyStore};
+use super::{fail, usage_error, SemaphoreAction, SemaphoreArgs};
+
+/// Runs `vvm semaphore …`.
+pub async fn semaphore(args: SemaphoreArgs) -> ExitCode {
+    if let Err(message) = check(&args.action) {
+        return usage_error(&message);
+    }
+    let url = match super::store::resolve(args.store.as_deref(), true) {
+        Ok(url) => url,
+        Err(message) => return usage_error(&message),
+    };
+    let lease = LeaseConfig::default();
+    let store = match open_store(&url, &lease).await {
+        Ok(store) => Arc::new(store),
+        Err(e) => return e.exit(),
+    };
+    let value = LeaseValue::new(
+        format!("vvm-semaphore/pid-{}", std::process::id()),
+        vvm::new_incarnation(),
+    );
+    let session = match SessionHandle::open(store, lease, value, &KillerThread::global()).await {
+        Ok(session) => session,
+        Err(e) => {
+            return fail(&format!(
+                "cannot open a session: {}",
+                super::error_chain(&e)
+            ))
+        }
+    };
+    let coordination = Coordination::new(session);
+    let outcome = act(&coordination, &args.action).await;
+    // Closing deletes the session record at once, rather than leaving it to its expiry.
+    if let Err(e) = coordination.session().close().await {
+        tracing::debug!(error = %vvm::ErrorChain(&e), "the session was not closed cleanly");
+    }
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&super::error_chain(&e)),
+    }
+}
+
+/// Refuses what the store would refuse anyway, before a session is opened: an invalid name, a
+/// zero limit, data over the bound.
+fn check(action: &SemaphoreAction) -> Result<(), String> {
+    let name = match action {
+        SemaphoreAction::Create { name, .. }
+        | SemaphoreAction::Describe { name, .. }
+        | SemaphoreAction::Update { name, .. }
+        | SemaphoreAction::Delete { name, .. } => name,
+    };
+    vvm::semaphore::SemaphoreName::new(name)
+        .map_err(|e| format!("invalid semaphore name: {}", super::error_chain(&e)))?;
+    match action {
+        SemaphoreAction::Create { limit: 0, .. } => Err("--limit must be at least 1".to_owned()),
+        SemaphoreAction::Create { data, .. } | SemaphoreAction::Update { data, .. }
+            if data.len() > DATA_BYTES_MAX =>
+        {
+            Err(format!(
+                "--data is {} bytes; a semaphore's data is at most {DATA_BYTES_MAX}",
+                data.len()
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn act(
+    coordination: &Coordination<Arc<AnyStore>>,
+    action: &SemaphoreAction,
+) -> Result<(), CoordinationError> {
+    match action {
+        SemaphoreAction::Create { name, limit, data } => {
+            coordination.create(name, *limit, data.as_bytes()).await
+        }
+        SemaphoreAction::Update { name, data } => {
+            if !coordination.update_data(name, data.as_bytes()).await? {
+                tracing::info!(semaphore = %name, "the data was already that: nothing changed");
+            }
+            Ok(())
+        }
+        SemaphoreAction::Delete { name, force } => coordination.delete(name, *force).await,
+        SemaphoreAction::Describe { name, watch, json } => {
+            if !*watch {
+                let description = coordination.describe(name).await?;
+                print(&description, *json);
+                return Ok(());
+            }
+            let mut watch = coordination.watch(name, WatchKind::ALL)?;
+            let mut stop = StopSignals::new();
+            loop {
+                tokio::select! {
+                    next = watch.next() => {
+                        if !print(&next?, *json) {
+                            // Standard output closed (`| head -1`): the watch is over.
+                            return Ok(());
+                        }
+                    }
+                    () = stop.asked() => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Prints one snapshot; `false` when standard output is closed.
+fn print(description: &Description, json: bool) -> bool {
+    let text = if json {
+        json_snapshot(description).to_string()
+    } else {
+        text_snapshot(description)
+    };
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .is_ok()
+}
+
+/// `data` as text when it is UTF-8, else as hexadecimal digits after `0x`.
+fn shown_data(data: &[u8]) -> String {
+    match std::str::from_utf8(data) {
+        Ok(text) => text.to_owned(),
+        Err(_) => {
+            let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+            format!("0x{hex}")
+        }
+    }
+}
+
+/// One block: a header line, then one line per owner and per waiter.
+fn text_snapshot(d: &Description) -> String {
+    let mut text = format!(
+        "semaphore {} count={}/{} token={}{} data={:?}",
+        d.name,
+        d.count,
+        d.limit,
+        d.generation.0,
+        if d.ephemeral { " ephemeral" } else { "" },
+        shown_data(&d.data)
+    );
+    for owner in &d.owners {
+        text.push_str(&format!(
+            "\n  owner  order={} session={} count={} token={} data={:?}",
+            owner.order_id.0,
+            owner.session,
+            owner.count,
+            owner.token.0,
+            shown_data(&owner.data)
+        ));
+    }
+    for waiter in &d.waiters {
+        text.push_str(&format!(
+            "\n  waiter order={} session={} count={} timeout_ms={} data={:?}",
+            waiter.order_id.0,
+            waiter.session,
+            waiter.count,
+            waiter.timeout_ms,
+            shown_data(&waiter.data)
+        ));
+    }
+    text
+}
+
+/// `{"name", "data", "count", "limit", "ephemeral", "token", "owners": [...], "waiters": [...]}`.
+fn json_snapshot(d: &Description) -> serde_json::Value {
+    let owners: Vec<_> = d
+        .owners
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "order": o.order_id.0, "session": o.session.to_string(), "count": o.count,
+                "token": o.token.0, "data": shown_data(&o.data),
+            })
+        })
+        .collect();
+    let waiters: Vec<_> = d
+        .waiters
+        .iter()
+        .map(|w| {
+            serde_json::json!({
+                "order": w.order_id.0, "session": w.session.to_string(), "count": w.count,
+                "timeout_ms": w.timeout_ms, "data": shown_data(&w.data),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "name": d.name.to_string(),
+        "data": shown_data(&d.data),
+        "count": d.count,
+        "limit": d.limit,
+        "ephemeral": d.ephemeral,
+        "token": d.generation.0,
+        "owners": owners,
+        "waiters": waiters,
+    })
+}
+
+/// SIGINT and SIGTERM, watched from the start of a watch.
+struct StopSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        StopSignals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+        }
+    }
+
+    async fn asked(&mut self) {
+        async fn one(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = one(&mut self.interrupt) => {}
+            () = one(&mut self.terminate) => {}
+        }
+    }
+}
