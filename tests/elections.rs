@@ -103,7 +103,6 @@ async fn acquire_hold_and_release_several_slots_on_one_session() {
         assert_eq!(record.revision, token.revision);
         tokens.push(token);
     }
-    assert!(tokens.windows(2).all(|w| w[0].revision < w[1].revision));
     let key = elections.session().expect("a session is open");
 
     // Three keepalives later every slot is still held, at the revision of its acquire.

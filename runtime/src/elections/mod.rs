@@ -142,7 +142,7 @@ impl Tenures {
 /// let elections = Elections::start(MemoryStore::new(), "10.0.0.7:7000", lease, &killer)?;
 /// let first = elections.acquire(Slot(1)).await?; // opens the session
 /// let second = elections.acquire(Slot(2)).await?; // one more holding of it
-/// assert!(second.revision > first.revision);
+/// assert_eq!(elections.held(), [first, second]); // fencing tokens, in slot order
 /// assert_eq!(elections.tenure(Slot(1)), Tenure::Held(first));
 /// elections.release(Slot(1)).await?; // deletes slot 1's record
 /// elections.release_all().await?; // deletes the session and slot 2; the deadline is removed
