@@ -122,8 +122,16 @@ impl<S: SessionStore + Clone> Task<S> {
 
     /// The session ended without a close: every slot is lost at once, in one change.
     fn on_lost(&mut self, reason: Option<LossReason>) {
-        // `None`: closed. Only this task closes, and only with nothing held: not a loss.
         let Some(reason) = reason else {
+            // Closed: only this task closes, and only with nothing held. Should it ever end
+            // otherwise, its holdings ended with it; it is not watched again.
+            tracing::error!(
+                slots = self.holdings.len(),
+                "session ended without a close; its slots are forgotten"
+            );
+            self.holdings.clear();
+            self.session = None;
+            self.tenures.send_replace(Tenures::default());
             return;
         };
         tracing::warn!(
