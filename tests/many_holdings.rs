@@ -1,5 +1,6 @@
-//! Holdings beyond four thousand in one process: every lease renewed on time keeps the process
-//! alive, whatever the count, because every holding's deadline moves with its own renewals.
+//! Holdings beyond four thousand in one process: every session kept alive on time keeps the
+//! process alive, whatever the count, because every session's deadline moves with its own
+//! keepalives.
 
 mod common;
 
@@ -11,12 +12,13 @@ use vvm_adapters::MemoryStore;
 
 /// Well beyond 4 096 holdings in one process.
 const HOLDINGS: u32 = 4_200;
-/// The shortest lease accepted: renewals every 0.5 s, kill deadline 1.6 s after a confirmed write.
+/// The shortest lease accepted: keepalives every 0.5 s, kill deadline 1.6 s after a confirmed write.
 const LEASE: Duration = Duration::from_secs(2);
 
 // covers: Rt.KillerScales
-/// 4 200 `Elections` handles on one memory store and one killer, each holding its own slot and
-/// renewing it for ten leases: no deadline may pass, and every holding is still held.
+/// 4 200 `Elections` handles on one memory store and one killer, each holding its own slot on
+/// its own session and keeping it alive for ten leases: no deadline may pass, and every holding
+/// is still held.
 #[tokio::test(start_paused = true)]
 async fn more_than_four_thousand_renewed_holdings_are_never_killed() {
     let (store, killer) = (MemoryStore::new(), TestKiller::new());
@@ -43,7 +45,11 @@ async fn more_than_four_thousand_renewed_holdings_are_never_killed() {
     );
     let held = handles
         .iter()
-        .filter(|elections| matches!(elections.tenure(), Tenure::Held(_)))
+        .enumerate()
+        .filter(|(index, elections)| {
+            let slot = Slot(u32::try_from(index + 1).expect("few slots"));
+            matches!(elections.tenure(slot), Tenure::Held(_))
+        })
         .count();
     assert_eq!(held, HOLDINGS as usize);
     assert_eq!(
@@ -52,7 +58,7 @@ async fn more_than_four_thousand_renewed_holdings_are_never_killed() {
         "one deadline each"
     );
     for elections in &handles {
-        elections.release().await.unwrap();
+        elections.release_all().await.unwrap();
     }
     assert!(killer.thread.armed().is_empty(), "every release disarmed");
 }

@@ -156,7 +156,8 @@ pub enum ServicesError {
     },
 }
 
-/// Why an [`Elections`](crate::Elections) call did not win or hold a slot.
+/// Why an [`Elections`](crate::Elections) or [`LeaseElections`](crate::LeaseElections) call did
+/// not win, hold or release a slot.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ElectionsError {
@@ -170,10 +171,34 @@ pub enum ElectionsError {
     /// paused); the record is left to expire.
     #[error("slot {} was won too late to be used (the process was paused)", .0 .0)]
     TooLate(Slot),
-    /// A slot is already held or being acquired by this handle.
+    /// A slot is already held or being acquired by this handle (a
+    /// [`LeaseElections`](crate::LeaseElections) holds one slot at a time).
     #[error("this handle already holds or is acquiring a slot")]
     Busy,
-    /// The handle was cleaned up; it acquires nothing any more.
+    /// This handle holds the slot already (or held it and lost it, and it was not released
+    /// yet): a slot is held at most once per handle.
+    #[error("slot {} is held by this handle already", .0 .0)]
+    AlreadyHeld(Slot),
+    /// Slots are numbered from 1, as a VVM's are: slot 0 is refused before any store call.
+    #[error("slot {} is not a slot (slots are numbered from 1)", .0 .0)]
+    InvalidSlot(Slot),
+    /// The handle holds as many slots as it may
+    /// ([`ELECTIONS_SLOTS_MAX`](crate::elections::ELECTIONS_SLOTS_MAX)).
+    #[error("this handle holds {max} slots already, the most it may")]
+    TooManySlots {
+        /// The bound.
+        max: usize,
+    },
+    /// The session of this handle was lost, and with it every slot it held. Nothing is
+    /// acquired until every lost slot is released (the caller's acknowledgement that nothing
+    /// acts under them any more); the lost session's kill deadline stays armed.
+    #[error("the session was lost ({0:?}): every slot it held is lost")]
+    Lost(LossReason),
+    /// The store did not confirm a release: the record stays until its session ends (or
+    /// expires), and when it was the last slot held, the kill deadline stays armed.
+    #[error("the store did not confirm the release; the kill deadline may still fire")]
+    ReleaseUnconfirmed,
+    /// The handle was cleaned up (or its task is gone); it acquires nothing any more.
     #[error("the elections were cleaned up")]
     Closed,
     /// The handle was not created inside a tokio runtime.

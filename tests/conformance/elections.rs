@@ -1,13 +1,13 @@
-//! The elections cases: the runtime's [`Elections`] acquiring, holding, losing and releasing a
-//! slot on the store under test, while the case changes records underneath through the
-//! store's own operations.
+//! The elections cases: the runtime's [`Elections`] acquiring, holding, losing and releasing
+//! slots as holdings of one session on the store under test, while the case changes records
+//! underneath through the store's own operations.
 //!
-//! Every wait for a change of [`Tenure`] is bounded by one lease: a VVM must notice a lost
-//! record within its lease, whatever the store.
+//! Every wait for a change of [`Tenure`] is bounded by one lease: a holder must notice a lost
+//! session within its lease, whatever the store.
 
 use vvm::{
     Elections, ElectionsError, FencingToken, KillerThread, Lease, LeaseConfig, LeaseStore,
-    LossReason, ManualKillerTime, RecordingKiller, Slot, Tenure,
+    LossReason, ManualKillerTime, RecordingKiller, SessionStore, Slot, Tenure,
 };
 
 use super::{value, Harness, LONG_TTL};
@@ -37,7 +37,7 @@ struct Setup<S> {
     killer: Killer,
 }
 
-impl<S: LeaseStore + Clone> Setup<S> {
+impl<S: SessionStore + Clone> Setup<S> {
     async fn new<H: Harness<Store = S>>(harness: &H) -> Self {
         Setup {
             store: harness.store().await,
@@ -64,19 +64,28 @@ impl<S: LeaseStore + Clone> Setup<S> {
         self.store.get(slot).await.expect("get succeeds")
     }
 
-    /// Waits (at most one lease) until `elections` reaches a tenure that satisfies `wanted`.
+    /// Waits (at most one lease) until `slot` of `elections` reaches a tenure that satisfies
+    /// `wanted`.
     async fn wait_for(
         &self,
         elections: &Elections,
+        slot: Slot,
         what: &str,
         wanted: impl Fn(&Tenure) -> bool,
     ) -> Tenure {
-        let mut tenure = elections.watch();
-        let reached =
-            tokio::time::timeout(self.lease.lease(), tenure.wait_for(|t| wanted(t))).await;
+        let mut tenures = elections.watch();
+        let reached = tokio::time::timeout(
+            self.lease.lease(),
+            tenures.wait_for(|t| wanted(&t.get(slot))),
+        )
+        .await;
         match reached {
-            Ok(Ok(reached)) => *reached,
-            _ => panic!("{what} within a lease; tenure is {:?}", elections.tenure()),
+            Ok(Ok(reached)) => reached.get(slot),
+            _ => panic!(
+                "{what} within a lease; slot {} is {:?}",
+                slot.0,
+                elections.tenure(slot)
+            ),
         }
     }
 }
@@ -88,45 +97,64 @@ fn held(tenure: Tenure) -> FencingToken {
     }
 }
 
-fn overtaken() -> Tenure {
+fn overtaken(slot: Slot) -> Tenure {
     Tenure::Lost {
-        slot: SLOT,
+        slot,
         reason: LossReason::Overtaken,
     }
 }
 
-/// A slot is acquired, kept through renewals well past its TTL, and released.
+/// Two slots are acquired on one session, kept by its keepalives well past its TTL (their
+/// records and tokens unchanged), and released: one alone, then the other with the session.
 // covers: St.Elections
-pub async fn elections_acquire_hold_and_release<H: Harness>(harness: &H) {
+pub async fn elections_acquire_hold_and_release<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
 
     let token = elections.acquire(SLOT).await.expect("an empty slot is won");
+    let other = elections
+        .acquire(OTHER_SLOT)
+        .await
+        .expect("a second empty slot is won");
     let expected = Lease {
         value: elections.value().clone(),
         revision: token.revision,
     };
+    assert_eq!(setup.record(SLOT).await, Some(expected.clone()));
+
+    // Two leases later the records would long have expired without keepalives.
+    harness.pass(setup.lease.lease() * 2).await;
+    assert_eq!(
+        held(elections.tenure(SLOT)),
+        token,
+        "keepalives keep the token"
+    );
     assert_eq!(setup.record(SLOT).await, Some(expected));
 
-    // Two leases later the record would long have expired without renewals.
-    harness.pass(setup.lease.lease() * 2).await;
-    let renewed = held(elections.tenure());
-    assert!(
-        renewed.revision > token.revision,
-        "renewals move the revision"
-    );
-    let record = setup.record(SLOT).await.expect("the renewed record lives");
-    assert_eq!(record.value, *elections.value());
-    assert!(record.revision >= renewed.revision);
-
-    elections.release().await.expect("release succeeds");
-    assert_eq!(elections.tenure(), Tenure::Idle);
+    elections.release(SLOT).await.expect("release succeeds");
+    assert_eq!(elections.tenure(SLOT), Tenure::Idle);
     assert_eq!(setup.record(SLOT).await, None, "release deletes the record");
+    assert_eq!(held(elections.tenure(OTHER_SLOT)), other);
+    let key = elections.session().expect("the session lives on");
+
+    elections.release_all().await.expect("release succeeds");
+    assert_eq!(setup.record(OTHER_SLOT).await, None);
+    assert_eq!(
+        setup.store.get_session(key).await.expect("read succeeds"),
+        None,
+        "releasing the last slot deletes the session"
+    );
 }
 
 /// A slot with a live record of someone else is not acquired, and the record stays.
 // covers: St.Elections
-pub async fn elections_acquire_fails_while_another_holds<H: Harness>(harness: &H) {
+pub async fn elections_acquire_fails_while_another_holds<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
     let other = value(9);
     let revision = setup
@@ -141,7 +169,12 @@ pub async fn elections_acquire_fails_while_another_holds<H: Harness>(harness: &H
         elections.acquire(SLOT).await,
         Err(ElectionsError::Held(SLOT))
     );
-    assert_eq!(elections.tenure(), Tenure::Idle);
+    assert_eq!(elections.tenure(SLOT), Tenure::Idle);
+    assert_eq!(
+        elections.session(),
+        None,
+        "no session while nothing is held"
+    );
     assert_eq!(
         setup.record(SLOT).await,
         Some(Lease {
@@ -151,61 +184,101 @@ pub async fn elections_acquire_fails_while_another_holds<H: Harness>(harness: &H
     );
 }
 
-/// A record replaced underneath is noticed at the next renewal; the other value is kept.
+/// The session record deleted underneath is noticed at the next keepalive: every slot is lost
+/// at once, and their records are gone with the session.
 // covers: St.Elections
-pub async fn elections_a_changed_record_loses_leadership_and_stays<H: Harness>(harness: &H) {
+pub async fn elections_a_deleted_session_loses_every_slot<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
     elections.acquire(SLOT).await.expect("an empty slot is won");
-
-    let ours = setup.record(SLOT).await.expect("our record");
-    let revision = setup
-        .store
-        .compare_and_swap(SLOT, &ours, &value(9), LONG_TTL)
+    elections
+        .acquire(OTHER_SLOT)
         .await
-        .expect("swap succeeds")
-        .expect("swap of the live record wins");
+        .expect("an empty slot is won");
+
+    let key = elections.session().expect("a session holds the slots");
+    let record = setup
+        .store
+        .get_session(key)
+        .await
+        .expect("read succeeds")
+        .expect("our session record");
+    let deleted = setup.store.delete_session(key, record.revision).await;
+    assert_eq!(deleted, Ok(true));
 
     let lost = setup
-        .wait_for(&elections, "loss", |t| matches!(t, Tenure::Lost { .. }))
+        .wait_for(&elections, SLOT, "loss", |t| {
+            matches!(t, Tenure::Lost { .. })
+        })
         .await;
-    assert_eq!(lost, overtaken());
-    let theirs = Lease {
-        value: value(9),
-        revision,
-    };
+    assert_eq!(lost, overtaken(SLOT));
+    assert_eq!(elections.tenure(OTHER_SLOT), overtaken(OTHER_SLOT));
+    assert_eq!(setup.record(SLOT).await, None);
+    assert_eq!(setup.record(OTHER_SLOT).await, None);
     assert_eq!(
-        setup.record(SLOT).await,
-        Some(theirs),
-        "the other record is not deleted"
+        elections.acquire(Slot(5)).await,
+        Err(ElectionsError::Lost(LossReason::Overtaken)),
+        "nothing is acquired before the lost slots are released"
     );
 }
 
-/// A record deleted underneath is noticed at the next renewal and not written again.
+/// After a lost session, another contender wins the slot with a higher revision; the loser,
+/// once it released its lost slots, acquires again on a new session.
 // covers: St.Elections
-pub async fn elections_a_deleted_record_loses_leadership<H: Harness>(harness: &H) {
+pub async fn elections_a_lost_slot_passes_to_the_next_contender<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
-    let elections = setup.elections("10.1.0.1:7000");
-    elections.acquire(SLOT).await.expect("an empty slot is won");
+    let first = setup.elections("10.1.0.1:7000");
+    let second = setup.elections("10.1.0.2:7000");
+    let first_token = first.acquire(SLOT).await.expect("an empty slot is won");
 
-    let ours = setup.record(SLOT).await.expect("our record");
-    assert_eq!(setup.store.compare_and_delete(SLOT, &ours).await, Ok(true));
+    let key = first.session().expect("a session holds the slot");
+    let record = setup
+        .store
+        .get_session(key)
+        .await
+        .expect("read succeeds")
+        .expect("our session record");
+    let deleted = setup.store.delete_session(key, record.revision).await;
+    assert_eq!(deleted, Ok(true));
+    let second_token = second.acquire(SLOT).await.expect("a freed slot is won");
+    assert!(second_token.revision > first_token.revision);
 
-    let lost = setup
-        .wait_for(&elections, "loss", |t| matches!(t, Tenure::Lost { .. }))
+    setup
+        .wait_for(&first, SLOT, "loss", |t| matches!(t, Tenure::Lost { .. }))
         .await;
-    assert_eq!(lost, overtaken());
-    assert_eq!(setup.record(SLOT).await, None);
+    first.release_all().await.expect("release succeeds");
+    assert_eq!(
+        first.acquire(SLOT).await,
+        Err(ElectionsError::Held(SLOT)),
+        "held by the second"
+    );
+    first
+        .acquire(OTHER_SLOT)
+        .await
+        .expect("a new session acquires");
+    assert_ne!(first.session(), Some(key));
+    first.cleanup().await;
+    second.cleanup().await;
 }
 
 /// Releasing with nothing held writes nothing; the handle still acquires afterwards.
 // covers: St.Elections
-pub async fn elections_release_without_acquire_does_nothing<H: Harness>(harness: &H) {
+pub async fn elections_release_without_acquire_does_nothing<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
 
-    elections.release().await.expect("release succeeds");
-    assert_eq!(elections.tenure(), Tenure::Idle);
+    elections.release(SLOT).await.expect("release succeeds");
+    elections.release_all().await.expect("release succeeds");
+    assert_eq!(elections.tenure(SLOT), Tenure::Idle);
     assert_eq!(setup.record(SLOT).await, None);
     let token = elections.acquire(SLOT).await.expect("an empty slot is won");
     assert_eq!(
@@ -216,7 +289,10 @@ pub async fn elections_release_without_acquire_does_nothing<H: Harness>(harness:
 
 /// Cleanup releases what is held; afterwards nothing is acquired any more.
 // covers: St.Elections
-pub async fn elections_acquire_after_cleanup_fails<H: Harness>(harness: &H) {
+pub async fn elections_acquire_after_cleanup_fails<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
     elections.acquire(SLOT).await.expect("an empty slot is won");
@@ -235,41 +311,50 @@ pub async fn elections_acquire_after_cleanup_fails<H: Harness>(harness: &H) {
     elections.cleanup().await;
 }
 
-/// Cleanup after a renewal deletes the renewed record, not a stale one.
+/// Cleanup after keepalives deletes the session and its holdings.
 // covers: St.Elections
-pub async fn elections_cleanup_after_renewals_releases<H: Harness>(harness: &H) {
+pub async fn elections_cleanup_after_keepalives_releases<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
     let elections = setup.elections("10.1.0.1:7000");
-    let first = elections.acquire(SLOT).await.expect("an empty slot is won");
+    elections.acquire(SLOT).await.expect("an empty slot is won");
+    elections
+        .acquire(OTHER_SLOT)
+        .await
+        .expect("an empty slot is won");
+    let key = elections.session().expect("a session holds the slots");
 
-    let renewed = setup
-        .wait_for(
-            &elections,
-            "a renewal",
-            |t| matches!(t, Tenure::Held(token) if token.revision > first.revision),
-        )
-        .await;
-    held(renewed);
+    harness.pass(setup.lease.lease()).await;
     elections.cleanup().await;
     assert_eq!(setup.record(SLOT).await, None);
-    assert_eq!(elections.tenure(), Tenure::Idle);
+    assert_eq!(setup.record(OTHER_SLOT).await, None);
+    assert_eq!(
+        setup.store.get_session(key).await.expect("read succeeds"),
+        None
+    );
+    assert_eq!(elections.tenure(SLOT), Tenure::Idle);
 }
 
 /// Of two contenders only one holds the slot; once it releases, the other wins it with a
 /// higher revision (a larger fencing token).
 // covers: St.Elections
-pub async fn elections_a_released_slot_passes_to_the_next_contender<H: Harness>(harness: &H) {
+pub async fn elections_a_released_slot_passes_to_the_next_contender<H: Harness>(harness: &H)
+where
+    H::Store: SessionStore,
+{
     let setup = Setup::new(harness).await;
     let first = setup.elections("10.1.0.1:7000");
     let second = setup.elections("10.1.0.2:7000");
 
     let first_token = first.acquire(SLOT).await.expect("an empty slot is won");
     assert_eq!(second.acquire(SLOT).await, Err(ElectionsError::Held(SLOT)));
-    first.release().await.expect("release succeeds");
+    first.release(SLOT).await.expect("release succeeds");
 
     let second_token = second.acquire(SLOT).await.expect("a released slot is won");
     assert!(second_token.revision > first_token.revision);
     let record = setup.record(SLOT).await.expect("the new holder's record");
     assert_eq!(record.value, *second.value());
-    assert_eq!(first.tenure(), Tenure::Idle);
+    assert_eq!(first.tenure(SLOT), Tenure::Idle);
 }

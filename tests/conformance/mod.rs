@@ -4,7 +4,7 @@
 //! - [`ttl`]: the four operations on TTL records — conditional writes, expiry, revisions,
 //!   independence of keys, and 1000 concurrent inserts on one key;
 //! - [`elections`]: the runtime's [`Elections`](vvm::Elections) acquiring, holding, losing and
-//!   releasing a slot on the store;
+//!   releasing slots on one session of the store, for every [`vvm::SessionStore`];
 //! - [`observe`]: [`vvm::observe`] reporting every change of holder (and no renewal);
 //! - [`feed`]: the change feed, for stores that have one (`feed_cases!`);
 //! - [`sessions`]: session records and their holdings, for every [`vvm::SessionStore`]
@@ -173,11 +173,11 @@ macro_rules! elections_cases {
         $crate::conformance::elections_cases!(@cases #[$test] $harness;
             elections_acquire_hold_and_release,
             elections_acquire_fails_while_another_holds,
-            elections_a_changed_record_loses_leadership_and_stays,
-            elections_a_deleted_record_loses_leadership,
+            elections_a_deleted_session_loses_every_slot,
+            elections_a_lost_slot_passes_to_the_next_contender,
             elections_release_without_acquire_does_nothing,
             elections_acquire_after_cleanup_fails,
-            elections_cleanup_after_renewals_releases,
+            elections_cleanup_after_keepalives_releases,
             elections_a_released_slot_passes_to_the_next_contender,
         );
     };

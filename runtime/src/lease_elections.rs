@@ -1,19 +1,27 @@
-//! Elections without a VVM around them: one [`Leadership`] machine driven by its own task, for
-//! callers (and tests) that want to acquire, hold and release a single slot directly.
+//! Per-slot elections on a plain [`LeaseStore`]: one [`Leadership`] machine driven by its own
+//! task, for callers that want to acquire, hold and release a single slot directly on a store
+//! that has no sessions.
+//!
+//! Each slot is its own TTL record, renewed every `L/4` by its own compare-and-swap, with its
+//! own kill deadline: the protocol a [`Vvm`](crate::Vvm) runs. Use
+//! [`Elections`](crate::Elections) instead wherever the store implements
+//! [`SessionStore`](crate::SessionStore) (memory, SQLite, etcd, transactional stores,
+//! FoundationDB): it holds any number of slots on one session, with one keepalive and one kill
+//! deadline whatever their number. `LeaseElections` is for a store that implements
+//! [`LeaseStore`] only (such as `AnyStore` of the adapters, or a store of one's own).
 //!
 //! It shares the store calls, timers and killer with the VVM driver; only the notifications are
 //! handled here. A release that deleted our record removes the kill deadline, as a clean VVM
-//! shutdown does; a loss keeps it. After [`Elections::cleanup`] the handle acquires nothing any
-//! more.
+//! shutdown does; a loss keeps it. After [`LeaseElections::cleanup`] the handle acquires nothing
+//! any more.
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
-use vvm_core::{
-    Effect, Effects, FencingToken, Leadership, LeaseConfig, LeaseEvent, LossReason, Refusal, Slot,
-};
+use vvm_core::{Effect, Effects, FencingToken, Leadership, LeaseConfig, LeaseEvent, Refusal, Slot};
 
+use crate::elections::Tenure;
 use crate::error::ElectionsError;
 use crate::executor::{Executor, Wake};
 use crate::killer::KillerThread;
@@ -23,29 +31,14 @@ use crate::vvm::new_incarnation;
 /// Commands queued at most; callers wait for replies, so more never pile up.
 const COMMANDS_MAX: usize = 8;
 
-/// What the handle holds right now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tenure {
-    /// Nothing held.
-    Idle,
-    /// Leading; the token of the last confirmed write.
-    Held(FencingToken),
-    /// Leadership of `slot` was lost (not released).
-    Lost {
-        /// The slot.
-        slot: Slot,
-        /// Why.
-        reason: LossReason,
-    },
-}
-
 enum Command {
     Acquire(Slot, oneshot::Sender<Result<FencingToken, ElectionsError>>),
     Release(oneshot::Sender<()>),
     Cleanup(oneshot::Sender<()>),
 }
 
-/// Handle of a single-slot election. Dropping it releases what it holds, in the background.
+/// Handle of a single-slot election on a [`LeaseStore`]: one slot at a time, renewed by its own
+/// writes. Dropping it releases what it holds, in the background.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -53,13 +46,13 @@ enum Command {
 /// use std::time::Duration;
 /// use vvm_adapters::MemoryStore;
 /// use vvm_core::{LeaseConfig, Slot};
-/// use vvm_runtime::{Elections, ElectionsError, KillerThread, Tenure};
+/// use vvm_runtime::{ElectionsError, KillerThread, LeaseElections, Tenure};
 ///
 /// let lease = LeaseConfig::new(Duration::from_secs(20))?;
 /// // While the slot is held, the process-wide killer ends the process before the lease could
 /// // pass to someone else.
 /// let killer = KillerThread::global();
-/// let elections = Elections::start(MemoryStore::new(), "10.0.0.7:7000", lease, &killer)?;
+/// let elections = LeaseElections::start(MemoryStore::new(), "10.0.0.7:7000", lease, &killer)?;
 /// let token = elections.acquire(Slot(1)).await?;
 /// assert_eq!(elections.tenure(), Tenure::Held(token));
 /// elections.release().await?; // deletes the record; renewals stop
@@ -69,13 +62,13 @@ enum Command {
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct Elections {
+pub struct LeaseElections {
     commands: mpsc::Sender<Command>,
     tenure: watch::Receiver<Tenure>,
     value: LeaseValue,
 }
 
-impl Elections {
+impl LeaseElections {
     /// Starts the election task for `address` on `store`; its deadlines go to `killer`.
     /// An address that [`VvmConfig`](vvm_core::VvmConfig) would refuse is refused here too
     /// ([`ElectionsError::InvalidAddress`]).
@@ -84,7 +77,7 @@ impl Elections {
         address: &str,
         lease: LeaseConfig,
         killer: &KillerThread,
-    ) -> Result<Elections, ElectionsError> {
+    ) -> Result<LeaseElections, ElectionsError> {
         // Checked before anything is spawned: a record with such an address would read back
         // as corrupt for every reader.
         vvm_core::validate_address(address).map_err(ElectionsError::InvalidAddress)?;
@@ -117,7 +110,7 @@ impl Elections {
         };
         let span = tracing::info_span!("elections", address);
         runtime.spawn(task.run().instrument(span));
-        Ok(Elections {
+        Ok(LeaseElections {
             commands,
             tenure,
             value,
