@@ -174,10 +174,7 @@ impl Elections {
         vvm_core::validate_address(address).map_err(ElectionsError::InvalidAddress)?;
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| ElectionsError::NoRuntime)?;
-        let value = LeaseValue {
-            address: address.to_owned(),
-            incarnation: new_incarnation(),
-        };
+        let value = LeaseValue::new(address, new_incarnation());
         let (commands, receiver) = mpsc::channel(COMMANDS_MAX);
         let (tenures_tx, tenures) = watch::channel(Tenures::default());
         let task = Task::new(
