@@ -7,6 +7,9 @@
 //!   the next waiter's `Coordination::acquire`, which waits on the store's change feed; p50 and
 //!   p99 over [`HANDOFFS`] hand-offs between two sessions (for SQLite two connections, as two
 //!   processes would have).
+//! - `broadcast/<store>` (printed): from a data update to the moment the last of [`WATCHERS`]
+//!   watchers saw it; p50 and p99 over [`UPDATES`] updates, the writer and the watchers on two
+//!   clients of the store.
 //!
 //! Run: `cargo bench --bench semaphores` (`-- --quick` for a short run).
 
@@ -19,11 +22,16 @@ use vvm::semaphore::SemaphoreName;
 use vvm::{
     AcquireOptions, Coordination, Incarnation, KillerThread, LeaseConfig, LeaseValue,
     RecordingKiller, SemaphoreRequest, SemaphoreStore, SessionHandle, SessionId, SessionKey,
+    WatchKind,
 };
 
 const TTL: Duration = Duration::from_secs(3600);
 /// Hand-offs measured per store.
 const HANDOFFS: usize = 200;
+/// Watchers of one semaphore's data.
+const WATCHERS: usize = 100;
+/// Updates measured per store.
+const UPDATES: usize = 100;
 
 fn key(n: u64) -> SessionKey {
     SessionKey {
@@ -139,19 +147,85 @@ async fn handoffs<S: SemaphoreStore + Clone + 'static>(first: S, second: S) -> V
     latencies
 }
 
+/// Updates of one semaphore's data, each timed until every one of the watchers saw it.
+async fn broadcasts<S: SemaphoreStore + Clone + 'static>(writer: S, readers: S) -> Vec<Duration> {
+    let writer = member(writer, 1).await;
+    let readers = member(readers, 2).await;
+    writer
+        .create("config", 1, b"0".to_vec())
+        .await
+        .expect("created");
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..WATCHERS {
+        let mut watch = readers.watch("config", WatchKind::DATA).expect("a watch");
+        watch.next().await.expect("the first snapshot");
+        let seen_tx = seen_tx.clone();
+        tokio::spawn(async move {
+            while let Ok(snapshot) = watch.next().await {
+                if seen_tx.send((snapshot.data, Instant::now())).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let mut latencies = Vec::with_capacity(UPDATES);
+    for round in 1..=UPDATES {
+        let data = round.to_string().into_bytes();
+        let sent = Instant::now();
+        writer
+            .update_data("config", data.clone())
+            .await
+            .expect("updated");
+        let (mut count, mut last) = (0, sent);
+        while count < WATCHERS {
+            let (got, at) = seen.recv().await.expect("the watchers run");
+            if got == data {
+                count += 1;
+                last = last.max(at);
+            }
+        }
+        latencies.push(last.duration_since(sent));
+    }
+    latencies
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[at.min(sorted.len() - 1)]
 }
 
-fn report(label: &str, mut latencies: Vec<Duration>) {
+fn report(label: &str, latencies: Vec<Duration>) {
+    report_as(
+        &format!("handoff/{label}"),
+        "release -> next waiter's grant",
+        latencies,
+    );
+}
+
+fn report_as(label: &str, what: &str, mut latencies: Vec<Duration>) {
     latencies.sort();
     println!(
-        "handoff/{label}: release -> next waiter's grant over {} hand-offs: p50 {:?}, p99 {:?}, max {:?}",
+        "{label}: {what} over {} runs: p50 {:?}, p99 {:?}, max {:?}",
         latencies.len(),
         percentile(&latencies, 0.50),
         percentile(&latencies, 0.99),
         latencies.last().copied().unwrap_or_default(),
+    );
+}
+
+fn broadcast_latency(runtime: &Runtime) {
+    let memory = MemoryStore::new();
+    report_as(
+        "broadcast/memory",
+        "update -> all 100 watchers notified",
+        runtime.block_on(broadcasts(memory.clone(), memory)),
+    );
+    let path = scratch("semaphores-broadcast");
+    let open = || SqliteStore::open(&path).expect("opens");
+    report_as(
+        "broadcast/sqlite",
+        "update -> all 100 watchers notified",
+        runtime.block_on(broadcasts(open(), open())),
     );
 }
 
@@ -173,6 +247,7 @@ fn main() {
         .build()
         .expect("a runtime");
     handoff_latency(&runtime);
+    broadcast_latency(&runtime);
     criterion::Criterion::default()
         .configure_from_args()
         .final_summary();
