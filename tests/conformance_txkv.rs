@@ -55,3 +55,7 @@ conformance::session_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
+conformance::semaphore_cases!(
+    #[tokio::test(start_paused = true)]
+    Txkv
+);
