@@ -190,3 +190,71 @@ fn wakes(names: &[Vec<u8>], event: &Event) -> Option<(Wake, i64)> {
     };
     Some((wake, kv.mod_revision()))
 }
+
+/// The feed of one semaphore: every event on a key in `[start, end)` (its state key and its
+/// party keys) after the revision `seen` knows now wakes it, a put as a deletion (a state
+/// written, a party joined or left, a party's lease ended); whatever it cannot tell wakes it
+/// too, not before [`UNKNOWN_PAUSE`] after the wait began.
+pub(super) fn range_changed(
+    watch: WatchClient,
+    seen: &Arc<SeenRevision>,
+    start: Vec<u8>,
+    end: Vec<u8>,
+    what: String,
+) -> vvm_runtime::SemaphoreChange {
+    // Read at the call, not at the first poll: see the module documentation.
+    let after = seen.get();
+    let seen = Arc::clone(seen);
+    Box::pin(async move {
+        let began = tokio::time::Instant::now();
+        let wake = watch_range(watch, &seen, start, end, after).await;
+        tracing::debug!(semaphore = %what, ?wake, "etcd semaphore feed resolved");
+        if matches!(wake, Wake::Unknown(_)) {
+            tokio::time::sleep_until(began + UNKNOWN_PAUSE).await;
+        }
+    })
+}
+
+async fn watch_range(
+    mut watch: WatchClient,
+    seen: &SeenRevision,
+    start: Vec<u8>,
+    end: Vec<u8>,
+    after: i64,
+) -> Wake {
+    if after <= 0 {
+        return Wake::Unknown("no revision of the cluster known yet".into());
+    }
+    let options = WatchOptions::new()
+        .with_range(end)
+        .with_start_revision(after.saturating_add(1));
+    let mut stream = match watch.watch(start, Some(options)).await {
+        Ok(stream) => stream,
+        Err(error) => return Wake::Unknown(format!("watch not established: {}", chain(error))),
+    };
+    loop {
+        let response = match stream.message().await {
+            Ok(Some(response)) => response,
+            Ok(None) => return Wake::Unknown("watch stream ended".into()),
+            Err(error) => return Wake::Unknown(format!("watch stream failed: {}", chain(error))),
+        };
+        if response.compact_revision() != 0 {
+            return Wake::Unknown(format!(
+                "watch start compacted away (compacted up to {})",
+                response.compact_revision()
+            ));
+        }
+        if response.canceled() {
+            return Wake::Unknown(format!("watch cancelled: {}", response.cancel_reason()));
+        }
+        if let Some(event) = response.events().first() {
+            let revision = event.kv().map_or(0, |kv| kv.mod_revision());
+            // As for slots: the next feed starts after this event.
+            seen.note_revision(revision);
+            return match event.event_type() {
+                EventType::Delete => Wake::Deleted,
+                EventType::Put => Wake::Replaced,
+            };
+        }
+    }
+}
