@@ -51,9 +51,12 @@
 //! so a session that ended between the read and the write makes the write false (and the next
 //! attempt answers `SessionGone`); a party key is never bound to an ended lease.
 //!
-//! **Change feed**: one etcd watch over the semaphore's key range, from the highest revision
-//! this store has seen (as the slots' feed: nothing committed after the call is missed); any
-//! event wakes it: a write of the state, a party joining or leaving, a party's lease ending.
+//! **Change feed**: one etcd watch over the semaphore's key range; any event wakes it: a write
+//! of the state, a party joining or leaving, a party's lease ending. Nothing committed after
+//! the call is missed: the call takes the highest revision this store has seen (as the slots'
+//! feed does), and the gap between it and the watch's start is checked by reading the range at
+//! both revisions. The watch itself starts at the current revision: one started in the past is
+//! caught up by etcd only every 100 ms, which would delay every hand-off by up to that.
 //!
 //! **Resending.** The read transaction is sent again after a broken connection (it is a read).
 //! The write is sent again only when refused: a second send of one that applied would find
@@ -477,6 +480,7 @@ impl SemaphoreStore for EtcdStore {
         let end = Self::range_end(&start);
         super::feed::range_changed(
             self.watch.clone(),
+            self.kv.clone(),
             &self.seen,
             start,
             end,
