@@ -655,6 +655,76 @@ impl<K: TxKv> SemaphoreStore for TxLeaseStore<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::txkv::lease::TxOptionsError;
+    use crate::txkv::{MemoryKv, TxOptions};
+    use vvm_core::{Incarnation, SessionId, Slot};
+    use vvm_runtime::{LeaseValue, SessionStore};
+
+    /// Semaphore and parties keys start with the prefix and a NUL byte, never a slot's or a
+    /// session's; a prefix that holds a NUL byte is refused.
+    // covers: Tx.Semaphores
+    #[test]
+    fn semaphore_keys_are_a_key_space_of_their_own() {
+        assert_eq!(
+            TxOptions::default().prefix("a\0b/"),
+            Err(TxOptionsError::PrefixHasNul)
+        );
+        let options = TxOptions::default().prefix("p/").expect("a valid prefix");
+        let store = TxLeaseStore::new(MemoryKv::new(), options);
+        let session = SessionKey {
+            incarnation: Incarnation(1),
+            id: SessionId(1),
+        };
+        let semaphore = store.semaphore_key(&name("1"));
+        let parties = store.parties_key(session);
+        assert_eq!(semaphore, b"p/\0semaphore/1");
+        assert_eq!(parties, b"p/\0parties/0000000000000001-1");
+        for other in [store.key(Slot(1)), store.session_key(session)] {
+            assert_ne!(semaphore, other);
+            assert_ne!(parties, other);
+            assert_ne!(other.get(2), Some(&0));
+        }
+    }
+
+    /// A session is a party of at most `SEMAPHORES_PER_SESSION_MAX` semaphores: one more is a
+    /// typed failure that writes nothing.
+    // covers: Tx.Semaphores
+    #[tokio::test(start_paused = true)]
+    async fn a_session_joins_a_bounded_number_of_semaphores() {
+        let store = TxLeaseStore::new(MemoryKv::new(), TxOptions::default());
+        let session = SessionKey {
+            incarnation: Incarnation(1),
+            id: SessionId(1),
+        };
+        let value = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
+        store
+            .create_session(session, &value, Duration::from_secs(3600))
+            .await
+            .expect("runs")
+            .expect("created");
+        let acquire = SemaphoreRequest::Acquire {
+            count: 1,
+            data: Vec::new(),
+            timeout_ms: 0,
+            ephemeral: true,
+        };
+        for n in 0..SEMAPHORES_PER_SESSION_MAX {
+            store
+                .semaphore(session, &name(&format!("s{n}")), acquire.clone())
+                .await
+                .expect("granted");
+        }
+        let over = store
+            .semaphore(session, &name("one-more"), acquire)
+            .await
+            .expect_err("refused");
+        let chain = vvm_runtime::ErrorChain(&over).to_string();
+        assert!(chain.contains("is a party of 250 semaphores"), "{chain}");
+        assert_eq!(
+            store.kv().value(&store.semaphore_key(&name("one-more"))),
+            None
+        );
+    }
 
     fn name(text: &str) -> SemaphoreName {
         SemaphoreName::new(text).expect("valid")
