@@ -55,6 +55,7 @@ conformance::session_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
+// covers: Tx.Semaphores
 conformance::semaphore_cases!(
     #[tokio::test(start_paused = true)]
     Txkv

@@ -119,7 +119,7 @@ async fn the_queue_is_the_creation_order_of_the_party_keys() {
 
 /// An owner's session that ends on etcd (its lease expires) wakes a waiter's feed without
 /// anybody writing, and the next look grants the waiter.
-// covers: Et.SemaphoreLeaseEnd
+// covers: Sem.Store.LeaseEndWakes, Et.Semaphores
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_party_whose_lease_ends_wakes_the_feed() {
     let Some(cluster) = single("a_party_whose_lease_ends_wakes_the_feed").await else {
