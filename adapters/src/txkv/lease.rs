@@ -53,6 +53,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use vvm_core::semaphore::SemaphoreName;
 use vvm_core::{Instant, Revision, SessionKey, Slot};
 use vvm_runtime::{
     CallTimedOut, Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
@@ -209,6 +210,10 @@ impl TxOptions {
     }
 }
 
+/// The version of each semaphore key this process last read or wrote, by name (`None`: not
+/// readable): the baselines of the semaphores' change feeds (`semaphore` module).
+pub(super) type SemaphoreVersions = HashMap<SemaphoreName, Option<u64>>;
+
 /// A key a note is about: a slot's, or a session record's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Target {
@@ -264,7 +269,7 @@ pub struct TxLeaseStore<K> {
     pub(super) time: Arc<dyn TimeSource>,
     /// The version of each semaphore record this process last read or wrote: the change feed's
     /// baseline (see the `semaphore` module).
-    pub(super) semaphores: Arc<Mutex<super::semaphore::Seen>>,
+    pub(super) semaphores: Arc<Mutex<SemaphoreVersions>>,
 }
 
 impl<K> Clone for TxLeaseStore<K> {

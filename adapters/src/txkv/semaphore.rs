@@ -60,8 +60,8 @@ use vvm_runtime::{
 };
 
 use super::lease::{
-    conflict_backoff, failed, read_in, State, Target, TxLeaseError, TxLeaseStore, BACKOFF_MAX,
-    FEED_UNKNOWN_PAUSE,
+    conflict_backoff, failed, read_in, SemaphoreVersions, State, Target, TxLeaseError,
+    TxLeaseStore, BACKOFF_MAX, FEED_UNKNOWN_PAUSE,
 };
 use super::{KvTx, TxError, TxKv};
 
@@ -107,10 +107,8 @@ const DELETED: u8 = b'D';
 const SEMAPHORE_PART: &[u8] = b"\0semaphore/";
 const PARTIES_PART: &[u8] = b"\0parties/";
 
-/// The versions of the semaphore keys this process last read or wrote, by name: the feed's
-/// baselines. At most [`SEEN_MAX`] names; a forgotten one only makes a feed take its first
-/// round's read as the baseline.
-pub(super) type Seen = HashMap<SemaphoreName, Option<u64>>;
+/// Most names whose version a store value remembers ([`SemaphoreVersions`]); beyond it they
+/// are all forgotten, which only makes a feed take its first round's read as the baseline.
 const SEEN_MAX: usize = 4096;
 
 /// What a semaphore key holds.
@@ -259,7 +257,7 @@ impl<K: TxKv> TxLeaseStore<K> {
         key
     }
 
-    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+    fn seen(&self) -> std::sync::MutexGuard<'_, SemaphoreVersions> {
         // Every critical section leaves the map consistent; a poisoned lock is usable.
         self.semaphores
             .lock()
