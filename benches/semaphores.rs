@@ -1,12 +1,13 @@
-//! Semaphores on the memory and SQLite stores:
+//! Semaphores on the memory, SQLite and etcd stores (etcd: one member started on loopback, when
+//! `etcd` is installed):
 //!
 //! - `semaphores/acquire_release/<store>`: an uncontended acquire (granted at once) and its
 //!   release, as two store transactions through [`SemaphoreStore::semaphore`]; operations per
 //!   second = 1 / the time;
 //! - `handoff/<store>` (printed, not criterion): from the owner's release to the grant seen by
 //!   the next waiter's `Coordination::acquire`, which waits on the store's change feed; p50 and
-//!   p99 over [`HANDOFFS`] hand-offs between two sessions (for SQLite two connections, as two
-//!   processes would have).
+//!   p99 over [`HANDOFFS`] hand-offs between two sessions (for SQLite and etcd two connections,
+//!   as two processes would have).
 //! - `broadcast/<store>` (printed): from a data update to the moment the last of [`WATCHERS`]
 //!   watchers saw it; p50 and p99 over [`UPDATES`] updates, the writer and the watchers on two
 //!   clients of the store.
@@ -15,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, Criterion};
+use criterion::Criterion;
 use tokio::runtime::Runtime;
 use vvm::adapters::{MemoryStore, SqliteStore};
 use vvm::semaphore::SemaphoreName;
@@ -24,6 +25,8 @@ use vvm::{
     RecordingKiller, SemaphoreRequest, SemaphoreStore, SessionHandle, SessionId, SessionKey,
     WatchKind,
 };
+use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
+use vvm_adapters::etcd::EtcdStore;
 
 const TTL: Duration = Duration::from_secs(3600);
 /// Hand-offs measured per store.
@@ -51,12 +54,17 @@ fn scratch(name: &str) -> std::path::PathBuf {
     dir.join("store.sqlite")
 }
 
-fn acquire_release<S: SemaphoreStore>(c: &mut Criterion, label: &str, store: S) {
+fn acquire_release<S, Fut>(c: &mut Criterion, label: &str, open: impl FnOnce() -> Fut)
+where
+    S: SemaphoreStore,
+    Fut: std::future::Future<Output = S>,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .expect("a runtime");
     let name = SemaphoreName::new("lock").expect("a name");
+    let store = runtime.block_on(open());
     runtime.block_on(async {
         store
             .create_session(key(1), &value(1), TTL)
@@ -94,10 +102,40 @@ fn acquire_release<S: SemaphoreStore>(c: &mut Criterion, label: &str, store: S) 
     });
 }
 
-fn benches(c: &mut Criterion) {
-    acquire_release(c, "memory", MemoryStore::new());
+/// A single etcd member on loopback, or `None` (said once) when etcd is not installed.
+fn etcd(runtime: &Runtime) -> Option<EtcdCluster> {
+    if find_etcd().is_none() {
+        println!("etcd is not installed: no etcd figures");
+        return None;
+    }
+    let options = ClusterOptions::new(1).expect("valid cluster options");
+    Some(
+        runtime
+            .block_on(EtcdCluster::start(options))
+            .expect("etcd starts"),
+    )
+}
+
+async fn etcd_store(cluster: &EtcdCluster, prefix: &str) -> EtcdStore {
+    let options = cluster
+        .store_options()
+        .expect("options")
+        .prefix(prefix)
+        .expect("prefix");
+    EtcdStore::connect(options)
+        .await
+        .expect("the store connects")
+}
+
+fn benches(c: &mut Criterion, cluster: Option<&EtcdCluster>) {
+    acquire_release(c, "memory", || async { MemoryStore::new() });
     let path = scratch("semaphores-throughput");
-    acquire_release(c, "sqlite", SqliteStore::open(&path).expect("opens"));
+    acquire_release(c, "sqlite", || async {
+        SqliteStore::open(&path).expect("opens")
+    });
+    if let Some(cluster) = cluster {
+        acquire_release(c, "etcd", || etcd_store(cluster, "bench/throughput/"));
+    }
 }
 
 async fn member<S: SemaphoreStore + Clone>(store: S, n: u64) -> Coordination<S> {
@@ -213,7 +251,7 @@ fn report_as(label: &str, what: &str, mut latencies: Vec<Duration>) {
     );
 }
 
-fn broadcast_latency(runtime: &Runtime) {
+fn broadcast_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>) {
     let memory = MemoryStore::new();
     report_as(
         "broadcast/memory",
@@ -227,27 +265,47 @@ fn broadcast_latency(runtime: &Runtime) {
         "update -> all 100 watchers notified",
         runtime.block_on(broadcasts(open(), open())),
     );
+    if let Some(cluster) = cluster {
+        let latencies = runtime.block_on(async {
+            let writer = etcd_store(cluster, "bench/broadcast/").await;
+            let readers = etcd_store(cluster, "bench/broadcast/").await;
+            broadcasts(writer, readers).await
+        });
+        report_as(
+            "broadcast/etcd",
+            "update -> all 100 watchers notified",
+            latencies,
+        );
+    }
 }
 
-fn handoff_latency(runtime: &Runtime) {
+fn handoff_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>) {
     let memory = MemoryStore::new();
     report("memory", runtime.block_on(handoffs(memory.clone(), memory)));
     let path = scratch("semaphores-handoff");
     let open = || SqliteStore::open(&path).expect("opens");
     report("sqlite", runtime.block_on(handoffs(open(), open())));
+    if let Some(cluster) = cluster {
+        let latencies = runtime.block_on(async {
+            let first = etcd_store(cluster, "bench/handoff/").await;
+            let second = etcd_store(cluster, "bench/handoff/").await;
+            handoffs(first, second).await
+        });
+        report("etcd", latencies);
+    }
 }
 
-criterion_group!(group, benches);
-
 fn main() {
-    group();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
-    handoff_latency(&runtime);
-    broadcast_latency(&runtime);
+    let cluster = etcd(&runtime);
+    let mut criterion = Criterion::default().configure_from_args();
+    benches(&mut criterion, cluster.as_ref());
+    handoff_latency(&runtime, cluster.as_ref());
+    broadcast_latency(&runtime, cluster.as_ref());
     criterion::Criterion::default()
         .configure_from_args()
         .final_summary();

@@ -121,3 +121,11 @@ conformance::session_cases!(
         None => return,
     }
 );
+// covers: Et.Semaphores
+conformance::semaphore_cases!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    match Etcd::start().await {
+        Some(etcd) => etcd,
+        None => return,
+    }
+);

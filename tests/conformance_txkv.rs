@@ -55,3 +55,8 @@ conformance::session_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
+// covers: Tx.Semaphores
+conformance::semaphore_cases!(
+    #[tokio::test(start_paused = true)]
+    Txkv
+);

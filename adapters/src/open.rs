@@ -481,14 +481,6 @@ impl vvm_runtime::SessionStore for AnyStore {
     }
 }
 
-/// A store of this build that does not keep semaphores yet.
-#[derive(Debug, thiserror::Error)]
-#[error("{store} stores do not keep semaphores in this version")]
-pub struct NoSemaphores {
-    /// The store's scheme.
-    pub store: &'static str,
-}
-
 impl vvm_runtime::SemaphoreStore for AnyStore {
     async fn semaphore(
         &self,
@@ -496,30 +488,14 @@ impl vvm_runtime::SemaphoreStore for AnyStore {
         name: &vvm_core::semaphore::SemaphoreName,
         request: vvm_runtime::SemaphoreRequest,
     ) -> Result<vvm_runtime::Applied, vvm_runtime::SemaphoreStoreError> {
-        match self {
-            #[cfg(feature = "memory")]
-            AnyStore::Memory(s) => s.semaphore(session, name, request).await,
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => s.semaphore(session, name, request).await,
-            #[cfg(feature = "etcd")]
-            AnyStore::Etcd(_) => Err(StoreError::failed(NoSemaphores { store: "etcd" }).into()),
-            #[cfg(feature = "foundationdb")]
-            AnyStore::Fdb(_) => Err(StoreError::failed(NoSemaphores { store: "fdb" }).into()),
-        }
+        each_store!(self, s => s.semaphore(session, name, request).await)
     }
 
     fn semaphore_changed(
         &self,
         name: &vvm_core::semaphore::SemaphoreName,
     ) -> vvm_runtime::SemaphoreChange {
-        match self {
-            #[cfg(feature = "memory")]
-            AnyStore::Memory(s) => s.semaphore_changed(name),
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => s.semaphore_changed(name),
-            #[allow(unreachable_patterns)]
-            _ => Box::pin(std::future::pending()),
-        }
+        each_store!(self, s => s.semaphore_changed(name))
     }
 }
 

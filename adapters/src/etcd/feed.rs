@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Event, EventType, WatchClient, WatchOptions};
+use etcd_client::{Event, EventType, GetOptions, KvClient, WatchClient, WatchOptions};
 use vvm_core::Slot;
 use vvm_runtime::SlotChange;
 
@@ -189,4 +189,114 @@ fn wakes(names: &[Vec<u8>], event: &Event) -> Option<(Wake, i64)> {
         },
     };
     Some((wake, kv.mod_revision()))
+}
+
+/// The feed of one semaphore: every event on a key in `[start, end)` (its state key and its
+/// party keys) after the revision `seen` knows now wakes it, a put as a deletion (a state
+/// written, a party joined or left, a party's lease ended); whatever it cannot tell wakes it
+/// too, not before [`UNKNOWN_PAUSE`] after the wait began.
+///
+/// A watch whose start revision is already past is *unsynced* in etcd: its events, even those
+/// committed after it was set up, come only when etcd's watch loop catches it up, every
+/// 100 ms. So the watch starts at the current revision `R` (its creation answer says which),
+/// and the gap between the call's revision `A` and `R` is checked by reading the semaphore's
+/// keys at both revisions (keys and `mod_revision`s): any write or deletion in between makes
+/// them differ, and wakes at once.
+pub(super) fn range_changed(
+    watch: WatchClient,
+    kv: KvClient,
+    seen: &Arc<SeenRevision>,
+    start: Vec<u8>,
+    end: Vec<u8>,
+    what: String,
+) -> vvm_runtime::SemaphoreChange {
+    // Read at the call, not at the first poll: see the module documentation.
+    let after = seen.get();
+    let seen = Arc::clone(seen);
+    Box::pin(async move {
+        let began = tokio::time::Instant::now();
+        let wake = watch_range(watch, kv, &seen, start, end, after).await;
+        tracing::debug!(semaphore = %what, ?wake, "etcd semaphore feed resolved");
+        if matches!(wake, Wake::Unknown(_)) {
+            tokio::time::sleep_until(began + UNKNOWN_PAUSE).await;
+        }
+    })
+}
+
+/// The keys in `[start, end)` at `revision`, each with its `mod_revision`.
+async fn keys_at(
+    kv: &mut KvClient,
+    start: &[u8],
+    end: &[u8],
+    revision: i64,
+) -> Result<Vec<(Vec<u8>, i64)>, etcd_client::Error> {
+    let options = GetOptions::new()
+        .with_range(end.to_vec())
+        .with_keys_only()
+        .with_revision(revision);
+    let response = kv.get(start.to_vec(), Some(options)).await?;
+    Ok(response
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key().to_vec(), kv.mod_revision()))
+        .collect())
+}
+
+async fn watch_range(
+    mut watch: WatchClient,
+    mut kv: KvClient,
+    seen: &SeenRevision,
+    start: Vec<u8>,
+    end: Vec<u8>,
+    after: i64,
+) -> Wake {
+    if after <= 0 {
+        return Wake::Unknown("no revision of the cluster known yet".into());
+    }
+    let options = WatchOptions::new().with_range(end.clone());
+    let mut stream = match watch.watch(start.clone(), Some(options)).await {
+        Ok(stream) => stream,
+        Err(error) => return Wake::Unknown(format!("watch not established: {}", chain(error))),
+    };
+    loop {
+        let response = match stream.message().await {
+            Ok(Some(response)) => response,
+            Ok(None) => return Wake::Unknown("watch stream ended".into()),
+            Err(error) => return Wake::Unknown(format!("watch stream failed: {}", chain(error))),
+        };
+        if response.canceled() {
+            return Wake::Unknown(format!("watch cancelled: {}", response.cancel_reason()));
+        }
+        if response.created() {
+            let Some(now) = response.header().map(|header| header.revision()) else {
+                return Wake::Unknown("watch created without a revision".into());
+            };
+            if now > after {
+                let then = keys_at(&mut kv, &start, &end, after).await;
+                let now_keys = keys_at(&mut kv, &start, &end, now).await;
+                match (then, now_keys) {
+                    (Ok(then), Ok(now_keys)) if then == now_keys => {}
+                    (Ok(_), Ok(_)) => {
+                        seen.note_revision(now);
+                        return Wake::Replaced;
+                    }
+                    (Err(error), _) | (_, Err(error)) => {
+                        return Wake::Unknown(format!(
+                            "the keys before the watch cannot be read: {}",
+                            chain(error)
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(event) = response.events().first() {
+            let revision = event.kv().map_or(0, |kv| kv.mod_revision());
+            // As for slots: the next feed starts after this event.
+            seen.note_revision(revision);
+            return match event.event_type() {
+                EventType::Delete => Wake::Deleted,
+                EventType::Put => Wake::Replaced,
+            };
+        }
+    }
 }

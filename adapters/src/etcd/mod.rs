@@ -7,7 +7,9 @@
 //! | compare-and-delete | `if value(key) == expected && mod_revision(key) == rev then delete(key)` |
 //! | get | range read of the key |
 //!
-//! Sessions and their holdings: see [Sessions](#sessions) below.
+//! Sessions and their holdings: see [Sessions](#sessions) below. Semaphores
+//! ([`SemaphoreStore`](vvm_runtime::SemaphoreStore)): one key per semaphore holding its state
+//! and one key per party bound to its session's lease; see the `semaphore` module source.
 //!
 //! The revision of a record is its `mod_revision`, which etcd takes from one counter for the
 //! whole cluster: it strictly increases per key, also across delete and re-insert.
@@ -72,6 +74,7 @@
 
 mod feed;
 mod options;
+mod semaphore;
 mod session;
 
 #[cfg(feature = "etcd-cluster")]
@@ -91,6 +94,7 @@ use vvm_runtime::{Cause, ErrorChain, Lease, LeaseStore, LeaseValue, SlotChange, 
 
 use feed::SeenRevision;
 pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
+pub use semaphore::{EtcdSemaphoreError, SEMAPHORE_ATTEMPTS_MAX};
 use session::Sessions;
 pub use session::SESSIONS_MAX;
 

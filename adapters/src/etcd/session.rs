@@ -260,6 +260,14 @@ impl EtcdStore {
         lease != 0 && lock(&self.sessions).leases.contains(&lease)
     }
 
+    /// The TTL of the session `key`, when the store knows it (created here, or learnt).
+    pub(super) fn known_ttl(&self, key: SessionKey) -> Option<Duration> {
+        self.known(key)
+            .and_then(|known| known.ttl_secs)
+            .and_then(|secs| u64::try_from(secs).ok())
+            .map(Duration::from_secs)
+    }
+
     fn known(&self, key: SessionKey) -> Option<Known> {
         lock(&self.sessions).by_key.get(&key).cloned()
     }
@@ -527,17 +535,48 @@ impl SessionStore for EtcdStore {
             return Ok(false);
         };
         let name = self.session_key(key);
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                name.clone(),
-                CompareOp::Equal,
-                revision,
-            )])
-            .and_then([TxnOp::delete(
-                name,
-                Some(DeleteOptions::new().with_prev_key()),
-            )]);
-        let response = self.write(txn, 0, Resend::Unsent).await?;
+        // Its parties in semaphores are removed in the same transaction (`semaphore` module);
+        // when they cannot be told, they end with the lease, lazily.
+        let lease = match self.known(key).filter(|known| known.revision == expected) {
+            Some(known) => Some(known.lease),
+            None => self
+                .read_session(key)
+                .await
+                .ok()
+                .and_then(|read| read.known)
+                .map(|known| known.lease),
+        };
+        let names = match lease {
+            Some(lease) => self.parties_of(key, lease).await,
+            None => Vec::new(),
+        };
+        let mut attempts = 0;
+        let response = loop {
+            attempts += 1;
+            let with_parties = !names.is_empty() && attempts <= super::SEMAPHORE_ATTEMPTS_MAX;
+            let txn = if with_parties {
+                self.delete_with_parties_txn(key, name.clone(), revision, &names)
+                    .await?
+            } else {
+                Txn::new()
+                    .when([Compare::mod_revision(
+                        name.clone(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([TxnOp::delete(
+                        name.clone(),
+                        Some(DeleteOptions::new().with_prev_key()),
+                    )])
+            };
+            let response = self.write(txn, 0, Resend::Unsent).await?;
+            if response.succeeded()
+                || !with_parties
+                || !super::semaphore::record_unchanged(&response, revision)
+            {
+                break response;
+            }
+        };
         if !response.succeeded() {
             return Ok(false);
         }

@@ -53,6 +53,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use vvm_core::semaphore::SemaphoreName;
 use vvm_core::{Instant, Revision, SessionKey, Slot};
 use vvm_runtime::{
     CallTimedOut, Clock, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, TimeSource,
@@ -79,22 +80,22 @@ pub const PREFIX_MAX_BYTES: usize = 256;
 /// to [`BACKOFF_MAX`].
 const BACKOFF_FIRST: Duration = Duration::from_millis(2);
 /// Longest pause between two attempts.
-const BACKOFF_MAX: Duration = Duration::from_millis(100);
+pub(super) const BACKOFF_MAX: Duration = Duration::from_millis(100);
 
 /// The pauses between attempts: a random point between half of a ceiling and the ceiling, which
 /// doubles from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`] ([`vvm_runtime::jittered_backoff`]).
 /// Candidates that conflicted on one key would, with equal pauses, meet again at the same instant
 /// on every attempt; the jitter spreads them, as FoundationDB's own retry loop does.
-fn conflict_backoff() -> impl Iterator<Item = Duration> {
+pub(super) fn conflict_backoff() -> impl Iterator<Item = Duration> {
     vvm_runtime::jittered_backoff(BACKOFF_FIRST, BACKOFF_MAX)
 }
 
 /// Retry limit, timeout and key prefix of a [`TxLeaseStore`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TxOptions {
-    retries_max: u32,
-    timeout: Duration,
-    prefix: Vec<u8>,
+    pub(super) retries_max: u32,
+    pub(super) timeout: Duration,
+    pub(super) prefix: Vec<u8>,
 }
 
 impl Default for TxOptions {
@@ -152,6 +153,10 @@ pub enum TxOptionsError {
     /// records (`a` + `session/<key>` is prefix `asession/<incarnation>-` + a slot number).
     #[error("the key prefix holds \"session/\", which names session records under a shorter prefix; pick another")]
     PrefixHasSessionPart,
+    /// The key prefix holds a NUL byte: the store's semaphore keys are the prefix followed by
+    /// a NUL byte, so such a prefix could name another prefix's semaphores.
+    #[error("the key prefix holds a NUL byte, which starts the semaphore keys of a shorter prefix; pick another")]
+    PrefixHasNul,
 }
 
 impl TxOptions {
@@ -174,9 +179,10 @@ impl TxOptions {
         Ok(self)
     }
 
-    /// Keys are `<prefix><slot number>` and `<prefix>session/<session>` (default `vvm/slot/`).
-    /// Two stores on one key-value store with different accepted prefixes never share a key: a
-    /// prefix that ends with a digit or holds `session/` is refused.
+    /// Keys are `<prefix><slot number>`, `<prefix>session/<session>` and, for semaphores,
+    /// `<prefix>\0…` (default `vvm/slot/`). Two stores on one key-value store with different
+    /// accepted prefixes never share a key: a prefix that ends with a digit, holds `session/` or
+    /// holds a NUL byte is refused.
     pub fn prefix(mut self, prefix: impl Into<Vec<u8>>) -> Result<Self, TxOptionsError> {
         let prefix = prefix.into();
         if prefix.len() > PREFIX_MAX_BYTES {
@@ -191,6 +197,9 @@ impl TxOptions {
         {
             return Err(TxOptionsError::PrefixHasSessionPart);
         }
+        if prefix.contains(&0) {
+            return Err(TxOptionsError::PrefixHasNul);
+        }
         self.prefix = prefix;
         Ok(self)
     }
@@ -200,6 +209,10 @@ impl TxOptions {
         self.timeout
     }
 }
+
+/// The version of each semaphore key this process last read or wrote, by name (`None`: not
+/// readable): the baselines of the semaphores' change feeds (`semaphore` module).
+pub(super) type SemaphoreVersions = HashMap<SemaphoreName, Option<u64>>;
 
 /// A key a note is about: a slot's, or a session record's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -250,10 +263,13 @@ pub(super) enum Decision<T> {
 /// A [`LeaseStore`] over any [`TxKv`]; see the [module documentation](self). Cloning shares the
 /// store and the notes.
 pub struct TxLeaseStore<K> {
-    kv: Arc<K>,
-    options: Arc<TxOptions>,
+    pub(super) kv: Arc<K>,
+    pub(super) options: Arc<TxOptions>,
     notes: Arc<Mutex<HashMap<Target, Observation>>>,
-    time: Arc<dyn TimeSource>,
+    pub(super) time: Arc<dyn TimeSource>,
+    /// The version of each semaphore record this process last read or wrote: the change feed's
+    /// baseline (see the `semaphore` module).
+    pub(super) semaphores: Arc<Mutex<SemaphoreVersions>>,
 }
 
 impl<K> Clone for TxLeaseStore<K> {
@@ -263,6 +279,7 @@ impl<K> Clone for TxLeaseStore<K> {
             options: self.options.clone(),
             notes: self.notes.clone(),
             time: self.time.clone(),
+            semaphores: self.semaphores.clone(),
         }
     }
 }
@@ -295,6 +312,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             options: Arc::new(options),
             notes: Arc::default(),
             time: Arc::new(time),
+            semaphores: Arc::default(),
         }
     }
 
@@ -306,6 +324,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             options: self.options.clone(),
             notes: Arc::default(),
             time: self.time.clone(),
+            semaphores: Arc::default(),
         }
     }
 
@@ -345,7 +364,7 @@ impl<K: TxKv> TxLeaseStore<K> {
     /// Classifies what a transaction that started at `started` read at `read_at` under
     /// `target`, and updates the notes. A holding is live while its session record is:
     /// `session` is what the same transaction read under that record's key.
-    fn observe(
+    pub(super) fn observe(
         &self,
         target: Target,
         bytes: Option<&[u8]>,
@@ -422,8 +441,23 @@ impl<K: TxKv> TxLeaseStore<K> {
         }
     }
 
+    /// The time the session `key`, which a transaction that started at `started` just judged
+    /// live, has left by this process's note: a transaction that starts later than that judges
+    /// it expired unless it changed. `None` without a note.
+    pub(super) fn session_time_left(&self, key: SessionKey, started: Instant) -> Option<Duration> {
+        self.notes().get(&Target::Session(key)).map(|note| {
+            note.ttl
+                .saturating_sub(started.saturating_since(note.since))
+        })
+    }
+
     /// Notes a record this process wrote in a transaction that started at `started`.
-    fn note_own(&self, target: Target, own: Option<(u64, Vec<u8>, Duration)>, started: Instant) {
+    pub(super) fn note_own(
+        &self,
+        target: Target,
+        own: Option<(u64, Vec<u8>, Duration)>,
+        started: Instant,
+    ) {
         let mut notes = self.notes();
         match own {
             None => {
@@ -578,7 +612,7 @@ impl<K: TxKv> TxLeaseStore<K> {
 
 /// Reads `key` in `tx` by `deadline`: `Ok(Err(retryable))` when the transaction must be run
 /// again.
-async fn read_in<T: KvTx>(
+pub(super) async fn read_in<T: KvTx>(
     tx: &mut T,
     key: &[u8],
     deadline: tokio::time::Instant,
@@ -721,7 +755,7 @@ fn forget_oldest(notes: &mut HashMap<Target, Observation>) {
     }
 }
 
-fn failed(error: &TxError) -> StoreError {
+pub(super) fn failed(error: &TxError) -> StoreError {
     StoreError::failed(error.clone())
 }
 

@@ -7,11 +7,14 @@
 //! memory, with injectable faults, so that it passes the conformance suite here.
 //!
 //! The change feed ([`LeaseStore::changed`](vvm_runtime::LeaseStore::changed)) rests on the
-//! store's watches ([`KvTx::watch`]); see [`lease`].
+//! store's watches ([`KvTx::watch`]); see [`lease`]. The store keeps semaphores too
+//! ([`SemaphoreStore`](vvm_runtime::SemaphoreStore)), each in one key; see the `semaphore`
+//! module source.
 
 pub mod lease;
 pub mod memory;
 mod record;
+mod semaphore;
 mod session;
 
 use std::future::Future;
@@ -21,6 +24,7 @@ pub use lease::{
     RETRIES_MAX_DEFAULT, TIMEOUT_DEFAULT,
 };
 pub use memory::{KvFault, MemoryKv, MemoryKvError, WATCHES_MAX};
+pub use semaphore::{TxSemaphoreError, SEMAPHORES_PER_SESSION_MAX};
 use vvm_runtime::Cause;
 
 /// Why a transaction step did not succeed. The message says which of the three it is; the

@@ -7,7 +7,8 @@
 //! - keepalive: `if live(session key) at expected then set(live record, revision + 1)`: one
 //!   transaction of one key, whatever the number of holdings. The revision rises, since others
 //!   judge expiry by seeing the same revision for a whole TTL;
-//! - delete: `if live at expected then clear(session key)`: every holding reads as absent from
+//! - delete: `if live at expected then clear(session key)`, and in the same transaction its
+//!   parties removed from every semaphore (`semaphore` module): every holding reads as absent from
 //!   then on. No holding key changes, so the change feed of their slots does not fire: a waiter
 //!   learns it at its next try, as of an expiry. Releasing each holding first (as
 //!   `Holding::release` does) fires it;
@@ -64,15 +65,8 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
         key: SessionKey,
         expected: Revision,
     ) -> Result<bool, StoreError> {
-        self.transact(Target::Session(key), None, |state, _| match state {
-            State::Live { revision, .. } if *revision == expected.0 => Ok(Decision::Write {
-                record: None,
-                answer: true,
-                own: None,
-            }),
-            _ => Ok(Decision::Done(false)),
-        })
-        .await
+        // With its parties in every semaphore, in the same transaction (`semaphore` module).
+        self.delete_session_and_parties(key, expected).await
     }
 
     async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {

@@ -1,0 +1,525 @@
+//! Semaphores on etcd ([`SemaphoreStore`]): one key per semaphore holding its encoded state,
+//! and one key per party bound to its session's lease.
+//!
+//! # Keys
+//!
+//! With `n` the semaphore's name and `s` a session key as [`SessionKey`] displays it:
+//!
+//! ```text
+//! <prefix> NUL "semaphore/" n            0x01 'S' <Semaphore::encode>                       no lease
+//!                                        0x01 'D' <generation: u64 BE> <next order id: u64 BE>
+//! <prefix> NUL "semaphore/" n NUL s      empty                                              the session's lease
+//! ```
+//!
+//! The prefix holds no NUL byte ([`EtcdOptions::prefix`](super::EtcdOptions::prefix)) and a
+//! name no control character, so these keys are never a slot or session key of any accepted
+//! prefix, and the keys of one semaphore are exactly the range `[<state key>, <state key>
+//! 0x01)`. They sort before every slot key of the prefix, outside every slot feed's range.
+//!
+//! # Mapping: the state in one key, the parties bound to their leases
+//!
+//! | operation | etcd requests |
+//! |---|---|
+//! | `semaphore` | one read transaction: the state key, the party keys of the semaphore (keys only), the caller's session record; then [`transact`]; then, when it writes, `if mod_revision(state) == read && lease(caller's record) == L then put(state), put(caller's party key, L) when it joined, delete(caller's party key) when it left, delete(every party key) when the semaphore is deleted`; a false comparison runs it all again |
+//! | `delete_session` (`session` module) | the record's lease, and the keys bound to it (`LeaseTimeToLive` with keys): its party keys name its semaphores; one read of their states; `if mod_revision(record) == expected && mod_revision(each state) == read then delete(record), put(each state without the session's party), delete(its party keys)`; then the lease is revoked |
+//!
+//! **Why one key for the state, not etcd's recipe shape** (a key per waiter, queued by its
+//! `create_revision`, as `etcdctl lock` and the v3 `concurrency` package do): the rules are the
+//! core's pure function of the whole state — replace in place keeps an order id and a token, the
+//! grant pass walks the queue from its head, tokens and order ids continue across deletion, a
+//! forced delete ends everyone — and [`transact`] runs it on one decoded state, as on every other
+//! store. Spread over keys, every operation would still have to read every party key and
+//! rewrite several of them in one transaction, and the state would have no single revision to
+//! compare. With one key, the transactions on a semaphore are serialized by the comparison of
+//! its `mod_revision`, so the core's order ids are the order in which they committed.
+//!
+//! **Queue order is creation revision order all the same.** A party's key is created in the
+//! transaction that makes it a party — the one in which the core gives it its order id — and
+//! is not touched again while it stays one (a replacement in place keeps it). Those transactions
+//! are serialized on the state key, so the parties' order ids increase exactly as their keys'
+//! `create_revision`s do: the queue is the order of creation revisions, as in etcd's recipes.
+//!
+//! **Liveness is etcd's.** A party key is bound to its session's lease, so etcd deletes it when
+//! the session ends (expiry, or the revocation of a deleted session): a party is live exactly
+//! while its key exists, read in the same snapshot as the state. A party whose key is gone is
+//! removed as by its expiry ([`transact`]'s lazy step), and the deletion of its key is an event
+//! in the semaphore's key range, so it wakes every waiter and watch of the semaphore (see the
+//! change feed): a dead owner's units pass on within etcd's lease check (0.5 s) of its expiry,
+//! not at some later look. The time a party has left ([`Applied::parties_expire_in`]) is its
+//! session's TTL when this store knows it (an upper bound: etcd reports no more), else none.
+//! The caller is live when its session record is, and the write compares the record's lease,
+//! so a session that ended between the read and the write makes the write false (and the next
+//! attempt answers `SessionGone`); a party key is never bound to an ended lease.
+//!
+//! **Change feed**: one etcd watch over the semaphore's key range; any event wakes it: a write
+//! of the state, a party joining or leaving, a party's lease ending. Nothing committed after
+//! the call is missed: the call takes the highest revision this store has seen (as the slots'
+//! feed does), and the gap between it and the watch's start is checked by reading the range at
+//! both revisions. The watch itself starts at the current revision: one started in the past is
+//! caught up by etcd only every 100 ms, which would delay every hand-off by up to that.
+//!
+//! **Resending.** The read transaction is sent again after a broken connection (it is a read).
+//! The write is sent again only when refused: a second send of one that applied would find
+//! its comparison false, and the operation would be run again on its own result (a create would
+//! answer "already exists"); so a write whose connection broke is [`StoreError::Unknown`].
+//!
+//! **Costs.** One read transaction (the state, up to [`PARTIES_MAX`](vvm_core::semaphore::PARTIES_MAX)
+//! party keys, one record) and at most one write transaction of at most three operations.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
+};
+use vvm_core::semaphore::{DecodeError, Generation, OrderId, Semaphore, SemaphoreName, SessionKey};
+use vvm_runtime::semaphore_store::{transact, Write};
+use vvm_runtime::{
+    Applied, ErrorChain, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
+    StoreError,
+};
+
+use super::{read_failed, EtcdClientError, EtcdStore, Resend};
+
+/// Most transactions one semaphore operation runs while others' writes make its comparison
+/// false; then it fails with [`EtcdSemaphoreError::Conflicted`].
+pub const SEMAPHORE_ATTEMPTS_MAX: u32 = 32;
+
+/// Why a semaphore operation on etcd failed although its requests ran: the cause inside its
+/// [`StoreError`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdSemaphoreError {
+    /// Every attempt's write found the semaphore changed since its read.
+    #[error("semaphore {name} changed under {attempts} attempts")]
+    Conflicted {
+        /// The semaphore.
+        name: String,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// A transaction's answer lacks one of the operations it sent.
+    #[error("an etcd transaction answered without the result of {what}")]
+    Incomplete {
+        /// What is missing.
+        what: &'static str,
+    },
+}
+
+const VERSION: u8 = 1;
+const STATE: u8 = b'S';
+const DELETED: u8 = b'D';
+/// What follows the prefix in a semaphore key.
+const SEMAPHORE_PART: &str = "\0semaphore/";
+
+/// The decoded state key: the state, or the counters a deleted semaphore left.
+type Stored = (Option<Semaphore>, Option<(Generation, OrderId)>);
+
+fn encode(write: &Write) -> Option<Vec<u8>> {
+    let mut bytes = vec![VERSION];
+    match write {
+        Write::Keep => return None,
+        Write::Put(semaphore) => {
+            bytes.push(STATE);
+            bytes.extend_from_slice(&semaphore.encode());
+        }
+        Write::Delete {
+            generation,
+            next_order_id,
+        } => {
+            bytes.push(DELETED);
+            bytes.extend_from_slice(&generation.0.to_be_bytes());
+            bytes.extend_from_slice(&next_order_id.0.to_be_bytes());
+        }
+    }
+    Some(bytes)
+}
+
+fn be(bytes: &[u8]) -> Result<u64, DecodeError> {
+    let array: [u8; 8] = bytes.try_into().map_err(|_| DecodeError::Truncated)?;
+    Ok(u64::from_be_bytes(array))
+}
+
+fn decode(bytes: Option<&[u8]>) -> Result<Stored, DecodeError> {
+    match bytes {
+        None => Ok((None, None)),
+        Some([VERSION, STATE, state @ ..]) => Ok((Some(Semaphore::decode(state)?), None)),
+        Some([VERSION, DELETED, counters @ ..]) => {
+            if counters.len() != 16 {
+                return Err(DecodeError::Truncated);
+            }
+            Ok((
+                None,
+                Some((
+                    Generation(be(&counters[..8])?),
+                    OrderId(be(&counters[8..])?.max(1)),
+                )),
+            ))
+        }
+        Some(_) => Err(DecodeError::Magic),
+    }
+}
+
+/// The sessions that own or wait in `state`.
+fn parties(state: Option<&Semaphore>) -> HashSet<SessionKey> {
+    state.map_or_else(HashSet::new, |state| {
+        state
+            .owners()
+            .iter()
+            .map(|o| o.session)
+            .chain(state.waiters().iter().map(|w| w.session))
+            .collect()
+    })
+}
+
+/// The `index`th read of a transaction's answer.
+fn get_at(
+    response: &etcd_client::TxnResponse,
+    index: usize,
+    what: &'static str,
+) -> Result<etcd_client::GetResponse, StoreError> {
+    match response.op_responses().into_iter().nth(index) {
+        Some(TxnOpResponse::Get(get)) => Ok(get),
+        _ => Err(StoreError::failed(EtcdSemaphoreError::Incomplete { what })),
+    }
+}
+
+/// One read of a semaphore.
+struct Snapshot {
+    /// The state key's `mod_revision` (0: absent).
+    revision: i64,
+    bytes: Option<Vec<u8>>,
+    /// The party keys that exist.
+    party_keys: HashSet<Vec<u8>>,
+    /// The caller's session lease, when its record exists.
+    lease: Option<i64>,
+}
+
+impl EtcdStore {
+    /// The key of the semaphore `name`: the prefix, a NUL byte, `semaphore/`, the name.
+    pub fn semaphore_key(&self, name: &SemaphoreName) -> Vec<u8> {
+        format!("{}{SEMAPHORE_PART}{}", self.prefix, name.as_str()).into_bytes()
+    }
+
+    /// The key of `session`'s party in the semaphore whose key is `state_key`.
+    fn party_key(state_key: &[u8], session: SessionKey) -> Vec<u8> {
+        let mut key = state_key.to_vec();
+        key.push(0);
+        key.extend_from_slice(session.to_string().as_bytes());
+        key
+    }
+
+    /// The end of the key range of the semaphore whose key is `state_key`.
+    fn range_end(state_key: &[u8]) -> Vec<u8> {
+        let mut end = state_key.to_vec();
+        end.push(1);
+        end
+    }
+
+    /// Runs a transaction of reads (sent again after a broken connection).
+    async fn read_txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, StoreError> {
+        let response = self
+            .resend(Resend::Broken, || {
+                let (mut kv, txn) = (self.kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await
+            .map_err(read_failed)?;
+        self.seen.note(response.header());
+        Ok(response)
+    }
+
+    async fn snapshot(
+        &self,
+        state_key: &[u8],
+        session: SessionKey,
+    ) -> Result<Snapshot, StoreError> {
+        let mut parties_start = state_key.to_vec();
+        parties_start.push(0);
+        let txn = Txn::new().and_then([
+            TxnOp::get(state_key.to_vec(), None),
+            TxnOp::get(
+                parties_start,
+                Some(
+                    GetOptions::new()
+                        .with_range(Self::range_end(state_key))
+                        .with_keys_only(),
+                ),
+            ),
+            TxnOp::get(
+                self.session_key(session),
+                Some(GetOptions::new().with_keys_only()),
+            ),
+        ]);
+        let response = self.read_txn(txn).await?;
+        let state = get_at(&response, 0, "the read of the state")?;
+        let party_keys = get_at(&response, 1, "the read of the parties")?;
+        let record = get_at(&response, 2, "the read of the session")?;
+        let (revision, bytes) = state.kvs().first().map_or((0, None), |kv| {
+            (kv.mod_revision(), Some(kv.value().to_vec()))
+        });
+        Ok(Snapshot {
+            revision,
+            bytes,
+            party_keys: party_keys
+                .kvs()
+                .iter()
+                .map(|kv| kv.key().to_vec())
+                .collect(),
+            lease: record.kvs().first().map(|kv| kv.lease()),
+        })
+    }
+
+    /// One attempt: `None` when the write's comparison was false (run it again).
+    async fn semaphore_attempt(
+        &self,
+        session: SessionKey,
+        name: &SemaphoreName,
+        request: SemaphoreRequest,
+    ) -> Result<Option<Result<Applied, SemaphoreStoreError>>, StoreError> {
+        let state_key = self.semaphore_key(name);
+        let snapshot = self.snapshot(&state_key, session).await?;
+        let (stored, counters) = match decode(snapshot.bytes.as_deref()) {
+            Ok(stored) => stored,
+            Err(source) => {
+                let name = name.clone();
+                return Ok(Some(Err(SemaphoreStoreError::Corrupt { name, source })));
+            }
+        };
+        let before = parties(stored.as_ref());
+        let Ok(decided) = transact(stored, counters, session, name, request, |party| {
+            let left = if party == session {
+                snapshot.lease.map(|_| Duration::MAX)
+            } else if snapshot
+                .party_keys
+                .contains(&Self::party_key(&state_key, party))
+            {
+                Some(self.known_ttl(party).unwrap_or(Duration::MAX))
+            } else {
+                None
+            };
+            Ok::<_, std::convert::Infallible>(left)
+        });
+        let (write, applied) = match decided {
+            Ok(decided) => decided,
+            Err(refused) => return Ok(Some(Err(refused))),
+        };
+        let Some(bytes) = encode(&write) else {
+            return Ok(Some(Ok(applied)));
+        };
+        let Some(lease) = snapshot.lease else {
+            // `transact` refuses a caller that is not live before it writes anything.
+            return Ok(Some(Err(SemaphoreStoreError::SessionGone(session))));
+        };
+        let caller_key = Self::party_key(&state_key, session);
+        let mut ops = vec![TxnOp::put(state_key.clone(), bytes, None)];
+        match &write {
+            Write::Put(state) => {
+                let now = parties(Some(state)).contains(&session);
+                if now && !snapshot.party_keys.contains(&caller_key) {
+                    ops.push(TxnOp::put(
+                        caller_key,
+                        Vec::new(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    ));
+                } else if !now && before.contains(&session) {
+                    ops.push(TxnOp::delete(caller_key, None));
+                }
+            }
+            Write::Delete { .. } => {
+                let mut start = state_key.clone();
+                start.push(0);
+                ops.push(TxnOp::delete(
+                    start,
+                    Some(DeleteOptions::new().with_range(Self::range_end(&state_key))),
+                ));
+            }
+            Write::Keep => {}
+        }
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(state_key, CompareOp::Equal, snapshot.revision),
+                Compare::lease(self.session_key(session), CompareOp::Equal, lease),
+            ])
+            .and_then(ops);
+        let response = self.write(txn, 0, Resend::Unsent).await?;
+        Ok(response.succeeded().then_some(Ok(applied)))
+    }
+
+    /// The semaphores `session` (whose record is `record`) is a party of, by the keys bound to
+    /// its lease; none when they cannot be told (its parties then end with the lease).
+    pub(super) async fn parties_of(&self, session: SessionKey, lease: i64) -> Vec<SemaphoreName> {
+        let answer = self
+            .resend(Resend::Broken, || {
+                let mut client = self.lease.clone();
+                async move {
+                    client
+                        .time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()))
+                        .await
+                }
+            })
+            .await;
+        let keys = match answer {
+            Ok(answer) => answer.keys().to_vec(),
+            Err(error) => {
+                tracing::debug!(lease, error = %ErrorChain(&EtcdClientError(error)), "the keys of a session's lease are not known; its semaphore parties end with the lease");
+                return Vec::new();
+            }
+        };
+        let start = format!("{}{SEMAPHORE_PART}", self.prefix).into_bytes();
+        let end = format!("\0{session}").into_bytes();
+        keys.iter()
+            .filter_map(|key| {
+                let name = key
+                    .strip_prefix(start.as_slice())?
+                    .strip_suffix(end.as_slice())?;
+                SemaphoreName::new(std::str::from_utf8(name).ok()?).ok()
+            })
+            .collect()
+    }
+
+    /// The transaction that deletes the session record `record_key` at `revision` and removes
+    /// the session's parties from `names`, as by its expiry; `None` when a semaphore changed
+    /// since its read (build it again). A state that cannot be read is left as it is.
+    pub(super) async fn delete_with_parties_txn(
+        &self,
+        session: SessionKey,
+        record_key: Vec<u8>,
+        revision: i64,
+        names: &[SemaphoreName],
+    ) -> Result<Txn, StoreError> {
+        let keys: Vec<Vec<u8>> = names.iter().map(|name| self.semaphore_key(name)).collect();
+        let reads = Txn::new().and_then(
+            keys.iter()
+                .map(|key| TxnOp::get(key.clone(), None))
+                .collect::<Vec<_>>(),
+        );
+        let response = self.read_txn(reads).await?;
+        let mut compares = vec![Compare::mod_revision(
+            record_key.clone(),
+            CompareOp::Equal,
+            revision,
+        )];
+        let mut ops = vec![TxnOp::delete(
+            record_key.clone(),
+            Some(DeleteOptions::new().with_prev_key()),
+        )];
+        for (index, key) in keys.into_iter().enumerate() {
+            let get = get_at(&response, index, "the read of a state")?;
+            let Some(kv) = get.kvs().first() else {
+                continue;
+            };
+            let Ok((Some(mut state), _)) = decode(Some(kv.value())) else {
+                continue;
+            };
+            let outcome = state.expire_session(session);
+            if !outcome.changes.any() && !outcome.delete {
+                continue;
+            }
+            let write = if outcome.delete {
+                Write::Delete {
+                    generation: state.generation(),
+                    next_order_id: state.next_order_id(),
+                }
+            } else {
+                Write::Put(state)
+            };
+            let Some(bytes) = encode(&write) else {
+                continue;
+            };
+            compares.push(Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                kv.mod_revision(),
+            ));
+            ops.push(TxnOp::put(key.clone(), bytes, None));
+            ops.push(TxnOp::delete(Self::party_key(&key, session), None));
+        }
+        Ok(Txn::new().when(compares).and_then(ops).or_else([TxnOp::get(
+            record_key,
+            Some(GetOptions::new().with_keys_only()),
+        )]))
+    }
+}
+
+impl SemaphoreStore for EtcdStore {
+    async fn semaphore(
+        &self,
+        session: SessionKey,
+        name: &SemaphoreName,
+        request: SemaphoreRequest,
+    ) -> Result<Applied, SemaphoreStoreError> {
+        let mut backoff =
+            vvm_runtime::jittered_backoff(Duration::from_millis(2), Duration::from_millis(100));
+        for attempt in 0..SEMAPHORE_ATTEMPTS_MAX {
+            if attempt > 0 {
+                if let Some(pause) = backoff.next() {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+            if let Some(answer) = self
+                .semaphore_attempt(session, name, request.clone())
+                .await?
+            {
+                return answer;
+            }
+            tracing::debug!(semaphore = %name, attempt, "semaphore changed between the read and the write; again");
+        }
+        Err(SemaphoreStoreError::Store(StoreError::failed(
+            EtcdSemaphoreError::Conflicted {
+                name: name.as_str().to_owned(),
+                attempts: SEMAPHORE_ATTEMPTS_MAX,
+            },
+        )))
+    }
+
+    /// One etcd watch over the semaphore's keys; see the module documentation.
+    fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
+        let start = self.semaphore_key(name);
+        let end = Self::range_end(&start);
+        super::feed::range_changed(
+            self.watch.clone(),
+            self.kv.clone(),
+            &self.seen,
+            start,
+            end,
+            name.as_str().to_owned(),
+        )
+    }
+}
+
+/// Whether the answer of a [`EtcdStore::delete_with_parties_txn`] whose comparison was false
+/// says the record is still at `revision`: a semaphore changed, build it again.
+pub(super) fn record_unchanged(response: &etcd_client::TxnResponse, revision: i64) -> bool {
+    response.op_responses().into_iter().any(|op| match op {
+        TxnOpResponse::Get(get) => get
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.mod_revision() == revision),
+        _ => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_and_counters_round_trip() {
+        let semaphore = Semaphore::create(None, "lock", 3, b"d".to_vec()).expect("created");
+        let bytes = encode(&Write::Put(semaphore.clone())).expect("a write");
+        assert_eq!(decode(Some(&bytes)), Ok((Some(semaphore), None)));
+        let deleted = Write::Delete {
+            generation: Generation(4),
+            next_order_id: OrderId(9),
+        };
+        let bytes = encode(&deleted).expect("a write");
+        assert_eq!(
+            decode(Some(&bytes)),
+            Ok((None, Some((Generation(4), OrderId(9)))))
+        );
+        assert_eq!(decode(Some(b"nope")), Err(DecodeError::Magic));
+        assert_eq!(decode(Some(&bytes[..10])), Err(DecodeError::Truncated));
+    }
+}

@@ -1,0 +1,169 @@
+//! Semaphores on a real etcd on loopback: what the mapping onto etcd's keys shows beyond the
+//! conformance suite (`conformance_etcd.rs`): the queue is the order of the party keys' creation
+//! revisions, and a party's key is bound to its session's lease, so that etcd's own expiry of
+//! the session wakes the waiters.
+
+#[path = "support/etcd.rs"]
+mod etcd_support;
+
+use std::time::Duration;
+
+use etcd_client::GetOptions;
+use etcd_support::{single, store};
+use vvm::semaphore::SemaphoreName;
+use vvm::{
+    Incarnation, LeaseValue, SemaphoreRequest, SemaphoreStore, SessionId, SessionKey, SessionStore,
+};
+
+const LONG_TTL: Duration = Duration::from_secs(3600);
+const SHORT_TTL: Duration = Duration::from_secs(2);
+
+fn key(n: u64) -> SessionKey {
+    SessionKey {
+        incarnation: Incarnation(n),
+        id: SessionId(1),
+    }
+}
+
+fn acquire(count: u64) -> SemaphoreRequest {
+    SemaphoreRequest::Acquire {
+        count,
+        data: Vec::new(),
+        timeout_ms: 60_000,
+        ephemeral: false,
+    }
+}
+
+/// The waiters in queue order are the party keys in creation-revision order, also after a
+/// waiter replaced its request in place; every party key is bound to a lease.
+// covers: Et.Semaphores
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_the_creation_order_of_the_party_keys() {
+    let Some(cluster) = single("the_queue_is_the_creation_order_of_the_party_keys").await else {
+        return;
+    };
+    let store = store(&cluster, "sem/").await;
+    let name = SemaphoreName::new("lock").expect("a name");
+    for n in 1..=4 {
+        let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
+        store
+            .create_session(key(n), &value, LONG_TTL)
+            .await
+            .expect("runs")
+            .expect("created");
+    }
+    let create = SemaphoreRequest::Create {
+        limit: 2,
+        data: Vec::new(),
+    };
+    store
+        .semaphore(key(1), &name, create)
+        .await
+        .expect("created");
+    store
+        .semaphore(key(1), &name, acquire(2))
+        .await
+        .expect("granted");
+    for n in [3, 2, 4] {
+        store
+            .semaphore(key(n), &name, acquire(1))
+            .await
+            .expect("queued");
+    }
+    // Session 3 changes its count in place: it keeps its place, and its key.
+    store
+        .semaphore(key(3), &name, acquire(2))
+        .await
+        .expect("replaced");
+    let description = store
+        .semaphore(key(1), &name, SemaphoreRequest::Describe)
+        .await
+        .expect("described")
+        .description
+        .expect("exists");
+    let queue: Vec<String> = description
+        .waiters
+        .iter()
+        .map(|w| w.session.to_string())
+        .collect();
+    assert_eq!(queue.len(), 3);
+
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("a plain client connects");
+    let mut start = store.semaphore_key(&name);
+    start.push(0);
+    let mut end = store.semaphore_key(&name);
+    end.push(1);
+    let parties = client
+        .get(start.clone(), Some(GetOptions::new().with_range(end)))
+        .await
+        .expect("read");
+    let mut keys: Vec<(i64, String, i64)> = parties
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let session = String::from_utf8_lossy(&kv.key()[start.len()..]).into_owned();
+            (kv.create_revision(), session, kv.lease())
+        })
+        .collect();
+    keys.sort();
+    assert!(keys.iter().all(|(_, _, lease)| *lease != 0), "{keys:?}");
+    let by_creation: Vec<String> = keys.into_iter().map(|(_, session, _)| session).collect();
+    assert_eq!(
+        by_creation,
+        [vec![key(1).to_string()], queue].concat(),
+        "owner first, then the waiters in queue order"
+    );
+}
+
+/// An owner's session that ends on etcd (its lease expires) wakes a waiter's feed without
+/// anybody writing, and the next look grants the waiter.
+// covers: Sem.Store.LeaseEndWakes, Et.Semaphores
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_party_whose_lease_ends_wakes_the_feed() {
+    let Some(cluster) = single("a_party_whose_lease_ends_wakes_the_feed").await else {
+        return;
+    };
+    let store = store(&cluster, "sem/").await;
+    let name = SemaphoreName::new("lock").expect("a name");
+    let value = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
+    store
+        .create_session(key(1), &value, SHORT_TTL)
+        .await
+        .expect("runs")
+        .expect("created");
+    store
+        .create_session(key(2), &value, LONG_TTL)
+        .await
+        .expect("runs")
+        .expect("created");
+    let create = SemaphoreRequest::Create {
+        limit: 1,
+        data: Vec::new(),
+    };
+    store
+        .semaphore(key(2), &name, create)
+        .await
+        .expect("created");
+    store
+        .semaphore(key(1), &name, acquire(1))
+        .await
+        .expect("granted");
+    store
+        .semaphore(key(2), &name, acquire(1))
+        .await
+        .expect("queued");
+    let mut change = store.semaphore_changed(&name);
+    // Nothing is written: only etcd's expiry of the lease can wake it (within its lease check).
+    let woke = tokio::time::timeout(SHORT_TTL + Duration::from_secs(3), &mut change).await;
+    assert!(woke.is_ok(), "the end of the owner's lease woke the feed");
+    let after = store
+        .semaphore(key(2), &name, SemaphoreRequest::Describe)
+        .await
+        .expect("described");
+    assert_eq!(after.expired, [key(1)]);
+    let description = after.description.expect("exists");
+    assert_eq!(description.owners.len(), 1);
+    assert_eq!(description.owners[0].session, key(2));
+}
