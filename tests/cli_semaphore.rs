@@ -3,6 +3,8 @@
 //! change of the data until SIGTERM.
 
 mod cli_support;
+#[path = "support/etcd.rs"]
+mod etcd_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
@@ -47,7 +49,24 @@ fn json(output: &Output) -> serde_json::Value {
 #[test]
 fn a_semaphore_is_created_described_updated_and_deleted_from_a_shell() {
     let dir = temp_dir("vvm-cli-semaphore");
-    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
+    round_trip(&format!("sqlite:{}", dir.join("s.sqlite").display()));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// covers: Cli.Semaphore
+#[test]
+fn a_semaphore_is_created_described_updated_and_deleted_on_etcd() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let Some(cluster) = runtime.block_on(etcd_support::start("cli_semaphore", 1)) else {
+        return;
+    };
+    round_trip(&cluster.store_url());
+    drop(cluster);
+}
+
+/// Create, describe, update, a refused create, delete and a refused describe on `store`.
+fn round_trip(store: &str) {
+    let store = store.to_owned();
 
     let created = vvm(
         &store,
@@ -94,7 +113,6 @@ fn a_semaphore_is_created_described_updated_and_deleted_from_a_shell() {
         "{}",
         stderr(&gone)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 // covers: Cli.Semaphore
