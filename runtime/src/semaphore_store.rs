@@ -177,6 +177,30 @@ pub enum Write {
     },
 }
 
+impl Write {
+    /// The deletion of `state`'s record, keeping its counters.
+    pub fn delete(state: &Semaphore) -> Self {
+        Write::Delete {
+            generation: state.generation(),
+            next_order_id: state.next_order_id(),
+        }
+    }
+
+    /// What ends `session`'s part in `state` when its session record is deleted: the state
+    /// without it, or its deletion when it was an ephemeral semaphore's last party; `Keep` when
+    /// the session had no part in it.
+    pub fn ending_session(mut state: Semaphore, session: SessionKey) -> Self {
+        let outcome = state.expire_session(session);
+        if outcome.delete {
+            Write::delete(&state)
+        } else if outcome.changes.any() {
+            Write::Put(state)
+        } else {
+            Write::Keep
+        }
+    }
+}
+
 /// The store-independent part of a semaphore transaction (steps 2 to 5 of the module
 /// documentation): `stored` is the record under `name` (decoded), `counters` those a deleted
 /// semaphore of the name left, and `session_left` the store's judgement of a session's liveness
@@ -243,10 +267,7 @@ pub fn transact<E>(
         _ => None,
     };
     let write = match state {
-        Some(semaphore) if deleted => Write::Delete {
-            generation: semaphore.generation(),
-            next_order_id: semaphore.next_order_id(),
-        },
+        Some(semaphore) if deleted => Write::delete(&semaphore),
         Some(semaphore) if changed => Write::Put(semaphore),
         Some(_) => Write::Keep,
         // Gone before the operation: an ephemeral semaphore whose parties all expired.

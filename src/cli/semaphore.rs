@@ -16,6 +16,7 @@ use vvm::{
     WatchKind,
 };
 
+use super::status::StopSignals;
 use super::store::{open_store, AnyStore};
 use super::{fail, usage_error, SemaphoreAction, SemaphoreArgs};
 
@@ -211,35 +212,4 @@ fn json_snapshot(d: &Description) -> serde_json::Value {
         "owners": owners,
         "waiters": waiters,
     })
-}
-
-/// SIGINT and SIGTERM, watched from the start of a watch.
-struct StopSignals {
-    interrupt: Option<tokio::signal::unix::Signal>,
-    terminate: Option<tokio::signal::unix::Signal>,
-}
-
-impl StopSignals {
-    fn new() -> Self {
-        use tokio::signal::unix::{signal, SignalKind};
-        StopSignals {
-            interrupt: signal(SignalKind::interrupt()).ok(),
-            terminate: signal(SignalKind::terminate()).ok(),
-        }
-    }
-
-    async fn asked(&mut self) {
-        async fn one(signal: &mut Option<tokio::signal::unix::Signal>) {
-            match signal {
-                Some(signal) => {
-                    signal.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        }
-        tokio::select! {
-            () = one(&mut self.interrupt) => {}
-            () = one(&mut self.terminate) => {}
-        }
-    }
 }

@@ -122,13 +122,13 @@ pub async fn status(args: StatusArgs) -> ExitCode {
 
 /// SIGINT and SIGTERM, watched from creation on: a signal that arrives while a line is being
 /// written is not lost (a stream created per wait would miss it).
-struct StopSignals {
+pub(super) struct StopSignals {
     interrupt: Option<tokio::signal::unix::Signal>,
     terminate: Option<tokio::signal::unix::Signal>,
 }
 
 impl StopSignals {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         use tokio::signal::unix::{signal, SignalKind};
         StopSignals {
             interrupt: signal(SignalKind::interrupt()).ok(),
@@ -146,7 +146,7 @@ impl StopSignals {
 
     /// Resolves at the first SIGINT or SIGTERM; pending forever for a signal that could not be
     /// watched (its default action then ends the process).
-    async fn asked(&mut self) {
+    pub(super) async fn asked(&mut self) {
         async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
             match signal {
                 Some(signal) => {

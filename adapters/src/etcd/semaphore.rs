@@ -410,21 +410,13 @@ impl EtcdStore {
             let Some(kv) = get.kvs().first() else {
                 continue;
             };
-            let Ok((Some(mut state), _)) = decode(Some(kv.value())) else {
+            let Ok((Some(state), _)) = decode(Some(kv.value())) else {
                 continue;
             };
-            let outcome = state.expire_session(session);
-            if !outcome.changes.any() && !outcome.delete {
+            let write = Write::ending_session(state, session);
+            if write == Write::Keep {
                 continue;
             }
-            let write = if outcome.delete {
-                Write::Delete {
-                    generation: state.generation(),
-                    next_order_id: state.next_order_id(),
-                }
-            } else {
-                Write::Put(state)
-            };
             let Some(bytes) = encode(&write) else {
                 continue;
             };

@@ -87,18 +87,13 @@ impl Inner {
             .map(|(name, _)| name.clone())
             .collect();
         for name in names {
-            let Some(mut state) = self.semaphores.states.remove(&name) else {
+            let Some(state) = self.semaphores.states.remove(&name) else {
                 continue;
             };
-            let outcome = state.expire_session(key);
-            let write = if outcome.delete {
-                Write::Delete {
-                    generation: state.generation(),
-                    next_order_id: state.next_order_id(),
-                }
-            } else {
-                Write::Put(state)
-            };
+            let write = Write::ending_session(state, key);
+            // Only semaphores the session is a party of were picked: never `Keep`, which would
+            // leave the state removed.
+            debug_assert_ne!(write, Write::Keep);
             self.semaphores.write(&name, write);
         }
     }

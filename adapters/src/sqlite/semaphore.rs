@@ -138,23 +138,13 @@ pub(super) fn end_parties(tx: &Transaction<'_>, key: SessionKey) -> Result<(), T
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
     for (name, bytes) in rows {
-        let (Ok(name), Ok(mut state)) = (SemaphoreName::new(&name), Semaphore::decode(&bytes))
-        else {
+        let (Ok(name), Ok(state)) = (SemaphoreName::new(&name), Semaphore::decode(&bytes)) else {
             continue;
         };
-        let outcome = state.expire_session(key);
-        if !outcome.changes.any() && !outcome.delete {
-            continue;
+        let write = Write::ending_session(state, key);
+        if write != Write::Keep {
+            store(tx, &name, &write)?;
         }
-        let write = if outcome.delete {
-            Write::Delete {
-                generation: state.generation(),
-                next_order_id: state.next_order_id(),
-            }
-        } else {
-            Write::Put(state)
-        };
-        store(tx, &name, &write)?;
     }
     Ok(())
 }

@@ -536,24 +536,16 @@ impl<K: TxKv> TxLeaseStore<K> {
             // A state that cannot be read is left as it is.
             let Ok(Stored {
                 version: Some(version),
-                state: Some(mut state),
+                state: Some(state),
                 ..
             }) = decode(bytes.as_deref())
             else {
                 continue;
             };
-            let outcome = state.expire_session(key);
-            if !outcome.changes.any() && !outcome.delete {
+            let write = Write::ending_session(state, key);
+            if write == Write::Keep {
                 continue;
             }
-            let write = if outcome.delete {
-                Write::Delete {
-                    generation: state.generation(),
-                    next_order_id: state.next_order_id(),
-                }
-            } else {
-                Write::Put(state)
-            };
             let Some(version) = version.checked_add(1) else {
                 continue;
             };
