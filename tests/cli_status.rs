@@ -145,6 +145,14 @@ impl Watcher {
     }
 }
 
+/// A watcher left by a failing test does not outlive it (nor hold the test's output open).
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A change line's time stamp: RFC 3339, UTC, milliseconds (`2026-11-26T17:17:18.419Z`).
 fn assert_time(line: &serde_json::Value) {
     let time = line["time"].as_str().unwrap_or_default();

@@ -294,7 +294,19 @@ impl<S: LeaseStore> Observer<S> {
                     next_expiry = Some(next_expiry.map_or(wake, |earliest| earliest.min(wake)));
                     self.expiries[index] = Some(started + left);
                 }
-                Some(None) => self.expiries[index] = None,
+                Some(None) => {
+                    // The store did not tell, or the record went away between the read and
+                    // the time-left call (a release at that instant): an expiry known for the
+                    // same holder from an earlier look still stands, so that its departure is
+                    // still judged released or expired.
+                    let known = self.known.as_ref().and_then(|known| known[index].as_ref());
+                    let same = known
+                        .zip(holder.as_ref())
+                        .is_some_and(|(known, holder)| known.same_holder(&holder.value));
+                    if !same {
+                        self.expiries[index] = None;
+                    }
+                }
                 None => self.gone_at[index] = Some(started),
             }
             seen.push(HolderChange { slot, holder });
@@ -338,5 +350,88 @@ impl<S: LeaseStore> Observer<S> {
             value: lease.value,
             time_left,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    use vvm_core::{Incarnation, Revision};
+
+    use super::*;
+    use crate::store::Lease;
+
+    /// One slot's record, and a switch that makes the time-left call answer "not told", as a
+    /// store does when the record went away between the read and that call.
+    #[derive(Default)]
+    struct OneRecord {
+        record: Mutex<Option<Lease>>,
+        untold: AtomicBool,
+    }
+
+    impl LeaseStore for OneRecord {
+        async fn insert_if_not_exists(
+            &self,
+            _: Slot,
+            _: &LeaseValue,
+            _: Duration,
+        ) -> Result<Option<Revision>, StoreError> {
+            Ok(None)
+        }
+
+        async fn compare_and_swap(
+            &self,
+            _: Slot,
+            _: &crate::store::Lease,
+            _: &LeaseValue,
+            _: Duration,
+        ) -> Result<Option<Revision>, StoreError> {
+            Ok(None)
+        }
+
+        async fn compare_and_delete(&self, _: Slot, _: &Lease) -> Result<bool, StoreError> {
+            Ok(false)
+        }
+
+        async fn get(&self, _: Slot) -> Result<Option<Lease>, StoreError> {
+            Ok(self.record.lock().unwrap().clone())
+        }
+
+        async fn time_left(&self, _: Slot) -> Result<Option<Duration>, StoreError> {
+            if self.untold.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            Ok(Some(Duration::from_secs(10)))
+        }
+    }
+
+    // covers: Obs.Changes
+    /// A release that lands between a look's read and its time-left call leaves that look
+    /// without a time left; the holder's departure is still judged from the expiry an earlier
+    /// look saw, not reported as unknown.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_between_the_read_and_the_time_left_is_still_judged_released() {
+        let store = Arc::new(OneRecord::default());
+        *store.record.lock().unwrap() = Some(Lease {
+            value: LeaseValue::new("a", Incarnation(1)),
+            revision: Revision(1),
+        });
+        let options = ObserveOptions {
+            resync: RESYNC_MIN,
+            call_timeout: Duration::from_secs(1),
+        };
+        let mut observer = observe(store.clone(), &[Slot(1)], options).unwrap();
+        assert!(observer.next().await.unwrap().holder.is_some());
+        store.untold.store(true, Ordering::SeqCst);
+        // Looks that read the holder but are not told its time left: no change to answer.
+        let quiet = tokio::time::timeout(RESYNC_MIN * 3, observer.next()).await;
+        assert!(quiet.is_err(), "{quiet:?}");
+        let record = store.record.lock().unwrap().take();
+        assert!(record.is_some());
+        let gone = observer.next().await.unwrap();
+        assert_eq!(gone.holder, None);
+        assert_eq!(observer.departure(Slot(1)), Departure::Released);
     }
 }
