@@ -101,6 +101,19 @@ async fn one_keepalive_every_quarter_lease_keeps_a_thousand_holdings() {
     let deadline = armed[0].1;
     assert!(deadline > Clock.now() && deadline <= Clock.now() + LEASE.mul_f64(0.8));
     assert!(killer.recorder.reports().is_empty());
+    // What runs under the holdings reads the same deadline the killer holds.
+    assert_eq!(session.kill_deadline(), Some(deadline));
+    let mut deadlines = session.kill_deadlines();
+    deadlines.mark_unchanged();
+    tokio::time::sleep(LEASE / 4).await;
+    assert!(deadlines.has_changed().expect("the session runs"));
+    assert_eq!(*deadlines.borrow(), Some(killer.thread.armed()[0].1));
+    assert!(deadlines.borrow().expect("armed") > deadline);
+    for holding in holdings {
+        holding.release().await.expect("released");
+    }
+    assert!(session.close().await.expect("closed"));
+    assert_eq!(session.kill_deadline(), None, "a clean close removes it");
 }
 
 /// A session deleted underneath is lost at its next keepalive: every holding ends at once,

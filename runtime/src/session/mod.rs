@@ -44,8 +44,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, oneshot, watch};
 use vvm_core::{
-    AttachRefusal, HoldingId, LeaseConfig, LossReason, OpenRefusal, Revision, Session, SessionId,
-    SessionKey, Slot,
+    AttachRefusal, HoldingId, Instant, LeaseConfig, LossReason, OpenRefusal, Revision, Session,
+    SessionId, SessionKey, Slot,
 };
 
 use crate::killer::KillerThread;
@@ -118,6 +118,7 @@ struct Shared<S> {
     lease: LeaseConfig,
     commands: mpsc::UnboundedSender<Command>,
     status: watch::Receiver<SessionStatus>,
+    deadline: watch::Receiver<Option<Instant>>,
     /// The slots held or being acquired: at most one holding per slot and session.
     slots: Mutex<HashSet<Slot>>,
     /// Holdings dropped without a release: their records stay with the session until it ends,
@@ -152,6 +153,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
     ) -> Result<Self, SessionError> {
         let (commands, receiver) = mpsc::unbounded_channel();
         let (status_tx, mut status) = watch::channel(SessionStatus::Opening);
+        let (deadline_tx, deadline) = watch::channel(None);
         let task = Task {
             store: store.clone(),
             value: value.clone(),
@@ -160,6 +162,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             machine: Session::after(lease, value.incarnation, last_session_id()),
             commands: receiver,
             status: status_tx,
+            deadline: deadline_tx,
             call: None,
             timer: None,
             attaching: None,
@@ -185,6 +188,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
                 lease,
                 commands,
                 status,
+                deadline,
                 slots: Mutex::default(),
                 left: Mutex::default(),
             }),
@@ -200,6 +204,20 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
     /// Where the session stands now.
     pub fn status(&self) -> SessionStatus {
         *self.shared.status.borrow()
+    }
+
+    /// The session's kill deadline now: `0.8·L` after the send time of its last confirmed
+    /// keepalive (earlier while keepalives fail), `None` once a clean close removed it.
+    /// Everything acting under the session's holdings must have stopped by then.
+    pub fn kill_deadline(&self) -> Option<Instant> {
+        *self.shared.deadline.borrow()
+    }
+
+    /// Every later kill deadline of the session, as it moves: for a process that keeps its own
+    /// copy of it (a supervisor of a command's processes that must end them by then even if
+    /// this process is stopped).
+    pub fn kill_deadlines(&self) -> watch::Receiver<Option<Instant>> {
+        self.shared.deadline.clone()
     }
 
     /// Resolves when the session is lost (with why) or closed (`None`): from then on no

@@ -43,6 +43,9 @@ pub(super) struct Task<S> {
     pub(super) machine: Session,
     pub(super) commands: mpsc::UnboundedReceiver<Command>,
     pub(super) status: watch::Sender<SessionStatus>,
+    /// The kill deadline armed now, published for what runs under the session's holdings (a
+    /// supervisor keeping its own copy of it, a status page).
+    pub(super) deadline: watch::Sender<Option<vvm_core::Instant>>,
     pub(super) call: Option<Call>,
     pub(super) timer: Option<(TimerId, Pin<Box<tokio::time::Sleep>>)>,
     pub(super) attaching: Option<oneshot::Sender<Result<HoldingId, AttachRefusal>>>,
@@ -187,9 +190,13 @@ impl<S: SessionStore + Clone> Task<S> {
                 let sleep = Box::pin(tokio::time::sleep_until(Clock.to_tokio(at)));
                 self.timer = Some((timer, sleep));
             }
-            SessionEffect::ArmKiller { at } => self.killer.arm(at),
+            SessionEffect::ArmKiller { at } => {
+                self.killer.arm(at);
+                self.deadline.send_replace(Some(at));
+            }
             SessionEffect::DisarmKiller => {
                 self.killer.disarm();
+                self.deadline.send_replace(None);
             }
             SessionEffect::Opened { id, revision } => {
                 tracing::debug!(session = %self.key(id), revision = revision.0, "session opened");
