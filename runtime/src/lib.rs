@@ -88,7 +88,8 @@ pub use lease_elections::LeaseElections;
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
 pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use semaphore::{
-    AcquireOptions, Coordination, CoordinationError, GrantEnd, SemaphoreGrant, Watch, WatchKind,
+    AcquireOptions, Coordination, CoordinationError, GrantEnd, SemaphoreGrant, ServeError,
+    ServeTimeouts, Watch, WatchKind,
 };
 pub use semaphore_store::{
     Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,

@@ -223,13 +223,14 @@ async fn wait<S: SemaphoreStore + Clone>(
 /// it releases it in the background (or, without a runtime, leaves the hold to end with the
 /// session).
 pub struct SemaphoreGrant<S: SemaphoreStore + Clone> {
-    inner: Arc<Inner<S>>,
-    name: SemaphoreName,
+    pub(super) inner: Arc<Inner<S>>,
+    pub(super) name: SemaphoreName,
     order_id: OrderId,
-    token: Generation,
+    pub(super) token: Generation,
     timeout_ms: u64,
     holding: HoldingId,
-    done: bool,
+    /// Released, or left on purpose: the drop does nothing more.
+    pub(super) done: bool,
 }
 
 impl<S: SemaphoreStore + Clone> std::fmt::Debug for SemaphoreGrant<S> {

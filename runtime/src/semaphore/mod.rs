@@ -53,6 +53,7 @@
 
 mod error;
 mod grant;
+mod serve;
 mod watch;
 
 use std::collections::HashSet;
@@ -66,6 +67,7 @@ use crate::session::{SessionError, SessionHandle, SessionStatus};
 
 pub use error::CoordinationError;
 pub use grant::{GrantEnd, SemaphoreGrant};
+pub use serve::{ServeError, ServeTimeouts};
 pub use watch::{Watch, WatchKind};
 
 /// The least pause before looking again at a party's expiry: a store's time left is never

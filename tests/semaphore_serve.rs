@@ -1,0 +1,200 @@
+//! Services under a semaphore's grant (`SemaphoreGrant::serve`), on the memory store: they see
+//! the grant's token and the session's kill deadline, stop before the grant is released, stop at
+//! once when the grant ends underneath, and leave the grant held after a stop that was not clean.
+
+mod common;
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::TestKiller;
+use vvm::adapters::MemoryStore;
+use vvm::{
+    AcquireOptions, Coordination, Incarnation, LeaseConfig, LeaseValue, ServeError, ServeTimeouts,
+    Service, ServiceContext, ServiceError, Services, SessionHandle,
+};
+
+/// What the service saw, for the test to judge.
+#[derive(Clone, Default)]
+struct Seen {
+    token: Arc<Mutex<Option<u64>>>,
+    deadline_matches: Arc<Mutex<bool>>,
+    /// Owners of the semaphore when the service was asked to stop: still ours, since the
+    /// release follows the stop.
+    owners_at_stop: Arc<Mutex<Option<usize>>>,
+    lost: Arc<Mutex<bool>>,
+}
+
+struct Worker<S> {
+    seen: Seen,
+    coordination: Coordination<S>,
+    /// Ignore the stop: an unclean stop.
+    stubborn: bool,
+}
+
+impl Service for Worker<MemoryStore> {
+    fn name(&self) -> Cow<'static, str> {
+        "worker".into()
+    }
+
+    async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
+        *self.seen.token.lock().unwrap() = context.token().map(|t| t.revision.0);
+        *self.seen.deadline_matches.lock().unwrap() =
+            context.kill_deadline() == self.coordination.session().kill_deadline();
+        context.ready();
+        let mut lost = context.lost();
+        let mut shutdown = context.shutdown();
+        tokio::select! {
+            () = shutdown.requested() => {}
+            () = lost.occurred() => {
+                *self.seen.lost.lock().unwrap() = true;
+                shutdown.requested().await;
+            }
+        }
+        let owners = self
+            .coordination
+            .describe("work")
+            .await
+            .map(|d| d.owners.len())
+            .ok();
+        *self.seen.owners_at_stop.lock().unwrap() = owners;
+        if self.stubborn {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+async fn open(store: &MemoryStore, n: u64, killer: &TestKiller) -> Coordination<MemoryStore> {
+    let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
+    let lease = LeaseConfig::new(Duration::from_secs(20)).expect("valid");
+    let session = SessionHandle::open(store.clone(), lease, value, &killer.thread)
+        .await
+        .expect("opens");
+    Coordination::new(session)
+}
+
+fn worker(coordination: &Coordination<MemoryStore>, seen: &Seen, stubborn: bool) -> Services {
+    Services::new()
+        .with(Worker {
+            seen: seen.clone(),
+            coordination: coordination.clone(),
+            stubborn,
+        })
+        .expect("one service")
+}
+
+/// The services see the grant's generation and the session's deadline, and are stopped while
+/// the grant is still held; it is released after.
+// covers: Sem.ServeOrder
+#[tokio::test(start_paused = true)]
+async fn services_run_under_the_grant_and_stop_before_its_release() {
+    let store = MemoryStore::new();
+    let killer = TestKiller::new();
+    let coordination = open(&store, 1, &killer).await;
+    coordination.create("work", 2, Vec::new()).await.unwrap();
+    let grant = coordination
+        .acquire("work", AcquireOptions::new(1))
+        .await
+        .unwrap()
+        .expect("fits");
+    let token = grant.token().0;
+    let seen = Seen::default();
+    let stop = tokio::time::sleep(Duration::from_secs(30));
+    grant
+        .serve(
+            worker(&coordination, &seen, false),
+            ServeTimeouts::default(),
+            stop,
+        )
+        .await
+        .expect("a clean stop and release");
+    assert_eq!(*seen.token.lock().unwrap(), Some(token));
+    assert!(*seen.deadline_matches.lock().unwrap());
+    assert_eq!(
+        *seen.owners_at_stop.lock().unwrap(),
+        Some(1),
+        "held while stopping"
+    );
+    assert!(coordination
+        .describe("work")
+        .await
+        .unwrap()
+        .owners
+        .is_empty());
+    assert!(!*seen.lost.lock().unwrap());
+}
+
+/// A forced delete ends the grant underneath: the services see the loss and stop at once, and
+/// serve reports it.
+// covers: Sem.ServeLoss
+#[tokio::test(start_paused = true)]
+async fn a_grant_ended_underneath_stops_the_services() {
+    let store = MemoryStore::new();
+    let killer = TestKiller::new();
+    let coordination = open(&store, 1, &killer).await;
+    let other = open(&store, 2, &killer).await;
+    coordination.create("work", 1, Vec::new()).await.unwrap();
+    let grant = coordination
+        .acquire("work", AcquireOptions::new(1))
+        .await
+        .unwrap()
+        .expect("fits");
+    let seen = Seen::default();
+    let services = worker(&coordination, &seen, false);
+    let serving = tokio::spawn(async move {
+        grant
+            .serve(services, ServeTimeouts::default(), std::future::pending())
+            .await
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    other.delete("work", true).await.expect("forced");
+    let outcome = tokio::time::timeout(Duration::from_secs(5), serving)
+        .await
+        .expect("stops at once")
+        .expect("no panic");
+    assert!(
+        matches!(outcome, Err(ServeError::GrantEnded(_))),
+        "{outcome:?}"
+    );
+    assert!(*seen.lost.lock().unwrap(), "the services saw the loss");
+}
+
+/// A service that does not stop within its timeout leaves the grant held: its units stay taken
+/// until the session ends.
+// covers: Sem.ServeUnclean
+#[tokio::test(start_paused = true)]
+async fn an_unclean_stop_leaves_the_grant_held() {
+    let store = MemoryStore::new();
+    let killer = TestKiller::new();
+    let coordination = open(&store, 1, &killer).await;
+    coordination.create("work", 1, Vec::new()).await.unwrap();
+    let grant = coordination
+        .acquire("work", AcquireOptions::new(1))
+        .await
+        .unwrap()
+        .expect("fits");
+    let seen = Seen::default();
+    let timeouts = ServeTimeouts {
+        start: Duration::from_secs(5),
+        stop: Duration::from_secs(1),
+    };
+    let outcome = grant
+        .serve(
+            worker(&coordination, &seen, true),
+            timeouts,
+            tokio::time::sleep(Duration::from_secs(3)),
+        )
+        .await;
+    assert!(
+        matches!(outcome, Err(ServeError::UncleanStop)),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        coordination.describe("work").await.unwrap().owners.len(),
+        1,
+        "still held"
+    );
+    assert!(coordination.session().kill_deadline().is_some());
+}
