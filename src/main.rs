@@ -193,6 +193,15 @@ pub struct RunArgs {
     /// subreaper; `strict` refuses to start without the cgroup; `subreaper` makes none.
     #[arg(long, env = "VVM_CONTAINMENT", value_enum, default_value = "auto")]
     containment: cli::exec::ContainmentMode,
+    /// Run under a grant of `--count` units of this semaphore instead of a slot: at most its
+    /// limit in units run at once across every `vvm` on the store, granted in order of arrival.
+    /// Create it first (`vvm semaphore create NAME --limit N`); the command gets `VVM_SLOT=0`
+    /// and `VVM_REVISION=<the grant's token>`.
+    #[arg(long, env = "VVM_SEMAPHORE", value_name = "NAME", conflicts_with_all = ["slots", "metrics_addr"])]
+    semaphore: Option<String>,
+    /// Units of `--semaphore` this run takes (1 to the semaphore's limit).
+    #[arg(long, env = "VVM_COUNT", default_value_t = 1, requires = "semaphore")]
+    count: u64,
     /// Serve `/metrics` (Prometheus), `/healthz` and `/leader` over HTTP on this address:
     /// `PORT` or `:PORT` listen on loopback (127.0.0.1), `IP:PORT` as given (`0.0.0.0:PORT`
     /// exposes them on every interface, without authentication). Off when not set.

@@ -12,6 +12,7 @@ pub mod log;
 pub mod ops;
 pub mod program;
 pub mod run;
+mod run_semaphore;
 pub mod semaphore;
 pub mod status;
 pub mod store;

@@ -16,6 +16,7 @@ use vvm::{KillerThread, Service, ServiceContext, ServiceError, Services, Vvm, Vv
 use super::clock::host_monotonic_ns;
 use super::exec::{CommandStatus, ExecHooks, ExecService, GroupKiller};
 use super::ops::OpsState;
+use super::run_semaphore::{run_semaphore, Units};
 use super::store::{open_store, AnyStore};
 use super::systemd::Notifier;
 use super::{fail, usage_error, RunArgs};
@@ -155,17 +156,31 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(message) => return usage_error(&message),
     };
     // The first line says where: two `vvm run` meet only on one store.
-    tracing::info!(
-        store = %super::store::shown(&url),
-        address = %config.address(),
-        slots = args.slots,
-        lease = %humantime::format_duration(args.lease),
-        "starting"
-    );
+    match &args.semaphore {
+        Some(semaphore) => tracing::info!(
+            store = %super::store::shown(&url),
+            address = %config.address(),
+            semaphore,
+            count = args.count,
+            lease = %humantime::format_duration(args.lease),
+            "starting"
+        ),
+        None => tracing::info!(
+            store = %super::store::shown(&url),
+            address = %config.address(),
+            slots = args.slots,
+            lease = %humantime::format_duration(args.lease),
+            "starting"
+        ),
+    }
     let store = match open_store(&url, config.lease()).await {
         Ok(store) => store,
         Err(e) => return e.exit(),
     };
+    let units = args.semaphore.clone().map(|name| Units {
+        name,
+        count: args.count,
+    });
     let ops = match args.metrics_addr {
         Some(addr) => match super::ops::start(addr, args.lease, args.slots).await {
             Ok(ops) => Some(ops.state),
@@ -182,7 +197,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
             ops,
             ..Host::default()
         };
-        return run_vvm(config, store, service, host).await;
+        return match units {
+            Some(units) => run_semaphore(units, config, store, service, host).await,
+            None => run_vvm(config, store, service, host).await,
+        };
     }
     if let Err(e) = super::exec::become_subreaper() {
         return fail(&format!("cannot watch over the command's processes: {e}"));
@@ -203,23 +221,26 @@ pub async fn run(args: RunArgs) -> ExitCode {
         status: Some(hooks.status),
         ops,
     };
-    run_vvm(config, store, service, host).await
+    match units {
+        Some(units) => run_semaphore(units, config, store, service, host).await,
+        None => run_vvm(config, store, service, host).await,
+    }
 }
 
 /// What differs between the demo and the exec mode around the one service.
-struct Host {
+pub(super) struct Host {
     /// The killer thread, when not the process-wide one.
-    killer: Option<KillerThread>,
+    pub(super) killer: Option<KillerThread>,
     /// Time the service has to stop.
-    stop_timeout: Duration,
+    pub(super) stop_timeout: Duration,
     /// Notified when the service finished its work by itself: shut down cleanly.
-    finished: Option<Arc<Notify>>,
+    pub(super) finished: Option<Arc<Notify>>,
     /// Notified by a second SIGINT or SIGTERM (the command's grace is skipped).
-    force: Option<Arc<Notify>>,
+    pub(super) force: Option<Arc<Notify>>,
     /// The command's own failing status, which `vvm` exits with.
-    status: Option<CommandStatus>,
+    pub(super) status: Option<CommandStatus>,
     /// The state `--metrics-addr` answers `/healthz` and `/leader` from.
-    ops: Option<Arc<OpsState>>,
+    pub(super) ops: Option<Arc<OpsState>>,
 }
 
 impl Default for Host {
@@ -265,42 +286,15 @@ async fn run_vvm(
     if let Some(killer) = host.killer {
         vvm = vvm.with_killer(killer);
     }
-    let (mut terminate, mut interrupt) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(t), Ok(i)) => (t, i),
-        (Err(e), _) | (_, Err(e)) => return fail(&format!("cannot listen for signals: {e}")),
-    };
     // Signals are watched from before the launch: a stop during the campaign ends it at once
     // instead of after the acquisition window, and no service starts after the signal.
     let stop = vvm.stop_handle();
     let stop_requested = stop.clone();
-    let (first_signal, mut signalled) = tokio::sync::oneshot::channel::<()>();
-    let force = host.force.clone();
-    let signals = tokio::spawn(async move {
-        let mut first_signal = Some(first_signal);
-        loop {
-            let name = tokio::select! {
-                _ = terminate.recv() => "SIGTERM",
-                _ = interrupt.recv() => "SIGINT",
-            };
-            match first_signal.take() {
-                Some(first) => {
-                    tracing::info!("{name}: shutting down (a second signal skips the grace)");
-                    stop.stop();
-                    let _ = first.send(());
-                }
-                None => match &force {
-                    Some(force) => {
-                        tracing::warn!("{name} again: ending the command's tree now");
-                        force.notify_one();
-                    }
-                    None => tracing::info!("{name} again: already shutting down"),
-                },
-            }
-        }
-    });
+    let (signals, mut signalled) = match listen_for_signals(move || stop.stop(), host.force.clone())
+    {
+        Ok(listening) => listening,
+        Err(code) => return code,
+    };
     let notifier = Notifier::from_env();
     tracing::info!("campaigning for a slot");
     notifier.status(format!("Campaigning for a slot of {slots}"));
@@ -384,4 +378,51 @@ async fn run_vvm(
             }
         }
     }
+}
+
+/// Listens for SIGINT and SIGTERM from now on: the first one calls `stop` and resolves the
+/// returned receiver; a later one ends the command's tree at once through `force` (the grace is
+/// skipped), or is only logged without a command.
+pub(super) fn listen_for_signals(
+    stop: impl Fn() + Send + 'static,
+    force: Option<Arc<Notify>>,
+) -> Result<
+    (
+        tokio::task::JoinHandle<()>,
+        tokio::sync::oneshot::Receiver<()>,
+    ),
+    ExitCode,
+> {
+    let (mut terminate, mut interrupt) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => return Err(fail(&format!("cannot listen for signals: {e}"))),
+    };
+    let (first_signal, signalled) = tokio::sync::oneshot::channel::<()>();
+    let signals = tokio::spawn(async move {
+        let mut first_signal = Some(first_signal);
+        loop {
+            let name = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            match first_signal.take() {
+                Some(first) => {
+                    tracing::info!("{name}: shutting down (a second signal skips the grace)");
+                    stop();
+                    let _ = first.send(());
+                }
+                None => match &force {
+                    Some(force) => {
+                        tracing::warn!("{name} again: ending the command's tree now");
+                        force.notify_one();
+                    }
+                    None => tracing::info!("{name} again: already shutting down"),
+                },
+            }
+        }
+    });
+    Ok((signals, signalled))
 }

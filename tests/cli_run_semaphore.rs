@@ -1,0 +1,200 @@
+//! `vvm run --semaphore NAME -- CMD` through the real binary, on SQLite and on a real etcd: three
+//! commands for a semaphore of limit 2. What a user sees is judged — the lines the commands
+//! themselves append when they start and when they stop: at no instant do more than two run,
+//! the third starts only after one of the first two stopped, and every `vvm` exits 0 after
+//! SIGTERM. Then the typed refusals: an unknown semaphore, a count above the limit.
+
+mod cli_support;
+#[path = "support/etcd.rs"]
+mod etcd_support;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cli_support::{signal_and_wait, temp_dir};
+use rustix::process::Signal;
+
+/// Longest wait for something that must happen (a correctness bound, not a speed bound).
+const WAIT: Duration = Duration::from_secs(20);
+/// How long the third command must stay queued while both units are taken.
+const QUEUED_FOR: Duration = Duration::from_millis(500);
+
+/// A child that a failing test does not leave behind.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn semaphore(store: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["semaphore", "--store", store])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the vvm binary runs")
+}
+
+/// `vvm run --semaphore work` of a command that appends `start N <ns>` and, on SIGTERM,
+/// `stop N <ns>` to `log` (wall-clock nanoseconds: one host, one clock for all three). The tree
+/// may get SIGTERM more than once (the group, then each process of its cgroup): the handler
+/// ignores it from its start, so that the stop line is written once and its `date` not ended.
+fn runner(store: &str, log: &Path, n: u32) -> KillOnDrop {
+    let errors = std::fs::File::create(log.with_extension(format!("vvm{n}"))).expect("a log file");
+    let log = log.display();
+    let script = format!(
+        "echo start {n} $(date +%s%N) >> {log}; \
+         trap 'trap \"\" TERM; echo stop {n} $(date +%s%N) >> {log}; exit 0' TERM; \
+         sleep 60 & wait"
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["run", "--store", store, "--lease", "2s", "--grace", "5s"])
+        .args(["--semaphore", "work", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(errors)
+        .spawn()
+        .expect("the vvm binary runs");
+    KillOnDrop(child)
+}
+
+/// The commands' lines: (ns, started?, command).
+fn lines(log: &Path) -> Vec<(u128, bool, u32)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let kind = words.next()?;
+            let n = words.next()?.parse().ok()?;
+            let ns = words.next()?.parse().ok()?;
+            Some((ns, kind == "start", n))
+        })
+        .collect()
+}
+
+fn starts(log: &Path) -> usize {
+    lines(log).iter().filter(|(_, start, _)| *start).count()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let give_up = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < give_up, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn waiters(store: &str) -> usize {
+    let described = semaphore(store, &["describe", "work", "--json"]);
+    let text = String::from_utf8_lossy(&described.stdout);
+    serde_json::from_str::<serde_json::Value>(text.trim())
+        .ok()
+        .and_then(|v| v["waiters"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+fn at_most_two_commands_run(store: &str, dir: &Path) {
+    let log = dir.join("commands.log");
+    let created = semaphore(store, &["create", "work", "--limit", "2"]);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let mut first = runner(store, &log, 1);
+    wait_until("the first command started", || starts(&log) == 1);
+    let mut second = runner(store, &log, 2);
+    wait_until("the second command started", || starts(&log) == 2);
+    let mut third = runner(store, &log, 3);
+    wait_until("the third run queued", || waiters(store) == 1);
+    std::thread::sleep(QUEUED_FOR);
+    assert_eq!(
+        starts(&log),
+        2,
+        "a third command ran beside two: {:?}",
+        lines(&log)
+    );
+
+    let code = signal_and_wait(&mut first.0, Signal::TERM, WAIT);
+    assert_eq!(code, Some(0), "the first vvm exits 0 after SIGTERM");
+    wait_until("the third command started", || starts(&log) == 3);
+    for runner in [&mut second, &mut third] {
+        assert_eq!(signal_and_wait(&mut runner.0, Signal::TERM, WAIT), Some(0));
+    }
+
+    // The oracle: the commands' own lines, in time order.
+    let mut events = lines(&log);
+    events.sort();
+    assert_eq!(events.len(), 6, "three starts and three stops: {events:?}");
+    let mut running = 0;
+    for (_, start, _) in &events {
+        running = if *start { running + 1 } else { running - 1 };
+        assert!(running <= 2, "three commands ran at once: {events:?}");
+    }
+    let at = |kind: bool, n: u32| events.iter().find(|e| e.1 == kind && e.2 == n).map(|e| e.0);
+    assert!(
+        at(false, 1) < at(true, 3),
+        "the third started before the first stopped"
+    );
+    let described = semaphore(store, &["describe", "work", "--json"]);
+    let text = String::from_utf8_lossy(&described.stdout);
+    let snapshot: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+    assert_eq!(
+        snapshot["owners"].as_array().map(Vec::len),
+        Some(0),
+        "{snapshot}"
+    );
+    assert_eq!(
+        snapshot["waiters"].as_array().map(Vec::len),
+        Some(0),
+        "{snapshot}"
+    );
+}
+
+/// Bad input gets a clear refusal before any command starts.
+fn refusals(store: &str, dir: &Path) {
+    let marker = dir.join("ran");
+    let script = format!("touch {}", marker.display());
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args(["run", "--store", store, "--acquire", "5s"])
+            .args(args)
+            .args(["--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .output()
+            .expect("the vvm binary runs")
+    };
+    let unknown = run(&["--semaphore", "nowhere"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&unknown.stderr);
+    assert!(said.contains("semaphore nowhere does not exist"), "{said}");
+    let too_many = run(&["--semaphore", "work", "--count", "3"]);
+    assert_eq!(too_many.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&too_many.stderr);
+    assert!(said.contains("cannot acquire semaphore work"), "{said}");
+    assert!(!marker.exists(), "no command ran");
+}
+
+// covers: Cli.RunSemaphore
+#[test]
+fn at_most_the_limit_of_commands_run_under_a_semaphore_on_sqlite() {
+    let dir = temp_dir("vvm-run-semaphore");
+    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
+    at_most_two_commands_run(&store, &dir);
+    refusals(&store, &dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// covers: Cli.RunSemaphore
+#[test]
+fn at_most_the_limit_of_commands_run_under_a_semaphore_on_etcd() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let Some(cluster) = runtime.block_on(etcd_support::start("cli_run_semaphore", 1)) else {
+        return;
+    };
+    let dir = temp_dir("vvm-run-semaphore-etcd");
+    at_most_two_commands_run(&cluster.store_url(), &dir);
+    refusals(&cluster.store_url(), &dir);
+    let _ = std::fs::remove_dir_all(dir);
+    drop(cluster);
+}
