@@ -167,3 +167,72 @@ async fn a_party_whose_lease_ends_wakes_the_feed() {
     assert_eq!(description.owners.len(), 1);
     assert_eq!(description.owners[0].session, key(2));
 }
+
+/// etcd's own count of its watchers (`etcd_debugging_mvcc_watcher_total` on `/metrics`).
+fn watchers(endpoint: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(endpoint).expect("the member answers");
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("sent");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    text.lines()
+        .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|count| count.trim().parse::<f64>().ok())
+        .map(|count| count as u64)
+        .expect("the watcher gauge")
+}
+
+/// The watches of one semaphore on one store client share one etcd watch: 100 `Watch`es waiting
+/// cost the member one watcher, not 100, and one update reaches all of them. The shared watch
+/// closes a linger after its last feed.
+// covers: Et.SharedWatch
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
+    use vvm::{Coordination, KillerThread, LeaseConfig, RecordingKiller, SessionHandle, WatchKind};
+    const WATCHERS: usize = 100;
+    let Some(cluster) = single("the_watches_of_one_semaphore_share_one_etcd_watch").await else {
+        return;
+    };
+    let endpoint = cluster.endpoints()[0].clone();
+    let store = store(&cluster, "shared/").await;
+    let killer = KillerThread::new(RecordingKiller::new());
+    let value = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
+    let lease = LeaseConfig::new(Duration::from_secs(20)).expect("valid");
+    let session = SessionHandle::open(store, lease, value, &killer)
+        .await
+        .expect("opens");
+    let coordination = Coordination::new(session);
+    coordination
+        .create("config", 1, b"v1".to_vec())
+        .await
+        .expect("created");
+    let before = watchers(&endpoint);
+    let mut tasks = Vec::new();
+    for _ in 0..WATCHERS {
+        let mut watch = coordination
+            .watch("config", WatchKind::DATA)
+            .expect("a watch");
+        assert_eq!(watch.next().await.expect("the state").data, b"v1");
+        tasks.push(tokio::spawn(async move { watch.next().await.map(|d| d.data) }));
+    }
+    // Every watcher is now waiting on the feed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = watchers(&endpoint) - before;
+    assert!(waiting <= 2, "{waiting} etcd watchers for {WATCHERS} watches of one name");
+    coordination
+        .update_data("config", b"v2".to_vec())
+        .await
+        .expect("updated");
+    for task in tasks {
+        let data = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("every watcher woken")
+            .expect("no panic")
+            .expect("read");
+        assert_eq!(data, b"v2");
+    }
+    // The watches are dropped: the shared watch ends a linger later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(watchers(&endpoint), before, "the shared watch was closed");
+}

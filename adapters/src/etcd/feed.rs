@@ -50,7 +50,7 @@ use vvm_runtime::SlotChange;
 use super::EtcdClientError;
 
 /// The client's error and its causes, for the feed's diagnostic (logged, never returned).
-fn chain(error: etcd_client::Error) -> String {
+pub(super) fn chain(error: etcd_client::Error) -> String {
     vvm_runtime::ErrorChain(&EtcdClientError(error)).to_string()
 }
 
@@ -70,11 +70,11 @@ impl SeenRevision {
         }
     }
 
-    fn note_revision(&self, revision: i64) {
+    pub(super) fn note_revision(&self, revision: i64) {
         self.0.fetch_max(revision, Ordering::AcqRel);
     }
 
-    fn get(&self) -> i64 {
+    pub(super) fn get(&self) -> i64 {
         self.0.load(Ordering::Acquire)
     }
 }
@@ -242,6 +242,20 @@ async fn keys_at(
         .collect())
 }
 
+/// Whether a key in `[start, end)` was written or deleted between the revisions `after` and
+/// `now`: the keys and their `mod_revision`s differ.
+pub(super) async fn gap_changed(
+    kv: &mut KvClient,
+    start: &[u8],
+    end: &[u8],
+    after: i64,
+    now: i64,
+) -> Result<bool, etcd_client::Error> {
+    let then = keys_at(kv, start, end, after).await?;
+    let now = keys_at(kv, start, end, now).await?;
+    Ok(then != now)
+}
+
 async fn watch_range(
     mut watch: WatchClient,
     mut kv: KvClient,
@@ -272,15 +286,13 @@ async fn watch_range(
                 return Wake::Unknown("watch created without a revision".into());
             };
             if now > after {
-                let then = keys_at(&mut kv, &start, &end, after).await;
-                let now_keys = keys_at(&mut kv, &start, &end, now).await;
-                match (then, now_keys) {
-                    (Ok(then), Ok(now_keys)) if then == now_keys => {}
-                    (Ok(_), Ok(_)) => {
+                match gap_changed(&mut kv, &start, &end, after, now).await {
+                    Ok(false) => {}
+                    Ok(true) => {
                         seen.note_revision(now);
                         return Wake::Replaced;
                     }
-                    (Err(error), _) | (_, Err(error)) => {
+                    Err(error) => {
                         return Wake::Unknown(format!(
                             "the keys before the watch cannot be read: {}",
                             chain(error)

@@ -76,6 +76,7 @@ mod feed;
 mod options;
 mod semaphore;
 mod session;
+mod shared_feed;
 
 #[cfg(feature = "etcd-cluster")]
 pub mod cluster;
@@ -129,6 +130,8 @@ pub struct EtcdStore {
     revokes: Arc<Semaphore>,
     /// The highest cluster revision of any answer: where change feeds start.
     seen: Arc<SeenRevision>,
+    /// The semaphores' watches, one per name, shared by the feeds of this store and its clones.
+    feeds: Arc<shared_feed::FeedHub>,
     /// The lease, value and revision of the sessions this store created or read (see the
     /// `session` module).
     sessions: Arc<std::sync::Mutex<Sessions>>,
@@ -188,6 +191,7 @@ impl EtcdStore {
             prefix: prefix.into(),
             revokes: Arc::new(Semaphore::new(REVOKES_IN_FLIGHT_MAX)),
             seen: Arc::default(),
+            feeds: Arc::default(),
             sessions: Arc::default(),
             sends_max,
         })

@@ -466,17 +466,21 @@ impl SemaphoreStore for EtcdStore {
         )))
     }
 
-    /// One etcd watch over the semaphore's keys; see the module documentation.
+    /// The semaphore's keys on the one etcd watch this client shares for the name (see the
+    /// `shared_feed` module).
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
         let start = self.semaphore_key(name);
         let end = Self::range_end(&start);
-        super::feed::range_changed(
+        super::shared_feed::range_changed(
+            &self.feeds,
             self.watch.clone(),
             self.kv.clone(),
             &self.seen,
-            start,
-            end,
-            name.as_str().to_owned(),
+            super::shared_feed::Range {
+                start,
+                end,
+                what: name.as_str().to_owned(),
+            },
         )
     }
 }
