@@ -214,12 +214,17 @@ async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
             .watch("config", WatchKind::DATA)
             .expect("a watch");
         assert_eq!(watch.next().await.expect("the state").data, b"v1");
-        tasks.push(tokio::spawn(async move { watch.next().await.map(|d| d.data) }));
+        tasks.push(tokio::spawn(
+            async move { watch.next().await.map(|d| d.data) },
+        ));
     }
     // Every watcher is now waiting on the feed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let waiting = watchers(&endpoint) - before;
-    assert!(waiting <= 2, "{waiting} etcd watchers for {WATCHERS} watches of one name");
+    assert!(
+        waiting <= 2,
+        "{waiting} etcd watchers for {WATCHERS} watches of one name"
+    );
     coordination
         .update_data("config", b"v2".to_vec())
         .await

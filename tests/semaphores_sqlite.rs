@@ -1,6 +1,6 @@
 //! Semaphores on SQLite beyond the conformance suite: two OS processes contending for one
-//! semaphore (this test binary started again as the second process), and the migration of a
-//! version-4 file.
+//! semaphore (this test binary started again as the second process), the migrations of
+//! version-4 and version-5 files, and the parties' index that ends a closed session's parties.
 
 mod conformance;
 
@@ -122,8 +122,10 @@ async fn a_version_4_file_is_migrated_and_gains_semaphores() {
     drop(SqliteStore::open(&path).expect("created"));
     {
         let conn = rusqlite::Connection::open(&path).expect("opens");
-        conn.execute_batch("DROP TABLE vvm_semaphores; PRAGMA user_version = 4;")
-            .expect("made a version-4 file");
+        conn.execute_batch(
+            "DROP TABLE vvm_semaphore_parties; DROP TABLE vvm_semaphores; PRAGMA user_version = 4;",
+        )
+        .expect("made a version-4 file");
     }
     let parent = coordination(&path, 1).await;
     parent
@@ -144,4 +146,96 @@ async fn a_version_4_file_is_migrated_and_gains_semaphores() {
         matches!(refused, vvm::adapters::SqliteStoreError::NewerSchema { found, .. } if found == version + 1),
         "{refused}"
     );
+}
+
+fn indexed(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.query_row("SELECT count(*) FROM vvm_semaphore_parties", [], |row| {
+        row.get(0)
+    })
+    .expect("the index is there")
+}
+
+/// A version-5 file (semaphores, no index of their parties) is migrated in place: the index is
+/// filled from the stored states, and deleting a session then removes its parties in the same
+/// transaction (the waiter behind it is the owner at once), through the index.
+// covers: Sem.Store.Schema, Sem.Store.PartyIndex
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_file_is_migrated_and_its_parties_indexed() {
+    use vvm::semaphore::SemaphoreName;
+    use vvm::{Incarnation, SemaphoreRequest, SemaphoreStore, SessionId, SessionKey, SessionStore};
+    let key = |n: u64| SessionKey {
+        incarnation: Incarnation(n),
+        id: SessionId(1),
+    };
+    let acquire = SemaphoreRequest::Acquire {
+        count: 1,
+        data: Vec::new(),
+        timeout_ms: 60_000,
+        ephemeral: false,
+    };
+    let ttl = Duration::from_secs(3600);
+    let dir = ScratchDir::new("vvm-semaphores-v5");
+    let path = dir.file("store.sqlite");
+    let store = SqliteStore::open(&path).expect("created");
+    let mut revisions = Vec::new();
+    for n in 1..=2 {
+        let created = store.create_session(key(n), &value(n), ttl).await;
+        revisions.push(created.expect("runs").expect("created"));
+    }
+    let lock = SemaphoreName::new("lock").expect("a name");
+    let create = |limit| SemaphoreRequest::Create {
+        limit,
+        data: Vec::new(),
+    };
+    store
+        .semaphore(key(1), &lock, create(1))
+        .await
+        .expect("created");
+    for n in 0..20 {
+        // Semaphores the deleted session has no part in.
+        let other = SemaphoreName::new(&format!("other-{n}")).expect("a name");
+        store
+            .semaphore(key(2), &other, create(1))
+            .await
+            .expect("created");
+    }
+    store
+        .semaphore(key(1), &lock, acquire.clone())
+        .await
+        .expect("owner");
+    store
+        .semaphore(key(2), &lock, acquire.clone())
+        .await
+        .expect("waiter");
+    assert_eq!(indexed(&path), 2, "every write keeps the index");
+    drop(store);
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.execute_batch("DROP TABLE vvm_semaphore_parties; PRAGMA user_version = 5;")
+            .expect("made a version-5 file");
+    }
+    let store = SqliteStore::open(&path).expect("migrated");
+    assert_eq!(
+        indexed(&path),
+        2,
+        "the migration indexed the owner and the waiter"
+    );
+    assert!(store
+        .delete_session(key(1), revisions[0])
+        .await
+        .expect("runs"));
+    let described = store
+        .semaphore(key(2), &lock, SemaphoreRequest::Describe)
+        .await
+        .expect("read")
+        .description
+        .expect("exists");
+    assert_eq!(described.owners.len(), 1);
+    assert_eq!(
+        described.owners[0].session,
+        key(2),
+        "granted by the deletion"
+    );
+    assert_eq!(indexed(&path), 1, "the deleted session left the index");
 }

@@ -58,12 +58,6 @@ impl FeedHub {
         // Every critical section leaves the map consistent; a poisoned lock is usable.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
-
-    /// Shared watches open now (for tests).
-    #[cfg(test)]
-    pub(super) fn open(&self) -> usize {
-        self.lock().len()
-    }
 }
 
 /// Where the shared watch of one semaphore looks.

@@ -6,6 +6,10 @@
 //! refused before the first byte could change. So is a file of ours that records another
 //! machine: its machine id is read, and compared, before anything is written.
 //!
+//! Version 5 kept no index of the semaphores' parties. Such a file is migrated in place: one
+//! added table (`vvm_semaphore_parties`), filled from the semaphores' states in the migrating
+//! transaction. Version-5 programs then refuse it as newer: their writes would not keep the index.
+//!
 //! Version 4 had no semaphores. Such a file is migrated in place: one added table
 //! (`vvm_semaphores`), empty; nothing else changes. Version-4 programs then refuse it as newer:
 //! they would end sessions without ending their semaphores' parties.
@@ -40,7 +44,7 @@ use super::{SqliteStoreError, OPEN_BUSY_WAIT};
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
 
 /// `PRAGMA user_version` this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The earlier version this build migrates: the same, without the machine id.
 const SCHEMA_VERSION_1: i32 = 1;
@@ -54,6 +58,9 @@ const SCHEMA_VERSION_3: i32 = 3;
 /// The version before semaphores (`vvm_semaphores`).
 const SCHEMA_VERSION_4: i32 = 4;
 
+/// The version before the index of the semaphores' parties (`vvm_semaphore_parties`).
+const SCHEMA_VERSION_5: i32 = 5;
+
 /// How far the revision counter jumps on the first open under a new boot id.
 ///
 /// Commits are synced lazily (`synchronous=NORMAL`), so a power loss may take back the last
@@ -63,7 +70,7 @@ const SCHEMA_VERSION_4: i32 = 4;
 /// than 2^32 commits) and syncs that jump before any revision of the new boot exists.
 pub const REVISION_BOOT_GAP: i64 = 1 << 32;
 
-/// The sessions table and the index on holdings: one text for a new file ([`SCHEMA_V5`]) and
+/// The sessions table and the index on holdings: one text for a new file ([`SCHEMA_V6`]) and
 /// the migration from version 3, so the two cannot drift apart.
 macro_rules! sessions_ddl {
     () => {
@@ -82,7 +89,7 @@ CREATE INDEX vvm_leases_session ON vvm_leases (session_incarnation, session_id)
     };
 }
 
-/// The semaphores table: one text for a new file ([`SCHEMA_V5`]) and the migration from
+/// The semaphores table: one text for a new file ([`SCHEMA_V6`]) and the migration from
 /// version 4. One row per name ever used: `state` is the encoded semaphore
 /// (`vvm_core::Semaphore::encode`), `NULL` once deleted, when the row keeps only the counters
 /// a semaphore created again under the name continues (`generation`, `next_order_id`);
@@ -101,7 +108,23 @@ macro_rules! semaphores_ddl {
     };
 }
 
-/// Version 5: version 4 and the semaphores. `vvm_store` has exactly one row: the revision counter, which survives deletes,
+/// The index of the semaphores' parties: one row per session and semaphore it is a party of
+/// (owner or waiter), kept by every write of a semaphore's state in the same transaction, so
+/// that ending a session finds its semaphores by its key, whatever the number of semaphores.
+/// One text for a new file ([`SCHEMA_V6`]) and the migration from version 5.
+macro_rules! parties_ddl {
+    () => {
+        "CREATE TABLE vvm_semaphore_parties (
+    incarnation INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (incarnation, id, name)
+) STRICT, WITHOUT ROWID;
+"
+    };
+}
+
+/// Version 6: version 4, the semaphores and the index of their parties. `vvm_store` has exactly one row: the revision counter, which survives deletes,
 /// the boot id of the last opener and the machine the file belongs to (empty until the first
 /// open claims it). `vvm_leases` holds one row per slot ever written and not deleted. A slot
 /// record (`session_incarnation` and `session_id` `NULL`) is live while its boot id is the
@@ -110,7 +133,7 @@ macro_rules! semaphores_ddl {
 /// by that row's boot id and expiry; its own `expires_ns` is unused (written as `i64::MAX`)
 /// and it names no lock file. The partial index finds a session's holdings, so ending a session
 /// costs O(its holdings), whatever the number of rows.
-pub(crate) const SCHEMA_V5: &str = concat!(
+pub(crate) const SCHEMA_V6: &str = concat!(
     "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -132,6 +155,7 @@ CREATE TABLE vvm_leases (
 ",
     sessions_ddl!(),
     semaphores_ddl!(),
+    parties_ddl!(),
     "INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 "
 );
@@ -145,7 +169,7 @@ const MIGRATE_V2_TO_V3: &str = "ALTER TABLE vvm_leases ADD COLUMN lock_dev INTEG
 ALTER TABLE vvm_leases ADD COLUMN lock_ino INTEGER;";
 
 /// Adds sessions: their table, the session of a holding (`NULL` in every existing row: slot
-/// records) and the index on it. The same definitions as [`SCHEMA_V5`].
+/// records) and the index on it. The same definitions as [`SCHEMA_V6`].
 const MIGRATE_V3_TO_V4: &str = concat!(
     "ALTER TABLE vvm_leases ADD COLUMN session_incarnation INTEGER;
 ALTER TABLE vvm_leases ADD COLUMN session_id INTEGER;
@@ -153,8 +177,12 @@ ALTER TABLE vvm_leases ADD COLUMN session_id INTEGER;
     sessions_ddl!()
 );
 
-/// Adds semaphores: their table, empty. The same definition as [`SCHEMA_V5`].
+/// Adds semaphores: their table, empty. The same definition as [`SCHEMA_V6`].
 const MIGRATE_V4_TO_V5: &str = semaphores_ddl!();
+
+/// Adds the index of the semaphores' parties, empty; [`migrate`] then fills it from the
+/// states. The same definition as [`SCHEMA_V6`].
+const MIGRATE_V5_TO_V6: &str = parties_ddl!();
 
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,6 +199,8 @@ pub(crate) enum Identity {
     Version3,
     /// Ours, at version 4: migrated on open.
     Version4,
+    /// Ours, at version 5: migrated on open.
+    Version5,
     /// Ours, from a later version of this program.
     Newer(i32),
     /// Something else's.
@@ -191,6 +221,7 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
         (APPLICATION_ID, SCHEMA_VERSION_2) => Identity::Version2,
         (APPLICATION_ID, SCHEMA_VERSION_3) => Identity::Version3,
         (APPLICATION_ID, SCHEMA_VERSION_4) => Identity::Version4,
+        (APPLICATION_ID, SCHEMA_VERSION_5) => Identity::Version5,
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
         _ => Identity::Foreign {
             application_id,
@@ -240,7 +271,7 @@ fn build(path: &Path) -> Result<(), SqliteStoreError> {
         return Err(SqliteStoreError::JournalMode { found: mode });
     }
     let tx = conn.transaction().map_err(sqlite("creating the schema"))?;
-    tx.execute_batch(SCHEMA_V5)
+    tx.execute_batch(SCHEMA_V6)
         .map_err(sqlite("creating the schema"))?;
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(sqlite("creating the schema"))?;
@@ -263,7 +294,8 @@ fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
         | Identity::Version1
         | Identity::Version2
         | Identity::Version3
-        | Identity::Version4 => Ok(()),
+        | Identity::Version4
+        | Identity::Version5 => Ok(()),
         Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
@@ -327,13 +359,18 @@ pub(crate) fn check_readable(
                 path: path.to_owned(),
             })
         }
-        Identity::Version1 | Identity::Version2 | Identity::Version3 | Identity::Version4 => {
+        Identity::Version1
+        | Identity::Version2
+        | Identity::Version3
+        | Identity::Version4
+        | Identity::Version5 => {
             return Err(SqliteStoreError::OlderSchema {
                 found: match identity {
                     Identity::Version1 => SCHEMA_VERSION_1,
                     Identity::Version2 => SCHEMA_VERSION_2,
                     Identity::Version3 => SCHEMA_VERSION_3,
-                    _ => SCHEMA_VERSION_4,
+                    Identity::Version4 => SCHEMA_VERSION_4,
+                    _ => SCHEMA_VERSION_5,
                 },
                 supported: SCHEMA_VERSION,
             })
@@ -372,7 +409,11 @@ fn sqlite(what: &'static str) -> impl FnOnce(rusqlite::Error) -> SqliteStoreErro
 fn has_machine_id(identity: Identity) -> bool {
     matches!(
         identity,
-        Identity::Ours | Identity::Version2 | Identity::Version3 | Identity::Version4
+        Identity::Ours
+            | Identity::Version2
+            | Identity::Version3
+            | Identity::Version4
+            | Identity::Version5
     )
 }
 
@@ -380,28 +421,27 @@ fn has_machine_id(identity: Identity) -> bool {
 /// transaction, one version at a time (the caller then sets `user_version`); creates it in an
 /// empty file. Nothing for a file of this version.
 fn migrate(tx: &Connection, identity: Identity) -> Result<(), SqliteStoreError> {
+    const V1: (&str, &str) = (MIGRATE_V1_TO_V2, "migrating from schema version 1");
+    const V2: (&str, &str) = (MIGRATE_V2_TO_V3, "migrating from schema version 2");
+    const V3: (&str, &str) = (MIGRATE_V3_TO_V4, "migrating from schema version 3");
+    const V4: (&str, &str) = (MIGRATE_V4_TO_V5, "migrating from schema version 4");
+    const V5: (&str, &str) = (MIGRATE_V5_TO_V6, "migrating from schema version 5");
     let steps: &[(&str, &'static str)] = match identity {
-        Identity::Empty => &[(SCHEMA_V5, "creating the schema")],
-        Identity::Version1 => &[
-            (MIGRATE_V1_TO_V2, "migrating from schema version 1"),
-            (MIGRATE_V2_TO_V3, "migrating from schema version 2"),
-            (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
-            (MIGRATE_V4_TO_V5, "migrating from schema version 4"),
-        ],
-        Identity::Version2 => &[
-            (MIGRATE_V2_TO_V3, "migrating from schema version 2"),
-            (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
-            (MIGRATE_V4_TO_V5, "migrating from schema version 4"),
-        ],
-        Identity::Version3 => &[
-            (MIGRATE_V3_TO_V4, "migrating from schema version 3"),
-            (MIGRATE_V4_TO_V5, "migrating from schema version 4"),
-        ],
-        Identity::Version4 => &[(MIGRATE_V4_TO_V5, "migrating from schema version 4")],
+        Identity::Empty => &[(SCHEMA_V6, "creating the schema")],
+        Identity::Version1 => &[V1, V2, V3, V4, V5],
+        Identity::Version2 => &[V2, V3, V4, V5],
+        Identity::Version3 => &[V3, V4, V5],
+        Identity::Version4 => &[V4, V5],
+        Identity::Version5 => &[V5],
         Identity::Ours | Identity::Newer(_) | Identity::Foreign { .. } => &[],
     };
     for (sql, what) in steps {
         tx.execute_batch(sql).map_err(sqlite(what))?;
+    }
+    if identity == Identity::Version5 {
+        // Earlier versions had no semaphores: their index starts empty, as the table does.
+        super::semaphore::index_all_parties(tx)
+            .map_err(sqlite("migrating from schema version 5"))?;
     }
     if identity == Identity::Empty {
         tx.pragma_update(None, "application_id", APPLICATION_ID)

@@ -4,16 +4,22 @@
 //! | operation | one `BEGIN IMMEDIATE` transaction |
 //! |---|---|
 //! | `semaphore` | judge the caller's session row; read and decode the semaphore's row; judge the session row of every party, removing those of dead sessions; run the core operation ([`transact`]); write the row back with a new `version` from the store's counter when anything changed (a delete keeps the row with `state` `NULL` and the counters) |
-//! | `delete_session` (`session.rs`) | besides the session's row and holdings: every semaphore that has a party of the session, that party removed as by its expiry |
+//! | `delete_session` (`session.rs`) | besides the session's row and holdings: every semaphore the index names for the session, that party removed as by its expiry |
+//!
+//! **The parties' index** (`vvm_semaphore_parties`, schema version 6): one row per session and
+//! semaphore it is a party of, written with the semaphore's row in the same transaction (the
+//! parties that left deleted, those that joined inserted), so it always names exactly the
+//! parties of the stored states.
 //!
 //! Sessions are judged exactly as holdings are: by their row's boot id and expiry on the
 //! store's clock, read under the write lock. The queue's order is the core's order ids,
 //! assigned inside the transaction, so it is the order in which the transactions committed.
 //!
 //! **Costs.** An operation reads one semaphore row and one session row per party (by primary
-//! key), and writes one row: O(parties) statements, each O(log n). Ending a session eagerly
-//! reads every semaphore row (`delete_session` is rare: once per closed session), O(semaphores
-//! · parties); the expiry of a session writes nothing, and its parties are removed by the next
+//! key), and writes one row and the index rows of the parties that joined or left: O(parties)
+//! statements, each O(log n). Ending a session eagerly reads the index by the session's key and
+//! the rows of its own semaphores only: O(its semaphores · parties), whatever the number of
+//! semaphores in the file; the expiry of a session writes nothing, and its parties are removed by the next
 //! transaction on each semaphore, which a waiter makes at that expiry
 //! ([`Applied::parties_expire_in`]).
 //!
@@ -22,6 +28,7 @@
 //! when the file changed reads the `version` of the watched name: one integer by primary key.
 //! A wait resolves when it differs from the one read when the wait began.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -72,8 +79,72 @@ fn column(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Writes what a transaction decided; whether it wrote.
-fn store(tx: &Transaction<'_>, name: &SemaphoreName, write: &Write) -> Result<bool, TxError> {
+/// The sessions that are parties (owners or waiters) of `state`.
+fn parties(state: Option<&Semaphore>) -> HashSet<SessionKey> {
+    state.map_or_else(HashSet::new, |state| {
+        state
+            .owners()
+            .iter()
+            .map(|owner| owner.session)
+            .chain(state.waiters().iter().map(|waiter| waiter.session))
+            .collect()
+    })
+}
+
+/// Brings the parties' index of `name` from the parties `before` to those of `after`.
+fn index(
+    tx: &Connection,
+    name: &SemaphoreName,
+    before: &HashSet<SessionKey>,
+    after: &HashSet<SessionKey>,
+) -> rusqlite::Result<()> {
+    for left in before.difference(after) {
+        let (incarnation, id) = record::session_columns(*left);
+        tx.prepare_cached(
+            "DELETE FROM vvm_semaphore_parties WHERE incarnation = ?1 AND id = ?2 AND name = ?3",
+        )?
+        .execute((incarnation, id, name.as_str()))?;
+    }
+    for joined in after.difference(before) {
+        let (incarnation, id) = record::session_columns(*joined);
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO vvm_semaphore_parties (incarnation, id, name) VALUES (?1, ?2, ?3)",
+        )?
+        .execute((incarnation, id, name.as_str()))?;
+    }
+    Ok(())
+}
+
+/// Fills the parties' index from every stored state (the migration from schema version 5). A
+/// state that cannot be decoded is left out: nothing could remove its parties anyway.
+pub(super) fn index_all_parties(tx: &Connection) -> rusqlite::Result<()> {
+    let rows: Vec<(String, Vec<u8>)> = tx
+        .prepare("SELECT name, state FROM vvm_semaphores WHERE state IS NOT NULL")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for (name, bytes) in rows {
+        let (Ok(name), Ok(state)) = (SemaphoreName::new(&name), Semaphore::decode(&bytes)) else {
+            continue;
+        };
+        index(tx, &name, &HashSet::new(), &parties(Some(&state)))?;
+    }
+    Ok(())
+}
+
+/// Writes what a transaction decided, and the parties' index from the parties `before`;
+/// whether it wrote.
+fn store(
+    tx: &Transaction<'_>,
+    name: &SemaphoreName,
+    before: &HashSet<SessionKey>,
+    write: &Write,
+) -> Result<bool, TxError> {
+    let after = match write {
+        Write::Keep => return Ok(false),
+        Write::Put(semaphore) => parties(Some(semaphore)),
+        Write::Delete { .. } => HashSet::new(),
+    };
+    index(tx, name, before, &after)?;
     let (state, generation, next_order_id) = match write {
         Write::Keep => return Ok(false),
         Write::Put(semaphore) => (
@@ -130,21 +201,29 @@ fn session_left(
     Ok(judged.flatten())
 }
 
-/// Removes the parties of the session `key` from every semaphore (its row was deleted in the
-/// same transaction). A state that cannot be decoded is left as it is.
+/// Removes the parties of the session `key` from every semaphore it is a party of, by the
+/// index (its row was deleted in the same transaction). A state that cannot be decoded is left
+/// as it is.
 pub(super) fn end_parties(tx: &Transaction<'_>, key: SessionKey) -> Result<(), TxError> {
-    let rows: Vec<(String, Vec<u8>)> = tx
-        .prepare_cached("SELECT name, state FROM vvm_semaphores WHERE state IS NOT NULL")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+    let names: Vec<String> = tx
+        .prepare_cached(
+            "SELECT name FROM vvm_semaphore_parties WHERE incarnation = ?1 AND id = ?2",
+        )?
+        .query_map(record::session_columns(key), |row| row.get(0))?
         .collect::<Result<_, _>>()?;
-    for (name, bytes) in rows {
-        let (Ok(name), Ok(state)) = (SemaphoreName::new(&name), Semaphore::decode(&bytes)) else {
+    for name in names {
+        let Ok(name) = SemaphoreName::new(&name) else {
             continue;
         };
+        let Some(bytes) = load(tx, &name)?.and_then(|row| row.state) else {
+            continue;
+        };
+        let Ok(state) = Semaphore::decode(&bytes) else {
+            continue;
+        };
+        let before = parties(Some(&state));
         let write = Write::ending_session(state, key);
-        if write != Write::Keep {
-            store(tx, &name, &write)?;
-        }
+        store(tx, &name, &before, &write)?;
     }
     Ok(())
 }
@@ -174,12 +253,13 @@ impl SemaphoreStore for SqliteStore {
                     }
                 },
             };
+            let before = parties(stored.as_ref());
             let decided = transact(stored, counters, session, &name, request.clone(), |key| {
                 session_left(tx, key, now)
             })?;
             match decided {
                 Ok((write, applied)) => {
-                    let wrote = store(tx, &name, &write)?;
+                    let wrote = store(tx, &name, &before, &write)?;
                     Ok(Step {
                         result: Ok(applied),
                         wrote,
