@@ -278,8 +278,22 @@ impl EtcdStore {
         name: &SemaphoreName,
         request: SemaphoreRequest,
     ) -> Result<Option<Result<Applied, SemaphoreStoreError>>, StoreError> {
+        self.semaphore_attempt_between(session, name, request, std::future::ready(()))
+            .await
+    }
+
+    /// [`semaphore_attempt`](Self::semaphore_attempt), running `between` after the read and
+    /// before the write: the seam through which a test lets another client act in that gap.
+    async fn semaphore_attempt_between(
+        &self,
+        session: SessionKey,
+        name: &SemaphoreName,
+        request: SemaphoreRequest,
+        between: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<Result<Applied, SemaphoreStoreError>>, StoreError> {
         let state_key = self.semaphore_key(name);
         let snapshot = self.snapshot(&state_key, session).await?;
+        between.await;
         let (stored, counters) = match decode(snapshot.bytes.as_deref()) {
             Ok(stored) => stored,
             Err(source) => {
@@ -500,6 +514,76 @@ pub(super) fn record_unchanged(response: &etcd_client::TxnResponse, revision: i6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The session ends between the read and the write of an operation that writes no key bound
+    /// to its lease (a data update): only the write's comparison of the session record's lease
+    /// refuses it. The attempt's comparison is false, the next attempt answers `SessionGone`,
+    /// and the data is unchanged.
+    // covers: Et.Semaphores
+    #[cfg(feature = "etcd-cluster")]
+    #[tokio::test]
+    async fn a_session_ended_between_the_read_and_the_write_writes_nothing() {
+        use super::super::cluster::{find_etcd, ClusterOptions, EtcdCluster};
+        use vvm_core::{Incarnation, SessionId};
+        use vvm_runtime::{LeaseValue, SessionStore};
+        if find_etcd().is_none() {
+            let ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
+            assert!(!ci, "under CI etcd must be installed");
+            return;
+        }
+        let cluster = EtcdCluster::start(ClusterOptions::new(1).expect("valid options"))
+            .await
+            .expect("etcd starts");
+        let options = cluster.store_options().expect("valid options");
+        let store = EtcdStore::connect(options).await.expect("connects");
+        let key = |n| SessionKey {
+            incarnation: Incarnation(n),
+            id: SessionId(1),
+        };
+        let ttl = Duration::from_secs(60);
+        let mut revisions = Vec::new();
+        for n in 1..=2 {
+            let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
+            let created = store.create_session(key(n), &value, ttl).await;
+            revisions.push(created.expect("runs").expect("created"));
+        }
+        let name = SemaphoreName::new("config").expect("a name");
+        let create = SemaphoreRequest::Create {
+            limit: 1,
+            data: b"v1".to_vec(),
+        };
+        store
+            .semaphore(key(1), &name, create)
+            .await
+            .expect("created");
+        let update = SemaphoreRequest::UpdateData {
+            data: b"v2".to_vec(),
+        };
+        let end_session = async {
+            let deleted = store.delete_session(key(1), revisions[0]).await;
+            assert!(deleted.expect("runs"), "the session record was deleted");
+        };
+        let attempt = store
+            .semaphore_attempt_between(key(1), &name, update.clone(), end_session)
+            .await
+            .expect("runs");
+        assert!(
+            attempt.is_none(),
+            "the write's comparison is false: {attempt:?}"
+        );
+        let again = store.semaphore(key(1), &name, update).await;
+        assert!(
+            matches!(again, Err(SemaphoreStoreError::SessionGone(gone)) if gone == key(1)),
+            "{again:?}"
+        );
+        let described = store
+            .semaphore(key(2), &name, SemaphoreRequest::Describe)
+            .await
+            .expect("read")
+            .description
+            .expect("exists");
+        assert_eq!(described.data, b"v1", "nothing was written");
+    }
 
     #[test]
     fn states_and_counters_round_trip() {
