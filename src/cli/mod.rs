@@ -8,6 +8,7 @@ pub mod clock;
 pub mod demo;
 pub mod duration;
 pub mod exec;
+mod host;
 pub mod log;
 pub mod ops;
 pub mod program;

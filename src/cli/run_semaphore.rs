@@ -19,7 +19,7 @@ use vvm::{
     ServeError, ServeTimeouts, Service, Services, SessionError, SessionHandle, VvmConfig,
 };
 
-use super::run::{listen_for_signals, Host};
+use super::host::{listen_for_signals, Host};
 use super::store::AnyStore;
 use super::systemd::Notifier;
 use super::{error_chain, fail};

@@ -92,6 +92,7 @@ mod error;
 mod feed;
 mod file;
 mod lock;
+mod parties;
 mod probe;
 mod reader;
 mod record;

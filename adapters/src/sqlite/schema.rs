@@ -440,8 +440,7 @@ fn migrate(tx: &Connection, identity: Identity) -> Result<(), SqliteStoreError> 
     }
     if identity == Identity::Version5 {
         // Earlier versions had no semaphores: their index starts empty, as the table does.
-        super::semaphore::index_all_parties(tx)
-            .map_err(sqlite("migrating from schema version 5"))?;
+        super::parties::index_all_parties(tx).map_err(sqlite("migrating from schema version 5"))?;
     }
     if identity == Identity::Empty {
         tx.pragma_update(None, "application_id", APPLICATION_ID)

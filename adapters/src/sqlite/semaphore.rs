@@ -42,6 +42,7 @@ use vvm_runtime::{
 };
 
 use super::feed::FEED_POLL_INTERVAL;
+use super::parties::{index, parties};
 use super::record::{self, Now, TxError};
 use super::{SqliteStore, Step};
 
@@ -77,58 +78,6 @@ fn load(tx: &Transaction<'_>, name: &SemaphoreName) -> Result<Option<Row>, TxErr
 
 fn column(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// The sessions that are parties (owners or waiters) of `state`.
-fn parties(state: Option<&Semaphore>) -> HashSet<SessionKey> {
-    state.map_or_else(HashSet::new, |state| {
-        state
-            .owners()
-            .iter()
-            .map(|owner| owner.session)
-            .chain(state.waiters().iter().map(|waiter| waiter.session))
-            .collect()
-    })
-}
-
-/// Brings the parties' index of `name` from the parties `before` to those of `after`.
-fn index(
-    tx: &Connection,
-    name: &SemaphoreName,
-    before: &HashSet<SessionKey>,
-    after: &HashSet<SessionKey>,
-) -> rusqlite::Result<()> {
-    for left in before.difference(after) {
-        let (incarnation, id) = record::session_columns(*left);
-        tx.prepare_cached(
-            "DELETE FROM vvm_semaphore_parties WHERE incarnation = ?1 AND id = ?2 AND name = ?3",
-        )?
-        .execute((incarnation, id, name.as_str()))?;
-    }
-    for joined in after.difference(before) {
-        let (incarnation, id) = record::session_columns(*joined);
-        tx.prepare_cached(
-            "INSERT OR IGNORE INTO vvm_semaphore_parties (incarnation, id, name) VALUES (?1, ?2, ?3)",
-        )?
-        .execute((incarnation, id, name.as_str()))?;
-    }
-    Ok(())
-}
-
-/// Fills the parties' index from every stored state (the migration from schema version 5). A
-/// state that cannot be decoded is left out: nothing could remove its parties anyway.
-pub(super) fn index_all_parties(tx: &Connection) -> rusqlite::Result<()> {
-    let rows: Vec<(String, Vec<u8>)> = tx
-        .prepare("SELECT name, state FROM vvm_semaphores WHERE state IS NOT NULL")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    for (name, bytes) in rows {
-        let (Ok(name), Ok(state)) = (SemaphoreName::new(&name), Semaphore::decode(&bytes)) else {
-            continue;
-        };
-        index(tx, &name, &HashSet::new(), &parties(Some(&state)))?;
-    }
-    Ok(())
 }
 
 /// Writes what a transaction decided, and the parties' index from the parties `before`;
