@@ -19,7 +19,7 @@ use vvm_sim::runner::{catching, env_u64, Seeds};
 use vvm_sim::semaphore::{Rule, SemaphoreParams, SemaphoreSim, SemaphoreStats};
 
 /// Seeds run by default.
-const SEEDS_DEFAULT: u64 = 50_000;
+const SEEDS_DEFAULT: u64 = 30_000;
 /// Seeds an unsound variant may take to be caught.
 const UNSOUND_SEEDS_MAX: u64 = 5_000;
 /// Lines of the trace printed before the first violation.
