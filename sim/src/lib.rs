@@ -9,6 +9,9 @@
 //! - [`session::SessionSim`]: processes that each run the real [`Session`](vvm_core::Session)
 //!   machine and hold several slots under one session, on a store of session records and
 //!   holdings that live exactly as long as their session.
+//! - [`semaphore::SemaphoreSim`]: processes that each run the real [`Session`](vvm_core::Session)
+//!   machine and acquire and release units of one counted semaphore under it, on a store that
+//!   runs every operation as the real [`vvm_core::semaphore`] method in one transaction.
 //!
 //! Every VVM is driven as the runtime drives it: store calls under a timeout of
 //! [`LeaseConfig::store_timeout`], one pending timer per kind, a killer that fires at the local
@@ -31,6 +34,7 @@ pub mod params;
 pub mod queue;
 pub mod rng;
 pub mod runner;
+pub mod semaphore;
 pub mod session;
 pub mod store;
 pub mod trace;

@@ -1,0 +1,274 @@
+//! Deterministic simulation of processes that acquire and release units of one counted
+//! semaphore under their sessions (the real `Session` machine and the real
+//! `vvm_core::semaphore` methods in one store transaction each), under the leadership
+//! simulator's seeded faults plus services slow to stop. The oracle checks what users see: the
+//! owners whose services run never hold more than the limit together; grants go in queue order;
+//! a waiter the store grants is woken by the feed within its push delay, and none still waits on
+//! a grant at the end of a run.
+//!
+//! - `cargo test -p vvm-sim --test semaphore_simulation` runs the default seeds (see
+//!   [`SEEDS_DEFAULT`]); `VVM_SIM_SEEDS` and `VVM_SIM_FIRST_SEED` choose others.
+//! - A failing seed prints the command that replays it with a trace:
+//!   `VVM_SIM_SEED=<seed> cargo test -p vvm-sim --test semaphore_simulation -- replay --nocapture`
+//!   (`VVM_SIM_TRACE=1` prints the whole trace of a passing seed too; `VVM_SIM_RULE=` one of
+//!   `killer-ignored`, `grant-when-fits`, `release-not-woken` replays it with that rule broken;
+//!   `VVM_SIM_STALE_CALLS=1` with stale semaphore calls applied).
+
+use vvm_sim::oracle::Violation;
+use vvm_sim::runner::{catching, env_u64, Seeds};
+use vvm_sim::semaphore::{Rule, SemaphoreParams, SemaphoreSim, SemaphoreStats};
+
+/// Seeds run by default.
+const SEEDS_DEFAULT: u64 = 30_000;
+/// Seeds an unsound variant may take to be caught.
+const UNSOUND_SEEDS_MAX: u64 = 5_000;
+/// Lines of the trace printed before the first violation.
+const TRACE_CONTEXT_MAX: usize = 400;
+
+fn replay_command(seed: u64) -> String {
+    format!(
+        "VVM_SIM_SEED={seed} cargo test -p vvm-sim --test semaphore_simulation -- replay \
+         --nocapture"
+    )
+}
+
+/// What one seed did.
+struct Outcome {
+    lease_periods: u64,
+    stats: SemaphoreStats,
+    failure: Option<String>,
+}
+
+/// Runs `seed` under `rule`; a panic inside a machine counts as a failure too.
+fn run_seed(seed: u64, rule: Rule, trace: bool) -> (Outcome, Option<SemaphoreSim>) {
+    run_seed_with(seed, rule, false, trace)
+}
+
+/// Runs `seed` under `rule`, with stale semaphore calls applied if `stale`.
+fn run_seed_with(
+    seed: u64,
+    rule: Rule,
+    stale: bool,
+    trace: bool,
+) -> (Outcome, Option<SemaphoreSim>) {
+    let mut params = SemaphoreParams::random(seed);
+    params.rule = rule;
+    params.stale_calls = stale;
+    let lease_periods = params.base.duration_ns / params.base.lease_ns();
+    let result = catching(|| {
+        let mut sim = SemaphoreSim::new(seed, params);
+        if trace {
+            sim.keep_trace();
+        }
+        sim.run();
+        (sim.check(), sim)
+    });
+    match result {
+        Ok((violations, sim)) => {
+            let failure = (!violations.is_empty()).then(|| describe(&violations));
+            let outcome = Outcome {
+                lease_periods,
+                stats: sim.stats(),
+                failure,
+            };
+            (outcome, Some(sim))
+        }
+        Err(text) => {
+            let outcome = Outcome {
+                lease_periods,
+                stats: SemaphoreStats::default(),
+                failure: Some(format!("panicked: {text}")),
+            };
+            (outcome, None)
+        }
+    }
+}
+
+fn describe(violations: &[Violation]) -> String {
+    let mut text = String::new();
+    for violation in violations.iter().take(5) {
+        text.push_str(&format!("\n    {violation}"));
+    }
+    if violations.len() > 5 {
+        text.push_str(&format!("\n    ... and {} more", violations.len() - 5));
+    }
+    text
+}
+
+// covers: Verify.SemaphoreSafety, Verify.SemaphoreOrder, Verify.SemaphoreWakeup
+/// Runs the seeds of the environment ([`SEEDS_DEFAULT`] from 0 by default) on every core: the
+/// owners whose services run hold at most the limit, grants go in queue order, granted waiters
+/// are woken within the feed's delay and none still waits on its grant at the end, no grant is
+/// handed to services at or after the kill deadline. Fails naming each failing seed with the
+/// command that replays it.
+#[test]
+fn seeds() {
+    let seeds = Seeds::from_env(SEEDS_DEFAULT);
+    let ran = seeds.run(|seed| run_seed(seed, Rule::Sound, false).0);
+    let mut total = SemaphoreStats::default();
+    let mut lease_periods = 0;
+    let mut failures = Vec::new();
+    for (seed, outcome) in &ran.outcomes {
+        total.add(&outcome.stats);
+        lease_periods += outcome.lease_periods;
+        if let Some(failure) = &outcome.failure {
+            failures.push(format!(
+                "seed {seed} failed:{failure}\n  replay: {}",
+                replay_command(*seed)
+            ));
+        }
+    }
+    let wall_s = ran.elapsed.as_secs_f64();
+    println!(
+        "semaphore simulation: {} seeds from {}, {lease_periods} lease periods in {wall_s:.2} s \
+         on {} threads = {:.0} seeds, {:.0} lease periods per wall second; {total:?}",
+        seeds.count,
+        seeds.first,
+        ran.threads,
+        seeds.count as f64 / wall_s,
+        lease_periods as f64 / wall_s,
+    );
+    let count = seeds.count;
+    // What the claims rest on happened, and often: requests queued and granted from the queue,
+    // owners sharing the semaphore, timeouts, sessions lost and processes killed while owning.
+    assert!(
+        total.grants > count
+            && total.queued > count
+            && total.granted_from_queue > count
+            && total.shared > count
+            && total.timed_out > count / 10
+            && total.losses_while_owning > count / 100
+            && total.killed_while_owning > count / 100,
+        "the runs exercised too little to mean anything: {total:?}"
+    );
+    failures.sort();
+    assert!(
+        failures.is_empty(),
+        "{} of {count} seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The first seed under `rule` whose failure mentions `expected`, with its failure.
+fn caught(rule: Rule, expected: &str) -> (u64, String) {
+    let found = (0..UNSOUND_SEEDS_MAX).find_map(|seed| {
+        let (outcome, _) = run_seed(seed, rule, false);
+        outcome
+            .failure
+            .filter(|failure| failure.contains(expected))
+            .map(|failure| (seed, failure))
+    });
+    found.unwrap_or_else(|| {
+        panic!("no seed of {UNSOUND_SEEDS_MAX} found \"{expected}\" under {rule:?}")
+    })
+}
+
+// covers: Verify.SemaphoreCanFail
+/// A killer that never fires: an owner whose session was lost acts on while its units pass to
+/// others, and more units run than the limit.
+#[test]
+fn an_ignored_killer_is_caught() {
+    let (seed, failure) = caught(Rule::KillerIgnored, "owners act with");
+    println!("semaphore simulation: an ignored killer makes seed {seed} fail:{failure}");
+}
+
+// covers: Verify.SemaphoreCanFail
+/// A store that grants whatever fits: a later request is granted past a queued one.
+#[test]
+fn a_grant_past_the_queue_is_caught() {
+    let (seed, failure) = caught(Rule::GrantWhenFits, "grant out of queue order");
+    println!("semaphore simulation: granting past the queue makes seed {seed} fail:{failure}");
+}
+
+// covers: Verify.SemaphoreCanFail
+/// A release whose write does not wake the feed: the waiter it grants is not told.
+#[test]
+fn a_grant_not_woken_is_caught() {
+    let (seed, failure) = caught(Rule::ReleaseNotWoken, "not woken");
+    println!("semaphore simulation: a release not woken makes seed {seed} fail:{failure}");
+}
+
+/// Known hazard, not a check: semaphore calls that reach the store after their caller's timeout
+/// gave up on them (`SemaphoreParams::stale_calls`). The runtime names no request: a stale
+/// release lands after the session acquired again and ends that later grant while its services
+/// run, and the next waiter is granted the same units (61 of the first 2 000 seeds fail, the
+/// first, seed 9, with owners acting with 4 units on a semaphore of 3); a stale acquire replaces the count of the session's later request in
+/// place. Fails until the runtime guards against them; run with `-- --ignored`.
+#[test]
+#[ignore = "known hazard: stale semaphore calls act on a later request of the same session"]
+fn stale_semaphore_calls_break_the_limit() {
+    let failures: Vec<String> = (0..2_000)
+        .filter_map(|seed| {
+            let mut params = SemaphoreParams::random(seed);
+            params.stale_calls = true;
+            let mut sim = SemaphoreSim::new(seed, params);
+            sim.run();
+            let violations = sim.check();
+            (!violations.is_empty()).then(|| format!("seed {seed}:{}", describe(&violations)))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of 2000 seeds failed with stale calls, the first:\n{}",
+        failures.len(),
+        failures[0]
+    );
+}
+
+// covers: Verify.Replay
+/// Replays `VVM_SIM_SEED` (default: seed 0) with a trace, printing its last lines up to the
+/// first violation.
+#[test]
+fn replay() {
+    let seed = env_u64("VVM_SIM_SEED").unwrap_or(0);
+    let params = SemaphoreParams::random(seed);
+    println!("seed {seed}: {params:#?}");
+    let rule = match std::env::var("VVM_SIM_RULE").as_deref() {
+        Err(_) | Ok("sound") => Rule::Sound,
+        Ok("killer-ignored") => Rule::KillerIgnored,
+        Ok("grant-when-fits") => Rule::GrantWhenFits,
+        Ok("release-not-woken") => Rule::ReleaseNotWoken,
+        Ok(other) => panic!("VVM_SIM_RULE={other} names no rule"),
+    };
+    let stale = std::env::var_os("VVM_SIM_STALE_CALLS").is_some();
+    let (outcome, sim) = run_seed_with(seed, rule, stale, true);
+    let Some(sim) = sim else {
+        panic!("seed {seed} failed: {:?}", outcome.failure);
+    };
+    let violations = sim.check();
+    let everything = std::env::var_os("VVM_SIM_TRACE").is_some();
+    if outcome.failure.is_some() || everything {
+        let until_ns = violations
+            .first()
+            .and_then(Violation::process_at)
+            .map_or(u64::MAX, |(_, at_ns)| at_ns);
+        let lines: Vec<&String> = sim
+            .trace()
+            .iter()
+            .filter(|line| line_at_ns(line) <= until_ns)
+            .collect();
+        let shown = if everything {
+            lines.len()
+        } else {
+            TRACE_CONTEXT_MAX
+        };
+        for line in lines.iter().rev().take(shown).rev() {
+            println!("{line}");
+        }
+    }
+    if let Some(failure) = &outcome.failure {
+        panic!("seed {seed} failed:{failure}");
+    }
+    println!("seed {seed} passed: {:?}", outcome.stats);
+}
+
+/// The true time a trace line starts with (`<ms> ms ...`).
+fn line_at_ns(line: &str) -> u64 {
+    let ms: f64 = line
+        .split_whitespace()
+        .next()
+        .and_then(|ms| ms.parse().ok())
+        .expect("a trace line starts with its time");
+    (ms * 1e6) as u64
+}
