@@ -110,6 +110,8 @@ pub enum Problem {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Effect {
     /// Write our record under `slot` with time-to-live `ttl`, only if no live record exists.
+    /// From a [`SessionLeadership`](crate::SessionLeadership): the session's acquire of the slot
+    /// (`ttl` zero: the holding lives as long as the session).
     /// Replied to with [`Reply::Written`], or with [`Reply::Held`] (or [`Reply::Rejected`] when
     /// the store cannot tell how long the live record has left).
     Insert {
