@@ -167,7 +167,9 @@ pub enum Effect {
     },
     /// Remove this VVM's kill deadline: every service stopped by itself and the release of the
     /// record was confirmed, so nothing of this VVM acts any more. Emitted at most once, just
-    /// before [`Effect::Finished`], and never after a loss.
+    /// before [`Effect::Finished`], and never after a loss. For a VVM on a session (whose
+    /// deadline is the session's) it says that every service stopped by itself and nothing was
+    /// lost: the session may be closed cleanly, which disarms once its delete is confirmed.
     DisarmKiller,
     /// Leadership of a slot was won.
     Acquired {

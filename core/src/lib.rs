@@ -9,7 +9,8 @@
 //!   through the session, never renewed by itself, lost with the session, released by deleting
 //!   the holding; no timer and no kill deadline of its own.
 //! - [`Lifecycle`]: one VVM — acquisition over slots `1..=N`, services, the write-once problem
-//!   and the fixed shutdown order. It embeds a [`Leadership`].
+//!   and the fixed shutdown order. It embeds a [`Leadership`] or, for a VVM on a session
+//!   ([`Lifecycle::on_session`]), a [`SessionLeadership`].
 //! - [`Session`]: the unit of liveness of a process — one record, one keepalive and one kill
 //!   deadline for every holding attached to it, lost all at once. It follows the same renewal
 //!   rules as [`Leadership`] and writes its own closed set of [`SessionEffect`]s.

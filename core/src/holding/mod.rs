@@ -46,7 +46,7 @@ use statig::prelude::*;
 use crate::effect::{
     Effect, Effects, FencingToken, LossReason, OpId, Refusal, Reply, Revision, Slot,
 };
-use crate::leadership::Notices;
+use crate::leadership::{LeaseEvent, Notices};
 use crate::time::Instant;
 
 /// An input of [`SessionLeadership`].
@@ -185,7 +185,6 @@ impl SessionLeadership {
     }
 
     /// [`handle`](Self::handle), also returning what happened for the lifecycle.
-    // Used by the lifecycle on a session (next change); until then only through `handle`.
     pub(crate) fn handle_noting(&mut self, event: &HoldingEvent, out: &mut Effects) -> Notices {
         let mut cx = Ctx {
             out,
@@ -193,6 +192,18 @@ impl SessionLeadership {
         };
         self.machine.handle_with_context(event, &mut cx);
         cx.notices
+    }
+
+    /// A lifecycle's leadership event, as far as a holding has it: a lease timer concerns
+    /// nothing here.
+    pub(crate) fn handle_lease(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
+        let event = match *event {
+            LeaseEvent::Acquire { now, slot } => HoldingEvent::Acquire { now, slot },
+            LeaseEvent::Release { now } => HoldingEvent::Release { now },
+            LeaseEvent::Reply { now, op, reply } => HoldingEvent::Reply { now, op, reply },
+            LeaseEvent::Timer { .. } => return Notices::default(),
+        };
+        self.handle_noting(&event, out)
     }
 
     /// The current state.
