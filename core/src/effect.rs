@@ -63,6 +63,11 @@ pub enum LossReason {
     /// A renewal was confirmed only after the deadline it would set had passed (the process
     /// was paused): the lease may still be ours in the store, but must not be acted on.
     DeadlinePassed,
+    /// The process gave a session up without closing it: services under one of its holdings
+    /// stopped without being vouched for (aborted, vanished), so the session sends no keepalive
+    /// any more and its kill deadline stays where it was. Reported by the runtime only (no core
+    /// machine decides it) to every holding of that session.
+    Abandoned,
 }
 
 /// Why a slot was not acquired.
