@@ -63,6 +63,11 @@ pub enum LossReason {
     /// A renewal was confirmed only after the deadline it would set had passed (the process
     /// was paused): the lease may still be ours in the store, but must not be acted on.
     DeadlinePassed,
+    /// The process gave a session up without closing it: services under one of its holdings
+    /// stopped without being vouched for (aborted, vanished), so the session sends no keepalive
+    /// any more and its kill deadline stays where it was. Reported by the runtime only (no core
+    /// machine decides it) to every holding of that session.
+    Abandoned,
 }
 
 /// Why a slot was not acquired.
@@ -110,6 +115,8 @@ pub enum Problem {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Effect {
     /// Write our record under `slot` with time-to-live `ttl`, only if no live record exists.
+    /// From a [`SessionLeadership`](crate::SessionLeadership): the session's acquire of the slot
+    /// (`ttl` zero: the holding lives as long as the session).
     /// Replied to with [`Reply::Written`], or with [`Reply::Held`] (or [`Reply::Rejected`] when
     /// the store cannot tell how long the live record has left).
     Insert {
@@ -165,7 +172,9 @@ pub enum Effect {
     },
     /// Remove this VVM's kill deadline: every service stopped by itself and the release of the
     /// record was confirmed, so nothing of this VVM acts any more. Emitted at most once, just
-    /// before [`Effect::Finished`], and never after a loss.
+    /// before [`Effect::Finished`], and never after a loss. For a VVM on a session (whose
+    /// deadline is the session's) it says that every service stopped by itself and nothing was
+    /// lost: the session may be closed cleanly, which disarms once its delete is confirmed.
     DisarmKiller,
     /// Leadership of a slot was won.
     Acquired {

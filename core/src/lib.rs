@@ -5,8 +5,12 @@
 //!
 //! - [`Leadership`]: leadership of one slot — insert, renew every `L/4`, retry, resolve unknown
 //!   outcomes, release — and the kill deadline that keeps a stale leader from acting.
+//! - [`SessionLeadership`]: leadership of one slot held as a holding of a session — acquired
+//!   through the session, never renewed by itself, lost with the session, released by deleting
+//!   the holding; no timer and no kill deadline of its own.
 //! - [`Lifecycle`]: one VVM — acquisition over slots `1..=N`, services, the write-once problem
-//!   and the fixed shutdown order. It embeds a [`Leadership`].
+//!   and the fixed shutdown order. It embeds a [`Leadership`] or, for a VVM on a session
+//!   ([`Lifecycle::on_session`]), a [`SessionLeadership`].
 //! - [`Session`]: the unit of liveness of a process — one record, one keepalive and one kill
 //!   deadline for every holding attached to it, lost all at once. It follows the same renewal
 //!   rules as [`Leadership`] and writes its own closed set of [`SessionEffect`]s.
@@ -53,6 +57,7 @@
 
 mod config;
 mod effect;
+pub mod holding;
 pub mod leadership;
 pub mod lifecycle;
 mod renewal;
@@ -70,6 +75,7 @@ pub use effect::{
     Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Problem, Record, Refusal, Reply,
     Revision, Slot, TimerId, TimerKind, EFFECTS_MAX,
 };
+pub use holding::{HoldingEvent, HoldingState, SessionLeadership};
 pub use leadership::{Held, Leadership, LeaseEvent, LeaseState, Pending};
 pub use lifecycle::{Lifecycle, Phase, Round, VvmEvent, VvmState, EXPIRY_RETRY_MIN};
 // The rest of the semaphore's vocabulary (`Status`, `Outcome`, ...) is used as

@@ -962,3 +962,263 @@ fn a_service_failing_while_being_stopped_is_still_reported_if_first() {
         }]
     );
 }
+
+// ---- On a session (`Lifecycle::on_session`, rows V19–V26 and the shared rows) ----
+
+fn acquire(op: u64, slot: u32) -> Effect {
+    Effect::Insert {
+        op: OpId(op),
+        slot: Slot(slot),
+        ttl: Duration::ZERO,
+    }
+}
+
+fn release(op: u64, slot: u32, expected: u64) -> Effect {
+    Effect::CompareAndDelete {
+        op: OpId(op),
+        slot: Slot(slot),
+        expected: Revision(expected),
+    }
+}
+
+impl Harness {
+    fn on_session(slots: u32) -> Self {
+        Harness {
+            vvm: Lifecycle::on_session(&config(slots)),
+            out: Effects::new(),
+        }
+    }
+
+    /// On a session, holding slot 1 at revision 5 (acquire op 1), services running.
+    fn running_on_session() -> Self {
+        let mut h = Harness::on_session(1);
+        h.on(VvmEvent::Launch { now: t0() });
+        h.reply(t0(), 1, Reply::Written(Revision(5)));
+        h.on(VvmEvent::ServicesStarted { now: t0() });
+        h
+    }
+
+    fn session_lost(&mut self, reason: LossReason) -> Vec<Effect> {
+        self.on(VvmEvent::SessionLost { now: t0(), reason })
+    }
+}
+
+// covers: VVM.OnSession
+#[test]
+fn on_session_launch_acquires_through_the_session_and_starts_services_without_a_timer() {
+    let mut h = Harness::on_session(2);
+    assert!(h.vvm.is_on_session());
+    assert_eq!(h.on(VvmEvent::Launch { now: t0() }), [acquire(1, 1)]);
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Rejected),
+        [
+            Effect::NotAcquired {
+                slot: Slot(1),
+                refusal: Refusal::Held
+            },
+            acquire(2, 2)
+        ]
+    );
+    assert_eq!(
+        h.reply(t0(), 2, Reply::Written(Revision(9))),
+        [
+            Effect::Acquired { token: token(2, 9) },
+            Effect::StartServices { token: token(2, 9) }
+        ]
+    );
+    assert_eq!(
+        h.on(VvmEvent::ServicesStarted { now: t0() }),
+        [Effect::Running { token: token(2, 9) }]
+    );
+    assert_eq!(h.vvm.token(), Some(token(2, 9)));
+    assert!(h.vvm.leadership().is_idle(), "the lease machine never acts");
+    // A lease timer means nothing to a holding (fast path).
+    assert_eq!(
+        h.on(VvmEvent::Timer {
+            now: t0() + secs(5),
+            timer: lease_timer(1)
+        }),
+        []
+    );
+}
+
+// covers: VVM.OnSession, VVM.SessionCleanFinish
+#[test]
+fn v26_clean_shutdown_on_a_session_releases_the_holding_then_says_clean() {
+    let mut h = Harness::running_on_session();
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [Effect::StopServices]
+    );
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped {
+            now: t0(),
+            clean: true
+        }),
+        [Effect::MonitorStopped, release(2, 1, 5)]
+    );
+    assert_eq!(h.vvm.phase(), Phase::CleaningElections);
+    assert_eq!(
+        h.reply(t0(), 2, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::DisarmKiller,
+            Effect::Finished { problem: None }
+        ]
+    );
+}
+
+// covers: VVM.SessionCleanFinish
+#[test]
+fn v26_a_stop_that_was_not_clean_on_a_session_does_not_say_clean() {
+    let mut h = Harness::running_on_session();
+    h.on(VvmEvent::Shutdown { now: t0() });
+    h.on(VvmEvent::ServicesStopped {
+        now: t0(),
+        clean: false,
+    });
+    assert_eq!(
+        h.reply(t0(), 2, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
+}
+
+// covers: VVM.SessionLossStops, VVM.SessionCleanFinish
+#[test]
+fn v22_a_lost_session_stops_the_services_and_never_says_clean() {
+    let mut h = Harness::running_on_session();
+    let problem = Problem::LeadershipLost {
+        slot: Slot(1),
+        reason: LossReason::RenewalFailed,
+    };
+    assert_eq!(
+        h.session_lost(LossReason::RenewalFailed),
+        [
+            Effect::Lost {
+                slot: Slot(1),
+                reason: LossReason::RenewalFailed
+            },
+            Effect::ProblemRaised { problem },
+            Effect::StopServices
+        ]
+    );
+    assert_eq!(h.vvm.token(), None);
+    // V23: a second loss report changes nothing.
+    assert_eq!(h.session_lost(LossReason::Overtaken), []);
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped {
+            now: t0(),
+            clean: true
+        }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished {
+                problem: Some(problem)
+            }
+        ]
+    );
+}
+
+// covers: VVM.SessionLossStops
+#[test]
+fn v19_v20_a_session_lost_during_the_acquire_ends_acquisition_even_if_it_was_written() {
+    let mut h = Harness::on_session(3);
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(h.session_lost(LossReason::Overtaken), []);
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Written(Revision(5))),
+        [
+            Effect::NotAcquired {
+                slot: Slot(1),
+                refusal: Refusal::StoreFailed
+            },
+            Effect::ProblemRaised {
+                problem: Problem::AcquisitionFailed
+            }
+        ]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Idle);
+    assert_eq!(h.vvm.token(), None);
+}
+
+// covers: VVM.SessionLossStops
+#[test]
+fn v21_a_session_lost_between_rounds_ends_acquisition() {
+    let mut h = Harness::on_session(1);
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Rejected);
+    assert!(h.vvm.waits_for_round());
+    assert_eq!(
+        h.session_lost(LossReason::Overtaken),
+        [Effect::ProblemRaised {
+            problem: Problem::AcquisitionFailed
+        }]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Idle);
+    // The shutdown then finishes without saying clean: the session was lost.
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished {
+                problem: Some(Problem::AcquisitionFailed)
+            }
+        ]
+    );
+}
+
+// covers: VVM.OnSession
+#[test]
+fn v24_v25_a_lease_and_a_provided_vvm_ignore_a_session_loss() {
+    let mut h = Harness::running();
+    assert_eq!(h.session_lost(LossReason::Overtaken), []);
+    assert_eq!(h.vvm.phase(), Phase::Running);
+    assert!(h.vvm.token().is_some());
+    let mut h = Harness::on_session(1);
+    assert_eq!(h.session_lost(LossReason::Overtaken), []);
+    assert_eq!(h.vvm.phase(), Phase::Provided);
+}
+
+// covers: VVM.OnSession
+#[test]
+fn on_session_shutdown_during_the_acquire_releases_what_it_wrote() {
+    let mut h = Harness::on_session(1);
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [Effect::MonitorStopped]
+    );
+    assert_eq!(h.vvm.phase(), Phase::StoppingMonitor);
+    assert_eq!(
+        h.reply(t0(), 1, Reply::Written(Revision(5))),
+        [release(2, 1, 5)]
+    );
+    assert_eq!(
+        h.reply(t0(), 2, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::DisarmKiller,
+            Effect::Finished { problem: None }
+        ]
+    );
+}

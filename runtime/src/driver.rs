@@ -13,6 +13,7 @@ use vvm_core::{
 
 use crate::error::VvmError;
 use crate::executor::{Executor, Wake};
+use crate::on_session::{BoxFuture, SessionSide};
 use crate::pacing::Pacing;
 use crate::pipeline::{Pipeline, Report, Timeouts};
 use crate::refusals::Refusals;
@@ -49,6 +50,66 @@ pub(crate) struct Driver<S> {
     pacing: Pacing,
     out: Effects,
     outcome: Option<Result<(), VvmError>>,
+    /// How to get the session of a VVM on a session, until launch got it.
+    session_start: Option<SessionStart>,
+    /// The session of a VVM on a session, once launched.
+    session: Option<OnSession>,
+    /// Resolves when that session is lost; `None` once it did (or without a session).
+    session_lost: Option<BoxFuture<Option<vvm_core::LossReason>>>,
+    /// That session's kill deadline, published to the services as it moves.
+    session_deadlines: Option<tokio::sync::watch::Receiver<Option<Instant>>>,
+}
+
+/// Where a VVM on a session gets its session at launch.
+pub(crate) enum SessionStart {
+    /// A session shared with other VVMs, open already.
+    Shared(Arc<dyn SessionSide>),
+    /// Its own session, opened by this future at launch.
+    Own(BoxFuture<Result<Arc<dyn SessionSide>, crate::session::SessionError>>),
+}
+
+/// The session of a launched VVM on a session, as the driver watches it.
+struct OnSession {
+    side: Arc<dyn SessionSide>,
+    /// The lifecycle vouched that nothing of this VVM acts any more (its `DisarmKiller`).
+    clean: bool,
+}
+
+/// What woke the driver besides the machine's own inputs.
+enum Woken {
+    /// An event for the machine.
+    Event(VvmEvent),
+    /// The session's kill deadline moved: only the status changes.
+    DeadlineMoved,
+}
+
+/// Resolves when the session is lost, with why; pending without a session, and once it did.
+async fn session_lost(
+    lost: &mut Option<BoxFuture<Option<vvm_core::LossReason>>>,
+) -> vvm_core::LossReason {
+    let Some(watch) = lost.as_mut() else {
+        return std::future::pending().await;
+    };
+    let reason = watch.await;
+    *lost = None;
+    match reason {
+        Some(reason) => reason,
+        // Closed or never opened: nothing to lose any more.
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the session's kill deadline moves; pending without a session.
+async fn deadline_moved(deadlines: &mut Option<tokio::sync::watch::Receiver<Option<Instant>>>) {
+    match deadlines.as_mut() {
+        Some(deadlines) => {
+            if deadlines.changed().await.is_err() {
+                // The session's task ended: its last deadline stays what was published.
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// What one transition asks of the service pipeline, done after its status is published.
@@ -139,12 +200,62 @@ impl<S: LeaseStore> Driver<S> {
             pacing,
             out: Effects::new(),
             outcome: None,
+            session_start: None,
+            session: None,
+            session_lost: None,
+            session_deadlines: None,
+        }
+    }
+
+    /// Holds the slot as a holding of the session `start` gives, at launch.
+    pub(crate) fn on_session(mut self, start: SessionStart) -> Self {
+        self.session_start = Some(start);
+        self
+    }
+
+    /// Gets the session of a VVM on a session; the error when its own could not be opened.
+    async fn start_session(&mut self) -> Result<(), VvmError> {
+        let side = match self.session_start.take() {
+            None => return Ok(()),
+            Some(SessionStart::Shared(side)) => side,
+            Some(SessionStart::Own(open)) => {
+                open.await.map_err(|error| VvmError::SessionNotOpened {
+                    reason: crate::ErrorChain(&error).to_string(),
+                })?
+            }
+        };
+        self.exec.on_session(side.clone());
+        let deadlines = side.kill_deadlines();
+        self.status
+            .send_modify(|status| status.deadline = *deadlines.borrow());
+        self.session_lost = Some(side.lost());
+        self.session_deadlines = Some(deadlines);
+        self.session = Some(OnSession { side, clean: false });
+        Ok(())
+    }
+
+    /// A VVM on a session is done with it: the holding (released already, or lost) is dropped,
+    /// which detaches it, then the session is closed or abandoned (see `SessionSide::finish`).
+    async fn finish_session(&mut self) {
+        if let Some(session) = self.session.take() {
+            let _ = self.exec.take_holding();
+            session.side.finish(session.clean).await;
+            self.session_lost = None;
+            self.session_deadlines = None;
         }
     }
 
     /// Runs the VVM from launch to the end of its shutdown; returns the first problem.
     pub(crate) async fn run(mut self, span: tracing::Span) -> Result<(), VvmError> {
         async move {
+            if let Err(error) = self.start_session().await {
+                tracing::warn!(error = %crate::ErrorChain(&error), "not launched");
+                self.status.send_modify(|status| {
+                    status.problem = Some(error.clone());
+                    status.finished = true;
+                });
+                return Err(error);
+            }
             let now = self.exec.now();
             let until = now.saturating_add(self.config.acquisition());
             self.pacing = Pacing::new(self.config.round_interval(), until);
@@ -152,12 +263,19 @@ impl<S: LeaseStore> Driver<S> {
             loop {
                 if let Some(outcome) = self.outcome.take() {
                     self.drain_pipeline().await;
+                    self.finish_session().await;
                     self.status.send_modify(|status| status.finished = true);
                     return outcome;
                 }
                 let event = match self.queued.pop_front() {
                     Some(event) => event,
-                    None => self.next_event().await,
+                    None => match self.next_event().await {
+                        Woken::Event(event) => event,
+                        Woken::DeadlineMoved => {
+                            self.publish_deadline();
+                            continue;
+                        }
+                    },
                 };
                 self.feed(event);
                 if self.describing {
@@ -196,8 +314,12 @@ impl<S: LeaseStore> Driver<S> {
         }
     }
 
-    async fn next_event(&mut self) -> VvmEvent {
-        tokio::select! {
+    async fn next_event(&mut self) -> Woken {
+        let event = tokio::select! {
+            // A loss first: a reply that arrived with it must not start services (V19, H9).
+            biased;
+            reason = session_lost(&mut self.session_lost) => VvmEvent::SessionLost { now: self.exec.now(), reason },
+            () = deadline_moved(&mut self.session_deadlines) => return Woken::DeadlineMoved,
             wake = self.exec.next() => match wake {
                 Wake::Reply { op, reply } => VvmEvent::Reply { now: self.exec.now(), op, reply },
                 Wake::Timer(timer) => VvmEvent::Timer { now: self.exec.now(), timer },
@@ -206,6 +328,21 @@ impl<S: LeaseStore> Driver<S> {
             () = stop_asked(&mut self.stop) => VvmEvent::Shutdown { now: self.exec.now() },
             () = slot_changed(&mut self.changes) => VvmEvent::SlotChanged { now: self.exec.now() },
             report = report(&mut self.pipeline) => self.on_report(report).await,
+        };
+        Woken::Event(event)
+    }
+
+    /// The session's kill deadline moved: services read it from the status.
+    fn publish_deadline(&mut self) {
+        if let Some(deadlines) = self.session_deadlines.as_mut() {
+            let deadline = *deadlines.borrow_and_update();
+            self.status.send_if_modified(|status| {
+                let changed = deadline.is_some() && status.deadline != deadline;
+                if changed {
+                    status.deadline = deadline;
+                }
+                changed
+            });
         }
     }
 
@@ -246,6 +383,14 @@ impl<S: LeaseStore> Driver<S> {
     /// are started or asked to stop only after that publication: they see their token and
     /// deadline from the start, and a loss before the request to stop.
     fn feed(&mut self, event: VvmEvent) {
+        if let (VvmEvent::ServicesStopped { clean: false, .. }, Some(session)) =
+            (event, self.session.as_ref())
+        {
+            // Nobody vouches for what ran: from now on the session's deadline must not move
+            // later, so it is given up before the release (it keeps the holding's record live
+            // for the delete until it expires).
+            session.side.abandon();
+        }
         self.out.clear();
         self.machine.handle(&event, &mut self.out);
         let phase = self.machine.phase();
@@ -267,6 +412,12 @@ impl<S: LeaseStore> Driver<S> {
                 }
                 (effect, _) => effect,
             };
+            if let (Effect::DisarmKiller, Some(session)) = (effect, self.session.as_mut()) {
+                // The session's deadline is the session's to remove: the lifecycle vouches that
+                // nothing of this VVM acts any more, so the session may close cleanly.
+                session.clean = true;
+                continue;
+            }
             if !self.exec.execute(&effect) {
                 self.notify(&effect, &mut next, &mut services);
             }

@@ -56,6 +56,12 @@ pub enum VvmError {
     /// running them vanished (it panicked). Whatever they left behind was aborted.
     #[error("the services ended without being asked to (their pipeline task vanished)")]
     ServicesVanished,
+    /// The session of a VVM on its own session could not be opened, so nothing was acquired.
+    #[error("the VVM's session could not be opened: {reason}")]
+    SessionNotOpened {
+        /// Why, in the session's words.
+        reason: String,
+    },
     /// `launch` was not polled inside a tokio runtime, so nothing could be started.
     #[error("launch needs a tokio runtime")]
     NoRuntime,
@@ -123,6 +129,9 @@ fn describe(reason: LossReason) -> &'static str {
         LossReason::DeadlinePassed => {
             "a renewal was confirmed only after its kill deadline (the process was paused)"
         }
+        LossReason::Abandoned => {
+            "its session was given up after services stopped without being vouched for; the process ends at the kill deadline"
+        }
     }
 }
 
@@ -139,7 +148,7 @@ impl VvmError {
             }
             VvmError::ServiceFailed { index, .. } => Some(Problem::ServiceFailed { index }),
             VvmError::ServicesVanished => Some(Problem::ServicesVanished),
-            VvmError::NoRuntime | VvmError::DriverGone => None,
+            VvmError::NoRuntime | VvmError::DriverGone | VvmError::SessionNotOpened { .. } => None,
         }
     }
 }

@@ -16,6 +16,8 @@ use vvm_core::{
 
 use crate::clock::{Clock, TimeSource};
 use crate::killer::KillerEntry;
+use crate::on_session::{Acquire, Kept, SessionSide};
+use crate::session::{SessionError, SessionStatus};
 use crate::store::{Inserted, Lease, LeaseStore, LeaseValue, StoreError};
 
 /// Most store calls in flight per machine. The machines keep one; the margin only absorbs a
@@ -86,6 +88,11 @@ pub(crate) struct Executor<S> {
     /// A candidate's insert failed and none has been answered since: its failures are logged
     /// once per streak (see [`CandidateLog`]).
     candidate_failing: Arc<AtomicBool>,
+    /// The session the slot is held on, for a VVM on a session: `Insert` is its acquire and
+    /// `CompareAndDelete` the holding's release; the kill deadline is its.
+    session: Option<Arc<dyn SessionSide>>,
+    /// The holding between its acquire and its release.
+    kept: Kept,
 }
 
 fn timer_index(kind: TimerKind) -> usize {
@@ -114,7 +121,19 @@ impl<S: LeaseStore> Executor<S> {
             time_left_cap: None,
             failures: Failures::default(),
             candidate_failing: Arc::default(),
+            session: None,
+            kept: Kept::default(),
         }
+    }
+
+    /// Executes the store effects on `session` from now on (see the `session` field).
+    pub(crate) fn on_session(&mut self, session: Arc<dyn SessionSide>) {
+        self.session = Some(session);
+    }
+
+    /// The holding kept, if any, for the driver to drop (detach) once the services stopped.
+    pub(crate) fn take_holding(&self) -> Option<()> {
+        self.kept.take().map(drop)
     }
 
     /// Why inserts and reads of each slot failed last.
@@ -138,9 +157,13 @@ impl<S: LeaseStore> Executor<S> {
         Clock.now()
     }
 
-    /// The kill deadline this executor armed last, if it has not fired.
+    /// The kill deadline this executor armed last, if it has not fired; on a session, the
+    /// session's.
     pub(crate) fn deadline(&self) -> Option<vvm_core::Instant> {
-        self.killer.deadline()
+        match &self.session {
+            Some(session) => *session.kill_deadlines().borrow(),
+            None => self.killer.deadline(),
+        }
     }
 
     /// The services were asked to stop: every write from now on marks our record as
@@ -196,6 +219,18 @@ impl<S: LeaseStore> Executor<S> {
     }
 
     fn call(&mut self, effect: &Effect) {
+        if let Some(session) = &self.session {
+            let call = session_call(
+                session.clone(),
+                self.kept.clone(),
+                self.failures.clone(),
+                effect,
+            );
+            if let Some(call) = call {
+                self.calls.push(call);
+            }
+            return;
+        }
         let call = store_call(
             self.store.clone(),
             Ours {
@@ -437,6 +472,77 @@ fn store_call<S: LeaseStore>(
         _ => return None,
     };
     Some(call)
+}
+
+/// The session call for a holding's effect: the acquire for `Insert`, the release for
+/// `CompareAndDelete` (a `Lifecycle::on_session` writes no other store effect).
+fn session_call(
+    session: Arc<dyn SessionSide>,
+    kept: Kept,
+    failures: Failures,
+    effect: &Effect,
+) -> Option<Call> {
+    let call: Call = match *effect {
+        Effect::Insert { op, slot, .. } => {
+            Box::pin(async move {
+                let reply = match session.acquire(slot).await {
+                    // Services start only while the session is live and before its deadline: an
+                    // acquire answered after the session was lost or its deadline passed wins
+                    // nothing (the holding, dropped, stays with the session).
+                    Ok(Acquire::Held(held)) if !usable(&*session) => {
+                        tracing::warn!(slot = slot.0, "holding acquired after its session ended or its deadline passed; not used");
+                        failures.note(slot, "the session ended while acquiring".into());
+                        drop(held);
+                        Reply::Failed
+                    }
+                    Ok(Acquire::Held(held)) => {
+                        let revision = held.revision();
+                        kept.put(held);
+                        Reply::Written(revision)
+                    }
+                    // Held by someone else, or by a sibling VVM on the same shared session.
+                    Ok(Acquire::Refused) | Err(SessionError::AlreadyHeld { .. }) => Reply::Rejected,
+                    Err(error) => {
+                        failures.note(slot, crate::ErrorChain(&error).to_string());
+                        tracing::warn!(slot = slot.0, error = %crate::ErrorChain(&error), "acquire through the session failed");
+                        match error {
+                            SessionError::Store(StoreError::Unknown { .. })
+                            | SessionError::TimedOut => Reply::Unknown,
+                            _ => Reply::Failed,
+                        }
+                    }
+                };
+                (op, reply)
+            })
+        }
+        Effect::CompareAndDelete { op, slot, expected } => Box::pin(async move {
+            let reply = match kept.take() {
+                Some(held) if held.revision() == expected => match held.release().await {
+                    Ok(true) => Reply::Deleted,
+                    Ok(false) => Reply::Rejected,
+                    Err(error) => {
+                        // The record is left to the session, as by a drop.
+                        tracing::warn!(slot = slot.0, error = %crate::ErrorChain(&error), "holding not released; left to the session");
+                        Reply::Failed
+                    }
+                },
+                other => {
+                    drop(other);
+                    Reply::Rejected
+                }
+            };
+            (op, reply)
+        }),
+        _ => return None,
+    };
+    Some(call)
+}
+
+/// Whether the session is live and before its kill deadline now.
+fn usable(session: &dyn SessionSide) -> bool {
+    let open = matches!(session.status(), SessionStatus::Open { .. });
+    let deadline = *session.kill_deadlines().borrow();
+    open && deadline.is_some_and(|at| Clock.now() < at)
 }
 
 fn swapped(slot: Slot, result: Result<Result<Option<Revision>, StoreError>, Elapsed>) -> Reply {

@@ -60,6 +60,7 @@ pub mod lease_elections;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod observe;
+mod on_session;
 mod pacing;
 mod pipeline;
 mod refusals;

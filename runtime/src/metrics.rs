@@ -145,6 +145,7 @@ pub(crate) fn notified(effect: &Effect) {
                 LossReason::Overtaken => "overtaken",
                 LossReason::RenewalFailed => "renewal_failed",
                 LossReason::DeadlinePassed => "deadline_passed",
+                LossReason::Abandoned => "abandoned",
             };
             metrics::gauge!(LEADER, "slot" => slot.clone()).set(0.0);
             metrics::counter!(LOSSES_TOTAL, "slot" => slot, "reason" => reason).increment(1);

@@ -8,6 +8,23 @@
 //! in the background on the driver task and logs its outcome instead of returning it; the lease
 //! is released as long as the tokio runtime keeps running. Only [`Vvm::shutdown`] lets the host
 //! wait for the end and learn the problem.
+//!
+//! **On a session.** [`Vvm::provide`] leads its slot by the per-slot lease protocol (its own
+//! renewals, its own kill deadline). [`Vvm::provide_on_session`] holds it as a holding of a
+//! session of its own instead, and [`Vvm::provide_on_shared_session`] as a holding of a
+//! [`SessionHandle`] several VVMs of the process share: acquired through the session, never
+//! renewed by the VVM, lost when the session is lost, released by deleting the holding; the
+//! kill deadline the services read is the session's.
+//!
+//! *Why sharing is offered.* Sharing makes one keepalive per `L/4` and one kill deadline serve
+//! every VVM of the process instead of one each. What it costs is that a lost session stops
+//! every VVM on it at once — but the killer is process-wide: whichever VVM's deadline passes
+//! ends the whole process, so VVMs of one process never outlive each other's deadlines anyway.
+//! For the same reason a VVM whose services stopped without being vouched for gives the shared
+//! session up (no more keepalives, the deadline kept, see `~Rt.SessionUncleanStop~` in
+//! `specs/runtime.md`): the others see it lost and stop in order before the killer ends the
+//! process at that deadline, rather than being ended mid-work. A VVM that must not share this
+//! fate uses a session of its own — or a process of its own, as with leases.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,12 +40,15 @@ use vvm_core::{
     ConfigError, FencingToken, Incarnation, Instant, Lifecycle, Phase, VvmConfig, VvmConfigBuilder,
 };
 
-use crate::driver::Driver;
+use crate::driver::{Driver, SessionStart};
 use crate::error::VvmError;
 use crate::executor::Executor;
 use crate::killer::KillerThread;
+use crate::on_session::{OnSession, SessionSide};
 use crate::pipeline::Timeouts;
 use crate::services::{valid_token, Services, START_TIMEOUT_DEFAULT, STOP_TIMEOUT_DEFAULT};
+use crate::session::SessionHandle;
+use crate::session_store::SessionStore;
 use crate::snapshot::VvmSubscription;
 use crate::status::Status;
 use crate::store::{LeaseStore, LeaseValue};
@@ -243,6 +263,111 @@ impl Vvm<Provided> {
                 config,
                 services,
                 timeouts,
+                killer: None,
+                stop: CancellationToken::new(),
+                start,
+            },
+        })
+    }
+
+    /// Validates `config` and wires a VVM that holds its slot as a holding of its **own
+    /// session** on `store`; starts nothing. At launch the session is opened (its lease, store
+    /// timeout and kill deadline are the configuration's lease and this VVM's killer); the slot
+    /// is acquired through it, with no renewal of its own; the services read the session's kill
+    /// deadline; a loss of the session stops them. At shutdown the services stop, the holding
+    /// is released, then the session is closed, which removes the kill deadline once its delete
+    /// is confirmed — unless a stop was not clean or something was lost: then the session is
+    /// given up (no more keepalives) and its deadline stays. See the module documentation.
+    pub fn provide_on_session<S>(
+        config: impl IntoVvmConfig,
+        store: S,
+        services: Services,
+    ) -> Result<Self, ConfigError>
+    where
+        S: SessionStore + Clone + Send + Sync + 'static,
+    {
+        Vvm::wire_on_session(config, store, None, services)
+    }
+
+    /// Validates `config` and wires a VVM that holds its slot as a holding of `session`, which
+    /// other VVMs of this process may share; starts nothing. The session is its owner's to
+    /// close: this VVM only releases its holding at shutdown. The session's address is what the
+    /// store shows as the slot's holder, and its killer is the one that ends the process.
+    ///
+    /// A loss of the session stops every VVM on it. A VVM whose services stopped without being
+    /// vouched for (aborted, vanished) gives the session up — no more keepalives, its deadline
+    /// kept — so the others lose it too and stop before the killer ends the process (which it
+    /// would end at that deadline anyway). See the module documentation for why.
+    pub fn provide_on_shared_session<S>(
+        config: impl IntoVvmConfig,
+        session: SessionHandle<S>,
+        services: Services,
+    ) -> Result<Self, ConfigError>
+    where
+        S: SessionStore + Clone + Send + Sync + 'static,
+    {
+        let store = session.store().clone();
+        Vvm::wire_on_session(config, store, Some(session), services)
+    }
+
+    fn wire_on_session<S>(
+        config: impl IntoVvmConfig,
+        store: S,
+        shared: Option<SessionHandle<S>>,
+        services: Services,
+    ) -> Result<Self, ConfigError>
+    where
+        S: SessionStore + Clone + Send + Sync + 'static,
+    {
+        let config = config.into_vvm_config()?;
+        let start: Start = Box::new(move |launch: Launch| {
+            let lease = *launch.config.lease();
+            let own = LeaseValue {
+                address: config_address(&launch.config),
+                incarnation: new_incarnation(),
+                stopping: false,
+            };
+            let span =
+                tracing::info_span!("vvm", address = %own.address, slot = tracing::field::Empty);
+            // Never armed: the kill deadline is the session's.
+            let entry = launch.killer.register(&own.address);
+            let exec = Executor::new(Arc::new(store.clone()), own.clone(), lease, entry);
+            let session = match shared {
+                Some(handle) => {
+                    let side: Arc<dyn SessionSide> = Arc::new(OnSession { handle, own: false });
+                    SessionStart::Shared(side)
+                }
+                None => {
+                    let killer = launch.killer.clone();
+                    SessionStart::Own(Box::pin(async move {
+                        let handle = SessionHandle::open(store, lease, own, &killer).await?;
+                        let side: Arc<dyn SessionSide> = Arc::new(OnSession { handle, own: true });
+                        Ok(side)
+                    }))
+                }
+            };
+            let machine = Lifecycle::on_session(&launch.config);
+            let driver = Driver::new(
+                machine,
+                exec,
+                launch.config,
+                launch.services,
+                launch.timeouts,
+                launch.shutdown,
+                launch.stop,
+                launch.status,
+            )
+            .on_session(session);
+            tokio::spawn(driver.run(span))
+        });
+        Ok(Vvm {
+            state: Provided {
+                config,
+                services,
+                timeouts: Timeouts {
+                    start: START_TIMEOUT_DEFAULT,
+                    stop: STOP_TIMEOUT_DEFAULT,
+                },
                 killer: None,
                 stop: CancellationToken::new(),
                 start,

@@ -29,6 +29,23 @@
 //! | V17 | CleaningElections | reply → Released | | Shutdown | Released, [DisarmKiller if the record was deleted and every stop was clean], Finished(problem) |
 //! | V18 | ShuttingDown, Shutdown | Shutdown | | same | — |
 //!
+//! **On a session** ([`Lifecycle::on_session`]) the slot is held as a holding of a session
+//! ([`SessionLeadership`]) instead of a lease: the same rows apply with the holding in place of
+//! the leadership — `Insert` is the session's acquire, `CompareAndDelete` the holding's
+//! release, and there is no lease timer, renewal or `ArmKiller` (the session keeps the kill
+//! deadline) — plus these rows:
+//!
+//! | # | state | event | guard | next | effects |
+//! |---|---|---|---|---|---|
+//! | V19 | Acquiring | SessionLost | on a session | same, loss noted | — (the holding notes it: the acquire's reply wins nothing, H9, H5) |
+//! | V20 | Acquiring | reply → NotAcquired | on a session, loss noted | Idle | NotAcquired, ProblemRaised(AcquisitionFailed): no acquire succeeds on a lost session |
+//! | V21 | RoundWait | SessionLost | on a session | Idle | ProblemRaised(AcquisitionFailed) |
+//! | V22 | StartingServices, Running | SessionLost(reason) | on a session | StoppingServices | Lost(slot, reason), ProblemRaised(LeadershipLost), StopServices: as V10; the holding's record goes with the session |
+//! | V23 | StoppingServices, StoppingMonitor, CleaningElections, Idle | SessionLost | on a session | same | [Lost, ProblemRaised(LeadershipLost) if held] (as V10a); noted for the finish |
+//! | V24 | Provided, Shutdown | SessionLost | | same | — |
+//! | V25 | any | SessionLost | on a lease | same | — |
+//! | V26 | as V14, V16, V17 | → Released | on a session | Shutdown | Released, [DisarmKiller if every stop was clean and nothing was lost: the session may be closed cleanly], Finished(problem) |
+//!
 //! **When the next round starts (V4).** Each refusal of a round is noted: an insert refused
 //! with the record's time left (`Held(left)`, L5a) gives that record's expiry `now + left` (the
 //! store's clock counted on ours from the reply, so never earlier than the store's expiry, up to
@@ -48,6 +65,15 @@
 //! record, which is left to expire); the killer ends the process at the deadline if they do not
 //! stop in time. The kill deadline is removed ([`Effect::DisarmKiller`]) only after a clean
 //! release: every service returned by itself and the record was deleted.
+//!
+//! **Why an `Option` of the holding beside the leadership, not generics.** The lifecycle keeps
+//! its [`Leadership`] and, on a session, a [`SessionLeadership`] next to it; the context hands
+//! events to the one in use. A type parameter would make the lease path free of even that test,
+//! but it would spread to every user of `Lifecycle` (driver, simulator, model checks) and to
+//! the statig machine, whose state handlers are generated for one context type; the test costs
+//! the lease path one compare per event, and the holding's paths are kept out of line so that
+//! the lease's inlining stays as it was (BENCHMARKS.md). [`Lifecycle::leadership`] stays what
+//! the simulator and the model checks inspect: idle for ever on a session.
 
 use core::time::Duration;
 
@@ -55,8 +81,10 @@ use statig::prelude::*;
 
 use crate::config::VvmConfig;
 use crate::effect::{
-    Effect, Effects, FencingToken, Incarnation, OpId, Problem, Reply, Slot, TimerId, TimerKind,
+    Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Problem, Reply, Slot, TimerId,
+    TimerKind,
 };
+use crate::holding::{HoldingEvent, SessionLeadership};
 use crate::leadership::{Leadership, LeaseEvent, LeaseState, Notices};
 use crate::time::Instant;
 
@@ -118,6 +146,16 @@ pub enum VvmEvent {
         /// Current time.
         now: Instant,
     },
+    /// The session the VVM holds its slot on was lost (only for a lifecycle
+    /// [`on_session`](Lifecycle::on_session); a lifecycle on a lease ignores it): a holding of
+    /// it is lost at once (V22), an acquisition in flight wins nothing and acquisition ends
+    /// (V19–V21).
+    SessionLost {
+        /// Current time.
+        now: Instant,
+        /// Why the session was lost.
+        reason: LossReason,
+    },
 }
 
 impl VvmEvent {
@@ -131,7 +169,8 @@ impl VvmEvent {
             | VvmEvent::ServicesStarted { now }
             | VvmEvent::ServiceFailed { now, .. }
             | VvmEvent::ServicesStopped { now, .. }
-            | VvmEvent::SlotChanged { now } => now,
+            | VvmEvent::SlotChanged { now }
+            | VvmEvent::SessionLost { now, .. } => now,
         }
     }
 }
@@ -212,6 +251,10 @@ pub struct Shared {
     services_clean: bool,
     /// A lease was won, so a kill deadline was armed.
     armed: bool,
+    /// The slot is held as a holding of a session ([`Lifecycle::on_session`]).
+    on_session: bool,
+    /// The leadership or the session was lost (a lease's `Lost`, or [`VvmEvent::SessionLost`]).
+    lost: bool,
 }
 
 /// The statig context: the caller's effect buffer, the embedded leadership machine, and the
@@ -220,7 +263,58 @@ pub struct Shared {
 pub struct Cx<'a> {
     out: &'a mut Effects,
     leadership: &'a mut Leadership,
+    /// The holding of a lifecycle on a session; `None` on a lease.
+    holding: Option<&'a mut SessionLeadership>,
     handled: Option<Notices>,
+}
+
+/// A store reply or lease timer for a holding while the services start, run or stop (the fast
+/// path of [`Lifecycle::handle`]): `None` when it is still held, so it reported nothing.
+#[inline(never)]
+fn serve_holding(
+    holding: &mut SessionLeadership,
+    event: &LeaseEvent,
+    out: &mut Effects,
+) -> Option<Notices> {
+    let notices = holding.handle_lease(event, out);
+    if holding.is_held() {
+        debug_assert_eq!(notices, Notices::default());
+        return None;
+    }
+    Some(notices)
+}
+
+/// A leadership event for a holding, out of line so that the lease's path keeps its inlining.
+#[inline(never)]
+fn lead_holding(holding: &mut SessionLeadership, event: &LeaseEvent, out: &mut Effects) -> Notices {
+    holding.handle_lease(event, out)
+}
+
+impl Cx<'_> {
+    /// Hands a leadership event to whichever machine holds the slot.
+    #[inline(always)]
+    fn lead(&mut self, event: &LeaseEvent) -> Notices {
+        match &mut self.holding {
+            None => self.leadership.handle_noting(event, self.out),
+            Some(holding) => lead_holding(holding, event, self.out),
+        }
+    }
+
+    /// The fencing token, while the slot is held.
+    fn token(&self) -> Option<FencingToken> {
+        match &self.holding {
+            None => self.leadership.token(),
+            Some(holding) => holding.token(),
+        }
+    }
+
+    /// Whether the release's delete is in flight.
+    fn releasing(&self) -> bool {
+        match &self.holding {
+            None => matches!(self.leadership.state(), LeaseState::Releasing { .. }),
+            Some(holding) => holding.is_releasing(),
+        }
+    }
 }
 
 /// The leadership's event for a VVM event: store replies and lease timers; `None` for the rest.
@@ -254,8 +348,10 @@ pub struct Lifecycle {
     machine: InitializedStateMachine<Shared>,
     /// Beside the statig machine rather than in its shared storage, so that the steady state
     /// reaches it without a dispatch (see [`handle`](Self::handle)); handlers get it through
-    /// the context.
+    /// the context. Idle for ever on a session.
     leadership: Leadership,
+    /// The holding, for a lifecycle [`on_session`](Self::on_session).
+    holding: Option<SessionLeadership>,
 }
 
 // Model checkers fingerprint states by hash; equal machines (same shared data, same state) hash
@@ -265,12 +361,32 @@ impl core::hash::Hash for Lifecycle {
         self.machine.inner().hash(state);
         self.machine.state().hash(state);
         self.leadership.hash(state);
+        self.holding.hash(state);
     }
 }
 
 impl Lifecycle {
-    /// A provided, not yet launched VVM of `incarnation`.
+    /// A provided, not yet launched VVM of `incarnation`, leading its slot by the per-slot lease
+    /// protocol (its own renewals and kill deadline).
     pub fn new(config: &VvmConfig, incarnation: Incarnation) -> Self {
+        Lifecycle::build(config, incarnation, None)
+    }
+
+    /// A provided, not yet launched VVM that holds its slot as a holding of a session
+    /// ([`SessionLeadership`]): acquired through the session, never renewed by itself, lost
+    /// with the session ([`VvmEvent::SessionLost`]); the session keeps the kill deadline. The
+    /// configuration's lease is the session's business and is not used here.
+    pub fn on_session(config: &VvmConfig) -> Self {
+        // The idle leadership never acts; it keeps `leadership()` meaningful (idle) for callers
+        // that inspect it. Its incarnation is never written.
+        Lifecycle::build(config, Incarnation(0), Some(SessionLeadership::new()))
+    }
+
+    fn build(
+        config: &VvmConfig,
+        incarnation: Incarnation,
+        mut holding: Option<SessionLeadership>,
+    ) -> Self {
         let shared = Shared {
             slots: config.slots(),
             acquisition: config.acquisition(),
@@ -279,6 +395,8 @@ impl Lifecycle {
             seq: 0,
             services_clean: true,
             armed: false,
+            on_session: holding.is_some(),
+            lost: false,
         };
         let mut leadership = Leadership::new(*config.lease(), incarnation);
         let machine = shared
@@ -286,11 +404,13 @@ impl Lifecycle {
             .init_with_context(&mut Cx {
                 out: &mut Effects::new(),
                 leadership: &mut leadership,
+                holding: holding.as_mut(),
                 handled: None,
             });
         Lifecycle {
             machine,
             leadership,
+            holding,
         }
     }
 
@@ -310,20 +430,37 @@ impl Lifecycle {
         let mut handled = None;
         if self.serving() {
             if let Some(lease) = lease_event(event) {
-                let notices = self.leadership.handle_noting(&lease, out);
-                // While serving, the leadership leads or has lost (Idle): still leading after
-                // the event means it reported nothing (no loss; an acquisition or a release
-                // cannot happen while serving). One state check instead of comparing notices.
-                if self.leadership.held().is_some() {
-                    debug_assert_eq!(notices, Notices::default());
-                    return;
-                }
+                let notices = match self.holding.as_mut() {
+                    None => {
+                        let notices = self.leadership.handle_noting(&lease, out);
+                        // While serving, the leadership leads or has lost (Idle): still leading
+                        // after the event means it reported nothing (no loss; an acquisition or
+                        // a release cannot happen while serving). One state check instead of
+                        // comparing notices.
+                        if self.leadership.held().is_some() {
+                            debug_assert_eq!(notices, Notices::default());
+                            return;
+                        }
+                        notices
+                    }
+                    // The same for a holding, out of line: the lease's steady state stays as
+                    // short as it was without holdings.
+                    Some(holding) => match serve_holding(holding, &lease, out) {
+                        Some(notices) => notices,
+                        None => return,
+                    },
+                };
                 handled = Some(notices);
             }
+        }
+        if self.holding.is_none() && matches!(event, VvmEvent::SessionLost { .. }) {
+            // A lease has no session to lose (V25).
+            return;
         }
         let mut cx = Cx {
             out,
             leadership: &mut self.leadership,
+            holding: self.holding.as_mut(),
             handled,
         };
         self.machine.handle_with_context(event, &mut cx);
@@ -348,14 +485,27 @@ impl Lifecycle {
         self.machine.inner().problem
     }
 
-    /// The embedded leadership machine.
+    /// The embedded leadership machine (idle for ever on a session: see [`holding`](Self::holding)).
     pub fn leadership(&self) -> &Leadership {
         &self.leadership
     }
 
+    /// The embedded holding machine, for a lifecycle [`on_session`](Self::on_session).
+    pub fn holding(&self) -> Option<&SessionLeadership> {
+        self.holding.as_ref()
+    }
+
+    /// Whether the slot is held as a holding of a session.
+    pub fn is_on_session(&self) -> bool {
+        self.holding.is_some()
+    }
+
     /// The current fencing token, while leading.
     pub fn token(&self) -> Option<FencingToken> {
-        self.leadership().token()
+        match &self.holding {
+            None => self.leadership.token(),
+            Some(holding) => holding.token(),
+        }
     }
 
     /// Whether the VVM waits between acquisition rounds: then a [`VvmEvent::SlotChanged`]

@@ -133,6 +133,16 @@ pub struct SessionHandle<S> {
     key: SessionKey,
 }
 
+/// Another handle of the same session: the session lives while any handle or holding does.
+impl<S> Clone for SessionHandle<S> {
+    fn clone(&self) -> Self {
+        SessionHandle {
+            shared: self.shared.clone(),
+            key: self.key,
+        }
+    }
+}
+
 impl<S> std::fmt::Debug for SessionHandle<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionHandle")
@@ -460,6 +470,16 @@ impl<S: SessionStore> Holding<S> {
 }
 
 impl<S> SessionHandle<S> {
+    /// Gives the session up without closing it: no keepalive is sent any more, nothing is
+    /// deleted, and the kill deadline stays armed where it is, so the process ends at it. For
+    /// services that stopped without being vouched for (aborted after their stop timeout,
+    /// vanished): the session must neither go on being kept alive for them nor be closed
+    /// cleanly. Every handle then sees the session lost with [`LossReason::Abandoned`]; a lost
+    /// or closed session is left as it is.
+    pub(crate) fn abandon(&self) {
+        let _ = self.shared.commands.send(Command::Abandon);
+    }
+
     /// Detaches a holding of [`attach`](Self::attach).
     pub(crate) fn detach(&self, holding: HoldingId) {
         let _ = self.shared.commands.send(Command::Detach { holding });

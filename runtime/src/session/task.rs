@@ -30,6 +30,8 @@ pub(super) enum Command {
     Close {
         reply: oneshot::Sender<Result<bool, SessionError>>,
     },
+    /// Give the session up: no more keepalives, the kill deadline left armed.
+    Abandon,
 }
 
 type Call = Pin<Box<dyn Future<Output = (OpId, Reply)> + Send>>;
@@ -84,6 +86,10 @@ impl<S: SessionStore + Clone> Task<S> {
                     self.free_ids.push(holding.0);
                     SessionEvent::Detach { now, holding }
                 }
+                Wake::Command(Some(Command::Abandon)) => {
+                    self.abandon();
+                    return;
+                }
                 Wake::Command(Some(Command::Close { reply })) => {
                     self.closing.push(reply);
                     SessionEvent::Close { now }
@@ -99,6 +105,27 @@ impl<S: SessionStore + Clone> Task<S> {
             out.clear();
             self.machine.handle(&event, &mut out);
             self.execute_all(&out);
+        }
+    }
+
+    /// Ends the task without a close: the call in flight and the timer are dropped, so no
+    /// keepalive is sent or confirmed any more, and the killer entry is dropped armed, which
+    /// leaves the deadline where it is. The record and its holdings expire in the store.
+    fn abandon(&mut self) {
+        let open = matches!(*self.status.borrow(), SessionStatus::Open { .. });
+        if open {
+            let deadline = *self.deadline.borrow();
+            tracing::warn!(
+                deadline_ns = deadline.map(|at| at.as_nanos()),
+                "session abandoned: no more keepalives, the process ends at the kill deadline"
+            );
+            self.status
+                .send_replace(SessionStatus::Lost(vvm_core::LossReason::Abandoned));
+        }
+        self.call = None;
+        self.timer = None;
+        for reply in self.closing.drain(..) {
+            let _ = reply.send(Err(SessionError::Closed));
         }
     }
 
