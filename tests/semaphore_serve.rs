@@ -196,5 +196,14 @@ async fn an_unclean_stop_leaves_the_grant_held() {
         1,
         "still held"
     );
-    assert!(coordination.session().kill_deadline().is_some());
+    // Abandoned: lost, no keepalive moves the deadline any more, and the killer fires at it.
+    let deadline = coordination.session().kill_deadline().expect("still armed");
+    assert_eq!(
+        coordination.session().lost().await,
+        Some(vvm::LossReason::Abandoned)
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(coordination.session().kill_deadline(), Some(deadline), "not moved");
+    killer.catch_up();
+    assert_eq!(killer.recorder.reports().len(), 1, "the killer fired at the deadline");
 }

@@ -16,8 +16,9 @@
 //!
 //! After a stop that was not clean (a service aborted after its stop timeout, one that
 //! panicked), the grant is **not** released: whatever the service left behind may still act, so
-//! its units stay taken until the session ends. The caller should then end the process, which
-//! ends the session (its record expires within the lease) — see [`ServeError::UncleanStop`].
+//! its units stay taken until the session ends. The session is abandoned: no keepalive any more
+//! and no close, so its kill deadline stays armed where it is and ends the process by then (every
+//! other holding of the session sees it lost) — see [`ServeError::UncleanStop`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -78,7 +79,8 @@ pub enum ServeError {
     ServicesEnded,
     /// A service did not return by itself when asked to stop (aborted after the stop timeout,
     /// panicked): the grant is left held until the session ends, since what the service left
-    /// behind may still act. End the process.
+    /// behind may still act, and the session is abandoned, so that its kill deadline ends the
+    /// process.
     #[error("a service did not stop cleanly: the grant is left to end with the session")]
     UncleanStop,
     /// The services stopped cleanly but the release did not succeed: the grant ends with the
@@ -227,9 +229,11 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
         });
         if !clean {
             tracing::error!(semaphore = %self.name, "a service did not stop cleanly: the grant is left to end with the session");
-            // Not released and not detached: the session keeps the units taken and refuses to
-            // close cleanly while the process lives.
+            // Not released and not detached: the units stay taken. The session is abandoned —
+            // no keepalive any more, not closed — so its kill deadline stays where it is and
+            // ends the process, as a VVM's unclean stop does.
             self.done = true;
+            self.inner.session.abandon();
             return Err(ServeError::UncleanStop);
         }
         match self.release().await {
