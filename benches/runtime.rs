@@ -6,7 +6,10 @@
 //! Graceful hand-off on the memory store, in real time: a holder shuts down while a candidate
 //! waits between rounds (rounds of 100 ms); measured from the call of `shutdown` to the
 //! candidate's services started. Once with the store's change feed, once through a wrapper that
-//! hides it (what every store did before feeds: the candidate waits for its next round).
+//! hides it (what every store did before feeds: the candidate waits for its next round). Then
+//! the same for VVMs that hold their slot as a holding of a session of their own
+//! (`Vvm::provide_on_session`), on the memory store and on an SQLite file: the holder's shutdown
+//! releases the holding and closes its session; the candidate's session acquires the slot.
 //!
 //! Run: `cargo bench --bench runtime`.
 
@@ -17,8 +20,8 @@ mod hooked;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hooked::NoFeed;
-use vvm::{KillerThread, LeaseStore, RecordingKiller, Services, Vvm, VvmConfig};
-use vvm_adapters::MemoryStore;
+use vvm::{KillerThread, LeaseStore, RecordingKiller, Services, SessionStore, Vvm, VvmConfig};
+use vvm_adapters::{MemoryStore, SqliteStore};
 
 const LEASE: Duration = Duration::from_secs(20);
 const RENEWALS: u64 = 1_000;
@@ -95,6 +98,40 @@ async fn handoff<S: LeaseStore + Clone>(store: S, pause: Duration) -> Duration {
     elapsed
 }
 
+/// [`handoff`] for two VVMs each on a session of its own.
+async fn handoff_on_sessions<S: SessionStore + Clone + Send + Sync + 'static>(
+    store: S,
+    pause: Duration,
+) -> Duration {
+    let (killer, _time) = KillerThread::manual(RecordingKiller::new());
+    let config = |address: &str| {
+        VvmConfig::builder(address)
+            .lease(LEASE)
+            .round_interval(ROUND)
+            .build()
+            .expect("valid configuration")
+    };
+    let holder = Vvm::provide_on_session(config("bench:1"), store.clone(), Services::new())
+        .expect("valid configuration")
+        .with_killer(killer.clone())
+        .launch()
+        .await;
+    assert!(holder.token().is_some(), "the holder leads");
+    let candidate = Vvm::provide_on_session(config("bench:2"), store, Services::new())
+        .expect("valid configuration")
+        .with_killer(killer)
+        .launch();
+    let candidate = tokio::spawn(candidate);
+    tokio::time::sleep(pause).await;
+    let started = std::time::Instant::now();
+    holder.shutdown().await.expect("clean shutdown");
+    let candidate = candidate.await.expect("the candidate's task");
+    let elapsed = started.elapsed();
+    assert!(candidate.token().is_some(), "the candidate leads");
+    candidate.shutdown().await.expect("clean shutdown");
+    elapsed
+}
+
 fn handoffs(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -121,7 +158,25 @@ fn handoffs(c: &mut Criterion) {
                 .sum()
         })
     });
+    group.bench_function("memory, VVMs on sessions", |b| {
+        b.iter_custom(|iterations| {
+            (0..iterations)
+                .map(|i| runtime.block_on(handoff_on_sessions(MemoryStore::new(), pause(i))))
+                .sum()
+        })
+    });
+    let dir = std::env::temp_dir().join(format!("vvm-bench-handoff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let sqlite = SqliteStore::open(dir.join("handoff.sqlite")).expect("the store opens");
+    group.bench_function("SQLite, VVMs on sessions", |b| {
+        b.iter_custom(|iterations| {
+            (0..iterations)
+                .map(|i| runtime.block_on(handoff_on_sessions(sqlite.clone(), pause(i))))
+                .sum()
+        })
+    });
     group.finish();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 criterion_group!(benches, renewals, handoffs);
