@@ -84,6 +84,7 @@ where
         b.iter(|| {
             runtime.block_on(async {
                 let acquire = SemaphoreRequest::Acquire {
+                    request: vvm::next_request_id(),
                     count: 1,
                     data: b"10.0.0.1:7000".to_vec(),
                     timeout_ms: 0,
@@ -94,7 +95,13 @@ where
                     .await
                     .expect("granted");
                 store
-                    .semaphore(key(1), &name, SemaphoreRequest::Release)
+                    .semaphore(
+                        key(1),
+                        &name,
+                        SemaphoreRequest::Release {
+                            request: vvm::next_request_id(),
+                        },
+                    )
                     .await
                     .expect("released");
             })

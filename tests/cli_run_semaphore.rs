@@ -52,7 +52,8 @@ fn runner(store: &str, log: &Path, n: u32) -> KillOnDrop {
          sleep 60 & wait"
     );
     let child = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["run", "--store", store, "--lease", "2s", "--grace", "5s"])
+        // A lease long enough that a loaded machine's slow store calls do not end the session.
+        .args(["run", "--store", store, "--lease", "10s", "--grace", "5s"])
         .args(["--semaphore", "work", "--", "sh", "-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -80,10 +81,20 @@ fn starts(log: &Path) -> usize {
     lines(log).iter().filter(|(_, start, _)| *start).count()
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+/// Waits until `done`; on a timeout, fails with what every `vvm` of `dir` logged.
+fn wait_until(dir: &Path, what: &str, mut done: impl FnMut() -> bool) {
     let give_up = Instant::now() + WAIT;
     while !done() {
-        assert!(Instant::now() < give_up, "timed out waiting until {what}");
+        if Instant::now() >= give_up {
+            let logs: String = (1..=3)
+                .map(|n| {
+                    let path = dir.join(format!("commands.vvm{n}"));
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    format!("--- vvm {n}:\n{text}")
+                })
+                .collect();
+            panic!("timed out waiting until {what}\n{logs}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -102,11 +113,11 @@ fn at_most_two_commands_run(store: &str, dir: &Path) {
     let created = semaphore(store, &["create", "work", "--limit", "2"]);
     assert_eq!(created.status.code(), Some(0), "{created:?}");
     let mut first = runner(store, &log, 1);
-    wait_until("the first command started", || starts(&log) == 1);
+    wait_until(dir, "the first command started", || starts(&log) == 1);
     let mut second = runner(store, &log, 2);
-    wait_until("the second command started", || starts(&log) == 2);
+    wait_until(dir, "the second command started", || starts(&log) == 2);
     let mut third = runner(store, &log, 3);
-    wait_until("the third run queued", || waiters(store) == 1);
+    wait_until(dir, "the third run queued", || waiters(store) == 1);
     std::thread::sleep(QUEUED_FOR);
     assert_eq!(
         starts(&log),
@@ -117,7 +128,7 @@ fn at_most_two_commands_run(store: &str, dir: &Path) {
 
     let code = signal_and_wait(&mut first.0, Signal::TERM, WAIT);
     assert_eq!(code, Some(0), "the first vvm exits 0 after SIGTERM");
-    wait_until("the third command started", || starts(&log) == 3);
+    wait_until(dir, "the third command started", || starts(&log) == 3);
     for runner in [&mut second, &mut third] {
         assert_eq!(signal_and_wait(&mut runner.0, Signal::TERM, WAIT), Some(0));
     }

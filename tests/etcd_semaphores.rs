@@ -27,6 +27,7 @@ fn key(n: u64) -> SessionKey {
 
 fn acquire(count: u64) -> SemaphoreRequest {
     SemaphoreRequest::Acquire {
+        request: vvm::next_request_id(),
         count,
         data: Vec::new(),
         timeout_ms: 60_000,

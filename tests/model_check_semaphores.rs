@@ -76,7 +76,7 @@ use core::time::Duration;
 use std::time::Instant as WallInstant;
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
-use vvm_core::semaphore::{Semaphore, SessionKey, Status};
+use vvm_core::semaphore::{RequestId, Semaphore, SemaphoreError, SessionKey, Status};
 use vvm_core::{
     HoldingId, Incarnation, Instant, LeaseConfig, OpId, Record, Reply, Revision, Session,
     SessionEffect, SessionEffects, SessionEvent, SessionId, SessionState, TimerId,
@@ -223,6 +223,9 @@ struct Proc {
     /// True instant of the waiter's look at another party's expiry.
     look_at: Option<u64>,
     acquires: u8,
+    /// Semaphore calls this session made: the next one's request id is one more (ids rise in
+    /// the order calls are made, as the runtime's `next_request_id` does).
+    calls: u8,
 }
 
 /// A session in the store: the process, its incarnation and the id its machine minted.
@@ -262,8 +265,12 @@ enum SemOp {
 enum Call {
     /// `Create`, `KeepAlive`, `Delete` or `Get` of the session machine.
     Session(SessionEffect),
-    /// A semaphore transaction of the session `session`.
-    Sem { op: SemOp, session: SessionId },
+    /// A semaphore transaction of the session `session`, its call `request`.
+    Sem {
+        op: SemOp,
+        session: SessionId,
+        request: u8,
+    },
 }
 
 /// A store call on its way; `answered` when its caller already heard `Unknown` (or is dead).
@@ -585,6 +592,7 @@ impl SemaphoreModel {
             woken: false,
             look_at: None,
             acquires,
+            calls: 0,
         }
     }
 
@@ -682,10 +690,15 @@ impl SemaphoreModel {
     fn send_sem(world: &mut World, p: usize, op: SemOp) {
         let proc = &mut world.procs[p];
         let session = proc.session.id().expect("a session");
+        proc.calls += 1;
         world.msgs.push(Msg {
             p: p as u8,
             generation: proc.generation,
-            call: Call::Sem { op, session },
+            call: Call::Sem {
+                op,
+                session,
+                request: proc.calls,
+            },
             answered: false,
         });
     }
@@ -753,7 +766,12 @@ impl SemaphoreModel {
                 Answer::Session(op, Reply::Found(found))
             }
             Call::Session(other) => unreachable!("not a store call: {other:?}"),
-            Call::Sem { op, session } => {
+            Call::Sem {
+                op,
+                session,
+                request,
+            } => {
+                let request = RequestId(u64::from(request));
                 if world.live_session(key(session)).is_none() {
                     return Answer::Sem(SemAnswer::SessionGone);
                 }
@@ -773,10 +791,10 @@ impl SemaphoreModel {
                 }
                 let count = self.counts[msg.p as usize];
                 match op {
-                    SemOp::Acquire => self.acquire(world, me, count),
+                    SemOp::Acquire => self.acquire(world, me, request, count),
                     SemOp::Look => {}
                     SemOp::Release => {
-                        world.semaphore.release(me);
+                        world.semaphore.release(me, request);
                     }
                 }
                 self.written(world, &before, op == SemOp::Release);
@@ -804,7 +822,7 @@ impl SemaphoreModel {
 
     /// The core's acquire, as the store runs it; under [`Rule::GrantWhenFits`] with the queue
     /// set aside while it runs, so that a request that fits is granted past the waiters.
-    fn acquire(&self, world: &mut World, me: SessionKey, count: u64) {
+    fn acquire(&self, world: &mut World, me: SessionKey, request: RequestId, count: u64) {
         let semaphore = &mut world.semaphore;
         let party = semaphore.owners().iter().any(|o| o.session == me)
             || semaphore.waiters().iter().any(|w| w.session == me);
@@ -813,22 +831,25 @@ impl SemaphoreModel {
             let waiters = semaphore.waiters().to_vec();
             // From the back, so that no waiter is granted by another one's leaving.
             for w in waiters.iter().rev() {
-                semaphore.release(w.session);
+                semaphore.release(w.session, w.request);
             }
             semaphore
-                .acquire(me, count, Vec::new(), TIMEOUT_MS)
+                .acquire(me, request, count, Vec::new(), TIMEOUT_MS)
                 .expect("a valid acquire");
             for w in waiters {
                 semaphore
-                    .acquire(w.session, w.count, w.data, w.timeout_ms)
+                    .acquire(w.session, w.request, w.count, w.data, w.timeout_ms)
                     .expect("a valid acquire");
             }
             return;
         }
-        let outcome = semaphore
-            .acquire(me, count, Vec::new(), TIMEOUT_MS)
-            .expect("counts are within the limit and never raised");
-        assert_ne!(outcome.status, Status::NotGranted, "never a try");
+        // Refused only when late (an older call than the one that shaped the party): nothing
+        // changes, as the store leaves it.
+        match semaphore.acquire(me, request, count, Vec::new(), TIMEOUT_MS) {
+            Ok(outcome) => assert_ne!(outcome.status, Status::NotGranted, "never a try"),
+            Err(SemaphoreError::StaleRequest { .. }) => {}
+            Err(other) => panic!("counts are within the limit and never raised: {other}"),
+        }
     }
 
     /// After a transaction: the ledger judges it, and a write wakes the feed.

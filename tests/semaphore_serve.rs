@@ -203,7 +203,15 @@ async fn an_unclean_stop_leaves_the_grant_held() {
         Some(vvm::LossReason::Abandoned)
     );
     tokio::time::sleep(Duration::from_secs(30)).await;
-    assert_eq!(coordination.session().kill_deadline(), Some(deadline), "not moved");
+    assert_eq!(
+        coordination.session().kill_deadline(),
+        Some(deadline),
+        "not moved"
+    );
     killer.catch_up();
-    assert_eq!(killer.recorder.reports().len(), 1, "the killer fired at the deadline");
+    assert_eq!(
+        killer.recorder.reports().len(),
+        1,
+        "the killer fired at the deadline"
+    );
 }

@@ -169,6 +169,7 @@ async fn a_version_5_file_is_migrated_and_its_parties_indexed() {
         id: SessionId(1),
     };
     let acquire = SemaphoreRequest::Acquire {
+        request: vvm::next_request_id(),
         count: 1,
         data: Vec::new(),
         timeout_ms: 60_000,

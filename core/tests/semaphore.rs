@@ -16,6 +16,8 @@ fn sem(limit: u64) -> Semaphore {
 }
 
 const T: u64 = 5_000;
+/// The request id of every call where late calls are not the point.
+const R: RequestId = RequestId(1);
 
 fn granted(order_id: u64, token: u64) -> Status {
     Status::Granted {
@@ -146,18 +148,18 @@ fn create_checks_limit_data_and_existence() {
 #[test]
 fn counts_outside_one_to_limit_and_large_data_are_refused_and_change_nothing() {
     let mut lock = sem(2);
-    lock.acquire(s(1), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
     let before = lock.clone();
     assert_eq!(
-        lock.acquire(s(2), 0, Vec::new(), T),
+        lock.acquire(s(2), R, 0, Vec::new(), T),
         Err(SemaphoreError::CountOutOfRange { count: 0, limit: 2 })
     );
     assert_eq!(
-        lock.acquire(s(2), 3, Vec::new(), T),
+        lock.acquire(s(2), R, 3, Vec::new(), T),
         Err(SemaphoreError::CountOutOfRange { count: 3, limit: 2 })
     );
     assert_eq!(
-        lock.acquire(s(1), 1, vec![0; PARTY_DATA_BYTES_MAX + 1], T),
+        lock.acquire(s(1), R, 1, vec![0; PARTY_DATA_BYTES_MAX + 1], T),
         Err(SemaphoreError::DataTooLarge {
             bytes: PARTY_DATA_BYTES_MAX + 1,
             max: PARTY_DATA_BYTES_MAX
@@ -165,7 +167,7 @@ fn counts_outside_one_to_limit_and_large_data_are_refused_and_change_nothing() {
     );
     assert_eq!(lock, before);
     let most = lock
-        .acquire(s(2), 1, vec![1; PARTY_DATA_BYTES_MAX], T)
+        .acquire(s(2), R, 1, vec![1; PARTY_DATA_BYTES_MAX], T)
         .unwrap();
     assert_eq!(most.status, granted(2, 2));
 }
@@ -175,11 +177,11 @@ fn counts_outside_one_to_limit_and_large_data_are_refused_and_change_nothing() {
 fn an_acquire_that_fits_with_nobody_queued_is_granted_at_once() {
     let mut lock = sem(3);
     assert_eq!(
-        lock.acquire(s(1), 2, b"a".to_vec(), T),
+        lock.acquire(s(1), R, 2, b"a".to_vec(), T),
         Ok(outcome(granted(1, 1), BOTH, vec![]))
     );
     assert_eq!(
-        lock.acquire(s(2), 1, b"b".to_vec(), 0),
+        lock.acquire(s(2), R, 1, b"b".to_vec(), 0),
         Ok(outcome(granted(2, 2), BOTH, vec![]))
     );
     assert_eq!(lock.count(), 3);
@@ -189,6 +191,7 @@ fn an_acquire_that_fits_with_nobody_queued_is_granted_at_once() {
             Owner {
                 order_id: OrderId(1),
                 session: s(1),
+                request: R,
                 count: 2,
                 data: b"a".to_vec(),
                 timeout_ms: T,
@@ -197,6 +200,7 @@ fn an_acquire_that_fits_with_nobody_queued_is_granted_at_once() {
             Owner {
                 order_id: OrderId(2),
                 session: s(2),
+                request: R,
                 count: 1,
                 data: b"b".to_vec(),
                 timeout_ms: 0,
@@ -210,15 +214,15 @@ fn an_acquire_that_fits_with_nobody_queued_is_granted_at_once() {
 #[test]
 fn a_head_that_does_not_fit_blocks_those_behind_it() {
     let mut lock = sem(3);
-    lock.acquire(s(1), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
     // 2 units free: s2 asks for 3 and queues...
     assert_eq!(
-        lock.acquire(s(2), 3, Vec::new(), T),
+        lock.acquire(s(2), R, 3, Vec::new(), T),
         Ok(outcome(queued(2), WAITERS, vec![]))
     );
     // ...and s3, which would fit, queues behind it instead of overtaking.
     assert_eq!(
-        lock.acquire(s(3), 1, Vec::new(), T),
+        lock.acquire(s(3), R, 1, Vec::new(), T),
         Ok(outcome(queued(3), WAITERS, vec![]))
     );
     assert_eq!(sessions_of(lock.owners()), [s(1)]);
@@ -226,10 +230,10 @@ fn a_head_that_does_not_fit_blocks_those_behind_it() {
     assert_eq!(lock.count(), 1);
 
     // The owner leaves: the head takes all three units, s3 still waits its turn.
-    let out = lock.release(s(1));
+    let out = lock.release(s(1), R);
     assert_eq!(out.granted, [grant(2, 2, 2)]);
     assert_eq!(waiting(&lock), [s(3)]);
-    let out = lock.release(s(2));
+    let out = lock.release(s(2), R);
     assert_eq!(out.granted, [grant(3, 3, 3)]);
 }
 
@@ -238,22 +242,22 @@ fn a_head_that_does_not_fit_blocks_those_behind_it() {
 fn a_timeout_of_zero_is_granted_now_or_never_queued() {
     let mut lock = sem(1);
     assert_eq!(
-        lock.acquire(s(1), 1, Vec::new(), 0).unwrap().status,
+        lock.acquire(s(1), R, 1, Vec::new(), 0).unwrap().status,
         granted(1, 1)
     );
     let before = lock.clone();
     assert_eq!(
-        lock.acquire(s(2), 1, Vec::new(), 0),
+        lock.acquire(s(2), R, 1, Vec::new(), 0),
         Ok(outcome(Status::NotGranted, NONE, vec![]))
     );
     assert_eq!(lock, before, "a failed try uses no order id");
 
     // Units free but someone queued: the try does not overtake.
     let mut lock = sem(3);
-    lock.acquire(s(1), 2, Vec::new(), T).unwrap();
-    lock.acquire(s(2), 2, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 2, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 2, Vec::new(), T).unwrap();
     assert_eq!(
-        lock.acquire(s(3), 1, Vec::new(), 0),
+        lock.acquire(s(3), R, 1, Vec::new(), 0),
         Ok(outcome(Status::NotGranted, NONE, vec![]))
     );
 }
@@ -262,12 +266,12 @@ fn a_timeout_of_zero_is_granted_now_or_never_queued() {
 #[test]
 fn a_queued_request_replaced_by_a_failed_try_leaves_the_queue() {
     let mut lock = sem(2);
-    lock.acquire(s(1), 1, Vec::new(), T).unwrap();
-    lock.acquire(s(2), 2, Vec::new(), T).unwrap(); // the blocking head
-    lock.acquire(s(3), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 2, Vec::new(), T).unwrap(); // the blocking head
+    lock.acquire(s(3), R, 1, Vec::new(), T).unwrap();
     // s2 retries with 2 units and timeout 0: still no room, so it leaves, and s3 behind it fits.
     assert_eq!(
-        lock.acquire(s(2), 2, Vec::new(), 0),
+        lock.acquire(s(2), R, 2, Vec::new(), 0),
         Ok(outcome(Status::NotGranted, BOTH, vec![grant(3, 3, 2)]))
     );
     assert_eq!(sessions_of(lock.owners()), [s(1), s(3)]);
@@ -278,23 +282,23 @@ fn a_queued_request_replaced_by_a_failed_try_leaves_the_queue() {
 #[test]
 fn an_owner_acquiring_again_lowers_its_hold_in_place() {
     let mut lock = sem(3);
-    lock.acquire(s(1), 3, b"old".to_vec(), T).unwrap();
-    lock.acquire(s(2), 2, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 3, b"old".to_vec(), T).unwrap();
+    lock.acquire(s(2), R, 2, Vec::new(), T).unwrap();
     // Exclusive to shared: same order id and token, new data; two units go to the head.
     assert_eq!(
-        lock.acquire(s(1), 1, b"new".to_vec(), 9),
+        lock.acquire(s(1), R, 1, b"new".to_vec(), 9),
         Ok(outcome(granted(1, 1), BOTH, vec![grant(2, 2, 2)]))
     );
     assert_eq!(lock.owners()[0].data, b"new");
     assert_eq!(lock.owners()[0].timeout_ms, 9);
     // The same parameters again change nothing.
     assert_eq!(
-        lock.acquire(s(1), 1, b"new".to_vec(), 9),
+        lock.acquire(s(1), R, 1, b"new".to_vec(), 9),
         Ok(outcome(granted(1, 1), NONE, vec![]))
     );
     // Only the data: the owners changed, nobody granted.
     assert_eq!(
-        lock.acquire(s(1), 1, b"newer".to_vec(), 9),
+        lock.acquire(s(1), R, 1, b"newer".to_vec(), 9),
         Ok(outcome(granted(1, 1), OWNERS, vec![]))
     );
 }
@@ -303,12 +307,12 @@ fn an_owner_acquiring_again_lowers_its_hold_in_place() {
 #[test]
 fn a_waiter_acquiring_again_keeps_its_place_and_is_not_recursive() {
     let mut lock = sem(2);
-    lock.acquire(s(1), 2, Vec::new(), T).unwrap();
-    lock.acquire(s(2), 1, Vec::new(), T).unwrap();
-    lock.acquire(s(3), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 2, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(3), R, 1, Vec::new(), T).unwrap();
     // s2 raises its request (allowed while waiting) and changes its data: still first.
     assert_eq!(
-        lock.acquire(s(2), 2, b"x".to_vec(), 7),
+        lock.acquire(s(2), R, 2, b"x".to_vec(), 7),
         Ok(outcome(queued(2), WAITERS, vec![]))
     );
     assert_eq!(waiting(&lock), [s(2), s(3)]);
@@ -319,12 +323,12 @@ fn a_waiter_acquiring_again_keeps_its_place_and_is_not_recursive() {
     );
     // Acquired twice, released once: nothing of s2 is left.
     assert_eq!(
-        lock.release(s(2)).status,
+        lock.release(s(2), R).status,
         Status::Withdrawn {
             order_id: OrderId(2)
         }
     );
-    assert_eq!(lock.release(s(2)).status, Status::NotHeld);
+    assert_eq!(lock.release(s(2), R).status, Status::NotHeld);
     assert_eq!(waiting(&lock), [s(3)]);
 }
 
@@ -332,13 +336,13 @@ fn a_waiter_acquiring_again_keeps_its_place_and_is_not_recursive() {
 #[test]
 fn a_waiter_lowering_its_request_at_the_head_is_granted_by_it() {
     let mut lock = sem(3);
-    lock.acquire(s(1), 2, Vec::new(), T).unwrap();
-    lock.acquire(s(2), 2, Vec::new(), T).unwrap();
-    lock.acquire(s(3), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 2, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 2, Vec::new(), T).unwrap();
+    lock.acquire(s(3), R, 1, Vec::new(), T).unwrap();
     // s2 now fits; its own grant is its status, only s3 is listed for waking... and s3 does not
     // fit any more (3 units held).
     assert_eq!(
-        lock.acquire(s(2), 1, Vec::new(), T),
+        lock.acquire(s(2), R, 1, Vec::new(), T),
         Ok(outcome(granted(2, 2), BOTH, vec![]))
     );
     assert_eq!(waiting(&lock), [s(3)]);
@@ -348,10 +352,10 @@ fn a_waiter_lowering_its_request_at_the_head_is_granted_by_it() {
 #[test]
 fn an_owner_may_not_raise_its_hold() {
     let mut lock = sem(5);
-    lock.acquire(s(1), 2, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 2, Vec::new(), T).unwrap();
     let before = lock.clone();
     assert_eq!(
-        lock.acquire(s(1), 3, Vec::new(), T),
+        lock.acquire(s(1), R, 3, Vec::new(), T),
         Err(SemaphoreError::OwnerCountRaised { held: 2, asked: 3 })
     );
     assert_eq!(lock, before);
@@ -361,12 +365,12 @@ fn an_owner_may_not_raise_its_hold() {
 #[test]
 fn a_release_grants_the_queue_from_its_head_while_it_fits() {
     let mut lock = sem(2);
-    lock.acquire(s(1), 2, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 2, Vec::new(), T).unwrap();
     for (n, count) in [(2, 1), (3, 1), (4, 2)] {
-        lock.acquire(s(n), count, Vec::new(), T).unwrap();
+        lock.acquire(s(n), R, count, Vec::new(), T).unwrap();
     }
     assert_eq!(
-        lock.release(s(1)),
+        lock.release(s(1), R),
         outcome(
             Status::Released {
                 order_id: OrderId(1)
@@ -378,7 +382,7 @@ fn a_release_grants_the_queue_from_its_head_while_it_fits() {
     assert_eq!(waiting(&lock), [s(4)]);
     // One unit free, s4 needs two.
     assert_eq!(
-        lock.release(s(2)),
+        lock.release(s(2), R),
         outcome(
             Status::Released {
                 order_id: OrderId(2)
@@ -387,7 +391,7 @@ fn a_release_grants_the_queue_from_its_head_while_it_fits() {
             vec![]
         )
     );
-    assert_eq!(lock.release(s(3)).granted, [grant(4, 4, 4)]);
+    assert_eq!(lock.release(s(3), R).granted, [grant(4, 4, 4)]);
     assert_eq!(lock.generation(), Generation(4));
 }
 
@@ -395,11 +399,11 @@ fn a_release_grants_the_queue_from_its_head_while_it_fits() {
 #[test]
 fn an_expired_session_is_released_and_cannot_be_refused() {
     let mut lock = sem(1);
-    lock.acquire(s(1), 1, Vec::new(), T).unwrap();
-    lock.acquire(s(2), 1, Vec::new(), T).unwrap();
-    lock.acquire(s(3), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(3), R, 1, Vec::new(), T).unwrap();
     let mut released = lock.clone();
-    assert_eq!(lock.expire_session(s(1)), released.release(s(1)));
+    assert_eq!(lock.expire_session(s(1)), released.release(s(1), R));
     assert_eq!(lock, released);
     assert_eq!(
         lock.expire_session(s(3)).status,
@@ -417,12 +421,12 @@ fn an_expired_session_is_released_and_cannot_be_refused() {
 #[test]
 fn a_timeout_ends_a_queued_request_but_never_a_grant() {
     let mut lock = sem(2);
-    lock.acquire(s(1), 1, Vec::new(), T).unwrap();
-    lock.acquire(s(2), 2, Vec::new(), T).unwrap();
-    lock.acquire(s(3), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 2, Vec::new(), T).unwrap();
+    lock.acquire(s(3), R, 1, Vec::new(), T).unwrap();
     // T1: the blocking head times out; s3 behind it fits.
     assert_eq!(
-        lock.cancel_waiter_timeout(s(2)),
+        lock.cancel_waiter_timeout(s(2), R),
         outcome(
             Status::Withdrawn {
                 order_id: OrderId(2)
@@ -434,14 +438,80 @@ fn a_timeout_ends_a_queued_request_but_never_a_grant() {
     // T2: s3 was granted before its timeout was handled; the grant stays.
     let before = lock.clone();
     assert_eq!(
-        lock.cancel_waiter_timeout(s(3)),
+        lock.cancel_waiter_timeout(s(3), R),
         outcome(Status::NotHeld, NONE, vec![])
     );
     assert_eq!(lock, before);
     assert_eq!(
-        lock.cancel_waiter_timeout(s(9)),
+        lock.cancel_waiter_timeout(s(9), R),
         outcome(Status::NotHeld, NONE, vec![])
     );
+}
+
+/// A call the store applies after the session moved on acts on nothing the session asked
+/// since: a late release leaves a later grant, a late acquire is refused, a late timeout
+/// leaves a request that replaced the one it names.
+// covers: Sem.RequestIds
+#[test]
+fn late_calls_act_on_nothing_newer() {
+    let r = RequestId;
+    let mut lock = sem(1);
+    // s1's release r(1) was sent, then its acquire r(2); the release lands last.
+    assert_eq!(
+        lock.acquire(s(1), r(2), 1, Vec::new(), T).unwrap().status,
+        granted(1, 1)
+    );
+    lock.acquire(s(2), r(1), 1, Vec::new(), T).unwrap();
+    let before = lock.clone();
+    assert_eq!(
+        lock.release(s(1), r(1)),
+        outcome(Status::Superseded, NONE, vec![])
+    );
+    assert_eq!(lock, before, "the grant of r(2) stays, s2 stays queued");
+    // A late acquire (r(1) again, with another count) is refused.
+    assert_eq!(
+        lock.acquire(s(1), r(1), 1, b"old".to_vec(), 0),
+        Err(SemaphoreError::StaleRequest { given: 1, party: 2 })
+    );
+    assert_eq!(lock, before);
+    // The same call sent twice acts once; a later one replaces in place.
+    assert_eq!(
+        lock.acquire(s(1), r(2), 1, Vec::new(), T).unwrap(),
+        outcome(granted(1, 1), NONE, vec![])
+    );
+    assert_eq!(
+        lock.acquire(s(1), r(3), 1, b"new".to_vec(), T).unwrap(),
+        outcome(granted(1, 1), OWNERS, vec![])
+    );
+    assert_eq!(lock.owners()[0].request, r(3));
+    // s2 queued by r(1), replaced by r(4): the timeout of r(1) leaves r(4)'s request queued.
+    lock.acquire(s(2), r(4), 1, b"again".to_vec(), T).unwrap();
+    let before = lock.clone();
+    assert_eq!(
+        lock.cancel_waiter_timeout(s(2), r(1)),
+        outcome(Status::Superseded, NONE, vec![])
+    );
+    assert_eq!(lock, before);
+    assert_eq!(
+        lock.cancel_waiter_timeout(s(2), r(4)),
+        outcome(
+            Status::Withdrawn {
+                order_id: OrderId(2)
+            },
+            WAITERS,
+            vec![]
+        )
+    );
+    // A release as new as the grant's request, or newer, ends it; expiry ends whatever.
+    assert!(matches!(
+        lock.release(s(1), r(3)).status,
+        Status::Released { .. }
+    ));
+    lock.acquire(s(3), r(9), 1, Vec::new(), T).unwrap();
+    assert!(matches!(
+        lock.expire_session(s(3)).status,
+        Status::Released { .. }
+    ));
 }
 
 // covers: Sem.Token
@@ -450,11 +520,11 @@ fn tokens_rise_with_every_grant_and_continue_across_re_creation() {
     let mut lock = sem(1);
     let mut tokens = Vec::new();
     for n in 1..=4 {
-        lock.acquire(s(n), 1, Vec::new(), T).unwrap();
+        lock.acquire(s(n), R, 1, Vec::new(), T).unwrap();
     }
     tokens.push(lock.owners()[0].token);
     for n in 1..=3 {
-        tokens.push(lock.release(s(n)).granted[0].token);
+        tokens.push(lock.release(s(n), R).granted[0].token);
     }
     assert_eq!(tokens, [1, 2, 3, 4].map(Generation));
     assert_eq!(lock.generation(), Generation(4));
@@ -464,7 +534,7 @@ fn tokens_rise_with_every_grant_and_continue_across_re_creation() {
     lock.delete(true).unwrap();
     let mut again = sem(1).resume(generation, next);
     assert_eq!(
-        again.acquire(s(1), 1, Vec::new(), T).unwrap().status,
+        again.acquire(s(1), R, 1, Vec::new(), T).unwrap().status,
         granted(5, 5)
     );
     // Counters never move back.
@@ -481,17 +551,17 @@ fn counters_near_their_end_refuse_new_parties_instead_of_wrapping() {
     let mut lock = sem(1).resume(Generation(u64::MAX), OrderId(1));
     assert_eq!(lock.generation(), Generation(u64::MAX));
     assert_eq!(
-        lock.acquire(s(1), 1, Vec::new(), T),
+        lock.acquire(s(1), R, 1, Vec::new(), T),
         Err(SemaphoreError::Exhausted)
     );
     let mut lock = sem(1).resume(Generation(u64::MAX - 2), OrderId(u64::MAX - 1));
-    lock.acquire(s(1), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
     assert_eq!(
-        lock.acquire(s(2), 1, Vec::new(), T),
+        lock.acquire(s(2), R, 1, Vec::new(), T),
         Err(SemaphoreError::Exhausted)
     );
     assert_eq!(
-        lock.release(s(1)).status,
+        lock.release(s(1), R).status,
         Status::Released {
             order_id: OrderId(u64::MAX - 1)
         }
@@ -506,17 +576,17 @@ fn an_ephemeral_semaphore_lives_from_its_first_acquire_to_its_last_release() {
     assert!(object.is_ephemeral() && object.data().is_empty());
     // Exclusive: all units.
     assert_eq!(
-        object.acquire(s(1), u64::MAX, Vec::new(), T),
+        object.acquire(s(1), R, u64::MAX, Vec::new(), T),
         Ok(outcome(granted(1, 1), BOTH, vec![]))
     );
     assert_eq!(
-        object.acquire(s(2), 1, Vec::new(), T),
+        object.acquire(s(2), R, 1, Vec::new(), T),
         Ok(outcome(queued(2), WAITERS, vec![]))
     );
-    let out = object.release(s(1));
+    let out = object.release(s(1), R);
     assert_eq!((out.granted, out.delete), (vec![grant(2, 2, 2)], false));
     assert_eq!(
-        object.release(s(2)),
+        object.release(s(2), R),
         Outcome {
             status: Status::Released {
                 order_id: OrderId(2)
@@ -527,23 +597,21 @@ fn an_ephemeral_semaphore_lives_from_its_first_acquire_to_its_last_release() {
         }
     );
     // Every way out of the last party says delete; a state with a party never does.
-    for leave in [
-        Semaphore::release,
-        Semaphore::expire_session,
-        Semaphore::cancel_waiter_timeout,
-    ] {
+    let release = |s: &mut Semaphore, k| s.release(k, R);
+    let timeout = |s: &mut Semaphore, k| s.cancel_waiter_timeout(k, R);
+    for leave in [release, Semaphore::expire_session, timeout] {
         let mut object = Semaphore::ephemeral("object").unwrap();
-        object.acquire(s(1), 1, Vec::new(), T).unwrap();
-        let waits = object.acquire(s(2), u64::MAX, Vec::new(), T).unwrap();
+        object.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+        let waits = object.acquire(s(2), R, u64::MAX, Vec::new(), T).unwrap();
         assert!(!waits.delete);
         assert!(!leave(&mut object, s(2)).delete);
-        assert!(object.cancel_waiter_timeout(s(1)).status == Status::NotHeld);
-        assert!(object.release(s(1)).delete);
+        assert!(object.cancel_waiter_timeout(s(1), R).status == Status::NotHeld);
+        assert!(object.release(s(1), R).delete);
     }
     // A release of an ephemeral name the store does not hold: nothing to keep.
     let mut fresh = Semaphore::ephemeral("object").unwrap();
     assert_eq!(
-        fresh.release(s(1)),
+        fresh.release(s(1), R),
         Outcome {
             status: Status::NotHeld,
             changes: NONE,
@@ -569,8 +637,8 @@ fn delete_is_refused_while_parties_remain_unless_forced() {
             delete: true
         })
     );
-    lock.acquire(s(1), 1, Vec::new(), T).unwrap();
-    lock.acquire(s(2), 1, Vec::new(), T).unwrap();
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 1, Vec::new(), T).unwrap();
     let before = lock.clone();
     assert_eq!(
         lock.delete(false),
@@ -619,8 +687,8 @@ fn anyone_may_set_the_data_and_only_a_new_value_is_a_change() {
 #[test]
 fn describe_is_a_snapshot_of_everything() {
     let mut lock = Semaphore::create(None, "svc", 3, b"cfg".to_vec()).unwrap();
-    lock.acquire(s(1), 2, b"e1".to_vec(), T).unwrap();
-    lock.acquire(s(2), 2, b"e2".to_vec(), 7).unwrap();
+    lock.acquire(s(1), R, 2, b"e1".to_vec(), T).unwrap();
+    lock.acquire(s(2), R, 2, b"e2".to_vec(), 7).unwrap();
     let d = lock.describe();
     assert_eq!(
         d,
@@ -635,13 +703,14 @@ fn describe_is_a_snapshot_of_everything() {
             waiters: vec![Waiter {
                 order_id: OrderId(2),
                 session: s(2),
+                request: R,
                 count: 2,
                 data: b"e2".to_vec(),
                 timeout_ms: 7
             }],
         }
     );
-    lock.release(s(1));
+    lock.release(s(1), R);
     assert_eq!(
         d.owners[0].session,
         s(1),
@@ -656,7 +725,7 @@ fn largest() -> Semaphore {
     let mut big = Semaphore::create(None, &name, u64::MAX, vec![1; DATA_BYTES_MAX]).unwrap();
     for n in 0..PARTIES_MAX as u64 {
         let out = big
-            .acquire(s(n), 1, vec![2; PARTY_DATA_BYTES_MAX], u64::MAX)
+            .acquire(s(n), R, 1, vec![2; PARTY_DATA_BYTES_MAX], u64::MAX)
             .unwrap();
         assert!(matches!(out.status, Status::Granted { .. }));
     }
@@ -669,18 +738,18 @@ fn parties_are_bounded_and_the_largest_state_fits_its_encoding_bound() {
     let mut big = largest();
     let before = big.clone();
     assert_eq!(
-        big.acquire(s(u64::MAX), 1, Vec::new(), T),
+        big.acquire(s(u64::MAX), R, 1, Vec::new(), T),
         Err(SemaphoreError::TooManyParties)
     );
     assert_eq!(big, before);
     // Replacing in place is no new party.
-    assert!(big.acquire(s(7), 1, Vec::new(), T).is_ok());
+    assert!(big.acquire(s(7), R, 1, Vec::new(), T).is_ok());
     let bytes = before.encode();
     assert_eq!(bytes.len(), ENCODED_BYTES_MAX);
     const { assert!(ENCODED_BYTES_MAX < 1_572_864, "one etcd request") };
     assert_eq!(Semaphore::decode(&bytes), Ok(before));
     // Every operation at the bound touches only this semaphore and finishes.
-    let out = big.release(s(0));
+    let out = big.release(s(0), R);
     assert_eq!(
         out.status,
         Status::Released {
@@ -692,8 +761,8 @@ fn parties_are_bounded_and_the_largest_state_fits_its_encoding_bound() {
 
 fn sample() -> Semaphore {
     let mut lock = Semaphore::create(None, "svc", 2, b"cfg".to_vec()).unwrap();
-    lock.acquire(s(1), 2, b"e1".to_vec(), T).unwrap();
-    lock.acquire(s(2), 1, b"e2".to_vec(), 7).unwrap();
+    lock.acquire(s(1), R, 2, b"e1".to_vec(), T).unwrap();
+    lock.acquire(s(2), R, 1, b"e2".to_vec(), 7).unwrap();
     lock
 }
 
@@ -702,13 +771,45 @@ fn sample() -> Semaphore {
 fn the_byte_form_round_trips_and_is_compact() {
     let lock = sample();
     let bytes = lock.encode();
-    // header 36, name 3, data 3, owner 50 + 2, waiter 42 + 2
-    assert_eq!(bytes.len(), 36 + 3 + 3 + 52 + 44);
-    assert_eq!(&bytes[..5], b"vSM\x01\x00");
+    // header 36, name 3, data 3, owner 58 + 2, waiter 50 + 2
+    assert_eq!(bytes.len(), 36 + 3 + 3 + 60 + 52);
+    assert_eq!(&bytes[..5], b"vSM\x02\x00");
     assert_eq!(Semaphore::decode(&bytes), Ok(lock));
     let object = Semaphore::ephemeral("o").unwrap();
     assert_eq!(object.encode()[4], 1, "the ephemeral flag");
     assert_eq!(Semaphore::decode(&object.encode()), Ok(object));
+}
+
+/// A state written before parties carried request ids (version 1) decodes with request 0 for
+/// each, so that any call of a session reaches them, and is written back as version 2.
+// covers: Sem.Encoding, Sem.RequestIds
+#[test]
+fn version_1_bytes_decode_with_request_0() {
+    let lock = sample();
+    let v2 = lock.encode();
+    // The owner after the header, name, data and party counts; the waiter after the owner's
+    // 58 + 2 bytes; each one's request after five u64 fields.
+    let owner = limit_at("svc") + 24 + 2 + 3 + 4;
+    let waiter = owner + 60;
+    let mut v1 = v2.clone();
+    v1[3] = 1;
+    v1.drain(waiter + 40..waiter + 48);
+    v1.drain(owner + 40..owner + 48);
+    let mut decoded = Semaphore::decode(&v1).expect("version 1 decodes");
+    assert_eq!(decoded.owners()[0].request, RequestId(0));
+    assert_eq!(decoded.waiters()[0].request, RequestId(0));
+    assert_eq!(decoded.owners()[0].data, lock.owners()[0].data);
+    assert_eq!(
+        decoded.waiters()[0].timeout_ms,
+        lock.waiters()[0].timeout_ms
+    );
+    assert_eq!(&decoded.encode()[..4], b"vSM\x02");
+    assert_eq!(decoded.encode().len(), v2.len());
+    // The first call of a session is newer than what version 1 recorded.
+    assert!(matches!(
+        decoded.release(s(1), RequestId(1)).status,
+        Status::Released { .. }
+    ));
 }
 
 /// Offset of the limit in the encoding of a semaphore named `name`.
@@ -726,7 +827,7 @@ fn decode_refuses_every_other_input_with_its_reason() {
         Semaphore::decode(&b)
     };
     assert_eq!(patched(0, b"x"), Err(DecodeError::Magic));
-    assert_eq!(patched(3, &[2]), Err(DecodeError::Version(2)));
+    assert_eq!(patched(3, &[3]), Err(DecodeError::Version(3)));
     assert_eq!(patched(4, &[2]), Err(DecodeError::Flags(2)));
     // Every proper prefix is truncated.
     for end in 0..bytes.len() {
@@ -779,8 +880,8 @@ fn decode_refuses_every_other_input_with_its_reason() {
         patched(parties, &(PARTIES_MAX as u16).to_le_bytes()),
         Err(DecodeError::TooLong)
     );
-    // The waiter (after the owner's 52 bytes) given the owner's session.
-    let waiter = parties + 4 + 52;
+    // The waiter (after the owner's 60 bytes) given the owner's session.
+    let waiter = parties + 4 + 60;
     assert_eq!(
         patched(waiter + 8, &1u64.to_le_bytes()),
         Err(DecodeError::Invalid(Violation::DuplicateSession))

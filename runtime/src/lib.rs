@@ -93,7 +93,8 @@ pub use semaphore::{
     ServeTimeouts, Watch, WatchKind,
 };
 pub use semaphore_store::{
-    Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
+    next_request_id, Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore,
+    SemaphoreStoreError,
 };
 pub use services::{
     KillDeadlines, LossSignal, Service, ServiceContext, ServiceError, Services, ShutdownSignal,

@@ -45,12 +45,20 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use vvm_core::semaphore::{
-    DecodeError, Description, Generation, OrderId, Outcome, Semaphore, SemaphoreError,
+    DecodeError, Description, Generation, OrderId, Outcome, RequestId, Semaphore, SemaphoreError,
     SemaphoreName, SessionKey,
 };
 
 use crate::session_store::SessionStore;
 use crate::store::StoreError;
+
+/// A new id for a session's call on a semaphore ([`RequestId`]): strictly greater than every
+/// id this process handed out before, so a session's calls are numbered in the order they are
+/// made, whichever task makes them. Ids start at 1 (version-1 states carry 0).
+pub fn next_request_id() -> RequestId {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    RequestId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
 
 /// A wait for a change of one semaphore's stored state.
 pub type SemaphoreChange = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -68,6 +76,8 @@ pub enum SemaphoreRequest {
     /// [`Semaphore::acquire`]; with `ephemeral`, a name the store does not hold is made an
     /// ephemeral semaphore first ([`Semaphore::ephemeral`]).
     Acquire {
+        /// Names this call ([`next_request_id`]).
+        request: RequestId,
         /// Units asked for.
         count: u64,
         /// What the party publishes.
@@ -78,9 +88,15 @@ pub enum SemaphoreRequest {
         ephemeral: bool,
     },
     /// [`Semaphore::release`].
-    Release,
+    Release {
+        /// Names this call ([`next_request_id`]): it ends what this call or earlier ones made.
+        request: RequestId,
+    },
     /// [`Semaphore::cancel_waiter_timeout`]: the caller's queued request timed out.
-    CancelWaiterTimeout,
+    CancelWaiterTimeout {
+        /// The acquire that timed out.
+        request: RequestId,
+    },
     /// [`Semaphore::update_data`].
     UpdateData {
         /// The new data.
@@ -309,6 +325,7 @@ fn apply(
             None
         }
         SemaphoreRequest::Acquire {
+            request,
             count,
             data,
             timeout_ms,
@@ -318,12 +335,14 @@ fn apply(
                 *state = Some(fresh(Semaphore::ephemeral(name.as_str())?));
             }
             let semaphore = state.as_mut().ok_or_else(not_found)?;
-            Some(semaphore.acquire(session, count, data, timeout_ms)?)
+            Some(semaphore.acquire(session, request, count, data, timeout_ms)?)
         }
-        SemaphoreRequest::Release => state.as_mut().map(|s| s.release(session)),
-        SemaphoreRequest::CancelWaiterTimeout => {
-            state.as_mut().map(|s| s.cancel_waiter_timeout(session))
+        SemaphoreRequest::Release { request } => {
+            state.as_mut().map(|s| s.release(session, request))
         }
+        SemaphoreRequest::CancelWaiterTimeout { request } => state
+            .as_mut()
+            .map(|s| s.cancel_waiter_timeout(session, request)),
         SemaphoreRequest::UpdateData { data } => {
             Some(state.as_mut().ok_or_else(not_found)?.update_data(data)?)
         }

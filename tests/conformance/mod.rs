@@ -252,6 +252,7 @@ macro_rules! semaphore_cases {
             semaphore_acquire_again_replaces_in_place,
             semaphore_try_once_never_queues,
             semaphore_ephemeral_lives_with_its_parties,
+            semaphore_late_calls_act_on_nothing_newer,
             semaphore_delete_is_refused_while_busy_unless_forced,
             semaphore_expired_session_releases_and_grants_the_next,
             semaphore_deleted_session_releases_at_once,

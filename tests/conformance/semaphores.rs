@@ -44,10 +44,18 @@ async fn run<S: SemaphoreStore>(
 
 fn acquire(count: u64, data: &[u8], timeout_ms: u64) -> SemaphoreRequest {
     SemaphoreRequest::Acquire {
+        request: vvm::next_request_id(),
         count,
         data: data.to_vec(),
         timeout_ms,
         ephemeral: false,
+    }
+}
+
+/// A release made now: it ends whatever the session's earlier calls made.
+fn release() -> SemaphoreRequest {
+    SemaphoreRequest::Release {
+        request: vvm::next_request_id(),
     }
 }
 
@@ -109,9 +117,7 @@ where
         [key(2), key(3), key(4)]
     );
     // 2 units free: session 2 (1 unit) and session 3 (2 units) in order; 3 does not fit yet.
-    run(&store, 1, "lock", SemaphoreRequest::Release)
-        .await
-        .expect("released");
+    run(&store, 1, "lock", release()).await.expect("released");
     let now = describe(&other, 2, "lock").await;
     assert_eq!(owners(&now), [key(2)], "the head is granted");
     assert_eq!(
@@ -119,9 +125,7 @@ where
         [key(3), key(4)],
         "a head that does not fit blocks the rest"
     );
-    run(&other, 2, "lock", SemaphoreRequest::Release)
-        .await
-        .expect("released");
+    run(&other, 2, "lock", release()).await.expect("released");
     let now = describe(&store, 3, "lock").await;
     assert_eq!(owners(&now), [key(3)]);
     assert_eq!(waiters(&now), [key(4)]);
@@ -197,6 +201,88 @@ where
     assert!(describe(&store, 1, "lock").await.waiters.is_empty());
 }
 
+/// A call the store applies after the session moved on (its caller gave up on the answer) acts
+/// on nothing the session asked since: a late release leaves the later grant, a late acquire
+/// is refused, a late timeout leaves the request that replaced it; nothing is written.
+// covers: Sem.RequestIds
+pub async fn semaphore_late_calls_act_on_nothing_newer<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, LONG_TTL).await;
+    open(&store, 2, LONG_TTL).await;
+    run(&store, 1, "lock", create(1)).await.expect("created");
+    let late_release = vvm::next_request_id();
+    let late_acquire = vvm::next_request_id();
+    let granted = run(&store, 1, "lock", acquire(1, b"now", 60_000))
+        .await
+        .expect("runs");
+    assert!(
+        matches!(status(&granted), Status::Granted { .. }),
+        "{granted:?}"
+    );
+    let queued_by = vvm::next_request_id();
+    let queue = |request| SemaphoreRequest::Acquire {
+        request,
+        count: 1,
+        data: b"w".to_vec(),
+        timeout_ms: 60_000,
+        ephemeral: false,
+    };
+    run(&store, 2, "lock", queue(queued_by))
+        .await
+        .expect("queued");
+    run(&store, 2, "lock", queue(vvm::next_request_id()))
+        .await
+        .expect("replaced in place");
+    let before = describe(&store, 1, "lock").await;
+
+    let released = run(
+        &store,
+        1,
+        "lock",
+        SemaphoreRequest::Release {
+            request: late_release,
+        },
+    )
+    .await
+    .expect("runs");
+    assert_eq!(status(&released), Status::Superseded);
+    let acquired = SemaphoreRequest::Acquire {
+        request: late_acquire,
+        count: 1,
+        data: b"old".to_vec(),
+        timeout_ms: 0,
+        ephemeral: false,
+    };
+    let refused = run(&store, 1, "lock", acquired).await;
+    assert!(
+        matches!(
+            refused,
+            Err(SemaphoreStoreError::Refused(
+                SemaphoreError::StaleRequest { .. }
+            ))
+        ),
+        "{refused:?}"
+    );
+    let timed_out = run(
+        &store,
+        2,
+        "lock",
+        SemaphoreRequest::CancelWaiterTimeout { request: queued_by },
+    )
+    .await
+    .expect("runs");
+    assert_eq!(status(&timed_out), Status::Superseded);
+    assert_eq!(describe(&store, 1, "lock").await, before, "nothing written");
+
+    // A release made now ends the grant and grants the waiter.
+    let released = run(&store, 1, "lock", release()).await.expect("runs");
+    assert!(matches!(status(&released), Status::Released { .. }));
+    assert_eq!(owners(&describe(&store, 2, "lock").await), [key(2)]);
+}
+
 /// An ephemeral semaphore is made by its first acquire and deleted with its last release;
 /// made again, its tokens go on.
 // covers: Sem.Store.Ephemeral
@@ -207,6 +293,7 @@ where
     let store = harness.store().await;
     open(&store, 1, LONG_TTL).await;
     let ephemeral = SemaphoreRequest::Acquire {
+        request: vvm::next_request_id(),
         count: 1,
         data: b"me".to_vec(),
         timeout_ms: 0,
@@ -220,9 +307,7 @@ where
     let description = made.description.expect("it exists");
     assert!(description.ephemeral);
     assert_eq!(description.limit, u64::MAX);
-    let released = run(&store, 1, "tmp", SemaphoreRequest::Release)
-        .await
-        .expect("runs");
+    let released = run(&store, 1, "tmp", release()).await.expect("runs");
     assert!(matches!(status(&released), Status::Released { .. }));
     assert_eq!(released.description, None, "deleted with its last party");
     assert_eq!(

@@ -693,6 +693,7 @@ mod tests {
             .expect("runs")
             .expect("created");
         let acquire = SemaphoreRequest::Acquire {
+            request: vvm_core::semaphore::RequestId(1),
             count: 1,
             data: Vec::new(),
             timeout_ms: 0,

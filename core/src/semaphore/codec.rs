@@ -1,41 +1,46 @@
 //! The byte form of a semaphore, for stores that keep values as bytes (the transactional
 //! key-value model, etcd, SQLite blobs).
 //!
-//! Version 1, integers little-endian, no padding, lengths before what they measure:
+//! Version 2, integers little-endian, no padding, lengths before what they measure:
 //!
 //! ```text
-//! "vSM" 0x01                         magic and version
+//! "vSM" 0x02                         magic and version
 //! flags u8                           bit 0: ephemeral; the others 0
 //! name_len u8, name                  UTF-8
 //! limit u64, generation u64, next_order_id u64
 //! data_len u16, data
 //! owners u16, waiters u16
-//! owner:  order_id u64, incarnation u64, session u64, count u64, timeout_ms u64, token u64,
-//!         data_len u16, data                               (owners in order, then waiters)
-//! waiter: order_id u64, incarnation u64, session u64, count u64, timeout_ms u64,
+//! owner:  order_id u64, incarnation u64, session u64, count u64, timeout_ms u64, request u64,
+//!         token u64, data_len u16, data                    (owners in order, then waiters)
+//! waiter: order_id u64, incarnation u64, session u64, count u64, timeout_ms u64, request u64,
 //!         data_len u16, data
 //! ```
 //!
+//! Version 1 is the same without the parties' `request` fields; it still decodes, each party
+//! with request 0 (older than any call a session makes), and is written back as version 2.
+//!
 //! Decoding reads lengths before allocating and refuses any length above its bound, so hostile
 //! bytes cost at most [`ENCODED_BYTES_MAX`](super::ENCODED_BYTES_MAX) of memory; then the state
-//! must obey every rule ([`Semaphore::check_invariants`]). Whatever decodes, encodes back to the
-//! same bytes.
+//! must obey every rule ([`Semaphore::check_invariants`]). Whatever decodes from version 2,
+//! encodes back to the same bytes.
 
 use super::{
-    Generation, NameError, OrderId, Owner, Semaphore, SemaphoreName, SessionKey, Violation, Waiter,
-    DATA_BYTES_MAX, PARTIES_MAX, PARTY_DATA_BYTES_MAX,
+    Generation, NameError, OrderId, Owner, RequestId, Semaphore, SemaphoreName, SessionKey,
+    Violation, Waiter, DATA_BYTES_MAX, PARTIES_MAX, PARTY_DATA_BYTES_MAX,
 };
 use crate::session::SessionId;
 use crate::Incarnation;
 
 const MAGIC: [u8; 3] = *b"vSM";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The version before parties carried their [`RequestId`].
+const VERSION_1: u8 = 1;
 const EPHEMERAL: u8 = 1;
 
 /// Fixed bytes of the encoding outside the name, the data and the parties.
 pub(super) const HEADER_BYTES: usize = 4 + 1 + 1 + 3 * 8 + 2 + 2 * 2;
 /// Fixed bytes of one owner (a waiter has 8 fewer).
-pub(super) const OWNER_BYTES: usize = 6 * 8 + 2;
+pub(super) const OWNER_BYTES: usize = 7 * 8 + 2;
 
 const _: () = assert!(DATA_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(PARTY_DATA_BYTES_MAX <= u16::MAX as usize);
@@ -75,7 +80,7 @@ pub enum DecodeError {
 }
 
 impl Semaphore {
-    /// The state as bytes (version 1); at most [`ENCODED_BYTES_MAX`](super::ENCODED_BYTES_MAX).
+    /// The state as bytes (version 2); at most [`ENCODED_BYTES_MAX`](super::ENCODED_BYTES_MAX).
     pub fn encode(&self) -> Vec<u8> {
         let parties: usize = self
             .owners
@@ -105,27 +110,33 @@ impl Semaphore {
         out.extend_from_slice(&(self.waiters.len() as u16).to_le_bytes());
         for o in &self.owners {
             put_party(&mut out, o.order_id, o.session, o.count, o.timeout_ms);
+            out.extend_from_slice(&o.request.0.to_le_bytes());
             out.extend_from_slice(&o.token.0.to_le_bytes());
             put_bytes(&mut out, &o.data);
         }
         for w in &self.waiters {
             put_party(&mut out, w.order_id, w.session, w.count, w.timeout_ms);
+            out.extend_from_slice(&w.request.0.to_le_bytes());
             put_bytes(&mut out, &w.data);
         }
         out
     }
 
-    /// A state from bytes [`encode`](Self::encode) wrote; anything else is refused with the
-    /// reason.
+    /// A state from bytes [`encode`](Self::encode) wrote (this version or version 1); anything
+    /// else is refused with the reason.
     pub fn decode(bytes: &[u8]) -> Result<Semaphore, DecodeError> {
         let mut r = Reader { bytes };
         if r.take(3)? != MAGIC {
             return Err(DecodeError::Magic);
         }
-        match r.u8()? {
-            VERSION => {}
+        let with_requests = match r.u8()? {
+            VERSION => true,
+            VERSION_1 => false,
             other => return Err(DecodeError::Version(other)),
-        }
+        };
+        let read_request = |r: &mut Reader<'_>| -> Result<RequestId, DecodeError> {
+            Ok(RequestId(if with_requests { r.u64()? } else { 0 }))
+        };
         let flags = r.u8()?;
         if flags & !EPHEMERAL != 0 {
             return Err(DecodeError::Flags(flags));
@@ -145,11 +156,13 @@ impl Semaphore {
         let mut owners = Vec::with_capacity(owners_len);
         for _ in 0..owners_len {
             let (order_id, session, count, timeout_ms) = r.party()?;
+            let request = read_request(&mut r)?;
             let token = Generation(r.u64()?);
             let data = r.bytes(PARTY_DATA_BYTES_MAX)?;
             owners.push(Owner {
                 order_id,
                 session,
+                request,
                 count,
                 data,
                 timeout_ms,
@@ -159,10 +172,12 @@ impl Semaphore {
         let mut waiters = Vec::with_capacity(waiters_len);
         for _ in 0..waiters_len {
             let (order_id, session, count, timeout_ms) = r.party()?;
+            let request = read_request(&mut r)?;
             let data = r.bytes(PARTY_DATA_BYTES_MAX)?;
             waiters.push(Waiter {
                 order_id,
                 session,
+                request,
                 count,
                 data,
                 timeout_ms,

@@ -26,6 +26,10 @@
 //!   raise it: raising would jump the queue of those who wait for the same units, so it is
 //!   refused ([`SemaphoreError::OwnerCountRaised`]); release and acquire again to queue for more.
 //!   A waiter may change its count either way. One release ends whatever the session had.
+//! - **Late calls act on nothing newer.** Every acquire, release and timeout names the
+//!   session's call it belongs to ([`RequestId`]); a call older than the one that last shaped the
+//!   session's party is refused or ignored, so a release the store applies late cannot end a
+//!   grant the session made since.
 //! - **Try once.** A timeout of 0 means: granted now or not at all, never queued. A queued
 //!   request replaced by a try that fails leaves the queue.
 //! - **Tokens.** Every grant raises the semaphore's [`Generation`] by one and gives it to the new
@@ -97,6 +101,22 @@ pub struct OrderId(pub u64);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(pub u64);
 
+/// Names one call of a session on a semaphore, so that a call the store applies late (its
+/// caller gave up waiting for the answer, the network held it) cannot act on what the session
+/// asked since. A session numbers its calls in increasing order; a party remembers the id of
+/// the acquire that made or last replaced it, and
+///
+/// - an acquire with a lower id than the party's is refused ([`SemaphoreError::StaleRequest`]);
+/// - a release with a lower id leaves the party alone ([`Status::Superseded`]): a late release
+///   cannot end a later grant whose services run;
+/// - a timeout ends a queued request only when it names that very request.
+///
+/// A late acquire that lands after its session released can still make a party nobody waits
+/// for; it holds units until the session ends or releases the name again (liveness, never
+/// safety).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
 /// A granted acquire.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Owner {
@@ -104,6 +124,8 @@ pub struct Owner {
     pub order_id: OrderId,
     /// The session holding it.
     pub session: SessionKey,
+    /// The session's call that made it or last replaced it ([`RequestId`]).
+    pub request: RequestId,
     /// Units held, `1..=limit`.
     pub count: u64,
     /// What the owner publishes (an endpoint, for discovery): at most [`PARTY_DATA_BYTES_MAX`].
@@ -121,6 +143,8 @@ pub struct Waiter {
     pub order_id: OrderId,
     /// The session waiting.
     pub session: SessionKey,
+    /// The session's call that made it or last replaced it ([`RequestId`]).
+    pub request: RequestId,
     /// Units asked for, `1..=limit`.
     pub count: u64,
     /// What it will publish once granted: at most [`PARTY_DATA_BYTES_MAX`].

@@ -41,6 +41,15 @@ pub enum SemaphoreError {
         /// Units asked for.
         asked: u64,
     },
+    /// An acquire older than the one that made or last replaced the session's party: a call
+    /// applied late, after its session moved on. Nothing changed.
+    #[error("request {given} of the session is older than its request {party} already applied")]
+    StaleRequest {
+        /// The request id the acquire carried.
+        given: u64,
+        /// The request id of the session's party.
+        party: u64,
+    },
     /// A new party would exceed [`PARTIES_MAX`](super::PARTIES_MAX).
     #[error("the semaphore already has the most owners and waiters allowed")]
     TooManyParties,
@@ -89,6 +98,9 @@ pub enum Status {
     /// Release, session expiry or timeout: the session had nothing here that the operation
     /// ends (a timeout that comes after the grant leaves the grant alone).
     NotHeld,
+    /// Release or timeout older than the request that made or last replaced the session's
+    /// party ([`RequestId`](super::RequestId)): a late call; the party stays as it is.
+    Superseded,
     /// The semaphore's data was set.
     Updated,
     /// The semaphore was deleted. Its owners lost their holds and its waiters' requests ended:

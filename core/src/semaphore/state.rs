@@ -1,8 +1,8 @@
 //! One semaphore's state and the operations on it.
 
 use super::{
-    Changes, Generation, Grant, OrderId, Outcome, Owner, SemaphoreError, SemaphoreName, SessionKey,
-    Status, Waiter, DATA_BYTES_MAX, EPHEMERAL_LIMIT, PARTIES_MAX, PARTY_DATA_BYTES_MAX,
+    Changes, Generation, Grant, OrderId, Outcome, Owner, RequestId, SemaphoreError, SemaphoreName,
+    SessionKey, Status, Waiter, DATA_BYTES_MAX, EPHEMERAL_LIMIT, PARTIES_MAX, PARTY_DATA_BYTES_MAX,
 };
 
 /// One semaphore: what a store keeps under its name. Every operation takes the state as read
@@ -16,10 +16,12 @@ use super::{
 /// let a = SessionKey { incarnation: Incarnation(1), id: SessionId(1) };
 /// let b = SessionKey { incarnation: Incarnation(2), id: SessionId(1) };
 /// let mut leader = Semaphore::create(None, "leader", 1, Vec::new()).unwrap();
-/// let first = leader.acquire(a, 1, b"10.0.0.1:7000".to_vec(), 5_000).unwrap();
+/// let first = leader.acquire(a, RequestId(1), 1, b"10.0.0.1:7000".to_vec(), 5_000).unwrap();
 /// assert!(matches!(first.status, Status::Granted { .. }));
-/// let second = leader.acquire(b, 1, b"10.0.0.2:7000".to_vec(), 5_000).unwrap();
+/// let second = leader.acquire(b, RequestId(1), 1, b"10.0.0.2:7000".to_vec(), 5_000).unwrap();
 /// assert!(matches!(second.status, Status::Queued { .. }));
+/// // A release `a` sent before its acquire, applied late, ends nothing.
+/// assert_eq!(leader.release(a, RequestId(0)).status, Status::Superseded);
 ///
 /// let released = leader.expire_session(a);
 /// assert_eq!(released.granted[0].session, b);
@@ -46,10 +48,24 @@ pub struct Semaphore {
 /// Which of a session's requests a leaving operation ends.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Ends {
-    /// A hold or a queued request: release, expiry.
+    /// A hold or a queued request, whatever call made it: expiry.
     Any,
-    /// Only a queued request: its timeout passed.
-    Queued,
+    /// A hold or a queued request made by this call or an earlier one: release.
+    UpTo(RequestId),
+    /// Only the queued request made by this very call: its timeout passed.
+    Queued(RequestId),
+}
+
+impl Ends {
+    /// Whether the operation may act on a party last shaped by `request`; `owner` tells a hold
+    /// from a queued request.
+    fn reaches(self, request: RequestId, owner: bool) -> bool {
+        match self {
+            Ends::Any => true,
+            Ends::UpTo(up_to) => request <= up_to,
+            Ends::Queued(exact) => !owner && request == exact,
+        }
+    }
 }
 
 impl Semaphore {
@@ -108,11 +124,13 @@ impl Semaphore {
     }
 
     /// Asks for `count` units for `session`, publishing `data` once granted; `timeout_ms` is how
-    /// long it may stay queued (0: never queued). A session that already owns or waits replaces
-    /// its request in place (see the [module](crate::semaphore)).
+    /// long it may stay queued (0: never queued); `request` names the call ([`RequestId`]). A
+    /// session that already owns or waits replaces its request in place (see the
+    /// [module](crate::semaphore)), unless its party was shaped by a later call.
     pub fn acquire(
         &mut self,
         session: SessionKey,
+        request: RequestId,
         count: u64,
         data: Vec<u8>,
         timeout_ms: u64,
@@ -122,6 +140,14 @@ impl Semaphore {
             return Err(SemaphoreError::CountOutOfRange { count, limit });
         }
         check_data(&data, PARTY_DATA_BYTES_MAX)?;
+        if let Some(party) = self.party_request(session) {
+            if request < party {
+                return Err(SemaphoreError::StaleRequest {
+                    given: request.0,
+                    party: party.0,
+                });
+            }
+        }
         let mut changes = Changes::default();
         let mut granted = Vec::new();
         let status = if let Some(owner) = self.owners.iter_mut().find(|o| o.session == session) {
@@ -133,9 +159,11 @@ impl Semaphore {
                 order_id: owner.order_id,
                 token: owner.token,
             };
-            let same = (owner.count, &owner.data, owner.timeout_ms) == (count, &data, timeout_ms);
+            let same = (owner.count, &owner.data, owner.timeout_ms, owner.request)
+                == (count, &data, timeout_ms, request);
             if !same {
                 (owner.count, owner.data, owner.timeout_ms) = (count, data, timeout_ms);
+                owner.request = request;
                 changes.owners = true;
             }
             // A lowered hold frees units the head of the queue may be waiting for.
@@ -143,10 +171,15 @@ impl Semaphore {
             status
         } else if let Some(waiter) = self.waiters.iter_mut().find(|w| w.session == session) {
             let order_id = waiter.order_id;
-            let same =
-                (waiter.count, &waiter.data, waiter.timeout_ms) == (count, &data, timeout_ms);
+            let same = (
+                waiter.count,
+                &waiter.data,
+                waiter.timeout_ms,
+                waiter.request,
+            ) == (count, &data, timeout_ms, request);
             if !same {
                 (waiter.count, waiter.data, waiter.timeout_ms) = (count, data, timeout_ms);
+                waiter.request = request;
                 changes.waiters = true;
             }
             self.grant_waiters(&mut granted, &mut changes);
@@ -166,15 +199,25 @@ impl Semaphore {
                 Status::Queued { order_id }
             }
         } else {
-            self.enter(session, count, data, timeout_ms, &mut changes)?
+            self.enter(session, request, count, data, timeout_ms, &mut changes)?
         };
         Ok(self.finish(status, changes, granted))
+    }
+
+    /// The request that made or last replaced `session`'s party, if it has one.
+    fn party_request(&self, session: SessionKey) -> Option<RequestId> {
+        let owner = self.owners.iter().find(|o| o.session == session);
+        let waiter = || self.waiters.iter().find(|w| w.session == session);
+        owner
+            .map(|o| o.request)
+            .or_else(|| waiter().map(|w| w.request))
     }
 
     /// A new party: granted at once, queued, or (a try) nothing.
     fn enter(
         &mut self,
         session: SessionKey,
+        request: RequestId,
         count: u64,
         data: Vec<u8>,
         timeout_ms: u64,
@@ -197,6 +240,7 @@ impl Semaphore {
             self.owners.push(Owner {
                 order_id,
                 session,
+                request,
                 count,
                 data,
                 timeout_ms,
@@ -212,6 +256,7 @@ impl Semaphore {
             self.waiters.push(Waiter {
                 order_id,
                 session,
+                request,
                 count,
                 data,
                 timeout_ms,
@@ -221,10 +266,11 @@ impl Semaphore {
         }
     }
 
-    /// Ends `session`'s hold or queued request; then grants waiters from the head of the queue
-    /// while they fit. Never refused: releasing twice is harmless ([`Status::NotHeld`]).
-    pub fn release(&mut self, session: SessionKey) -> Outcome {
-        self.leave(session, Ends::Any)
+    /// Ends `session`'s hold or queued request, unless a call later than `request` shaped it
+    /// ([`Status::Superseded`]); then grants waiters from the head of the queue while they fit.
+    /// Never refused: releasing twice is harmless ([`Status::NotHeld`]).
+    pub fn release(&mut self, session: SessionKey, request: RequestId) -> Outcome {
+        self.leave(session, Ends::UpTo(request))
     }
 
     /// `session` was lost: the same as its [`release`](Self::release).
@@ -232,11 +278,12 @@ impl Semaphore {
         self.leave(session, Ends::Any)
     }
 
-    /// The queued request of `session` timed out: it leaves the queue; then waiters are granted
-    /// from the head as for a release. A request granted before its timeout was handled keeps
-    /// its grant ([`Status::NotHeld`]).
-    pub fn cancel_waiter_timeout(&mut self, session: SessionKey) -> Outcome {
-        self.leave(session, Ends::Queued)
+    /// The queued request `request` of `session` timed out: it leaves the queue; then waiters
+    /// are granted from the head as for a release. A request granted before its timeout was
+    /// handled keeps its grant ([`Status::NotHeld`]); one replaced by a later call stays
+    /// ([`Status::Superseded`]).
+    pub fn cancel_waiter_timeout(&mut self, session: SessionKey, request: RequestId) -> Outcome {
+        self.leave(session, Ends::Queued(request))
     }
 
     fn leave(&mut self, session: SessionKey, ends: Ends) -> Outcome {
@@ -244,22 +291,25 @@ impl Semaphore {
         let mut granted = Vec::new();
         let owner = self.owners.iter().position(|o| o.session == session);
         let status = match owner {
-            Some(at) if ends == Ends::Any => {
+            Some(at) if ends.reaches(self.owners[at].request, true) => {
                 let owner = self.owners.remove(at);
                 changes.owners = true;
                 Status::Released {
                     order_id: owner.order_id,
                 }
             }
-            Some(_) => Status::NotHeld,
+            // A timeout that came after the grant leaves it alone.
+            Some(_) if matches!(ends, Ends::Queued(_)) => Status::NotHeld,
+            Some(_) => Status::Superseded,
             None => match self.waiters.iter().position(|w| w.session == session) {
-                Some(at) => {
+                Some(at) if ends.reaches(self.waiters[at].request, false) => {
                     let waiter = self.waiters.remove(at);
                     changes.waiters = true;
                     Status::Withdrawn {
                         order_id: waiter.order_id,
                     }
                 }
+                Some(_) => Status::Superseded,
                 None => Status::NotHeld,
             },
         };
@@ -334,6 +384,7 @@ impl Semaphore {
             self.owners.push(Owner {
                 order_id: waiter.order_id,
                 session: waiter.session,
+                request: waiter.request,
                 count: waiter.count,
                 data: waiter.data,
                 timeout_ms: waiter.timeout_ms,

@@ -3,11 +3,13 @@
 
 use std::sync::Arc;
 
-use vvm_core::semaphore::{Description, Generation, OrderId, SemaphoreName, Status};
+use vvm_core::semaphore::{Description, Generation, OrderId, RequestId, SemaphoreName, Status};
 use vvm_core::{HoldingId, LossReason};
 
 use super::{expiry_look, AcquireOptions, CoordinationError, Inner};
-use crate::semaphore_store::{Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore};
+use crate::semaphore_store::{
+    next_request_id, Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore,
+};
 use crate::session::SessionError;
 
 /// How a grant ended, as [`SemaphoreGrant::ended`] reports it.
@@ -66,11 +68,19 @@ fn withdraw<S: SemaphoreStore + Clone>(
     };
     let (inner, name) = (Arc::clone(inner), name.clone());
     runtime.spawn(async move {
-        if let Err(error) = inner.call(&name, SemaphoreRequest::Release).await {
+        if let Err(error) = inner.call(&name, release_request()).await {
             tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; it ends with the session");
         }
         give_back(&inner, &name, holding);
     });
+}
+
+/// A release, numbered after every call the session made so far: it ends whatever they made,
+/// and nothing a later call makes.
+fn release_request() -> SemaphoreRequest {
+    SemaphoreRequest::Release {
+        request: next_request_id(),
+    }
 }
 
 /// The owner entry of our session in `description`, if it owns.
@@ -116,7 +126,9 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     let deadline = tokio::time::Instant::now().checked_add(options.timeout);
     // Subscribed before the acquire: a grant right after it is not missed.
     let mut change: SemaphoreChange = store.semaphore_changed(&name);
+    let acquire_request = next_request_id();
     let request = SemaphoreRequest::Acquire {
+        request: acquire_request,
         count: options.count,
         data: options.data.clone(),
         timeout_ms: options.timeout_ms(),
@@ -136,7 +148,15 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
         Some(granted) => granted,
         None => {
             claim.queued = true;
-            let waited = wait(inner, &name, key, deadline, &mut change, &mut look).await;
+            let waited = wait(
+                inner,
+                &name,
+                (key, acquire_request),
+                deadline,
+                &mut change,
+                &mut look,
+            )
+            .await;
             match waited {
                 Ok(Some(granted)) => granted,
                 Ok(None) => {
@@ -165,11 +185,11 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
 
 /// Waits in the queue: woken by the feed, by the soonest expiry of another party, by the
 /// session's end or by the timeout. `Ok(None)`: the timeout passed and the request left the
-/// queue.
+/// queue. `(key, request)`: the session and the acquire that queued.
 async fn wait<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
-    key: vvm_core::SessionKey,
+    (key, request): (vvm_core::SessionKey, RequestId),
     deadline: Option<tokio::time::Instant>,
     change: &mut SemaphoreChange,
     look: &mut Option<tokio::time::Instant>,
@@ -193,12 +213,12 @@ async fn wait<S: SemaphoreStore + Clone>(
         }
         let timed_out = deadline.is_some_and(|at| tokio::time::Instant::now() >= at);
         *change = store.semaphore_changed(name);
-        let request = if timed_out {
-            SemaphoreRequest::CancelWaiterTimeout
+        let call = if timed_out {
+            SemaphoreRequest::CancelWaiterTimeout { request }
         } else {
             SemaphoreRequest::Describe
         };
-        let applied: Applied = inner.call(name, request).await?;
+        let applied: Applied = inner.call(name, call).await?;
         *look = expiry_look(&applied);
         let Some(description) = applied.description else {
             return Err(CoordinationError::NotFound(name.clone()));
@@ -268,6 +288,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
         data: impl Into<Vec<u8>>,
     ) -> Result<(), CoordinationError> {
         let request = SemaphoreRequest::Acquire {
+            request: next_request_id(),
             count,
             data: data.into(),
             timeout_ms: self.timeout_ms,
@@ -278,7 +299,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
             Some(Status::Granted { order_id, .. }) if order_id == self.order_id => Ok(()),
             // Our hold had ended: the acquire made a new request, which is not this grant.
             _ => {
-                let _ = self.inner.call(&self.name, SemaphoreRequest::Release).await;
+                let _ = self.inner.call(&self.name, release_request()).await;
                 Err(CoordinationError::GrantEnded(self.name.clone()))
             }
         }
@@ -335,7 +356,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     /// leaves the hold to end with the session.
     pub async fn release(mut self) -> Result<bool, CoordinationError> {
         self.done = true;
-        let result = self.inner.call(&self.name, SemaphoreRequest::Release).await;
+        let result = self.inner.call(&self.name, release_request()).await;
         self.detach();
         let applied = result?;
         Ok(applied.outcome.is_some_and(

@@ -22,9 +22,9 @@
 //! [`SemaphoreParams::feed_delay_max_ns`].
 //!
 //! A semaphore call that reaches the store after its caller's timeout gave up on it is dropped
-//! unless [`SemaphoreParams::stale_calls`]: such a call acts on the session's later requests
-//! (a stale release ends a later grant while its services run), which the runtime does not
-//! guard against; session calls may always arrive late.
+//! unless [`SemaphoreParams::stale_calls`]; then it lands late, and its request id keeps it from
+//! acting on the session's later requests (a late release would otherwise end a later grant
+//! while its services run). Session calls may always arrive late.
 //!
 //! The faults are the leadership simulator's ([`Params::random`]): store errors, unknown outcomes
 //! (committed or not), latency, hung calls, store outages, pauses up to `3·L` (also right after
@@ -45,7 +45,7 @@ pub mod store;
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
-use vvm_core::semaphore::SessionKey;
+use vvm_core::semaphore::{RequestId, SessionKey};
 use vvm_core::{
     HoldingId, Incarnation, Instant, LeaseConfig, OpId, Reply, Session, SessionEffect,
     SessionEffects, SessionEvent, TimerId,
@@ -166,6 +166,8 @@ struct Live {
     timed_out: bool,
     /// The units this process start asks for, unless counts vary per acquire.
     count: u64,
+    /// The request id of the last acquire sent: a timeout cancels that one.
+    acquire_request: RequestId,
 }
 
 /// One position: a process that restarts as new incarnations.
@@ -473,6 +475,7 @@ impl SemaphoreSim {
             acq: Acq::Idle,
             episode: 0,
             woken_in_look: false,
+            acquire_request: RequestId(0),
             timed_out: false,
             count,
         });
@@ -599,7 +602,7 @@ impl SemaphoreSim {
                 if let Acq::Stopping { release, .. } = live.acq {
                     self.set_acting(id, None);
                     if release && self.live(id).session.liveness().is_some() {
-                        self.send_sem(id, Request::Release);
+                        self.send_sem(id, |request| Request::Release { request });
                     } else {
                         self.give_back(id);
                     }
@@ -649,7 +652,11 @@ impl SemaphoreSim {
         self.note(id, || {
             format!("acquires {count} units, timeout {timeout_ms} ms")
         });
-        self.send_sem(id, Request::Acquire { count, timeout_ms });
+        self.send_sem(id, |request| Request::Acquire {
+            count,
+            timeout_ms,
+            request,
+        });
     }
 
     /// A look of a waiter: a describe, or a cancel once its timeout passed.
@@ -657,24 +664,32 @@ impl SemaphoreSim {
         let live = self.live(id);
         live.woken_in_look = false;
         live.timed_out = false;
-        let request = if cancel {
-            Request::Cancel
-        } else {
-            Request::Look
-        };
-        let op = self.send_sem(id, request);
+        let acquired = live.acquire_request;
+        let op = self.send_sem(id, |_| {
+            if cancel {
+                Request::Cancel { request: acquired }
+            } else {
+                Request::Look
+            }
+        });
         self.live(id).acq = Acq::Looking { op, count, cancel };
     }
 
-    /// Sends a semaphore call; sets the acquire's state for an acquire or a release.
-    fn send_sem(&mut self, id: ProcessId, request: Request) -> u64 {
+    /// Sends a semaphore call, made by `call` from the call's request id (its op number, which
+    /// increases in the order calls are made, as the runtime's ids do); sets the acquire's state
+    /// for an acquire or a release.
+    fn send_sem(&mut self, id: ProcessId, call: impl FnOnce(RequestId) -> Request) -> u64 {
         self.sem_ops += 1;
         let op = self.sem_ops;
+        let request = call(RequestId(op));
         let sent_ns = self.local_ns(id);
         let live = self.live(id);
         let session = live.session.id().expect("a session");
         match request {
-            Request::Acquire { count, timeout_ms } => {
+            Request::Acquire {
+                count, timeout_ms, ..
+            } => {
+                live.acquire_request = RequestId(op);
                 live.acq = Acq::Acquiring {
                     op,
                     count,
@@ -682,8 +697,8 @@ impl SemaphoreSim {
                     sent_ns,
                 }
             }
-            Request::Release => live.acq = Acq::Releasing { op },
-            Request::Look | Request::Cancel => {}
+            Request::Release { .. } => live.acq = Acq::Releasing { op },
+            Request::Look | Request::Cancel { .. } => {}
         }
         self.send(
             id,
@@ -753,7 +768,7 @@ impl SemaphoreSim {
                 // The wait failed, or the request is gone: withdrawn with a release while the
                 // session allows a call.
                 _ if alive => {
-                    self.send_sem(id, Request::Release);
+                    self.send_sem(id, |request| Request::Release { request });
                 }
                 _ => self.give_back(id),
             },

@@ -44,9 +44,9 @@ pub struct SemaphoreParams {
     /// one count per process start.
     pub counts_vary: bool,
     /// Whether a semaphore call may reach the store after its caller's timeout gave up on it
-    /// (session calls always may). Such a stale call acts on whatever the session asked since:
-    /// a stale release ends its later grant, a stale acquire replaces its later request's count
-    /// (`sim/tests/semaphore_simulation.rs`, `stale_semaphore_calls_break_the_limit`); so the sound runs drop them.
+    /// (session calls always may). Every call names its request, so such a stale call acts on
+    /// nothing the session asked since (`sim/tests/semaphore_simulation.rs`,
+    /// `stale_semaphore_calls_act_on_nothing_newer`).
     pub stale_calls: bool,
 }
 

@@ -7,7 +7,7 @@
 //!
 //! Beside the store, a ledger judges the order of grants (see [`Ledger`]).
 
-use vvm_core::semaphore::{Semaphore, SessionKey, Status};
+use vvm_core::semaphore::{RequestId, Semaphore, SessionKey, Status};
 use vvm_core::{Record, Reply, Revision, SessionEffect, SessionId};
 
 use crate::store::Writer;
@@ -33,7 +33,8 @@ pub enum Call {
     },
 }
 
-/// A semaphore operation of the runtime.
+/// A semaphore operation of the runtime; `request` names the call as the runtime's
+/// `next_request_id` does (the simulator's op numbers increase in the order calls are made).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request {
     /// `acquire(count, timeout_ms)`.
@@ -42,13 +43,21 @@ pub enum Request {
         count: u64,
         /// How long it may wait (0: try once).
         timeout_ms: u64,
+        /// This call.
+        request: RequestId,
     },
     /// A look of a waiter: a describe.
     Look,
-    /// A waiter's timeout passed: `cancel_waiter_timeout`.
-    Cancel,
+    /// A waiter's timeout passed: `cancel_waiter_timeout` of the acquire `request`.
+    Cancel {
+        /// The acquire that timed out.
+        request: RequestId,
+    },
     /// `release`.
-    Release,
+    Release {
+        /// This call.
+        request: RequestId,
+    },
 }
 
 /// What a semaphore transaction tells the caller.
@@ -282,18 +291,23 @@ impl SemaphoreStoreModel {
         }
         let mut status = None;
         match request {
-            Request::Acquire { count, timeout_ms } => {
-                status = Some(self.acquire(me, count, timeout_ms));
+            Request::Acquire {
+                count,
+                timeout_ms,
+                request,
+            } => {
+                status = Some(self.acquire(me, request, count, timeout_ms));
             }
             Request::Look => {}
-            Request::Cancel => {
-                self.semaphore.cancel_waiter_timeout(me);
+            Request::Cancel { request } => {
+                self.semaphore.cancel_waiter_timeout(me, request);
             }
-            Request::Release => {
-                self.semaphore.release(me);
+            Request::Release { request } => {
+                self.semaphore.release(me, request);
             }
         }
-        self.written(&before, request == Request::Release, effects);
+        let release = matches!(request, Request::Release { .. });
+        self.written(&before, release, effects);
         let semaphore = &self.semaphore;
         let owns = match status {
             Some(Status::Granted { .. }) => Some(true),
@@ -319,7 +333,13 @@ impl SemaphoreStoreModel {
 
     /// The core's acquire; under [`Rule::GrantWhenFits`] with the queue set aside while it
     /// runs, so that a new request that fits is granted past the waiters.
-    fn acquire(&mut self, me: SessionKey, count: u64, timeout_ms: u64) -> Status {
+    fn acquire(
+        &mut self,
+        me: SessionKey,
+        request: RequestId,
+        count: u64,
+        timeout_ms: u64,
+    ) -> Status {
         let semaphore = &mut self.semaphore;
         let party = semaphore.owners().iter().any(|o| o.session == me)
             || semaphore.waiters().iter().any(|w| w.session == me);
@@ -328,22 +348,22 @@ impl SemaphoreStoreModel {
             let waiters = semaphore.waiters().to_vec();
             // From the back, so that no waiter is granted by another one's leaving.
             for w in waiters.iter().rev() {
-                semaphore.release(w.session);
+                semaphore.release(w.session, w.request);
             }
             let outcome = semaphore
-                .acquire(me, count, Vec::new(), timeout_ms)
+                .acquire(me, request, count, Vec::new(), timeout_ms)
                 .expect("a valid acquire");
             for w in waiters {
                 semaphore
-                    .acquire(w.session, w.count, w.data, w.timeout_ms)
+                    .acquire(w.session, w.request, w.count, w.data, w.timeout_ms)
                     .expect("a valid acquire");
             }
             return outcome.status;
         }
-        match semaphore.acquire(me, count, Vec::new(), timeout_ms) {
+        match semaphore.acquire(me, request, count, Vec::new(), timeout_ms) {
             Ok(outcome) => outcome.status,
             // An owner asking for more than it holds (a grant it did not see, acquired again
-            // with another count): refused, nothing changed.
+            // with another count), or a late acquire: refused, nothing changed.
             Err(_) => Status::NotGranted,
         }
     }
