@@ -220,7 +220,7 @@ impl<S: LeaseStore> Driver<S> {
             Some(SessionStart::Shared(side)) => side,
             Some(SessionStart::Own(open)) => {
                 open.await.map_err(|error| VvmError::SessionNotOpened {
-                    reason: crate::ErrorChain(&error).to_string(),
+                    source: crate::Cause::new(error),
                 })?
             }
         };

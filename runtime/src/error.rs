@@ -57,10 +57,11 @@ pub enum VvmError {
     #[error("the services ended without being asked to (their pipeline task vanished)")]
     ServicesVanished,
     /// The session of a VVM on its own session could not be opened, so nothing was acquired.
-    #[error("the VVM's session could not be opened: {reason}")]
+    #[error("the VVM's session could not be opened")]
     SessionNotOpened {
-        /// Why, in the session's words.
-        reason: String,
+        /// Why: the [`SessionError`](crate::SessionError), kept whole
+        /// ([`Cause::downcast_ref`] gets it back).
+        source: Cause,
     },
     /// `launch` was not polled inside a tokio runtime, so nothing could be started.
     #[error("launch needs a tokio runtime")]

@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use vvm::adapters::MemoryStore;
+use vvm::semaphore::SemaphoreName;
 use vvm::{
-    Acquired, Lease, LeaseStore, LeaseValue, Revision, SessionKey, SessionRecord, SessionStore,
-    Slot, StoreError,
+    Acquired, Applied, Lease, LeaseStore, LeaseValue, Revision, SemaphoreChange,
+    SemaphoreRequest, SemaphoreStore, SemaphoreStoreError, SessionKey, SessionRecord,
+    SessionStore, Slot, StoreError,
 };
 
 /// Which call the hook is asked about.
@@ -21,6 +23,8 @@ pub enum Call {
     DeleteSession,
     GetSession,
     Acquire,
+    /// A semaphore transaction.
+    Semaphore,
 }
 
 /// What happens to one call.
@@ -153,5 +157,34 @@ impl<H: Hook> SessionStore for Faulty<H> {
 
     async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
         self.run(Call::Acquire, self.store.acquire(slot, key)).await
+    }
+}
+
+impl<H: Hook> SemaphoreStore for Faulty<H> {
+    async fn semaphore(
+        &self,
+        session: SessionKey,
+        name: &SemaphoreName,
+        request: SemaphoreRequest,
+    ) -> Result<Applied, SemaphoreStoreError> {
+        let fault = self.hook.fault(Call::Semaphore);
+        let run = self.store.semaphore(session, name, request);
+        match fault {
+            Fault::None => run.await,
+            Fault::Fail => Err(StoreError::failed(Injected).into()),
+            Fault::UnknownLost => Err(StoreError::unknown(Injected).into()),
+            Fault::UnknownApplied => {
+                run.await?;
+                Err(StoreError::unknown(Injected).into())
+            }
+            Fault::Delay(delay) => {
+                tokio::time::sleep(delay).await;
+                run.await
+            }
+        }
+    }
+
+    fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
+        self.store.semaphore_changed(name)
     }
 }

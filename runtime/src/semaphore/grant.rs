@@ -134,7 +134,20 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
         timeout_ms: options.timeout_ms(),
         ephemeral: options.ephemeral,
     };
-    let applied = inner.call(&name, request).await?;
+    let applied = match inner.call(&name, request).await {
+        Ok(applied) => applied,
+        Err(error) => {
+            // An acquire whose outcome is unknown may have been written (granted or queued):
+            // the claim withdraws it with a release numbered after it, so that it holds no
+            // units until the session ends. A release cannot reach a later request.
+            claim.queued = matches!(
+                error,
+                CoordinationError::Store(crate::StoreError::Unknown { .. })
+                    | CoordinationError::TimedOut
+            );
+            return Err(error);
+        }
+    };
     let mut look = expiry_look(&applied);
     let status = applied.outcome.map(|o| o.status);
     let granted = match status {
