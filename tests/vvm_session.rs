@@ -360,6 +360,85 @@ async fn a_shared_session_lost_stops_every_vvm_on_it() {
     );
 }
 
+/// Two VVMs share one session; one shuts down cleanly: its services stop and its holding is
+/// released, while the session stays open with the other VVM leading on it and keepalives going
+/// on. Only the owner of the session closes it, once nothing is attached.
+// covers: Rt.SharedSession, Rt.SessionShutdownOrder
+#[tokio::test(start_paused = true)]
+async fn one_vvm_of_a_shared_session_shuts_down_and_the_session_stays() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let value = LeaseValue::new("10.0.0.9:7000", Incarnation(9));
+    let lease = LeaseConfig::new(LEASE).unwrap();
+    let session = SessionHandle::open(store.clone(), lease, value, &killer.thread)
+        .await
+        .unwrap();
+    let journal = store.hook.journal.clone();
+    let mut vvms = Vec::new();
+    for (address, name) in [("10.0.0.1:7000", "a"), ("10.0.0.2:7000", "b")] {
+        let vvm = Vvm::provide_on_shared_session(
+            config(address, 2),
+            session.clone(),
+            worker(name, &journal),
+        )
+        .unwrap()
+        .launch()
+        .await;
+        vvms.push(vvm);
+    }
+    let b = vvms.pop().expect("two");
+    let a = vvms.pop().expect("two");
+    let (slot_a, slot_b) = (
+        a.token().expect("leads").slot,
+        b.token().expect("leads").slot,
+    );
+
+    a.shutdown().await.expect("clean");
+    let mut entries = journal.entries();
+    entries.retain(|e| e != "Acquire");
+    entries.retain(|e| !e.starts_with("start"));
+    assert_eq!(
+        entries,
+        ["stop a", "Delete"],
+        "a's services stopped, then its holding released; the session not closed"
+    );
+    assert_eq!(store.get(slot_a).await.unwrap(), None, "a's slot is free");
+    assert!(
+        store.get(slot_b).await.unwrap().is_some(),
+        "b still holds its slot"
+    );
+    assert_eq!(
+        killer.thread.armed().len(),
+        1,
+        "the session's deadline stays armed"
+    );
+
+    // The session lives on for b: keepalives go on, b's services keep running.
+    let before = store.hook.keepalives.load(Ordering::Relaxed);
+    pass(LEASE).await;
+    let keepalives = store.hook.keepalives.load(Ordering::Relaxed) - before;
+    assert!(
+        (3..=5).contains(&keepalives),
+        "{keepalives} keepalives in L"
+    );
+    assert_eq!(b.token().map(|t| t.slot), Some(slot_b), "b still leads");
+
+    b.shutdown().await.expect("clean");
+    assert!(
+        session.close().await.expect("closes"),
+        "closed by its owner"
+    );
+    let mut entries = journal.entries();
+    entries.retain(|e| e != "Acquire" && !e.starts_with("start"));
+    assert_eq!(
+        entries,
+        ["stop a", "Delete", "stop b", "Delete", "DeleteSession"]
+    );
+    assert!(killer.thread.armed().is_empty(), "the close disarmed");
+    killer.catch_up();
+    assert!(killer.recorder.reports().is_empty());
+}
+
 /// On an SQLite file: launch on its own session, the token is the holding's revision, and a
 /// clean shutdown releases the holding, deletes the session and disarms.
 // covers: Rt.VvmOnSession, Rt.SessionShutdownOrder

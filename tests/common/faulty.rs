@@ -6,9 +6,8 @@ use std::time::Duration;
 use vvm::adapters::MemoryStore;
 use vvm::semaphore::SemaphoreName;
 use vvm::{
-    Acquired, Applied, Lease, LeaseStore, LeaseValue, Revision, SemaphoreChange,
-    SemaphoreRequest, SemaphoreStore, SemaphoreStoreError, SessionKey, SessionRecord,
-    SessionStore, Slot, StoreError,
+    Acquired, Applied, Lease, LeaseStore, LeaseValue, Revision, SemaphoreChange, SemaphoreRequest,
+    SemaphoreStore, SemaphoreStoreError, SessionKey, SessionRecord, SessionStore, Slot, StoreError,
 };
 
 /// Which call the hook is asked about.
