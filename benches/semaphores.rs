@@ -95,13 +95,7 @@ where
                     .await
                     .expect("granted");
                 store
-                    .semaphore(
-                        key(1),
-                        &name,
-                        SemaphoreRequest::Release {
-                            request: vvm::next_request_id(),
-                        },
-                    )
+                    .semaphore(key(1), &name, SemaphoreRequest::release())
                     .await
                     .expect("released");
             })

@@ -223,8 +223,9 @@ struct Proc {
     /// True instant of the waiter's look at another party's expiry.
     look_at: Option<u64>,
     acquires: u8,
-    /// Semaphore calls this session made: the next one's request id is one more (ids rise in
-    /// the order calls are made, as the runtime's `next_request_id` does).
+    /// Acquires and releases this session made: the next one's request id is one more (ids
+    /// rise in the order calls are made, as the runtime's `next_request_id` does). Looks carry
+    /// no id (they change nothing), so that they add no states.
     calls: u8,
 }
 
@@ -690,7 +691,9 @@ impl SemaphoreModel {
     fn send_sem(world: &mut World, p: usize, op: SemOp) {
         let proc = &mut world.procs[p];
         let session = proc.session.id().expect("a session");
-        proc.calls += 1;
+        if op != SemOp::Look {
+            proc.calls += 1;
+        }
         world.msgs.push(Msg {
             p: p as u8,
             generation: proc.generation,

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::TestKiller;
 use vvm::adapters::MemoryStore;
 use vvm::{
-    AcquireOptions, Coordination, Incarnation, LeaseConfig, LeaseValue, ServeError, ServeTimeouts,
-    Service, ServiceContext, ServiceError, Services, SessionHandle,
+    AcquireOptions, Coordination, ServeError, ServeTimeouts, Service, ServiceContext, ServiceError,
+    Services,
 };
 
 /// What the service saw, for the test to judge.
@@ -66,15 +66,6 @@ impl Service for Worker<MemoryStore> {
     }
 }
 
-async fn open(store: &MemoryStore, n: u64, killer: &TestKiller) -> Coordination<MemoryStore> {
-    let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
-    let lease = LeaseConfig::new(Duration::from_secs(20)).expect("valid");
-    let session = SessionHandle::open(store.clone(), lease, value, &killer.thread)
-        .await
-        .expect("opens");
-    Coordination::new(session)
-}
-
 fn worker(coordination: &Coordination<MemoryStore>, seen: &Seen, stubborn: bool) -> Services {
     Services::new()
         .with(Worker {
@@ -92,7 +83,7 @@ fn worker(coordination: &Coordination<MemoryStore>, seen: &Seen, stubborn: bool)
 async fn services_run_under_the_grant_and_stop_before_its_release() {
     let store = MemoryStore::new();
     let killer = TestKiller::new();
-    let coordination = open(&store, 1, &killer).await;
+    let coordination = common::coordination(&store, 1, &killer).await;
     coordination.create("work", 2, Vec::new()).await.unwrap();
     let grant = coordination
         .acquire("work", AcquireOptions::new(1))
@@ -133,8 +124,8 @@ async fn services_run_under_the_grant_and_stop_before_its_release() {
 async fn a_grant_ended_underneath_stops_the_services() {
     let store = MemoryStore::new();
     let killer = TestKiller::new();
-    let coordination = open(&store, 1, &killer).await;
-    let other = open(&store, 2, &killer).await;
+    let coordination = common::coordination(&store, 1, &killer).await;
+    let other = common::coordination(&store, 2, &killer).await;
     coordination.create("work", 1, Vec::new()).await.unwrap();
     let grant = coordination
         .acquire("work", AcquireOptions::new(1))
@@ -168,7 +159,7 @@ async fn a_grant_ended_underneath_stops_the_services() {
 async fn an_unclean_stop_leaves_the_grant_held() {
     let store = MemoryStore::new();
     let killer = TestKiller::new();
-    let coordination = open(&store, 1, &killer).await;
+    let coordination = common::coordination(&store, 1, &killer).await;
     coordination.create("work", 1, Vec::new()).await.unwrap();
     let grant = coordination
         .acquire("work", AcquireOptions::new(1))

@@ -7,11 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
-use common::TestKiller;
-use vvm::{
-    AcquireOptions, Coordination, CoordinationError, Incarnation, LeaseConfig, LeaseValue,
-    SessionHandle, StoreError,
-};
+use common::{coordination, TestKiller};
+use vvm::{AcquireOptions, CoordinationError, StoreError};
 
 /// Applies the next semaphore transaction and reports its outcome as unknown, once.
 #[derive(Clone, Default)]
@@ -32,15 +29,6 @@ impl Hook for LoseNextAnswer {
 
 type Store = Faulty<LoseNextAnswer>;
 
-async fn open(store: &Store, n: u64, killer: &TestKiller) -> Coordination<Store> {
-    let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
-    let lease = LeaseConfig::new(Duration::from_secs(20)).expect("valid");
-    let session = SessionHandle::open(store.clone(), lease, value, &killer.thread)
-        .await
-        .expect("opens");
-    Coordination::new(session)
-}
-
 /// The acquire was granted in the store but its answer lost: the caller gets the unknown
 /// outcome, and the grant it never saw is released, so another session gets the units at once
 /// instead of when the first session ends.
@@ -49,8 +37,8 @@ async fn open(store: &Store, n: u64, killer: &TestKiller) -> Coordination<Store>
 async fn an_acquire_of_unknown_outcome_is_withdrawn() {
     let store = Store::default();
     let killer = TestKiller::new();
-    let a = open(&store, 1, &killer).await;
-    let b = open(&store, 2, &killer).await;
+    let a = coordination(&store, 1, &killer).await;
+    let b = coordination(&store, 2, &killer).await;
     a.create("lock", 1, Vec::new()).await.expect("created");
 
     *store.hook.0.lock().unwrap() = true;

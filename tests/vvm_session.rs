@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
-use common::{pass, IgnoresStop, Journal, TestKiller, Worker};
+use common::{open_session, pass, IgnoresStop, Journal, TestKiller, Worker};
 use vvm::adapters::{MemoryStore, SqliteStore};
 use vvm::{
-    Clock, FencingToken, Incarnation, Instant, KillerThread, LeaseConfig, LeaseStore, LeaseValue,
-    LossReason, RecordingKiller, Service, ServiceContext, ServiceError, Services, SessionHandle,
-    SessionStore, Slot, TimeSource, Vvm, VvmConfig, VvmError,
+    Clock, FencingToken, Instant, KillerThread, Launched, LeaseStore, LossReason, RecordingKiller,
+    Service, ServiceContext, ServiceError, Services, SessionHandle, SessionStore, Slot, TimeSource,
+    Vvm, VvmConfig, VvmError,
 };
 
 const LEASE: Duration = Duration::from_secs(20);
@@ -295,34 +295,33 @@ async fn two_vvms_on_sessions_hand_the_slot_over_after_a_shutdown() {
     assert!(killer.thread.armed().is_empty());
 }
 
-/// Two VVMs share one session: one keepalive for both; a loss of the session stops both.
-// covers: Rt.SharedSession
-#[tokio::test(start_paused = true)]
-async fn a_shared_session_lost_stops_every_vvm_on_it() {
-    let store = Store::default();
-    let killer = TestKiller::new();
-    let value = LeaseValue {
-        address: "10.0.0.9:7000".into(),
-        incarnation: Incarnation(9),
-        stopping: false,
-    };
-    let lease = LeaseConfig::new(LEASE).unwrap();
-    let session = SessionHandle::open(store.clone(), lease, value, &killer.thread)
-        .await
-        .unwrap();
-    let journal = Journal::default();
+/// VVMs `a` (10.0.0.1) and `b` (10.0.0.2) launched on `session`, each with a worker journaling
+/// to `journal`.
+async fn launch_a_and_b(session: &SessionHandle<Store>, journal: &Journal) -> Vec<Vvm<Launched>> {
     let mut vvms = Vec::new();
     for (address, name) in [("10.0.0.1:7000", "a"), ("10.0.0.2:7000", "b")] {
         let vvm = Vvm::provide_on_shared_session(
             config(address, 2),
             session.clone(),
-            worker(name, &journal),
+            worker(name, journal),
         )
         .unwrap()
         .launch()
         .await;
         vvms.push(vvm);
     }
+    vvms
+}
+
+/// Two VVMs share one session: one keepalive for both; a loss of the session stops both.
+// covers: Rt.SharedSession
+#[tokio::test(start_paused = true)]
+async fn a_shared_session_lost_stops_every_vvm_on_it() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let session = open_session(&store, 9, &killer).await;
+    let journal = Journal::default();
+    let vvms = launch_a_and_b(&session, &journal).await;
     let slots: Vec<Slot> = vvms
         .iter()
         .map(|v| v.token().expect("leads").slot)
@@ -368,24 +367,9 @@ async fn a_shared_session_lost_stops_every_vvm_on_it() {
 async fn one_vvm_of_a_shared_session_shuts_down_and_the_session_stays() {
     let store = Store::default();
     let killer = TestKiller::new();
-    let value = LeaseValue::new("10.0.0.9:7000", Incarnation(9));
-    let lease = LeaseConfig::new(LEASE).unwrap();
-    let session = SessionHandle::open(store.clone(), lease, value, &killer.thread)
-        .await
-        .unwrap();
+    let session = open_session(&store, 9, &killer).await;
     let journal = store.hook.journal.clone();
-    let mut vvms = Vec::new();
-    for (address, name) in [("10.0.0.1:7000", "a"), ("10.0.0.2:7000", "b")] {
-        let vvm = Vvm::provide_on_shared_session(
-            config(address, 2),
-            session.clone(),
-            worker(name, &journal),
-        )
-        .unwrap()
-        .launch()
-        .await;
-        vvms.push(vvm);
-    }
+    let mut vvms = launch_a_and_b(&session, &journal).await;
     let b = vvms.pop().expect("two");
     let a = vvms.pop().expect("two");
     let (slot_a, slot_b) = (

@@ -112,6 +112,16 @@ pub enum SemaphoreRequest {
     Describe,
 }
 
+impl SemaphoreRequest {
+    /// A release numbered now ([`next_request_id`]): it ends whatever the session's earlier
+    /// calls made, and nothing a later call makes.
+    pub fn release() -> Self {
+        SemaphoreRequest::Release {
+            request: next_request_id(),
+        }
+    }
+}
+
 /// What a semaphore transaction did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {

@@ -66,18 +66,20 @@ pub struct Faulty<H> {
 }
 
 impl<H: Hook> Faulty<H> {
-    async fn run<T>(
+    /// `run` as the hook decides; a fault is a [`StoreError`], in whatever error the call
+    /// returns.
+    async fn run<T, E: From<StoreError>>(
         &self,
         call: Call,
-        run: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+        run: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
         match self.hook.fault(call) {
             Fault::None => run.await,
-            Fault::Fail => Err(StoreError::failed(Injected)),
-            Fault::UnknownLost => Err(StoreError::unknown(Injected)),
+            Fault::Fail => Err(StoreError::failed(Injected).into()),
+            Fault::UnknownLost => Err(StoreError::unknown(Injected).into()),
             Fault::UnknownApplied => {
                 run.await?;
-                Err(StoreError::unknown(Injected))
+                Err(StoreError::unknown(Injected).into())
             }
             Fault::Delay(delay) => {
                 tokio::time::sleep(delay).await;
@@ -166,21 +168,8 @@ impl<H: Hook> SemaphoreStore for Faulty<H> {
         name: &SemaphoreName,
         request: SemaphoreRequest,
     ) -> Result<Applied, SemaphoreStoreError> {
-        let fault = self.hook.fault(Call::Semaphore);
         let run = self.store.semaphore(session, name, request);
-        match fault {
-            Fault::None => run.await,
-            Fault::Fail => Err(StoreError::failed(Injected).into()),
-            Fault::UnknownLost => Err(StoreError::unknown(Injected).into()),
-            Fault::UnknownApplied => {
-                run.await?;
-                Err(StoreError::unknown(Injected).into())
-            }
-            Fault::Delay(delay) => {
-                tokio::time::sleep(delay).await;
-                run.await
-            }
-        }
+        self.run(Call::Semaphore, run).await
     }
 
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {

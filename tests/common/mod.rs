@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use vvm::{
-    Clock, Incarnation, KillerThread, LeaseValue, ManualKillerTime, RecordingKiller, Service,
-    ServiceContext, ServiceError, TimeSource, VvmConfig,
+    Clock, Coordination, Incarnation, KillerThread, LeaseConfig, LeaseValue, ManualKillerTime,
+    RecordingKiller, SemaphoreStore, Service, ServiceContext, ServiceError, SessionHandle,
+    SessionStore, TimeSource, VvmConfig,
 };
 
 /// The lease of every test VVM: renew every 5 s, retry after 1 s, store calls time out after
@@ -60,6 +61,27 @@ impl TestKiller {
     pub fn catch_up(&self) {
         self.time.set(Clock.now());
     }
+}
+
+/// A session of the process `10.0.0.n:7000` (incarnation `n`) on `store`, with the lease
+/// [`LEASE`] and its kill deadline on `killer`.
+pub async fn open_session<S>(store: &S, n: u64, killer: &TestKiller) -> SessionHandle<S>
+where
+    S: SessionStore + Clone + Send + Sync + 'static,
+{
+    let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
+    let lease = LeaseConfig::new(LEASE).expect("valid");
+    SessionHandle::open(store.clone(), lease, value, &killer.thread)
+        .await
+        .expect("the session opens")
+}
+
+/// Semaphores on a new [`open_session`].
+pub async fn coordination<S>(store: &S, n: u64, killer: &TestKiller) -> Coordination<S>
+where
+    S: SemaphoreStore + Clone + Send + Sync + 'static,
+{
+    Coordination::new(open_session(store, n, killer).await)
 }
 
 /// A value written by someone else.

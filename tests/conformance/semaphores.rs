@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use vvm::semaphore::{Description, SemaphoreName, Status};
+use vvm::semaphore::{Description, RequestId, SemaphoreName, Status};
 use vvm::{
     AcquireOptions, Applied, Coordination, CoordinationError, Incarnation, KillerThread,
     LeaseConfig, RecordingKiller, SemaphoreError, SemaphoreRequest, SemaphoreStore,
@@ -42,20 +42,19 @@ async fn run<S: SemaphoreStore>(
     store.semaphore(key(n), &name(semaphore), request).await
 }
 
+/// An acquire made now.
 fn acquire(count: u64, data: &[u8], timeout_ms: u64) -> SemaphoreRequest {
+    acquire_as(vvm::next_request_id(), count, data, timeout_ms)
+}
+
+/// An acquire numbered `request`: made earlier, or sent again.
+fn acquire_as(request: RequestId, count: u64, data: &[u8], timeout_ms: u64) -> SemaphoreRequest {
     SemaphoreRequest::Acquire {
-        request: vvm::next_request_id(),
+        request,
         count,
         data: data.to_vec(),
         timeout_ms,
         ephemeral: false,
-    }
-}
-
-/// A release made now: it ends whatever the session's earlier calls made.
-fn release() -> SemaphoreRequest {
-    SemaphoreRequest::Release {
-        request: vvm::next_request_id(),
     }
 }
 
@@ -117,7 +116,9 @@ where
         [key(2), key(3), key(4)]
     );
     // 2 units free: session 2 (1 unit) and session 3 (2 units) in order; 3 does not fit yet.
-    run(&store, 1, "lock", release()).await.expect("released");
+    run(&store, 1, "lock", SemaphoreRequest::release())
+        .await
+        .expect("released");
     let now = describe(&other, 2, "lock").await;
     assert_eq!(owners(&now), [key(2)], "the head is granted");
     assert_eq!(
@@ -125,7 +126,9 @@ where
         [key(3), key(4)],
         "a head that does not fit blocks the rest"
     );
-    run(&other, 2, "lock", release()).await.expect("released");
+    run(&other, 2, "lock", SemaphoreRequest::release())
+        .await
+        .expect("released");
     let now = describe(&store, 3, "lock").await;
     assert_eq!(owners(&now), [key(3)]);
     assert_eq!(waiters(&now), [key(4)]);
@@ -223,17 +226,10 @@ where
         "{granted:?}"
     );
     let queued_by = vvm::next_request_id();
-    let queue = |request| SemaphoreRequest::Acquire {
-        request,
-        count: 1,
-        data: b"w".to_vec(),
-        timeout_ms: 60_000,
-        ephemeral: false,
-    };
-    run(&store, 2, "lock", queue(queued_by))
+    run(&store, 2, "lock", acquire_as(queued_by, 1, b"w", 60_000))
         .await
         .expect("queued");
-    run(&store, 2, "lock", queue(vvm::next_request_id()))
+    run(&store, 2, "lock", acquire(1, b"w", 60_000))
         .await
         .expect("replaced in place");
     let before = describe(&store, 1, "lock").await;
@@ -249,14 +245,7 @@ where
     .await
     .expect("runs");
     assert_eq!(status(&released), Status::Superseded);
-    let acquired = SemaphoreRequest::Acquire {
-        request: late_acquire,
-        count: 1,
-        data: b"old".to_vec(),
-        timeout_ms: 0,
-        ephemeral: false,
-    };
-    let refused = run(&store, 1, "lock", acquired).await;
+    let refused = run(&store, 1, "lock", acquire_as(late_acquire, 1, b"old", 0)).await;
     assert!(
         matches!(
             refused,
@@ -278,7 +267,9 @@ where
     assert_eq!(describe(&store, 1, "lock").await, before, "nothing written");
 
     // A release made now ends the grant and grants the waiter.
-    let released = run(&store, 1, "lock", release()).await.expect("runs");
+    let released = run(&store, 1, "lock", SemaphoreRequest::release())
+        .await
+        .expect("runs");
     assert!(matches!(status(&released), Status::Released { .. }));
     assert_eq!(owners(&describe(&store, 2, "lock").await), [key(2)]);
 }
@@ -307,7 +298,9 @@ where
     let description = made.description.expect("it exists");
     assert!(description.ephemeral);
     assert_eq!(description.limit, u64::MAX);
-    let released = run(&store, 1, "tmp", release()).await.expect("runs");
+    let released = run(&store, 1, "tmp", SemaphoreRequest::release())
+        .await
+        .expect("runs");
     assert!(matches!(status(&released), Status::Released { .. }));
     assert_eq!(released.description, None, "deleted with its last party");
     assert_eq!(

@@ -140,17 +140,10 @@ impl Semaphore {
             return Err(SemaphoreError::CountOutOfRange { count, limit });
         }
         check_data(&data, PARTY_DATA_BYTES_MAX)?;
-        if let Some(party) = self.party_request(session) {
-            if request < party {
-                return Err(SemaphoreError::StaleRequest {
-                    given: request.0,
-                    party: party.0,
-                });
-            }
-        }
         let mut changes = Changes::default();
         let mut granted = Vec::new();
         let status = if let Some(owner) = self.owners.iter_mut().find(|o| o.session == session) {
+            not_stale(owner.request, request)?;
             if count > owner.count {
                 let held = owner.count;
                 return Err(SemaphoreError::OwnerCountRaised { held, asked: count });
@@ -170,6 +163,7 @@ impl Semaphore {
             self.grant_waiters(&mut granted, &mut changes);
             status
         } else if let Some(waiter) = self.waiters.iter_mut().find(|w| w.session == session) {
+            not_stale(waiter.request, request)?;
             let order_id = waiter.order_id;
             let same = (
                 waiter.count,
@@ -202,15 +196,6 @@ impl Semaphore {
             self.enter(session, request, count, data, timeout_ms, &mut changes)?
         };
         Ok(self.finish(status, changes, granted))
-    }
-
-    /// The request that made or last replaced `session`'s party, if it has one.
-    fn party_request(&self, session: SessionKey) -> Option<RequestId> {
-        let owner = self.owners.iter().find(|o| o.session == session);
-        let waiter = || self.waiters.iter().find(|w| w.session == session);
-        owner
-            .map(|o| o.request)
-            .or_else(|| waiter().map(|w| w.request))
     }
 
     /// A new party: granted at once, queued, or (a try) nothing.
@@ -413,6 +398,17 @@ impl Semaphore {
     fn free(&self) -> u64 {
         self.limit.saturating_sub(self.count())
     }
+}
+
+/// Refuses an acquire `given` older than the request `party` that shaped the session's party.
+fn not_stale(party: RequestId, given: RequestId) -> Result<(), SemaphoreError> {
+    if given < party {
+        return Err(SemaphoreError::StaleRequest {
+            given: given.0,
+            party: party.0,
+        });
+    }
+    Ok(())
 }
 
 fn check_data(data: &[u8], max: usize) -> Result<(), SemaphoreError> {

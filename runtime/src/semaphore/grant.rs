@@ -68,19 +68,11 @@ fn withdraw<S: SemaphoreStore + Clone>(
     };
     let (inner, name) = (Arc::clone(inner), name.clone());
     runtime.spawn(async move {
-        if let Err(error) = inner.call(&name, release_request()).await {
+        if let Err(error) = inner.call(&name, SemaphoreRequest::release()).await {
             tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; it ends with the session");
         }
         give_back(&inner, &name, holding);
     });
-}
-
-/// A release, numbered after every call the session made so far: it ends whatever they made,
-/// and nothing a later call makes.
-fn release_request() -> SemaphoreRequest {
-    SemaphoreRequest::Release {
-        request: next_request_id(),
-    }
 }
 
 /// The owner entry of our session in `description`, if it owns.
@@ -121,7 +113,6 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
             .await
             .map_err(CoordinationError::Session)?,
     );
-    let key = inner.session.key();
     let store = inner.session.store();
     let deadline = tokio::time::Instant::now().checked_add(options.timeout);
     // Subscribed before the acquire: a grant right after it is not missed.
@@ -164,7 +155,7 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
             let waited = wait(
                 inner,
                 &name,
-                (key, acquire_request),
+                acquire_request,
                 deadline,
                 &mut change,
                 &mut look,
@@ -198,16 +189,17 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
 
 /// Waits in the queue: woken by the feed, by the soonest expiry of another party, by the
 /// session's end or by the timeout. `Ok(None)`: the timeout passed and the request left the
-/// queue. `(key, request)`: the session and the acquire that queued.
+/// queue. `request`: the acquire that queued.
 async fn wait<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
-    (key, request): (vvm_core::SessionKey, RequestId),
+    request: RequestId,
     deadline: Option<tokio::time::Instant>,
     change: &mut SemaphoreChange,
     look: &mut Option<tokio::time::Instant>,
 ) -> Result<Option<(OrderId, Generation)>, CoordinationError> {
     let store = inner.session.store();
+    let key = inner.session.key();
     loop {
         let wake = [*look, deadline].into_iter().flatten().min();
         let timer = async {
@@ -312,7 +304,10 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
             Some(Status::Granted { order_id, .. }) if order_id == self.order_id => Ok(()),
             // Our hold had ended: the acquire made a new request, which is not this grant.
             _ => {
-                let _ = self.inner.call(&self.name, release_request()).await;
+                let _ = self
+                    .inner
+                    .call(&self.name, SemaphoreRequest::release())
+                    .await;
                 Err(CoordinationError::GrantEnded(self.name.clone()))
             }
         }
@@ -369,7 +364,10 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     /// leaves the hold to end with the session.
     pub async fn release(mut self) -> Result<bool, CoordinationError> {
         self.done = true;
-        let result = self.inner.call(&self.name, release_request()).await;
+        let result = self
+            .inner
+            .call(&self.name, SemaphoreRequest::release())
+            .await;
         self.detach();
         let applied = result?;
         Ok(applied.outcome.is_some_and(

@@ -203,10 +203,7 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     /// when there was one. A [`SemaphoreGrant`] of it then reports itself ended.
     pub async fn release(&self, name: &str) -> Result<bool, CoordinationError> {
         let name = SemaphoreName::new(name)?;
-        let release = SemaphoreRequest::Release {
-            request: crate::semaphore_store::next_request_id(),
-        };
-        let applied = self.inner.call(&name, release).await?;
+        let applied = self.inner.call(&name, SemaphoreRequest::release()).await?;
         Ok(applied.outcome.is_some_and(|o| {
             matches!(o.status, Status::Released { .. } | Status::Withdrawn { .. })
         }))
