@@ -14,175 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cli_support::tree::*;
 use cli_support::{exit_within, signal, temp_dir};
 use rustix::process::Signal;
-
-/// Upper bound for anything the tests wait for; only a broken binary reaches it.
-const WAIT_MAX: Duration = Duration::from_secs(30);
-const LEASE: Duration = Duration::from_secs(2);
-
-/// The command: starts a daemon, then appends a line every 20 ms until it is ended.
-const SCRIPT: &str = r#"log="$PWD/acts"
-perl -e 'use POSIX; use Time::HiRes; POSIX::setsid(); exit 0 if fork; POSIX::close($_) for 0..1023;
-  while (1) { open(my $f, ">>", $ARGV[0]) or exit 1;
-    printf $f "%s d %.0f\n", $ENV{VVM_REVISION}, Time::HiRes::time() * 1e9; close($f);
-    Time::HiRes::sleep(0.02) }' "$log"
-while :; do echo "$VVM_REVISION c $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
-
-fn store_of(dir: &Path) -> String {
-    format!("sqlite:{}", dir.join("vvm.sqlite").display())
-}
-
-fn spawn(dir: &Path, address: &str, grace: &str, script: &str) -> Child {
-    spawn_on(&store_of(dir), dir, address, grace, script)
-}
-
-fn spawn_on(store: &str, dir: &Path, address: &str, grace: &str, script: &str) -> Child {
-    spawn_with(store, dir, address, grace, script, &[])
-}
-
-/// [`spawn_on`] with `extra` flags of `vvm run`.
-fn spawn_with(
-    store: &str,
-    dir: &Path,
-    address: &str,
-    grace: &str,
-    script: &str,
-    extra: &[&str],
-) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .current_dir(dir)
-        .args(["--log-level", "info", "run", "--store", store])
-        .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])
-        .args(["--address", address, "--grace", grace])
-        .args(extra)
-        // Debug builds only: SIGUSR1 makes the command's service panic (`Fault::PanicVvm`).
-        .env("VVM_FAULTS", "panic-on-sigusr1")
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join(format!("{address}.stderr"))).unwrap())
-        .spawn()
-        .unwrap()
-}
-
-/// Each revision's lines: kinds seen, first and last time.
-#[derive(Debug, Default, Clone)]
-struct Tenure {
-    kinds: Vec<String>,
-    first_ns: u128,
-    last_ns: u128,
-}
-
-fn tenures(log: &Path) -> BTreeMap<u64, Tenure> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut out: BTreeMap<u64, Tenure> = BTreeMap::new();
-    for line in text.lines() {
-        let mut parts = line.split_whitespace();
-        let (Some(revision), Some(kind), Some(at), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            continue; // a line cut by a kill
-        };
-        let (Ok(revision), Ok(at)) = (revision.parse::<u64>(), at.parse::<u128>()) else {
-            continue;
-        };
-        let tenure = out.entry(revision).or_insert(Tenure {
-            first_ns: at,
-            last_ns: at,
-            ..Tenure::default()
-        });
-        tenure.first_ns = tenure.first_ns.min(at);
-        tenure.last_ns = tenure.last_ns.max(at);
-        if !tenure.kinds.iter().any(|k| k == kind) {
-            tenure.kinds.push(kind.to_owned());
-        }
-    }
-    out
-}
-
-/// Waits until `check` holds on the log's tenures; panics with the log after `WAIT_MAX`.
-fn wait_until(
-    log: &Path,
-    what: &str,
-    check: impl Fn(&BTreeMap<u64, Tenure>) -> bool,
-) -> BTreeMap<u64, Tenure> {
-    let start = Instant::now();
-    loop {
-        let seen = tenures(log);
-        if check(&seen) {
-            return seen;
-        }
-        assert!(
-            start.elapsed() < WAIT_MAX,
-            "{what}: never; tenures {seen:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The oracle: tenures in revision order never overlap in time.
-fn assert_no_overlap(seen: &BTreeMap<u64, Tenure>, dir: &Path) {
-    let list: Vec<_> = seen.iter().collect();
-    for pair in list.windows(2) {
-        let ((r1, a), (r2, b)) = (pair[0], pair[1]);
-        assert!(
-            a.last_ns < b.first_ns,
-            "tenure {r1} acted until {:.3} s after tenure {r2} began: {seen:?}\n{}",
-            (a.last_ns - b.first_ns) as f64 / 1e9,
-            logs(dir)
-        );
-    }
-}
-
-/// Every `vvm`'s standard error in `dir`, for a failure's message.
-fn logs(dir: &Path) -> String {
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "stderr"))
-        .collect();
-    names.sort();
-    names
-        .iter()
-        .map(|p| {
-            format!(
-                "--- {}:\n{}",
-                p.display(),
-                std::fs::read_to_string(p).unwrap_or_default()
-            )
-        })
-        .collect()
-}
-
-/// Orphans reach this process and are never reaped by it (see the module documentation).
-fn become_a_careless_reaper() {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
-}
-
-/// Both processes of the first tenure are acting.
-fn both_act(seen: &BTreeMap<u64, Tenure>) -> bool {
-    seen.values().next().is_some_and(|t| t.kinds.len() == 2)
-}
-
-/// The supervisor of `vvm`'s command: its child running `vvm __exec-guard`.
-fn supervisor_of(vvm: &Child) -> rustix::process::Pid {
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let parent = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if parent == Some(vvm.id()) && String::from_utf8_lossy(&cmdline).contains("__exec-guard") {
-            return rustix::process::Pid::from_raw(pid).unwrap();
-        }
-    }
-    panic!("vvm {} has no supervisor", vvm.id());
-}
 
 /// Runs one case: `one` leads with a daemonizing command, `two` waits; `hit` is sent to `one`
 /// (or to its supervisor); the second tenure must begin only after every process of the first
@@ -487,29 +321,6 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The cgroup v2 path of `pid` (`/proc/PID/cgroup`, line `0::PATH`), if it runs.
-fn cgroup_of(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix("0::"))
-        .map(str::to_owned)
-}
-
-/// Every descendant of `pid`, from `/proc/PID/task/PID/children`.
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    let mut next = vec![pid];
-    while let Some(pid) = next.pop() {
-        let children =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-            found.push(child);
-            next.push(child);
-        }
-    }
-    found
-}
-
 /// Whether this machine lets `vvm` make a cgroup for a tree; under `CI=true` it must.
 fn cgroups_available(test: &str) -> bool {
     let probe = Command::new(env!("CARGO_BIN_EXE_vvm"))
@@ -570,7 +381,7 @@ fn the_tree_is_born_in_a_cgroup_of_its_own_that_goes_with_it() {
         }
     }
     let stderr = std::fs::read_to_string(dir.join("one.stderr")).unwrap();
-    assert!(stderr.contains("containment=\"cgroup\""), "{stderr}");
+    assert!(stderr.contains("cgroup\""), "{stderr}");
     signal(&one, Signal::TERM);
     let _ = exit_within(&mut one, WAIT_MAX).expect("vvm exits");
     let mount = std::fs::read_to_string("/proc/self/mountinfo")

@@ -60,11 +60,13 @@ const SELF_EXE: &str = "/proc/self/exe";
 /// The hidden subcommand that runs the supervisor (see [`super::supervise`]).
 pub const GUARD_SUBCOMMAND: &str = "__exec-guard";
 
-/// The process group of the running command (its pid), or 0 when none runs. Shared by the
-/// service, which sets and clears it, and [`GroupKiller`], which only reads it.
+/// The process group of the running command (its pid), or 0 when none runs, and the first
+/// process of its PID namespace, or 0 without one. Shared by the service, which sets and clears
+/// them, and [`GroupKiller`], which only reads them.
 #[derive(Clone, Debug, Default)]
 pub struct CommandGroup {
     pgid: Arc<AtomicI32>,
+    init: Arc<AtomicI32>,
 }
 
 impl CommandGroup {
@@ -81,9 +83,27 @@ impl CommandGroup {
             let _ = kill_process_group(pid, signal);
         }
     }
+
+    /// Ends the whole tree where the kernel can: SIGKILL to the first process of its PID
+    /// namespace (the kernel ends every other process of it), and to the group. At most two
+    /// system calls; nothing allocated, nothing locked (the killer calls it).
+    fn kill_tree(&self) {
+        if let Some(init) = Pid::from_raw(self.init.load(Ordering::Acquire)) {
+            let _ = rustix::process::kill_process(init, Signal::KILL);
+        }
+        self.signal(Signal::KILL);
+    }
+
+    /// No command runs any more.
+    fn clear(&self) {
+        self.pgid.store(0, Ordering::Release);
+        self.init.store(0, Ordering::Release);
+    }
 }
 
-/// The killer of `vvm run -- CMD`: SIGKILL to the command's process group, then [`ExitKiller`].
+/// The killer of `vvm run -- CMD`: SIGKILL to the command's tree (its PID namespace's first
+/// process, whose end is the end of every process of the tree, and its group), then
+/// [`ExitKiller`].
 #[derive(Clone, Debug)]
 pub struct GroupKiller {
     group: CommandGroup,
@@ -98,7 +118,7 @@ impl GroupKiller {
 
 impl Killer for GroupKiller {
     fn kill(&self, report: &KillReport) {
-        self.group.signal(Signal::KILL);
+        self.group.kill_tree();
         ExitKiller.kill(report);
     }
 }
@@ -327,12 +347,21 @@ impl Tree {
     fn send(&self, record: u64) {
         if let Some(control) = self.control() {
             control.send(record);
+            self.resume();
         }
     }
 
     fn send_deadline(&self, deadline: vvm::vvm_core::Instant) {
         if let Some(control) = self.control() {
             control.send_deadline(deadline);
+            self.resume();
+        }
+    }
+
+    /// SIGCONT to the supervisor: a stopped one (SIGSTOP) acts on what it was just sent.
+    fn resume(&self) {
+        if let Some(pid) = Pid::from_raw(self.supervisor) {
+            let _ = rustix::process::kill_process(pid, Signal::CONT);
         }
     }
 
@@ -405,9 +434,18 @@ pub fn become_subreaper() -> std::io::Result<()> {
     Ok(())
 }
 
+/// What the supervisor reports once the command started.
+struct Report {
+    /// The command's pid, 0 when it could not be found (it ended at once).
+    pid: i32,
+    containment: Containment,
+    /// The first process of the command's PID namespace, 0 without one.
+    init: i32,
+}
+
 /// Reads the command's pid and how its tree is contained from the report pipe; `None` when the
 /// supervisor exited first.
-async fn read_report(report: OwnedFd) -> Option<(i32, Containment)> {
+async fn read_report(report: OwnedFd) -> Option<Report> {
     tokio::task::spawn_blocking(move || {
         let mut buf = [0_u8; REPORT_BYTES];
         let mut got = 0;
@@ -419,8 +457,11 @@ async fn read_report(report: OwnedFd) -> Option<(i32, Containment)> {
                 Err(_) => return None,
             }
         }
-        let pid = i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
-        Some((pid, Containment::from_byte(buf[4])))
+        Some(Report {
+            pid: i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]),
+            containment: Containment::from_byte(buf[4]),
+            init: i32::from_le_bytes([buf[5], buf[6], buf[7], buf[8]]),
+        })
     })
     .await
     .ok()
@@ -537,7 +578,12 @@ impl Service for ExecService {
             settled: false,
             sweep: sweep_now,
         };
-        let Some((pid, containment)) = read_report(report).await else {
+        let Some(Report {
+            pid,
+            containment,
+            init,
+        }) = read_report(report).await
+        else {
             let status = child.wait().await.ok();
             // Nothing was started, and the supervisor is gone.
             tree.settle();
@@ -561,6 +607,7 @@ impl Service for ExecService {
         // member no other process or group can take that id; once the supervisor has reaped
         // the command, it is cleared within a few system calls.
         self.group.pgid.store(pid, Ordering::Release);
+        self.group.init.store(init, Ordering::Release);
         tracing::info!(
             pid,
             slot = token.slot.0,
@@ -585,7 +632,7 @@ impl Service for ExecService {
                     // was killed first, what it left is ours now.
                     sweep(supervisor_pid).await;
                     tree.settle();
-                    self.group.pgid.store(0, Ordering::Release);
+                    self.group.clear();
                     let status = status
                         .map_err(|e| ServiceError::with_source("waiting for the command failed", e))?;
                     if status.success() {
@@ -629,7 +676,7 @@ impl Service for ExecService {
                 _ = self.force.notified(), if !forced => {
                     tracing::warn!(pid, "a second signal: SIGKILL to the command's tree, the grace skipped");
                     forced = true;
-                    self.group.signal(Signal::KILL);
+                    self.group.kill_tree();
                     // The end of the pipe: the supervisor ends the rest of the tree and exits.
                     tree.send(KILL_NOW);
                 }
@@ -648,7 +695,7 @@ impl Service for ExecService {
                 Ok(())
             }
             Ok(Err(e)) => {
-                self.group.signal(Signal::KILL);
+                self.group.kill_tree();
                 // Not settled: dropping `tree` waits for the supervisor to end it.
                 tree.close();
                 Err(ServiceError::with_source(
@@ -661,9 +708,22 @@ impl Service for ExecService {
                     pid,
                     "the command did not stop within the grace period: SIGKILL"
                 );
-                self.group.signal(Signal::KILL);
+                self.group.kill_tree();
+                tree.send(KILL_NOW);
+                // A supervisor that cannot end the tree (stopped, and stopped again) is ended
+                // itself: what it leaves comes to this process, a subreaper, and is swept.
+                if tokio::time::timeout(SUPERVISOR_EXIT_WAIT, child.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        supervisor = supervisor_pid,
+                        "the supervisor did not end the tree: SIGKILL to it"
+                    );
+                    let _ = child.start_kill();
+                    let _ = tokio::time::timeout(SUPERVISOR_EXIT_WAIT, child.wait()).await;
+                }
                 tree.close();
-                let _ = child.wait().await;
                 sweep(supervisor_pid).await;
                 tree.settle();
                 Err(ServiceError::new(format!(
@@ -672,7 +732,7 @@ impl Service for ExecService {
                 )))
             }
         };
-        self.group.pgid.store(0, Ordering::Release);
+        self.group.clear();
         outcome
     }
 }

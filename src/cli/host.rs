@@ -44,9 +44,14 @@ impl Default for Host {
     }
 }
 
-/// Listens for SIGINT and SIGTERM from now on: the first one calls `stop` and resolves the
-/// returned receiver; a later one ends the command's tree at once through `force` (the grace is
-/// skipped), or is only logged without a command.
+/// A signal within this long of the first is the same request delivered twice (`timeout` signals
+/// `vvm` and then its group; a unit's stop signals every process), not a person asking again.
+const DUPLICATE_WINDOW: Duration = Duration::from_millis(500);
+
+/// Listens for SIGINT, SIGTERM and SIGHUP (a closed terminal) from now on: the first one calls
+/// `stop` and resolves the returned receiver; a later one — more than [`DUPLICATE_WINDOW`]
+/// after the first — ends the command's tree at once through `force` (the grace is skipped), or
+/// is only logged without a command.
 pub(super) fn listen_for_signals(
     stop: impl Fn() + Send + 'static,
     force: Option<Arc<Notify>>,
@@ -57,26 +62,36 @@ pub(super) fn listen_for_signals(
     ),
     ExitCode,
 > {
-    let (mut terminate, mut interrupt) = match (
+    let (mut terminate, mut interrupt, mut hangup) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) {
-        (Ok(t), Ok(i)) => (t, i),
-        (Err(e), _) | (_, Err(e)) => return Err(fail(&format!("cannot listen for signals: {e}"))),
+        (Ok(t), Ok(i), Ok(h)) => (t, i, h),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            return Err(fail(&format!("cannot listen for signals: {e}")))
+        }
     };
     let (first_signal, signalled) = tokio::sync::oneshot::channel::<()>();
     let signals = tokio::spawn(async move {
         let mut first_signal = Some(first_signal);
+        let mut first_at = None;
         loop {
             let name = tokio::select! {
                 _ = terminate.recv() => "SIGTERM",
                 _ = interrupt.recv() => "SIGINT",
+                _ = hangup.recv() => "SIGHUP",
             };
+            let now = tokio::time::Instant::now();
             match first_signal.take() {
                 Some(first) => {
                     tracing::info!("{name}: shutting down (a second signal skips the grace)");
+                    first_at = Some(now);
                     stop();
                     let _ = first.send(());
+                }
+                None if first_at.is_some_and(|at| now.duration_since(at) < DUPLICATE_WINDOW) => {
+                    tracing::info!("{name} again at once: the same request, delivered twice");
                 }
                 None => match &force {
                     Some(force) => {

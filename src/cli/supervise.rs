@@ -23,12 +23,22 @@
 //! process sees it), to the command's group and to every other descendant; a record of `1` ends the tree at once (a second Ctrl-C). When the command exits, whatever it left is SIGKILLed and the supervisor
 //! exits as the command did (same code, or killed by the same signal).
 //!
-//! Not covered: SIGKILL of the supervisor itself leaves the command's group to `vvm`'s own
-//! killer and shutdown (which end the group); descendants that left the group are then not
-//! ended. `vvm` and the supervisor are each enough for every other case.
+//! - **A PID namespace of its own**, where the kernel allows one (root; see [`init`]): the
+//!   command runs under a first process forked from the supervisor, and the end of that process
+//!   is the end of every process of the tree, by the kernel. `vvm`'s killer sends it SIGKILL;
+//!   the kernel sends it SIGKILL when the supervisor dies (its parent-death signal), and the
+//!   supervisor when `vvm` dies — also when either of them is stopped.
+//! - **Termination signals do not end it.** SIGTERM, SIGINT and SIGHUP do nothing to the
+//!   supervisor (a stop of a whole systemd unit signals every process at once): the stop is
+//!   `vvm`'s to drive, through the pipe.
+//!
+//! Without a PID namespace (an unprivileged user) the cgroup's `cgroup.kill` and `vvm`'s own
+//! sweep as a subreaper take its place.
 
 pub mod cgroup;
 mod clone;
+mod deadman;
+mod init;
 pub mod tree;
 
 use std::ffi::OsString;
@@ -51,8 +61,9 @@ pub const EXIT_CANNOT_START: u8 = 127;
 pub const EXIT_ENDED: u8 = 75;
 /// Exit code of the supervisor when `--containment strict` is asked and no cgroup can be made.
 pub const EXIT_NO_CONTAINMENT: u8 = 78;
-/// Bytes of the report: the command's pid (4, little-endian) and its [`Containment`] (1).
-pub const REPORT_BYTES: usize = 5;
+/// Bytes of the report: the command's pid (4, little-endian; 0 when it could not be found), its
+/// [`Containment`] (1), and the pid of the namespace's first process (4; 0 without a namespace).
+pub const REPORT_BYTES: usize = 9;
 /// A record on the control pipe that asks for a graceful stop (no deadline is 0).
 pub const STOP: u64 = 0;
 /// A record on the control pipe that asks to end the tree at once (no deadline is 1 ns after
@@ -84,29 +95,53 @@ pub struct Supervision {
 
 /// How the command's tree is contained, as reported to `vvm` after the command's pid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Containment {
-    /// Only the supervisor as a child subreaper (descendants found from `/proc`).
-    Subreaper = 0,
-    /// A cgroup v2 directory of its own (`cgroup.kill`), and the subreaper.
-    Cgroup = 1,
+pub struct Containment {
+    /// A cgroup v2 directory of its own (`cgroup.kill`).
+    pub cgroup: bool,
+    /// A PID namespace of its own (see [`init`]).
+    pub namespace: bool,
 }
 
 impl Containment {
-    /// From the byte of the report; an unknown byte is the weaker containment.
+    /// As the byte of the report.
+    pub fn to_byte(self) -> u8 {
+        u8::from(self.cgroup) | (u8::from(self.namespace) << 1)
+    }
+
+    /// From the byte of the report; unknown bits are ignored.
     pub fn from_byte(byte: u8) -> Containment {
-        if byte == Containment::Cgroup as u8 {
-            Containment::Cgroup
-        } else {
-            Containment::Subreaper
+        Containment {
+            cgroup: byte & 1 != 0,
+            namespace: byte & 2 != 0,
         }
     }
 
     /// The name logged.
     pub fn name(self) -> &'static str {
-        match self {
-            Containment::Subreaper => "subreaper",
-            Containment::Cgroup => "cgroup",
+        match (self.namespace, self.cgroup) {
+            (true, true) => "pid-namespace+cgroup",
+            (true, false) => "pid-namespace",
+            (false, true) => "cgroup",
+            (false, false) => "subreaper",
         }
+    }
+}
+
+/// How the command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal ended it.
+    Signal(i32),
+}
+
+impl Ended {
+    fn from_wait(status: WaitStatus) -> Option<Ended> {
+        status
+            .exit_status()
+            .map(Ended::Code)
+            .or_else(|| status.terminating_signal().map(Ended::Signal))
     }
 }
 
@@ -134,16 +169,35 @@ fn adopt(fd: i32) -> Result<OwnedFd, String> {
 
 /// The supervisor's state while the command runs.
 struct Watch {
+    /// The command's process group (its pid, in this process's namespace).
     group: Option<Pid>,
-    command: Pid,
-    status: Option<WaitStatus>,
+    /// The child whose end is the command's: the command itself, or the namespace's first
+    /// process.
+    child: Pid,
+    /// Without a namespace, the command's status comes from reaping it.
+    reaps_command: bool,
+    /// Where the namespace's first process reports the command's end.
+    status_pipe: Option<OwnedFd>,
+    status: Option<Ended>,
+    /// The namespace's first process has told how the command ended (or cannot any more).
+    done: bool,
 }
 
 impl Watch {
     fn note(&mut self, pid: Pid, status: WaitStatus) {
-        if pid == self.command {
-            self.status = Some(status);
+        if pid != self.child {
+            return;
         }
+        if self.reaps_command {
+            self.status = Ended::from_wait(status);
+        }
+        self.done = true;
+    }
+
+    /// Processes never signalled one by one: the namespace's first process (its end is the
+    /// tree's; a termination signal does nothing to it).
+    fn spared(&self) -> Option<Pid> {
+        (!self.reaps_command).then_some(self.child)
     }
 }
 
@@ -177,9 +231,22 @@ pub fn supervise(args: Supervision) -> ExitCode {
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         return fail(&format!("supervisor: cannot become a subreaper: {e}"));
     }
+    // `vvm`'s death is this process's, by the kernel, also while it is stopped; checked after,
+    // so that a `vvm` that died before cannot be missed.
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
+        return fail(&format!("supervisor: cannot follow vvm's end: {e}"));
+    }
     if rustix::process::getppid().map(Pid::as_raw_pid) != Some(args.parent) {
         return fail("supervisor: vvm ended before the command started");
     }
+    if let Err(e) = clone::survive_termination_signals() {
+        return fail(&format!("supervisor: cannot handle signals: {e}"));
+    }
+    // The kernel ends this process at the deadline also when it is stopped.
+    let deadman = match deadman::Deadman::new().and_then(|d| d.arm(args.deadline_ns).map(|()| d)) {
+        Ok(deadman) => deadman,
+        Err(e) => return fail(&format!("supervisor: cannot arm the kill deadline: {e}")),
+    };
     let Some((program, rest)) = args.command.split_first() else {
         return fail("supervisor: no command");
     };
@@ -197,8 +264,15 @@ pub fn supervise(args: Supervision) -> ExitCode {
         }
         Err(_) => None,
     };
-    let command = match start(program, rest, cgroup.as_ref(), Spawn::IntoCgroup) {
-        Ok(command) => command,
+    let started = match start_in_namespace(program, rest, cgroup.as_ref(), &[&control, &report]) {
+        Some(started) => started,
+        None => start(program, rest, cgroup.as_ref(), Spawn::IntoCgroup).map(|pid| Started {
+            command: Some(pid),
+            init: None,
+        }),
+    };
+    let started = match started {
+        Ok(started) => started,
         Err(Start::CannotStart(e)) => {
             if let Some(cgroup) = cgroup {
                 cgroup.remove();
@@ -213,26 +287,44 @@ pub fn supervise(args: Supervision) -> ExitCode {
             return fail(&format!("supervisor: {e}"));
         }
     };
-    let containment = if cgroup.is_some() {
-        Containment::Cgroup
-    } else {
-        Containment::Subreaper
+    let containment = Containment {
+        cgroup: cgroup.is_some(),
+        namespace: started.init.is_some(),
     };
     let mut report = std::fs::File::from(report);
     // `vvm` reads this to signal the group itself; if it is gone the pipe says so below.
     let mut record = [0_u8; REPORT_BYTES];
-    record[..4].copy_from_slice(&command.as_raw_pid().to_le_bytes());
-    record[4] = containment as u8;
+    let command_pid = started.command.map_or(0, Pid::as_raw_pid);
+    record[..4].copy_from_slice(&command_pid.to_le_bytes());
+    record[4] = containment.to_byte();
+    let init_pid = started.init.as_ref().map_or(0, |(pid, _)| pid.as_raw_pid());
+    record[5..].copy_from_slice(&init_pid.to_le_bytes());
     let _ = report.write_all(&record);
     drop(report);
-    let mut watch = Watch {
-        group: Some(command),
-        command,
-        status: None,
+    let mut watch = match started.init {
+        Some((init, status_pipe)) => Watch {
+            group: started.command,
+            child: init,
+            reaps_command: false,
+            status_pipe: Some(status_pipe),
+            status: None,
+            done: false,
+        },
+        None => Watch {
+            group: started.command,
+            child: started.command.unwrap_or(rustix::process::getpid()),
+            reaps_command: true,
+            status_pipe: None,
+            status: None,
+            done: false,
+        },
     };
-    let ended = run(&control, args.deadline_ns, &mut watch);
+    let ended = run(&control, args.deadline_ns, &deadman, &mut watch);
     // Whatever is left of the tree, also after the command's own exit: all at once through the
-    // cgroup, then every descendant found and reaped.
+    // namespace and the cgroup, then every descendant found and reaped.
+    if let Some(init) = watch.spared() {
+        let _ = rustix::process::kill_process(init, Signal::KILL);
+    }
     if let Some(cgroup) = &cgroup {
         cgroup.kill();
     }
@@ -254,6 +346,91 @@ pub fn supervise(args: Supervision) -> ExitCode {
         }
         (None, None) => ExitCode::from(EXIT_ENDED),
     }
+}
+
+/// The command, started.
+struct Started {
+    /// Its pid, when known (in a namespace it is found among the first process's children; a
+    /// command that ended at once is not).
+    command: Option<Pid>,
+    /// The namespace's first process and the pipe it reports on, when there is a namespace.
+    init: Option<(Pid, OwnedFd)>,
+}
+
+/// Starts the command under the first process of a new PID namespace ([`init`]); `None` where
+/// the kernel or the privileges allow none. `close` are the supervisor's own descriptors, which
+/// the first process must not keep (the slot locks it keeps: they are released only with it).
+fn start_in_namespace(
+    program: &std::ffi::OsStr,
+    rest: &[OsString],
+    cgroup: Option<&cgroup::TreeCgroup>,
+    close: &[&OwnedFd],
+) -> Option<Result<Started, Start>> {
+    let failed = |e: rustix::io::Errno| Start::Failed(format!("cannot make a pipe: {e}"));
+    let pipes = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).and_then(|life| {
+        Ok((
+            life,
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?,
+        ))
+    });
+    let ((life_read, life_write), (status_read, status_write)) = match pipes {
+        Ok(pipes) => pipes,
+        Err(e) => return Some(Err(failed(e))),
+    };
+    match clone::fork_init(cgroup.map(cgroup::TreeCgroup::dir_fd)) {
+        Ok(clone::Forked::Init) => {
+            drop((life_write, status_read));
+            for fd in close {
+                clone::close_in_child(fd.as_fd());
+            }
+            init::run(life_read, status_write, program, rest)
+        }
+        Ok(clone::Forked::Parent(init)) => {
+            drop((life_read, status_write));
+            // Kept until this process ends: its end tells the first process to stop waiting.
+            std::mem::forget(life_write);
+            Some(first_report(init, status_read))
+        }
+        Err(clone::SpawnError::Unsupported) => None,
+        Err(clone::SpawnError::Exec(e)) => Some(Err(Start::CannotStart(e))),
+        Err(clone::SpawnError::Failed(e)) => {
+            Some(Err(Start::Failed(format!("cannot start the command: {e}"))))
+        }
+    }
+}
+
+/// Reads the first process's first record: the command started, or why not.
+fn first_report(init: Pid, status: OwnedFd) -> Result<Started, Start> {
+    let mut record = [0_u8; 8];
+    let mut got = 0;
+    while got < record.len() {
+        match rustix::io::read(&status, &mut record[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                return Err(Start::Failed(format!(
+                    "cannot read the namespace's report: {e}"
+                )))
+            }
+        }
+    }
+    let (tag, value) = init::decode(record);
+    if got < record.len() || tag != init::STARTED {
+        let _ = rustix::process::waitpid(Some(init), rustix::process::WaitOptions::empty());
+        return Err(if tag == init::CANNOT_START && got == record.len() {
+            Start::CannotStart(std::io::Error::from_raw_os_error(value))
+        } else {
+            Start::Failed("the namespace's first process could not start the command".to_owned())
+        });
+    }
+    // The command is the first process's child; the ids it knows are the namespace's, so the
+    // command's id here is found from this side.
+    let command = tree::children_of(init).into_iter().next();
+    Ok(Started {
+        command,
+        init: Some((init, status)),
+    })
 }
 
 /// Why the command did not start.
@@ -323,9 +500,18 @@ fn start(
 }
 
 /// Watches until the command exits (`None`) or the tree must be ended (why).
-fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&'static str> {
-    let pidfd =
-        rustix::process::pidfd_open(watch.command, rustix::process::PidfdFlags::empty()).ok();
+fn run(
+    control: &OwnedFd,
+    first_deadline_ns: u64,
+    deadman: &deadman::Deadman,
+    watch: &mut Watch,
+) -> Option<&'static str> {
+    // What says the command ended: the namespace's first process's report, or the command's
+    // pidfd (without a namespace).
+    let pidfd = match &watch.status_pipe {
+        Some(_) => None,
+        None => rustix::process::pidfd_open(watch.child, rustix::process::PidfdFlags::empty()).ok(),
+    };
     let mut deadline_ns = first_deadline_ns;
     let mut pending = Vec::with_capacity(8);
     loop {
@@ -338,14 +524,15 @@ fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&
             tv_sec: 0,
             tv_nsec: left_ms.min(REAP_TICK_MS) * 1_000_000,
         };
-        // No allocation per wake: the control pipe, and the command's pidfd when there is one.
+        // No allocation per wake: the control pipe, and what tells the command's end.
         let mut both;
         let mut one;
-        let fds: &mut [PollFd<'_>] = match &pidfd {
-            Some(pidfd) => {
+        let ending = watch.status_pipe.as_ref().or(pidfd.as_ref());
+        let fds: &mut [PollFd<'_>] = match ending {
+            Some(fd) => {
                 both = [
                     PollFd::new(control, PollFlags::IN),
-                    PollFd::new(pidfd, PollFlags::IN),
+                    PollFd::new(fd, PollFlags::IN),
                 ];
                 &mut both
             }
@@ -359,8 +546,13 @@ fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&
             Err(_) => return Some("the supervisor cannot wait"),
         }
         let control_ready = !fds[0].revents().is_empty();
+        let status_ready =
+            watch.status_pipe.is_some() && fds.len() > 1 && !fds[1].revents().is_empty();
+        if status_ready {
+            read_status(watch);
+        }
         tree::reap(|pid, status| watch.note(pid, status));
-        if watch.status.is_some() {
+        if watch.done {
             return None;
         }
         if control_ready {
@@ -371,17 +563,44 @@ fn run(control: &OwnedFd, first_deadline_ns: u64, watch: &mut Watch) -> Option<&
             }
             for record in pending.drain(..) {
                 if record == STOP {
-                    tree::signal_all(watch.group, Signal::TERM);
+                    let spared = watch.spared();
+                    tree::signal_all(watch.group, spared, Signal::TERM);
                     // A stopped process (Ctrl-Z, a read from the terminal) acts on SIGTERM only
                     // once continued.
-                    tree::signal_all(watch.group, Signal::CONT);
+                    tree::signal_all(watch.group, spared, Signal::CONT);
                 } else if record == KILL_NOW {
                     return Some("vvm asked for it (a second signal)");
                 } else {
                     deadline_ns = record;
+                    if deadman.arm(deadline_ns).is_err() {
+                        return Some("the kill deadline could not be moved");
+                    }
                 }
             }
         }
+    }
+}
+
+/// Reads the namespace's first process's report of the command's end.
+fn read_status(watch: &mut Watch) {
+    let Some(pipe) = &watch.status_pipe else {
+        return;
+    };
+    let mut record = [0_u8; 8];
+    match rustix::io::read(pipe, &mut record) {
+        Ok(8) => {
+            let (tag, value) = init::decode(record);
+            watch.status = match tag {
+                init::EXITED => Some(Ended::Code(value)),
+                init::SIGNALLED => Some(Ended::Signal(value)),
+                _ => None,
+            };
+            watch.done = true;
+        }
+        // The end of the pipe without a record: the first process is gone (killed).
+        Ok(_) => watch.done = true,
+        Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+        Err(_) => watch.done = true,
     }
 }
 
@@ -404,18 +623,19 @@ fn read_records(control: &OwnedFd, into: &mut Vec<u64>) -> Result<bool, ()> {
 }
 
 /// Exits as the command did: with its code, or by its signal.
-fn exit_as(status: WaitStatus) -> ExitCode {
-    if let Some(code) = status.exit_status() {
-        return ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX));
+fn exit_as(status: Ended) -> ExitCode {
+    match status {
+        Ended::Code(code) => ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX)),
+        Ended::Signal(number) => {
+            if let Some(signal) = Signal::from_named_raw(number) {
+                // Default action restored by exec; the signal ends this process as it ended
+                // the command (for the few that would not, the shell's convention below).
+                let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            ExitCode::from(u8::try_from(128 + number).unwrap_or(u8::MAX))
+        }
     }
-    if let Some(signal) = status.terminating_signal().and_then(Signal::from_named_raw) {
-        // Default action restored by exec; the signal ends this process as it ended the
-        // command (for the few that would not, the shell's convention below).
-        let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let code = status.terminating_signal().unwrap_or(0);
-    ExitCode::from(u8::try_from(128 + code).unwrap_or(u8::MAX))
 }
 
 #[cfg(test)]

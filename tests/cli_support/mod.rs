@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
 
+pub mod tree;
+
 /// A fresh folder `<prefix>-<pid>-<ns>` under the system's temporary folder. Keep `prefix` short
 /// where a Unix socket will live inside (a socket path has at most 107 bytes).
 pub fn temp_dir(prefix: &str) -> PathBuf {

@@ -18,22 +18,33 @@ const ROUNDS_MAX: usize = 1_000;
 /// Most processes one look collects; the rest are found by the next look.
 const FOUND_MAX: usize = 65_536;
 
-/// The processes below `root` now (not `root` itself), from `/proc/PID/stat` parent links.
-/// Processes that end during the look are simply missing from it.
-pub fn descendants(root: Pid) -> Vec<Pid> {
-    descendants_with_parents(root)
+/// The processes below `root` now (not `root` itself), with each one's parent: one read of
+/// `/proc`, then a walk down a map of
+/// children, so the cost is linear in the processes of the host. Processes that end during
+/// the look are simply missing from it.: one read of `/proc`, then a walk down a map of
+/// children, so the cost is linear in the processes of the host.
+fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
+    descendants_with(root)
         .into_iter()
-        .map(|(pid, _)| pid)
+        .map(|(pid, parent, _)| (pid, parent))
         .collect()
 }
 
-/// [`descendants`] with each one's parent: one read of `/proc`, then a walk down a map of
-/// children, so the cost is linear in the processes of the host.
-fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
+/// The children of `parent` now, from `/proc`.
+pub fn children_of(parent: Pid) -> Vec<Pid> {
+    descendants_with(parent)
+        .into_iter()
+        .filter(|&(_, of, _)| of == parent.as_raw_pid())
+        .map(|(pid, _, _)| pid)
+        .collect()
+}
+
+/// Every process below `root`, with its parent and its process group.
+fn descendants_with(root: Pid) -> Vec<(Pid, i32, i32)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let mut children: HashMap<i32, Vec<(i32, i32)>> = HashMap::new();
     let mut seen = 0;
     for entry in entries.flatten() {
         if seen >= FOUND_MAX {
@@ -47,8 +58,8 @@ fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
             continue;
         };
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            if let Some(parent) = parent_of(&stat) {
-                children.entry(parent).or_default().push(pid);
+            if let (Some(parent), Some(group)) = (parent_of(&stat), group_of(&stat)) {
+                children.entry(parent).or_default().push((pid, group));
                 seen += 1;
             }
         }
@@ -56,10 +67,10 @@ fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
     let mut found = Vec::new();
     let mut parents = vec![root.as_raw_pid()];
     while let Some(parent) = parents.pop() {
-        for &pid in children.get(&parent).map_or(&[][..], Vec::as_slice) {
+        for &(pid, group) in children.get(&parent).map_or(&[][..], Vec::as_slice) {
             parents.push(pid);
             if let Some(pid) = Pid::from_raw(pid) {
-                found.push((pid, parent));
+                found.push((pid, parent, group));
             }
         }
     }
@@ -78,18 +89,28 @@ pub fn parent_of(stat: &str) -> Option<i32> {
     fields_after_name(stat)?.nth(1)?.parse().ok()
 }
 
+/// The process group in a `/proc/PID/stat` line.
+pub fn group_of(stat: &str) -> Option<i32> {
+    fields_after_name(stat)?.nth(2)?.parse().ok()
+}
+
 /// The state letter in a `/proc/PID/stat` line (`R`, `S`, `T` stopped, `Z` zombie, …).
 pub fn state_of(stat: &str) -> Option<&str> {
     fields_after_name(stat)?.next()
 }
 
-/// Sends `signal` to the command's group and to every descendant of this process.
-pub fn signal_all(group: Option<Pid>, signal: Signal) {
+/// Sends `signal` once to every process of the tree: to the command's group (one call), then to
+/// every other descendant of this process — not to the group's members again (a program may
+/// read a second SIGTERM as "quit now"), nor to `spared`.
+pub fn signal_all(group: Option<Pid>, spared: Option<Pid>, signal: Signal) {
     if let Some(group) = group {
         let _ = kill_process_group(group, signal);
     }
-    for pid in descendants(rustix::process::getpid()) {
-        let _ = kill_process(pid, signal);
+    let group = group.map(Pid::as_raw_pid);
+    for (pid, _, of) in descendants_with(rustix::process::getpid()) {
+        if Some(of) != group && Some(pid) != spared {
+            let _ = kill_process(pid, signal);
+        }
     }
 }
 
@@ -105,7 +126,7 @@ pub fn reap(mut each: impl FnMut(Pid, rustix::process::WaitStatus)) {
 /// there within [`ROUNDS_MAX`] looks.
 pub fn end_all(group: Option<Pid>, mut each: impl FnMut(Pid, rustix::process::WaitStatus)) -> bool {
     for _ in 0..ROUNDS_MAX {
-        signal_all(group, Signal::KILL);
+        signal_all(group, None, Signal::KILL);
         // Every child got SIGKILL, so this wait returns promptly. ECHILD: no child is left, and
         // none can appear (only our children could fork, and they are gone).
         match rustix::process::wait(WaitOptions::empty()) {
@@ -155,6 +176,8 @@ mod tests {
         assert_eq!(parent_of("12 (a) b) (c) R 99 12 12"), Some(99));
         assert_eq!(parent_of("12 (x)"), None);
         assert_eq!(parent_of("garbage"), None);
+        assert_eq!(group_of("12 (a) b) (c) R 99 12 7"), Some(12));
+        assert_eq!(group_of("12 (x) R 1"), None);
     }
 
     #[test]
@@ -164,7 +187,7 @@ mod tests {
             .spawn()
             .unwrap();
         let me = rustix::process::getpid();
-        let found = descendants(me);
+        let found = children_of(me);
         let _ = child.kill();
         let _ = child.wait();
         assert!(

@@ -1,0 +1,212 @@
+//! `vvm run -- CMD` under the faults that once let two trees act, or cut a command's shutdown
+//! short: a stopped supervisor, `vvm`'s own kill deadline with the supervisor stopped, a stop of
+//! a whole systemd unit (every process signalled at once), a signal delivered twice, and a
+//! closed terminal (SIGHUP). The oracle is what the commands wrote (see `cli_support::tree`).
+
+mod cli_support;
+
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use cli_support::tree::*;
+use cli_support::{exit_within, signal, temp_dir};
+use rustix::process::{kill_process, Pid, Signal};
+
+/// Starts `one` leading with the daemonizing [`SCRIPT`] and `two` waiting behind it, on a fresh
+/// SQLite store with `--containment containment`.
+fn leader_and_candidate(prefix: &str, containment: &str) -> (std::path::PathBuf, Child, Child) {
+    leader_with(prefix, containment, "1s", SCRIPT)
+}
+
+/// [`leader_and_candidate`] with `one`'s own grace and command.
+fn leader_with(
+    prefix: &str,
+    containment: &str,
+    grace: &str,
+    script: &str,
+) -> (std::path::PathBuf, Child, Child) {
+    become_a_careless_reaper();
+    let dir = temp_dir(prefix);
+    let log = dir.join("acts");
+    let extra = ["--containment", containment];
+    let one = spawn_with(&store_of(&dir), &dir, "one", grace, script, &extra);
+    wait_until(&log, "the first tree acts", both_act);
+    let two = spawn_with(&store_of(&dir), &dir, "two", "1s", SCRIPT, &extra);
+    // The candidate has opened the store and is waiting.
+    std::thread::sleep(Duration::from_millis(500));
+    (dir, one, two)
+}
+
+/// The second tenure acts with its whole tree, and after a lease more nothing of the first
+/// shows beside it.
+fn second_tenure_alone(dir: &Path) {
+    let log = dir.join("acts");
+    let seen = wait_until(&log, "a second tenure acts", |seen| {
+        seen.len() >= 2 && seen.values().nth(1).is_some_and(|t| t.kinds.len() == 2)
+    });
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    // Long enough for a survivor of the first tree to show.
+    std::thread::sleep(LEASE);
+    assert_no_overlap(&tenures(&log), dir);
+}
+
+fn stop(mut child: Child) {
+    signal(&child, Signal::KILL);
+    let _ = child.wait();
+}
+
+// covers: Cli.ExecStoppedSupervisor
+#[test]
+fn a_stopped_supervisor_cannot_keep_a_daemon_acting_through_a_graceful_stop() {
+    for containment in ["auto", "subreaper"] {
+        let (dir, mut one, two) = leader_and_candidate("vvm-fault-stopped", containment);
+        kill_process(supervisor_of(&one), Signal::STOP).unwrap();
+        let stopped = Instant::now();
+        signal(&one, Signal::TERM);
+        let code = exit_within(&mut one, WAIT_MAX);
+        let took = stopped.elapsed();
+        assert!(
+            code.is_some(),
+            "{containment}: vvm did not exit\n{}",
+            logs(&dir)
+        );
+        // The grace (1 s) and the bounded waits after it, not the pipeline's own limit.
+        assert!(
+            took < Duration::from_secs(10),
+            "{containment}: the stop took {took:?}\n{}",
+            logs(&dir)
+        );
+        second_tenure_alone(&dir);
+        stop(two);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+// covers: Cli.ExecOwnDeadline
+#[test]
+fn vvms_own_kill_deadline_ends_the_whole_tree_with_the_supervisor_stopped() {
+    for containment in ["auto", "subreaper"] {
+        // The command ignores SIGTERM and its grace outlasts the deadline: only a kill ends it.
+        let script = format!("trap '' TERM\n{SCRIPT}");
+        let (dir, mut one, two) = leader_with("vvm-fault-deadline", containment, "5s", &script);
+        // Renewals fail while the write lock is held (3 s > the kill deadline, 0.8 · 2 s).
+        let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+        database.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        // Stopped again and again: whatever resumes it, it does not get to act.
+        let supervisor = supervisor_of(&one);
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let _ = kill_process(supervisor, Signal::STOP);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        database.execute_batch("ROLLBACK").unwrap();
+        drop(database);
+        assert_eq!(
+            exit_within(&mut one, WAIT_MAX),
+            Some(Some(75)),
+            "{containment}: not ended by its kill deadline\n{}",
+            logs(&dir)
+        );
+        second_tenure_alone(&dir);
+        stop(two);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A command that takes 300 ms to clean up on SIGTERM, counting each SIGTERM it gets (and one
+/// child of it, in its group, does the same) in `terms`, then writes `cleaned`.
+const TRAP: &str = r#"(trap 'echo child >> terms; exit 0' TERM; while :; do sleep 0.05; done) &
+trap 'echo parent >> terms; sleep 0.3; wait; echo done > cleaned; exit 0' TERM
+echo up > up.tmp && mv up.tmp up
+while :; do sleep 0.05; done"#;
+
+/// Starts `vvm run --grace 5s` with [`TRAP`] and waits until it runs.
+fn trapping(prefix: &str) -> (std::path::PathBuf, Child) {
+    become_a_careless_reaper();
+    let dir = temp_dir(prefix);
+    let one = spawn(&dir, "one", "5s", TRAP);
+    let start = Instant::now();
+    while !dir.join("up").exists() {
+        assert!(start.elapsed() < WAIT_MAX, "{}", logs(&dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    (dir, one)
+}
+
+/// What [`TRAP`] saw: its SIGTERMs, one line each, and whether it finished its clean-up.
+fn trapped(dir: &Path) -> (String, bool) {
+    let terms = std::fs::read_to_string(dir.join("terms")).unwrap_or_default();
+    (terms, dir.join("cleaned").exists())
+}
+
+/// Every process of `vvm`'s unit: itself, its supervisor and the whole tree.
+fn unit_of(vvm: &Child) -> Vec<Pid> {
+    std::iter::once(vvm.id())
+        .chain(descendants(vvm.id()))
+        .filter_map(|pid| Pid::from_raw(pid as i32))
+        .collect()
+}
+
+// covers: Cli.ExecUnitStop
+#[test]
+fn a_stop_of_the_whole_unit_gives_the_command_its_grace() {
+    let (dir, mut one) = trapping("vvm-fault-unit");
+    // systemd's `KillMode=control-group`: SIGTERM and SIGCONT to every process at once.
+    let unit = unit_of(&one);
+    assert!(unit.len() >= 4, "{unit:?}");
+    for pid in &unit {
+        let _ = kill_process(*pid, Signal::TERM);
+    }
+    for pid in &unit {
+        let _ = kill_process(*pid, Signal::CONT);
+    }
+    let code = exit_within(&mut one, WAIT_MAX);
+    let (terms, cleaned) = trapped(&dir);
+    assert!(
+        cleaned,
+        "the clean-up was cut short: {terms}\n{}",
+        logs(&dir)
+    );
+    assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.ExecSignalOnce
+#[test]
+fn a_signal_delivered_twice_is_one_stop_and_each_process_gets_one_sigterm() {
+    let (dir, mut one) = trapping("vvm-fault-twice");
+    // As `timeout` does: the signal to `vvm`, then again to its group, a few ms apart.
+    signal(&one, Signal::TERM);
+    std::thread::sleep(Duration::from_millis(3));
+    signal(&one, Signal::TERM);
+    let code = exit_within(&mut one, WAIT_MAX);
+    let (terms, cleaned) = trapped(&dir);
+    assert!(
+        cleaned,
+        "the clean-up was cut short: {terms}\n{}",
+        logs(&dir)
+    );
+    assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
+    let mut lines: Vec<&str> = terms.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["child", "parent"], "SIGTERMs received");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.ExecHangup
+#[test]
+fn a_closed_terminal_is_a_graceful_stop() {
+    let (dir, mut one) = trapping("vvm-fault-hup");
+    signal(&one, Signal::HUP);
+    let code = exit_within(&mut one, WAIT_MAX);
+    let (terms, cleaned) = trapped(&dir);
+    assert!(
+        cleaned,
+        "the clean-up was cut short: {terms}\n{}",
+        logs(&dir)
+    );
+    assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}
