@@ -210,3 +210,113 @@ fn a_closed_terminal_is_a_graceful_stop() {
     assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The last line the first tree wrote to `first` comes before the first line the second wrote to
+/// `second`, a lease after the second began (long enough for a survivor to show).
+fn one_after_the_other(first: &Path, second: &Path, dir: &Path) {
+    wait_until(second, "the second tree acts", both_act);
+    std::thread::sleep(LEASE);
+    let last = tenures(first).values().map(|t| t.last_ns).max().unwrap();
+    let next = tenures(second).values().map(|t| t.first_ns).min().unwrap();
+    assert!(
+        last < next,
+        "the first tree acted {:.3} s after the second began\n{}",
+        (last - next) as f64 / 1e9,
+        logs(dir)
+    );
+}
+
+// covers: Sq.FileGone
+#[test]
+fn removed_store_files_do_not_let_a_newcomer_lead_beside_the_holder() {
+    become_a_careless_reaper();
+    let dir = temp_dir("vvm-fault-removed");
+    let elsewhere = dir.join("two");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let store = store_of(&dir);
+    let mut one = spawn_with(&store, &dir, "one", "1s", SCRIPT, &[]);
+    wait_until(&dir.join("acts"), "the first tree acts", both_act);
+    // An operator cleaning up, a temporary-file cleaner.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("vvm.sqlite{suffix}")));
+    }
+    // A fresh store at the same path: the same revisions, so its tree writes elsewhere.
+    let two = spawn_with(&store, &elsewhere, "two", "1s", SCRIPT, &[]);
+    one_after_the_other(&dir.join("acts"), &elsewhere.join("acts"), &dir);
+    let code = exit_within(&mut one, WAIT_MAX);
+    assert!(
+        matches!(code, Some(Some(c)) if c != 0),
+        "the holder went on: {code:?}\n{}",
+        logs(&dir)
+    );
+    let stderr = std::fs::read_to_string(dir.join("one.stderr")).unwrap();
+    assert!(
+        stderr.contains("no longer the store this process opened"),
+        "{stderr}"
+    );
+    stop(two);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Sq.RecordDeleted
+#[test]
+fn a_record_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder() {
+    // The command ignores SIGTERM and its grace outlasts the lease: only its kill deadline, or
+    // the end of its tree, may let the candidate in.
+    let script = format!("trap '' TERM\n{SCRIPT}");
+    let (dir, mut one, two) = leader_with("vvm-fault-deleted", "auto", "5s", &script);
+    let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+    // The usual way to "unstick" a lock by hand.
+    database.execute_batch("DELETE FROM vvm_leases").unwrap();
+    drop(database);
+    second_tenure_alone(&dir);
+    let code = exit_within(&mut one, WAIT_MAX);
+    assert!(matches!(code, Some(Some(c)) if c != 0), "{code:?}");
+    stop(two);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether this process may make namespaces (root); under `CI=true` it must.
+fn may_unshare(test: &str) -> bool {
+    let probe = std::process::Command::new("unshare")
+        .args(["--time", "--boottime", "-300", "true"])
+        .output();
+    match probe {
+        Ok(output) if output.status.success() => true,
+        other => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{test}: cannot make a time namespace under CI: {other:?}"
+            );
+            eprintln!("{test}: skipped, cannot make a time namespace here: {other:?}");
+            false
+        }
+    }
+}
+
+// covers: Sq.TimeNamespace
+#[test]
+fn a_holder_in_a_shifted_time_namespace_is_judged_on_the_hosts_clock() {
+    let test = "a_holder_in_a_shifted_time_namespace_is_judged_on_the_hosts_clock";
+    if !may_unshare(test) {
+        return;
+    }
+    become_a_careless_reaper();
+    let dir = temp_dir("vvm-fault-timens");
+    let store = store_of(&dir);
+    // Its boot clock reads 300 s behind everybody else's.
+    let shifted = ["unshare", "--time", "--boottime", "-300"];
+    let mut one = spawn_through(&shifted, &store, &dir, "one", "1s", SCRIPT, &[]);
+    wait_until(&dir.join("acts"), "the first tree acts", both_act);
+    let mut two = spawn_with(&store, &dir, "two", "1s", SCRIPT, &[]);
+    // A lease and more: a newcomer that misread the holder's expiry would have led by now.
+    std::thread::sleep(LEASE + LEASE / 2);
+    let seen = tenures(&dir.join("acts"));
+    assert_eq!(seen.len(), 1, "the newcomer led beside the holder: {seen:?}\n{}", logs(&dir));
+    signal(&one, Signal::TERM);
+    assert_eq!(exit_within(&mut one, WAIT_MAX), Some(Some(0)), "{}", logs(&dir));
+    second_tenure_alone(&dir);
+    signal(&two, Signal::TERM);
+    let _ = exit_within(&mut two, WAIT_MAX);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -42,7 +42,28 @@ pub fn spawn_with(
     script: &str,
     extra: &[&str],
 ) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_vvm"))
+    spawn_through(&[], store, dir, address, grace, script, extra)
+}
+
+/// [`spawn_with`] through a program that runs `vvm` (`wrapper`, e.g. `unshare --time …`).
+pub fn spawn_through(
+    wrapper: &[&str],
+    store: &str,
+    dir: &Path,
+    address: &str,
+    grace: &str,
+    script: &str,
+    extra: &[&str],
+) -> Child {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(env!("CARGO_BIN_EXE_vvm"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_vvm")),
+    };
+    command
         .current_dir(dir)
         .args(["--log-level", "info", "run", "--store", store])
         .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])

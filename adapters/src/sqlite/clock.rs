@@ -6,6 +6,11 @@
 //! It restarts at zero on every boot, so each record also carries the boot id: a record written
 //! during another boot is expired, whatever its number says.
 //!
+//! A process in a time namespace of its own (`unshare --time`, some containers) reads a
+//! `CLOCK_BOOTTIME` shifted by that namespace's offset, with the same boot id: its records would
+//! mean other moments to everybody else. So the clock is read through the offset published in
+//! `/proc/self/timens_offsets`: every process of the host compares the host's boot clock.
+//!
 //! A boot id cannot tell another machine's boot from a reboot of this one, so a file also
 //! records the machine it belongs to ([`host_machine_id`]): one clock, one machine. A file
 //! opened from another machine is refused (SQLite leases are single-host).
@@ -144,10 +149,33 @@ pub fn host_machine_id() -> Result<String, ClockError> {
     })
 }
 
+/// Where Linux publishes the clock offsets of this process's time namespace.
+pub const TIME_OFFSETS_PATH: &str = "/proc/self/timens_offsets";
+
+/// The boot clock's offset in a `timens_offsets` text (`boottime <seconds> <nanoseconds>`), in
+/// nanoseconds; 0 when the line is missing. `None` when the line cannot be read.
+fn parse_boottime_offset(text: &str) -> Option<i64> {
+    let Some(line) = text
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some("boottime"))
+    else {
+        return Some(0);
+    };
+    let mut fields = line.split_whitespace().skip(1);
+    let seconds: i64 = fields.next()?.parse().ok()?;
+    let nanoseconds: i64 = fields.next()?.parse().ok()?;
+    seconds
+        .checked_mul(1_000_000_000)?
+        .checked_add(nanoseconds)
+}
+
 /// The host's `CLOCK_BOOTTIME` together with the boot id from [`BOOT_ID_PATH`].
 #[derive(Clone, Debug)]
 pub struct BootClock {
     boot_id: String,
+    /// The offset of this process's time namespace (0 on the host's): subtracted from what the
+    /// clock reads, so that the host's boot clock is compared.
+    offset_ns: i64,
 }
 
 impl BootClock {
@@ -162,8 +190,20 @@ impl BootClock {
                 source,
             }
         })?;
+        // No file: a kernel without time namespaces, where every process reads the host's clock.
+        let offset_ns = match std::fs::read_to_string(TIME_OFFSETS_PATH) {
+            Ok(offsets) => parse_boottime_offset(&offsets).ok_or_else(|| {
+                ClockError::Read(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{TIME_OFFSETS_PATH} has no readable boottime offset"),
+                ))
+            })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(error) => return Err(ClockError::Read(error)),
+        };
         let clock = BootClock {
             boot_id: parse_boot_id(&text)?,
+            offset_ns,
         };
         // Fail here rather than on the first store call.
         clock.since_boot()?;
@@ -182,9 +222,10 @@ impl StoreClock for BootClock {
 
         let now = clock_gettime_dynamic(DynamicClockId::Boottime)
             .map_err(|errno| ClockError::Read(errno.into()))?;
-        let secs = u64::try_from(now.tv_sec).map_err(|_| negative())?;
-        let nanos = u32::try_from(now.tv_nsec).map_err(|_| negative())?;
-        Ok(Duration::new(secs, nanos))
+        let ns = i128::from(now.tv_sec) * 1_000_000_000 + i128::from(now.tv_nsec)
+            - i128::from(self.offset_ns);
+        let ns = u64::try_from(ns).map_err(|_| negative())?;
+        Ok(Duration::from_nanos(ns))
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -242,6 +283,16 @@ mod tests {
             parse_machine_id("machine-a").is_err(),
             "files hold hex only"
         );
+    }
+
+    // covers: Sq.TimeNamespace
+    #[test]
+    fn the_boottime_offset_is_read_from_the_namespace_offsets() {
+        let text = "monotonic           0         0\nboottime         -300         5\n";
+        assert_eq!(parse_boottime_offset(text), Some(-299_999_999_995));
+        assert_eq!(parse_boottime_offset("monotonic 0 0\n"), Some(0));
+        assert_eq!(parse_boottime_offset("boottime x 0\n"), None);
+        assert_eq!(parse_boottime_offset("boottime 1\n"), None);
     }
 
     #[cfg(target_os = "linux")]

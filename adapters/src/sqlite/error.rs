@@ -63,6 +63,14 @@ pub enum SqliteStoreError {
         /// The file.
         path: PathBuf,
     },
+    /// The file at the store's path is no longer the one this store opened: it was removed or
+    /// replaced while in use. Nothing is written there any more, and a holder's records in it
+    /// are lost (a lease ends at its kill deadline).
+    #[error("{} is no longer the store this process opened: it was removed or replaced while in use", .path.display())]
+    Gone {
+        /// The file.
+        path: PathBuf,
+    },
     /// A store opened read-only does not exist.
     #[error("no store at {}: nothing to read (a store is created by its first read-write open, e.g. `vvm run`)", .path.display())]
     NoStore {

@@ -195,33 +195,53 @@ fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(Owned
     Some((fd, identity(&stat)))
 }
 
+/// Why [`try_lock`] took no lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotTaken {
+    /// Another open file of the lock holds it: a process that may act under the slot lives.
+    HeldElsewhere,
+    /// The lock file cannot be used (another user's, unreadable, this process's registry full,
+    /// any error): it tells nothing.
+    Unusable,
+}
+
 /// Takes the lock of the file at `path` (creating the file if needed), retrying for about a
-/// millisecond while another open file holds it: `None` when it stays held, when this process's
-/// registry is full, or on any error (the caller then simply names no file). Blocking: a few
+/// millisecond while another open file holds it; why not when it stays held, when this
+/// process's registry is full, or on any error (the caller then names no file). Blocking: a few
 /// file system calls.
-pub(crate) fn try_lock(registry: &Registry, path: &Path, sharing: Sharing) -> Option<SlotLock> {
+pub(crate) fn try_lock(
+    registry: &Registry,
+    path: &Path,
+    sharing: Sharing,
+) -> Result<SlotLock, NotTaken> {
     if registry.full() {
         tracing::warn!(
             max = SLOT_LOCKS_MAX,
             "too many slot locks held; inserting without one"
         );
-        return None;
+        return Err(NotTaken::Unusable);
     }
-    let (fd, id) = open_lock_file(path, OFlags::RDWR | OFlags::CREATE, sharing)?;
+    let (fd, id) =
+        open_lock_file(path, OFlags::RDWR | OFlags::CREATE, sharing).ok_or(NotTaken::Unusable)?;
     for attempt in 1..=LOCK_TRIES {
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Some(SlotLock { fd, id }),
+            Ok(()) => return Ok(SlotLock { fd, id }),
             Err(Errno::WOULDBLOCK) if attempt < LOCK_TRIES => {
                 std::thread::sleep(LOCK_RETRY_PAUSE);
             }
-            Err(Errno::WOULDBLOCK) => return None,
+            Err(Errno::WOULDBLOCK) => return Err(NotTaken::HeldElsewhere),
             Err(error) => {
                 tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock cannot be taken");
-                return None;
+                return Err(NotTaken::Unusable);
             }
         }
     }
-    None
+    Err(NotTaken::HeldElsewhere)
+}
+
+/// The identity of the file linked at `path` (not through a link), if there is one.
+pub(crate) fn file_id(path: &Path) -> Option<FileId> {
+    rustix::fs::lstat(path).ok().map(|stat| identity(&stat))
 }
 
 /// Whether the file linked at `path` now is the file `id` (not removed, not replaced).

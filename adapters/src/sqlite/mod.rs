@@ -237,6 +237,15 @@ impl SqliteStoreBuilder {
                 busy_wait: self.busy_wait,
                 sharing: self.sharing,
                 path: path.to_owned(),
+                file: match self.read_only {
+                    true => None,
+                    false => Some(lock::file_id(path).ok_or_else(|| {
+                        SqliteStoreError::Replaced {
+                            path: path.to_owned(),
+                        }
+                    })?),
+                },
+                unclaimed: std::sync::Mutex::default(),
                 feed: Arc::new(feed::Feed::new(self.read_only)),
                 semaphore_feed: Arc::default(),
             }),
@@ -249,11 +258,65 @@ struct Shared {
     busy_wait: Duration,
     sharing: Sharing,
     path: PathBuf,
+    /// The database file this store opened: a transaction on a file no longer linked at `path`
+    /// (removed, replaced) fails, so a holder cannot go on renewing where nobody else looks.
+    file: Option<lock::FileId>,
+    /// Slots found with no row while another process held their lock, and when (boot-clock
+    /// nanoseconds) this process first saw that; see `insert`.
+    unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, i64>>,
     /// The change feed's own connection; see [`feed`].
     feed: Arc<feed::Feed>,
     /// The semaphores' change feed and its connection; see `semaphore.rs`.
     semaphore_feed: Arc<semaphore::SemaphoreFeed>,
 }
+
+impl Shared {
+    /// How long a candidate still waits on `key`, found with no row while another process holds
+    /// its lock at `now_ns`: what is left of a lease (`ttl`) from when this process first saw it
+    /// so, or `None` once that has passed. A holder that lost its record stops renewing at once
+    /// (its compare-and-swap finds nothing) and its kill deadline passes within a lease of its
+    /// last confirmed renewal, which came before that first sight.
+    fn unclaimed_left(&self, key: Slot, now_ns: i64, ttl: Duration) -> Option<Duration> {
+        let mut unclaimed = self
+            .unclaimed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let first_ns = *unclaimed.entry(key).or_insert(now_ns);
+        let waited = Duration::from_nanos(u64::try_from(now_ns - first_ns).unwrap_or(0));
+        match ttl.checked_sub(waited) {
+            Some(left) if !left.is_zero() => {
+                tracing::warn!(
+                    slot = key.0,
+                    left_ms = left.as_millis() as u64,
+                    "the slot has no record, but a live process holds its lock: its holder may \
+                     still act (a record deleted from outside, or the store's file replaced); \
+                     waiting for the lock, at most a lease"
+                );
+                // Looked at again soon: the lock frees when that holder's tree is gone.
+                Some(left.min(UNCLAIMED_RECHECK))
+            }
+            _ => {
+                unclaimed.remove(&key);
+                None
+            }
+        }
+    }
+
+    /// Fails when the file at the store's path is no longer the one it opened.
+    fn still_linked(&self) -> Result<(), StoreError> {
+        match self.file {
+            Some(id) if !lock::linked(&self.path, id) => {
+                Err(StoreError::failed(SqliteStoreError::Gone {
+                    path: self.path.clone(),
+                }))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// How soon a candidate waiting on a slot whose record vanished under a live lock looks again.
+const UNCLAIMED_RECHECK: Duration = Duration::from_millis(50);
 
 /// A [`LeaseStore`] in an SQLite file. Cloning shares the connection.
 #[derive(Clone)]
@@ -392,6 +455,7 @@ fn insert(
     let mut registry = lock::registry();
     let held = registry.held(&lock_path);
     let mut fresh: Option<lock::SlotLock> = None;
+    let mut refused: Option<lock::NotTaken> = None;
     let result = transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
         let judged = record::load(tx, key, now)?;
         let worth_locking = match &judged {
@@ -399,11 +463,27 @@ fn insert(
             Judged::Live(stored, _) => may_be_dead(tx, key, stored, &bytes, &lock_path)?,
         };
         if held.is_none() && fresh.is_none() && worth_locking {
-            fresh = lock::try_lock(&registry, &lock_path, shared.sharing);
+            match lock::try_lock(&registry, &lock_path, shared.sharing) {
+                Ok(lock) => fresh = Some(lock),
+                Err(why) => refused = Some(why),
+            }
         }
         let fresh_id = fresh.as_ref().map(|lock| lock.id);
         match judged {
             Judged::Absent => {
+                // No row at all, while a live process holds the slot's lock: the record was
+                // deleted from outside, or the store's file replaced, under a holder that may
+                // still act. Neither a release (it leaves a retired row) nor an expiry (it
+                // leaves an expired one): wait for the lock, or for a lease from first sight.
+                if fresh.is_none()
+                    && held.is_none()
+                    && refused == Some(lock::NotTaken::HeldElsewhere)
+                    && !record::row_exists(tx, key)?
+                {
+                    if let Some(left) = shared.unclaimed_left(key, now.ns, ttl) {
+                        return Ok(Step::read(Taken::Held(left)));
+                    }
+                }
                 let revision = record::write(tx, key, &bytes, ttl, now, held.or(fresh_id))?;
                 Ok(Step::wrote(Taken::Written(revision)))
             }
@@ -521,6 +601,9 @@ fn transact<T>(
             },
             Err(error) => return Err(failed("beginning a transaction", error)),
         };
+        // A holder whose file was removed or replaced must not go on in a file nobody else
+        // reads: checked under the lock, so no write of this transaction lands after it.
+        shared.still_linked()?;
         // Read under the lock: no later transaction can see an earlier time.
         let since_boot = shared
             .clock
@@ -606,7 +689,7 @@ impl LeaseStore for SqliteStore {
             let body = |tx: &Transaction<'_>, now: Now<'_>| match record::load(tx, key, now)? {
                 Judged::Live(stored, _) if stored == expected => {
                     let named = record::lock_of(tx, key)?;
-                    record::delete(tx, key)?;
+                    record::retire(tx, key)?;
                     Ok(Step::wrote(Some(named)))
                 }
                 _ => Ok(Step::read(None)),

@@ -398,11 +398,27 @@ pub(crate) fn write_holding(
     Ok(revision)
 }
 
-/// Deletes the row of `key`.
-pub(crate) fn delete(tx: &Transaction<'_>, key: Slot) -> Result<(), TxError> {
-    tx.prepare_cached("DELETE FROM vvm_leases WHERE slot = ?1")?
-        .execute([i64::from(key.0)])?;
+/// Retires the row of `key` after its holder's own release: it stays, with no holder, boot or
+/// expiry, as the sign that the slot was given up rather than taken away. A candidate that finds
+/// no row at all while another process holds the slot's lock cannot tell a released slot from a
+/// record deleted from outside (or a store file replaced) under a holder that may still act, and
+/// waits (see `insert` in `mod.rs`); a retired row tells it.
+pub(crate) fn retire(tx: &Transaction<'_>, key: Slot) -> Result<(), TxError> {
+    tx.prepare_cached(
+        "UPDATE vvm_leases SET boot_id = '', expires_ns = 0, lock_dev = NULL, \
+         lock_ino = NULL, session_incarnation = NULL, session_id = NULL WHERE slot = ?1",
+    )?
+    .execute([i64::from(key.0)])?;
     Ok(())
+}
+
+/// Whether `key` has a row at all, live, expired or retired.
+pub(crate) fn row_exists(tx: &Transaction<'_>, key: Slot) -> Result<bool, TxError> {
+    Ok(tx
+        .prepare_cached("SELECT 1 FROM vvm_leases WHERE slot = ?1")?
+        .query_row([i64::from(key.0)], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 #[cfg(test)]
