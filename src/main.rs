@@ -130,6 +130,9 @@ pub struct GuardArgs {
     /// Make no cgroup: the subreaper alone contains the tree.
     #[arg(long)]
     no_cgroup: bool,
+    /// Start the command in no PID namespace of its own.
+    #[arg(long)]
+    no_namespace: bool,
     /// The command to start.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -146,6 +149,7 @@ impl From<GuardArgs> for cli::supervise::Supervision {
             command: args.command,
             strict: args.strict,
             no_cgroup: args.no_cgroup,
+            no_namespace: args.no_namespace,
         }
     }
 }

@@ -99,9 +99,11 @@ fn ends_within(pid: i32, limit: Duration) -> bool {
     true
 }
 
-fn pids(text: &str) -> Vec<i32> {
+/// The pids a command of `vvm` wrote in `text`, as this process sees them (see
+/// [`cli_support::tree::host_pid`]).
+fn pids(vvm: &Child, text: &str) -> Vec<i32> {
     text.split_whitespace()
-        .map(|p| p.parse().unwrap())
+        .map(|p| cli_support::tree::host_pid(vvm.id(), p.parse().unwrap()))
         .collect()
 }
 
@@ -186,7 +188,8 @@ sleep 1000 >/dev/null 2>&1 &
 echo $$ $! > pids.tmp && mv pids.tmp pids
 while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-g", &["--grace", "1s"], script);
-    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    let written = wait_for_file(&dir.join("pids"), &mut exec);
+    let pids = pids(&exec, &written);
     assert!(pids.iter().all(|&pid| is_running(pid)), "{pids:?}");
 
     signal(&exec, Signal::TERM);
@@ -212,13 +215,17 @@ while :; do sleep 0.05; done"#;
 fn the_commands_own_exit_ends_vvm_by_its_status_and_ends_its_group() {
     let dir = temp_dir("vvm-exec-exit");
     // Status 0: a clean stop; the slot is released and what it left behind is ended.
+    // It exits once the test has read its child's pid (`go`).
     let script = r#"sleep 1000 >/dev/null 2>&1 &
 echo $! > pids.tmp && mv pids.tmp pids
+while [ ! -e go ]; do sleep 0.02; done
 exit 0"#;
     let mut exec = exec_child(&dir, "exec-0", &[], script);
+    let written = wait_for_file(&dir.join("pids"), &mut exec);
+    let stray = pids(&exec, &written);
+    std::fs::write(dir.join("go"), "").unwrap();
     let (code, _) = wait_exit(&mut exec);
     let stderr = stderr_of(&dir, "exec-0");
-    let stray = pids(&std::fs::read_to_string(dir.join("pids")).expect("the command ran"));
     let ended = stray
         .iter()
         .all(|&pid| ends_within(pid, Duration::from_secs(5)));
@@ -241,7 +248,7 @@ exit 0"#;
     let stderr = stderr_of(&dir, "exec-3");
     assert_eq!(code, Some(3), "{stderr}");
     assert!(
-        stderr.contains("the command ended before it was asked to stop: exit status: 3"),
+        stderr.contains("the command exited with status 3 before it was asked to stop"),
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
@@ -257,7 +264,8 @@ sleep 1000 >/dev/null 2>&1 &
 echo $$ $! > pids.tmp && mv pids.tmp pids
 while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-k", &["--grace", "60s"], script);
-    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    let written = wait_for_file(&dir.join("pids"), &mut exec);
+    let pids = pids(&exec, &written);
     assert!(pids.iter().all(|&pid| is_running(pid)), "{pids:?}");
 
     // Freeze vvm (not its command) past the lease: the deadline (0.8·L after the last
@@ -309,7 +317,8 @@ fn the_command_dies_with_vvm_killed_by_sigkill() {
 echo $$ > pids.tmp && mv pids.tmp pids
 while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-o", &[], script);
-    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    let written = wait_for_file(&dir.join("pids"), &mut exec);
+    let pids = pids(&exec, &written);
     assert!(pids.iter().all(|&pid| is_running(pid)), "{pids:?}");
 
     // No shutdown, no killer: only the kernel can tell the command.
@@ -331,7 +340,8 @@ fn a_loss_of_leadership_sends_sigterm_to_the_command() {
 echo $$ > pids.tmp && mv pids.tmp pids
 while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-l", &[], script);
-    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    let written = wait_for_file(&dir.join("pids"), &mut exec);
+    let pids = pids(&exec, &written);
 
     // The record vanishes (as if another writer removed it): the next renewal finds no lease of
     // this process, which is a loss, well before the kill deadline.
@@ -420,9 +430,24 @@ fn the_commands_status_is_passed_on_and_a_signal_is_128_plus_its_number() {
     let (code, _) = wait_exit(&mut exec);
     let stderr = stderr_of(&dir, "exec-9");
     assert_eq!(code, Some(128 + 9), "{stderr}");
+    assert!(
+        stderr.contains("the command was ended by signal 9 before it was asked to stop"),
+        "{stderr}"
+    );
     let mut exec = exec_child(&dir, "exec-42", &[], "exit 42");
     let (code, _) = wait_exit(&mut exec);
     assert_eq!(code, Some(42), "{}", stderr_of(&dir, "exec-42"));
+    // A command's own 75 is passed on too, and the last line says it was the command's, not
+    // the kill deadline's.
+    let mut exec = exec_child(&dir, "exec-75", &[], "exit 75");
+    let (code, _) = wait_exit(&mut exec);
+    let stderr = stderr_of(&dir, "exec-75");
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(
+        stderr.contains("the command exited with status 75 before it was asked to stop")
+            && !stderr.contains("kill deadline passed"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -473,7 +498,8 @@ sleep 1000 >/dev/null 2>&1 &
 echo $$ $! > pids.tmp && mv pids.tmp pids
 while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-f", &["--grace", "30s"], script);
-    let pids = pids(&wait_for_file(&dir.join("pids"), &mut exec));
+    let written = wait_for_file(&dir.join("pids"), &mut exec);
+    let pids = pids(&exec, &written);
     signal(&exec, Signal::INT);
     std::thread::sleep(Duration::from_millis(500));
     assert!(

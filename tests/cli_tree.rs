@@ -9,7 +9,6 @@
 
 mod cli_support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,13 +87,16 @@ fn a_killed_vvm_leaves_nothing_of_its_tree_acting() {
 #[test]
 fn a_killed_supervisor_leaves_nothing_of_its_tree_acting() {
     let (dir, mut one, mut two) = tree_case("vvm-tree-supervisor", Signal::KILL, true);
-    // The command's end (its tree killed) is a service failure for `one`: 128 + SIGKILL.
+    // The supervisor's end is not the command's status: `one` says what happened and fails
+    // with 1, not 128 + SIGKILL as if the command had been killed by someone else.
     assert_eq!(
         exit_within(&mut one, WAIT_MAX),
-        Some(Some(137)),
+        Some(Some(1)),
         "{}",
         logs(&dir)
     );
+    let stderr = std::fs::read_to_string(dir.join("one.stderr")).unwrap();
+    assert!(stderr.contains("the supervisor was ended"), "{stderr}");
     signal(&two, Signal::TERM);
     assert_eq!(
         exit_within(&mut two, WAIT_MAX),
@@ -227,11 +229,12 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
     let spawn_one = |n: usize, state: &mut u64| {
         let daemon = next(state).is_multiple_of(2);
         let ignore_term = next(state).is_multiple_of(3);
-        // Both ways of containing the tree: a cgroup where one can be made, the subreaper alone.
-        let containment = if next(state).is_multiple_of(2) {
-            "auto"
-        } else {
-            "subreaper"
+        // Every way of containing the tree: a PID namespace and a cgroup where they can be
+        // made, the namespace without a cgroup, a cgroup without a namespace.
+        let containment = match next(state) % 3 {
+            0 => "auto",
+            1 => "subreaper",
+            _ => "cgroup",
         };
         let child = spawn_with(
             store,
@@ -374,7 +377,19 @@ fn the_tree_is_born_in_a_cgroup_of_its_own_that_goes_with_it() {
     // cgroup; the supervisor is not.
     let tree = descendants(supervisor);
     assert!(tree.len() >= 2, "{tree:?}");
-    let inside = format!("{}/vvm-tree-{supervisor}", outside.trim_end_matches('/'));
+    let started = std::fs::read_to_string(format!("/proc/{supervisor}/stat"))
+        .unwrap()
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_owned();
+    let inside = format!(
+        "{}/vvm-tree-{supervisor}-{started}",
+        outside.trim_end_matches('/')
+    );
     for pid in &tree {
         if let Some(cgroup) = cgroup_of(*pid) {
             assert_eq!(cgroup, inside, "process {pid} of the tree");
@@ -456,11 +471,13 @@ fn a_tree_whose_vvm_and_supervisor_were_killed_together_is_ended_before_the_succ
     become_a_careless_reaper();
     let dir = temp_dir("vvm-tree-orphan");
     let log = dir.join("acts");
-    let mut one = spawn(&dir, "one", "1s", SCRIPT);
+    let extra = ["--containment", "cgroup"];
+    let mut one = spawn_with(&store_of(&dir), &dir, "one", "1s", SCRIPT, &extra);
     wait_until(&log, "the first tree acts", both_act);
     let two = spawn(&dir, "two", "1s", SCRIPT);
     std::thread::sleep(Duration::from_millis(500));
-    // As an OOM kill of both: neither can end the tree, which runs on in its cgroup.
+    // As an OOM kill of both: neither can end the tree, which runs on in its cgroup (no PID
+    // namespace, whose end would be the tree's).
     let supervisor = supervisor_of(&one);
     rustix::process::kill_process(supervisor, Signal::KILL).unwrap();
     signal(&one, Signal::KILL);

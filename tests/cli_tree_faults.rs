@@ -312,9 +312,19 @@ fn a_holder_in_a_shifted_time_namespace_is_judged_on_the_hosts_clock() {
     // A lease and more: a newcomer that misread the holder's expiry would have led by now.
     std::thread::sleep(LEASE + LEASE / 2);
     let seen = tenures(&dir.join("acts"));
-    assert_eq!(seen.len(), 1, "the newcomer led beside the holder: {seen:?}\n{}", logs(&dir));
+    assert_eq!(
+        seen.len(),
+        1,
+        "the newcomer led beside the holder: {seen:?}\n{}",
+        logs(&dir)
+    );
     signal(&one, Signal::TERM);
-    assert_eq!(exit_within(&mut one, WAIT_MAX), Some(Some(0)), "{}", logs(&dir));
+    assert_eq!(
+        exit_within(&mut one, WAIT_MAX),
+        Some(Some(0)),
+        "{}",
+        logs(&dir)
+    );
     second_tenure_alone(&dir);
     signal(&two, Signal::TERM);
     let _ = exit_within(&mut two, WAIT_MAX);

@@ -11,6 +11,8 @@
 //! whose command's child still holds the inherited lock, only after; a removed or replaced lock
 //! file never lets a candidate in beside a live holder.
 
+mod cli_support;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -499,12 +501,16 @@ fn a_commands_tree_is_gone_before_a_successor_leads_after_vvm_died() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_secs(1));
-    let sleep: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     let holder_pid = holder.child.id();
+    // Its pid in the command's PID namespace, as this process sees it.
+    let sleep = cli_support::tree::host_pid(
+        holder_pid,
+        std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
+    );
     let killed = holder.kill();
     let (led, _) = candidate
         .leading(START_WAIT)

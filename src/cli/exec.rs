@@ -40,7 +40,7 @@ use vvm::{
     Clock, ExitKiller, KillReport, Killer, Service, ServiceContext, ServiceError, TimeSource,
 };
 
-use super::supervise::{boot_ns, Containment, EXIT_ENDED, KILL_NOW, REPORT_BYTES, STOP};
+use super::supervise::{boot_ns, Containment, Outcome, Why, KILL_NOW, REPORT_BYTES, STOP};
 
 /// How `vvm run -- CMD` contains its command's tree (`--containment`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,6 +50,10 @@ pub enum ContainmentMode {
     Auto,
     /// A cgroup of its own, or the command does not start (checked before campaigning).
     Strict,
+    /// As `strict`, without a PID namespace: for a command whose process ids must mean the same
+    /// to tools outside (pid files). The tree then ends by `cgroup.kill` and sweeps, not by the
+    /// kernel when the supervisor dies.
+    Cgroup,
     /// No cgroup: the supervisor as a subreaper only (for hosts where another tool manages
     /// the cgroups below this process).
     Subreaper,
@@ -176,6 +180,11 @@ impl CommandStatus {
             .code()
             .or_else(|| status.signal().map(|signal| 128 + signal))
             .unwrap_or(1);
+        self.set_code(code);
+    }
+
+    /// The command's own failing status: its exit code, or 128 + the signal that ended it.
+    fn set_code(&self, code: i32) {
         self.0.store(code.clamp(1, 255), Ordering::Release);
     }
 }
@@ -277,17 +286,17 @@ fn pipe_for_child(child_reads: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// After a supervisor's own exit there is nothing to find (one look at `/proc`).
 /// The tree's cgroup, if the supervisor `supervisor` made one and could not remove it, is
 /// killed first and removed last.
-async fn sweep(supervisor: i32) {
-    let swept = tokio::task::spawn_blocking(move || sweep_now(supervisor)).await;
+async fn sweep(supervisor: i32, started: u64) {
+    let swept = tokio::task::spawn_blocking(move || sweep_now(supervisor, started)).await;
     if !matches!(swept, Ok(true)) {
         tracing::error!("processes left by the command kept appearing");
     }
 }
 
 /// [`sweep`]'s work, blocking: `true` when nothing is left.
-fn sweep_now(supervisor: i32) -> bool {
+fn sweep_now(supervisor: i32, started: u64) -> bool {
     use super::supervise::cgroup;
-    let leftover = cgroup::leftover_tree(supervisor);
+    let leftover = cgroup::leftover_tree(supervisor, started);
     if let Some(dir) = &leftover {
         cgroup::kill_dir(dir);
     }
@@ -336,7 +345,10 @@ struct Tree {
     settled: bool,
     /// Ends what the supervisor left: [`sweep_now`] (a test passes one that touches nothing
     /// else of the test process).
-    sweep: fn(i32) -> bool,
+    sweep: fn(i32, u64) -> bool,
+    /// The supervisor's start time ([`cgroup::start_time`](super::supervise::cgroup::start_time)),
+    /// which names its tree's cgroup.
+    started: u64,
 }
 
 impl Tree {
@@ -389,7 +401,7 @@ impl Drop for Tree {
             }
             let _ = supervisor_exited_within(self.supervisor, SUPERVISOR_EXIT_WAIT);
         }
-        let swept = (self.sweep)(self.supervisor);
+        let swept = (self.sweep)(self.supervisor, self.started);
         tracing::error!(
             supervisor = self.supervisor,
             exited,
@@ -444,8 +456,8 @@ struct Report {
 }
 
 /// Reads the command's pid and how its tree is contained from the report pipe; `None` when the
-/// supervisor exited first.
-async fn read_report(report: OwnedFd) -> Option<Report> {
+/// supervisor exited first. The pipe is kept for the last record ([`read_outcome`]).
+async fn read_report(report: Arc<OwnedFd>) -> Option<Report> {
     tokio::task::spawn_blocking(move || {
         let mut buf = [0_u8; REPORT_BYTES];
         let mut got = 0;
@@ -462,6 +474,28 @@ async fn read_report(report: OwnedFd) -> Option<Report> {
             containment: Containment::from_byte(buf[4]),
             init: i32::from_le_bytes([buf[5], buf[6], buf[7], buf[8]]),
         })
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The supervisor's last record, once it has exited: how the command ended. `None` when the
+/// supervisor wrote none — it was killed itself.
+async fn read_outcome(report: Arc<OwnedFd>) -> Option<Outcome> {
+    tokio::task::spawn_blocking(move || {
+        let mut record = [0_u8; 8];
+        let mut got = 0;
+        // The supervisor has exited: the pipe ends after what it wrote, so this cannot wait.
+        while got < record.len() {
+            match rustix::io::read(report.as_fd(), &mut record[got..]) {
+                Ok(0) => return None,
+                Ok(n) => got += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return None,
+            }
+        }
+        Outcome::decode(record)
     })
     .await
     .ok()
@@ -516,6 +550,7 @@ impl Service for ExecService {
         let pipes = pipe_for_child(true).and_then(|c| Ok((c, pipe_for_child(false)?)));
         let ((control, control_its), (report, report_its)) = pipes
             .map_err(|e| ServiceError::with_source("cannot make the supervisor's pipes", e))?;
+        let report = Arc::new(report);
         rustix::fs::fcntl_setfl(&control, rustix::fs::OFlags::NONBLOCK).map_err(|e| {
             ServiceError::with_source("cannot make the control pipe non-blocking", e)
         })?;
@@ -547,6 +582,9 @@ impl Service for ExecService {
             ContainmentMode::Strict => {
                 supervisor.arg("--strict");
             }
+            ContainmentMode::Cgroup => {
+                supervisor.arg("--strict").arg("--no-namespace");
+            }
             ContainmentMode::Subreaper => {
                 supervisor.arg("--no-cgroup");
             }
@@ -572,17 +610,20 @@ impl Service for ExecService {
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .unwrap_or(0);
+        // Read while it is alive (it cannot be reaped before this process waits for it).
+        let supervisor_started = super::supervise::cgroup::start_time(supervisor_pid).unwrap_or(0);
         let mut tree = Tree {
             control: Some(control),
             supervisor: supervisor_pid,
             settled: false,
             sweep: sweep_now,
+            started: supervisor_started,
         };
         let Some(Report {
             pid,
             containment,
             init,
-        }) = read_report(report).await
+        }) = read_report(report.clone()).await
         else {
             let status = child.wait().await.ok();
             // Nothing was started, and the supervisor is gone.
@@ -630,27 +671,45 @@ impl Service for ExecService {
                 status = child.wait() => {
                     // The supervisor has ended whatever the command left before exiting; if it
                     // was killed first, what it left is ours now.
-                    sweep(supervisor_pid).await;
+                    sweep(supervisor_pid, supervisor_started).await;
                     tree.settle();
                     self.group.clear();
                     let status = status
                         .map_err(|e| ServiceError::with_source("waiting for the command failed", e))?;
-                    if status.success() {
-                        tracing::info!("the command exited with status 0: shutting down");
-                        self.finished.notify_one();
-                        shutdown.requested().await;
-                        return Ok(());
-                    }
-                    if status.code() == Some(i32::from(EXIT_ENDED)) && context.token().is_none() {
-                        // The supervisor saw the kill deadline pass: this process's killer
-                        // ends it too, with the deadline's own report.
-                        shutdown.requested().await;
-                        return Err(ServiceError::new("the kill deadline passed"));
-                    }
-                    self.status.set(status);
-                    return Err(ServiceError::new(format!(
-                        "the command ended before it was asked to stop: {status}"
-                    )));
+                    return match read_outcome(report).await {
+                        Some(Outcome::Exited(0)) => {
+                            tracing::info!("the command exited with status 0: shutting down");
+                            self.finished.notify_one();
+                            shutdown.requested().await;
+                            Ok(())
+                        }
+                        Some(Outcome::Exited(code)) => {
+                            self.status.set_code(code);
+                            Err(ServiceError::new(format!(
+                                "the command exited with status {code} before it was asked to stop"
+                            )))
+                        }
+                        Some(Outcome::Signalled(signal)) => {
+                            self.status.set_code(128 + signal);
+                            Err(ServiceError::new(format!(
+                                "the command was ended by signal {signal} before it was asked to stop"
+                            )))
+                        }
+                        Some(Outcome::Ended(Why::Deadline)) => {
+                            // The supervisor saw the kill deadline pass: this process's killer
+                            // ends it too, with the deadline's own report.
+                            shutdown.requested().await;
+                            Err(ServiceError::new("the kill deadline passed: the command's tree was ended"))
+                        }
+                        Some(Outcome::Ended(why)) => Err(ServiceError::new(format!(
+                            "the supervisor ended the command's tree: {why}"
+                        ))),
+                        // Not the command's status: the supervisor itself was killed, and
+                        // whatever it left was swept from here.
+                        None => Err(ServiceError::new(format!(
+                            "the supervisor was ended ({status}) and the command's tree with it"
+                        ))),
+                    };
                 }
                 Some(deadline) = deadlines.changed() => tree.send_deadline(deadline),
                 _ = shutdown.requested() => break,
@@ -683,7 +742,7 @@ impl Service for ExecService {
             }
         };
         if matches!(outcome, Ok(Ok(_))) {
-            sweep(supervisor_pid).await;
+            sweep(supervisor_pid, supervisor_started).await;
             tree.settle();
         }
         let outcome = match outcome {
@@ -724,7 +783,7 @@ impl Service for ExecService {
                     let _ = tokio::time::timeout(SUPERVISOR_EXIT_WAIT, child.wait()).await;
                 }
                 tree.close();
-                sweep(supervisor_pid).await;
+                sweep(supervisor_pid, supervisor_started).await;
                 tree.settle();
                 Err(ServiceError::new(format!(
                     "the command did not stop within {:?} of SIGTERM and was killed",
@@ -761,7 +820,8 @@ mod tests {
             control: Some(control),
             supervisor: i32::try_from(child.id()).unwrap(),
             settled: false,
-            sweep: |_| true,
+            sweep: |_, _| true,
+            started: 0,
         };
         let dropped = std::time::Instant::now();
         drop(tree);
@@ -780,7 +840,8 @@ mod tests {
             control: Some(control),
             supervisor: i32::try_from(child.id()).unwrap(),
             settled: false,
-            sweep: |_| panic!("a settled tree is not swept again"),
+            sweep: |_, _| panic!("a settled tree is not swept again"),
+            started: 0,
         };
         tree.settle();
         drop(tree);

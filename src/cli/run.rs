@@ -141,11 +141,20 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     }
     // `--containment strict` is a promise about the command's tree: refused before campaigning.
-    if !args.command.is_empty() && args.containment == super::exec::ContainmentMode::Strict {
+    if !args.command.is_empty()
+        && matches!(
+            args.containment,
+            super::exec::ContainmentMode::Strict | super::exec::ContainmentMode::Cgroup
+        )
+    {
         if let Err(e) = super::supervise::cgroup::probe() {
             return fail(&format!(
-                "--containment strict: {e}; run as root or in a delegated cgroup (systemd \
-                 Delegate=yes), or use --containment auto"
+                "--containment {}: {e}; run as root or in a delegated cgroup (systemd \
+                 Delegate=yes), or use --containment auto",
+                match args.containment {
+                    super::exec::ContainmentMode::Cgroup => "cgroup",
+                    _ => "strict",
+                }
             ));
         }
     }

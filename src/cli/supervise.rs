@@ -69,6 +69,9 @@ pub const STOP: u64 = 0;
 /// A record on the control pipe that asks to end the tree at once (no deadline is 1 ns after
 /// boot).
 pub const KILL_NOW: u64 = 1;
+/// Longest time the supervisor may take to end the tree and exit once it has begun: past it,
+/// its own timer ends it (and so the namespace).
+const ENDING_MAX_NS: u64 = 10_000_000_000;
 /// How often orphans re-parented to the supervisor are reaped while the command runs.
 const REAP_TICK_MS: i64 = 100;
 
@@ -91,6 +94,8 @@ pub struct Supervision {
     pub strict: bool,
     /// Make no cgroup for the tree.
     pub no_cgroup: bool,
+    /// Start the command in no PID namespace of its own.
+    pub no_namespace: bool,
 }
 
 /// How the command's tree is contained, as reported to `vvm` after the command's pid.
@@ -142,6 +147,84 @@ impl Ended {
             .exit_status()
             .map(Ended::Code)
             .or_else(|| status.terminating_signal().map(Ended::Signal))
+    }
+}
+
+/// Why the supervisor ended the tree itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// The kill deadline passed unextended.
+    Deadline = 1,
+    /// `vvm` is gone (end of the control pipe).
+    VvmGone = 2,
+    /// `vvm` asked for it (a second signal).
+    Asked = 3,
+    /// The supervisor could not go on watching (a failed wait or pipe).
+    Failed = 4,
+    /// The command's end could not be learnt.
+    Unknown = 5,
+}
+
+impl Why {
+    fn from_value(value: i32) -> Why {
+        match value {
+            1 => Why::Deadline,
+            2 => Why::VvmGone,
+            3 => Why::Asked,
+            4 => Why::Failed,
+            _ => Why::Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Why::Deadline => "the kill deadline passed unextended",
+            Why::VvmGone => "vvm is gone",
+            Why::Asked => "vvm asked for it (a second signal)",
+            Why::Failed => "the supervisor could not go on watching",
+            Why::Unknown => "the command's end could not be learnt",
+        })
+    }
+}
+
+/// How the command ended: the supervisor's last record on the report pipe (8 bytes: a tag and
+/// a value, little-endian), written once nothing of the tree is left. A supervisor that ended
+/// without it was killed itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command exited with this code.
+    Exited(i32),
+    /// A signal of this number ended the command.
+    Signalled(i32),
+    /// The supervisor ended the tree itself.
+    Ended(Why),
+}
+
+impl Outcome {
+    /// The record.
+    pub fn encode(self) -> [u8; 8] {
+        let (tag, value) = match self {
+            Outcome::Exited(code) => (init::EXITED, code),
+            Outcome::Signalled(signal) => (init::SIGNALLED, signal),
+            Outcome::Ended(why) => (init::ENDED, why as i32),
+        };
+        let mut record = [0_u8; 8];
+        record[..4].copy_from_slice(&tag.to_le_bytes());
+        record[4..].copy_from_slice(&value.to_le_bytes());
+        record
+    }
+
+    /// From the record; `None` for an unknown tag.
+    pub fn decode(record: [u8; 8]) -> Option<Outcome> {
+        let (tag, value) = init::decode(record);
+        match tag {
+            init::EXITED => Some(Outcome::Exited(value)),
+            init::SIGNALLED => Some(Outcome::Signalled(value)),
+            init::ENDED => Some(Outcome::Ended(Why::from_value(value))),
+            _ => None,
+        }
     }
 }
 
@@ -264,7 +347,11 @@ pub fn supervise(args: Supervision) -> ExitCode {
         }
         Err(_) => None,
     };
-    let started = match start_in_namespace(program, rest, cgroup.as_ref(), &[&control, &report]) {
+    let in_namespace = match args.no_namespace {
+        true => None,
+        false => start_in_namespace(program, rest, cgroup.as_ref(), &[&control, &report]),
+    };
+    let started = match in_namespace {
         Some(started) => started,
         None => start(program, rest, cgroup.as_ref(), Spawn::IntoCgroup).map(|pid| Started {
             command: Some(pid),
@@ -292,7 +379,8 @@ pub fn supervise(args: Supervision) -> ExitCode {
         namespace: started.init.is_some(),
     };
     let mut report = std::fs::File::from(report);
-    // `vvm` reads this to signal the group itself; if it is gone the pipe says so below.
+    // `vvm` reads this to signal the group itself; if it is gone the pipe says so below. The
+    // pipe stays open for the last record: how the command ended.
     let mut record = [0_u8; REPORT_BYTES];
     let command_pid = started.command.map_or(0, Pid::as_raw_pid);
     record[..4].copy_from_slice(&command_pid.to_le_bytes());
@@ -300,7 +388,6 @@ pub fn supervise(args: Supervision) -> ExitCode {
     let init_pid = started.init.as_ref().map_or(0, |(pid, _)| pid.as_raw_pid());
     record[5..].copy_from_slice(&init_pid.to_le_bytes());
     let _ = report.write_all(&record);
-    drop(report);
     let mut watch = match started.init {
         Some((init, status_pipe)) => Watch {
             group: started.command,
@@ -320,6 +407,8 @@ pub fn supervise(args: Supervision) -> ExitCode {
         },
     };
     let ended = run(&control, args.deadline_ns, &deadman, &mut watch);
+    // This process runs, so the timer's work is its own now; the timer stays a bound on it.
+    let _ = deadman.arm(boot_ns().saturating_add(ENDING_MAX_NS));
     // Whatever is left of the tree, also after the command's own exit: all at once through the
     // namespace and the cgroup, then every descendant found and reaped.
     if let Some(init) = watch.spared() {
@@ -336,6 +425,14 @@ pub fn supervise(args: Supervision) -> ExitCode {
         cgroup.remove();
     }
     drop(held);
+    let outcome = match (ended, watch.status) {
+        (None, Some(Ended::Code(code))) => Outcome::Exited(code),
+        (None, Some(Ended::Signal(signal))) => Outcome::Signalled(signal),
+        (Some(why), _) => Outcome::Ended(why),
+        (None, None) => Outcome::Ended(Why::Unknown),
+    };
+    let _ = report.write_all(&outcome.encode());
+    drop(report);
     match (ended, watch.status) {
         (None, Some(status)) => exit_as(status),
         (Some(why), _) => {
@@ -499,13 +596,13 @@ fn start(
     Ok(command)
 }
 
-/// Watches until the command exits (`None`) or the tree must be ended (why).
+/// Watches until the command exits (`None`) or the tree must be ended ([`Why`]).
 fn run(
     control: &OwnedFd,
     first_deadline_ns: u64,
     deadman: &deadman::Deadman,
     watch: &mut Watch,
-) -> Option<&'static str> {
+) -> Option<Why> {
     // What says the command ended: the namespace's first process's report, or the command's
     // pidfd (without a namespace).
     let pidfd = match &watch.status_pipe {
@@ -517,7 +614,7 @@ fn run(
     loop {
         let now_ns = boot_ns();
         if now_ns >= deadline_ns {
-            return Some("the kill deadline passed unextended");
+            return Some(Why::Deadline);
         }
         let left_ms = i64::try_from((deadline_ns - now_ns).div_ceil(1_000_000)).unwrap_or(i64::MAX);
         let timeout = rustix::time::Timespec {
@@ -543,7 +640,7 @@ fn run(
         };
         match rustix::event::poll(fds, Some(&timeout)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return Some("the supervisor cannot wait"),
+            Err(_) => return Some(Why::Failed),
         }
         let control_ready = !fds[0].revents().is_empty();
         let status_ready =
@@ -558,8 +655,8 @@ fn run(
         if control_ready {
             match read_records(control, &mut pending) {
                 Ok(true) => {}
-                Ok(false) => return Some("vvm is gone"),
-                Err(()) => return Some("the control pipe failed"),
+                Ok(false) => return Some(Why::VvmGone),
+                Err(()) => return Some(Why::Failed),
             }
             for record in pending.drain(..) {
                 if record == STOP {
@@ -569,11 +666,11 @@ fn run(
                     // once continued.
                     tree::signal_all(watch.group, spared, Signal::CONT);
                 } else if record == KILL_NOW {
-                    return Some("vvm asked for it (a second signal)");
+                    return Some(Why::Asked);
                 } else {
                     deadline_ns = record;
                     if deadman.arm(deadline_ns).is_err() {
-                        return Some("the kill deadline could not be moved");
+                        return Some(Why::Failed);
                     }
                 }
             }
@@ -671,8 +768,9 @@ mod tests {
             let pid = start(std::ffi::OsStr::new("sleep"), &sleep, Some(&tree), how)
                 .unwrap_or_else(|_| panic!("{how:?}: the command starts"));
             let inside = cgroup_of(pid.as_raw_pid());
+            let started = cgroup::start_time(me).unwrap();
             assert!(
-                inside.ends_with(&format!("/vvm-tree-{me}")),
+                inside.ends_with(&format!("/vvm-tree-{me}-{started}")),
                 "{how:?}: the command is in {inside}"
             );
             assert_eq!(cgroup_of(me), outside, "{how:?}: this process moved");

@@ -5,7 +5,7 @@
 //! only grow.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -230,4 +230,25 @@ pub fn descendants(pid: u32) -> Vec<u32> {
         }
     }
     found
+}
+
+/// The pid, as this process sees it, of the process that calls itself `pid` below `under`: a
+/// command of `vvm run` runs in a PID namespace of its own where the kernel allows one, so the
+/// pids it writes down (`$$`, `$!`) are that namespace's. `pid` itself when no descendant of
+/// `under` has it as its innermost pid (no namespace).
+pub fn host_pid(under: u32, pid: i32) -> i32 {
+    for host in descendants(under) {
+        let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap_or_default();
+        let Some(ids) = status.lines().find_map(|line| line.strip_prefix("NSpid:")) else {
+            continue;
+        };
+        let ids: Vec<i32> = ids
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if ids.len() > 1 && ids.last() == Some(&pid) {
+            return host as i32;
+        }
+    }
+    pid
 }

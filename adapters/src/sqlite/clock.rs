@@ -164,9 +164,7 @@ fn parse_boottime_offset(text: &str) -> Option<i64> {
     let mut fields = line.split_whitespace().skip(1);
     let seconds: i64 = fields.next()?.parse().ok()?;
     let nanoseconds: i64 = fields.next()?.parse().ok()?;
-    seconds
-        .checked_mul(1_000_000_000)?
-        .checked_add(nanoseconds)
+    seconds.checked_mul(1_000_000_000)?.checked_add(nanoseconds)
 }
 
 /// The host's `CLOCK_BOOTTIME` together with the boot id from [`BOOT_ID_PATH`].

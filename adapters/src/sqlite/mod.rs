@@ -239,11 +239,13 @@ impl SqliteStoreBuilder {
                 path: path.to_owned(),
                 file: match self.read_only {
                     true => None,
-                    false => Some(lock::file_id(path).ok_or_else(|| {
-                        SqliteStoreError::Replaced {
-                            path: path.to_owned(),
-                        }
-                    })?),
+                    false => {
+                        Some(
+                            lock::file_id(path).ok_or_else(|| SqliteStoreError::Replaced {
+                                path: path.to_owned(),
+                            })?,
+                        )
+                    }
                 },
                 unclaimed: std::sync::Mutex::default(),
                 feed: Arc::new(feed::Feed::new(self.read_only)),

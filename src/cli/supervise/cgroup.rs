@@ -2,7 +2,9 @@
 //! whatever it does to its process group, session or parent, and one write to `cgroup.kill`
 //! ends them all at once — no walk of `/proc`, no race with a process that forks meanwhile.
 //!
-//! The directory is `vvm-tree-<supervisor pid>` under the cgroup the supervisor started in, on
+//! The directory is `vvm-tree-<supervisor pid>-<its start time>` under the cgroup the supervisor
+//! started in (the start time, in clock ticks since boot, tells a supervisor from a later process
+//! that reused its pid), on
 //! the cgroup2 mount of the host (`/sys/fs/cgroup` or, on hybrid hosts,
 //! `/sys/fs/cgroup/unified`). The supervisor starts the command into it (`clone.rs`: created
 //! there, atomically, so the command was never outside it), or, where the kernel cannot, moves
@@ -56,20 +58,45 @@ fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
-/// The directory a supervisor with pid `supervisor` makes for its tree, under `origin`.
-pub fn tree_dir(origin: &Path, supervisor: i32) -> PathBuf {
-    origin.join(format!("{DIR_PREFIX}{supervisor}"))
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot):
+/// with the pid, an identity no later process can have.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the name: state is field 3, so the start time is the 20th field after the name.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
-/// Whether a cgroup can be made for a command's tree here: makes and removes one. Used by `vvm
+/// The directory a supervisor with pid `supervisor`, started at `started` ([`start_time`]),
+/// makes for its tree, under `origin`.
+pub fn tree_dir(origin: &Path, supervisor: i32, started: u64) -> PathBuf {
+    origin.join(format!("{DIR_PREFIX}{supervisor}-{started}"))
+}
+
+/// The supervisor's pid and start time in a tree directory's name.
+fn owner_of(name: &str) -> Option<(i32, u64)> {
+    let (pid, started) = name.strip_prefix(DIR_PREFIX)?.split_once('-')?;
+    Some((pid.parse().ok()?, started.parse().ok()?))
+}
+
+/// Whether a cgroup can be made for a command's tree here, and ended at once: makes one, opens
+/// its `cgroup.kill` (what ending the tree relies on; Linux 5.14), and removes it. Used by `vvm
 /// run --containment strict` before it opens the store.
 pub fn probe() -> Result<(), String> {
     let origin = own_dir()?;
     let dir = origin.join(format!("{DIR_PREFIX}probe-{}", std::process::id()));
     std::fs::create_dir(&dir)
         .map_err(|e| format!("cannot make a cgroup in {}: {e}", origin.display()))?;
+    let kill = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.kill"));
     let _ = std::fs::remove_dir(&dir);
-    Ok(())
+    kill.map(drop)
+        .map_err(|e| format!("no cgroup.kill in {}: {e}", origin.display()))
 }
 
 /// Writes `text` to the cgroup file `path`.
@@ -84,46 +111,58 @@ fn write_file(path: &Path, text: &str) -> Result<(), String> {
 /// Most time given to the kernel to empty an orphaned tree's cgroup after `cgroup.kill`.
 const ORPHAN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Whether process `pid` is a supervisor of `vvm` (`vvm __exec-guard`).
-fn is_supervisor(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        cmdline
-            .split(|&b| b == 0)
-            .any(|word| word == b"__exec-guard")
-    })
+/// Whether the supervisor that made a directory still runs: the process with its pid has its
+/// start time (a later process reusing the pid has another) and is not a zombie (dead, not yet
+/// reaped by a parent that may never reap it).
+fn supervisor_lives(pid: i32, started: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let mut fields = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace());
+    let state = fields.as_mut().and_then(Iterator::next);
+    let start = fields.and_then(|mut rest| rest.nth(18)?.parse::<u64>().ok());
+    !matches!(state, Some("Z" | "X")) && start == Some(started)
 }
 
 /// Ends the trees in `origin` whose supervisor is gone — `vvm` and its supervisor killed
 /// together (an OOM kill of both) leave the tree running in its cgroup, with nothing to end
-/// it — and removes their directories. Returns how many there were. Run by every supervisor
-/// before it starts its command, so a successor on this host never runs beside such a tree.
-pub fn end_orphaned_trees(origin: &Path) -> usize {
+/// it — and removes their directories. Returns how many held processes; an error when one is
+/// still populated after [`ORPHAN_WAIT`]: the command must not start beside it. Run by every
+/// supervisor before it starts its command, so a successor on this host never runs beside such
+/// a tree.
+pub fn end_orphaned_trees(origin: &Path) -> Result<usize, String> {
     let Ok(entries) = std::fs::read_dir(origin) else {
-        return 0;
+        return Ok(0);
     };
     let mut ended = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|name| name.strip_prefix(DIR_PREFIX))
-            .and_then(|pid| pid.parse::<i32>().ok())
-        else {
+        let Some((pid, started)) = name.to_str().and_then(owner_of) else {
             continue;
         };
-        if pid == std::process::id() as i32 || is_supervisor(pid) {
+        if supervisor_lives(pid, started) {
             continue;
         }
         let dir = entry.path();
-        kill_dir(&dir);
+        if is_populated(&dir) {
+            kill_dir(&dir);
+            ended += 1;
+        }
         let until = std::time::Instant::now() + ORPHAN_WAIT;
         while is_populated(&dir) && std::time::Instant::now() < until {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        if is_populated(&dir) {
+            return Err(format!(
+                "an earlier command's tree in {} could not be ended",
+                dir.display()
+            ));
+        }
         remove_dir(&dir);
-        ended += 1;
     }
-    ended
+    Ok(ended)
 }
 
 /// `populated 1` in the cgroup's `cgroup.events`: a process (or a zombie) is still counted.
@@ -137,13 +176,15 @@ impl TreeCgroup {
     /// by supervisors that are gone are ended first ([`end_orphaned_trees`]).
     pub fn make() -> Result<TreeCgroup, String> {
         let origin = own_dir()?;
-        let orphans = end_orphaned_trees(&origin);
+        let orphans = end_orphaned_trees(&origin)?;
         if orphans > 0 {
             super::super::log::line(&format!(
                 "supervisor: ended {orphans} process tree(s) whose vvm and supervisor were gone"
             ));
         }
-        let dir = tree_dir(&origin, std::process::id().try_into().unwrap_or(i32::MAX));
+        let me = std::process::id().try_into().unwrap_or(i32::MAX);
+        let started = start_time(me).ok_or("cannot read this process's start time")?;
+        let dir = tree_dir(&origin, me, started);
         std::fs::create_dir(&dir)
             .map_err(|e| format!("cannot make the cgroup {}: {e}", dir.display()))?;
         let kill = match std::fs::OpenOptions::new()
@@ -203,10 +244,11 @@ impl TreeCgroup {
     }
 }
 
-/// The tree's cgroup of the supervisor `supervisor` when it is still there: for `vvm`, after its
-/// supervisor is gone (killed before it could end the tree and remove the directory itself).
-pub fn leftover_tree(supervisor: i32) -> Option<PathBuf> {
-    let dir = tree_dir(&own_dir().ok()?, supervisor);
+/// The tree's cgroup of the supervisor `supervisor` (started at `started`) when it is still
+/// there: for `vvm`, after its supervisor is gone (killed before it could end the tree and
+/// remove the directory itself).
+pub fn leftover_tree(supervisor: i32, started: u64) -> Option<PathBuf> {
+    let dir = tree_dir(&own_dir().ok()?, supervisor, started);
     dir.exists().then_some(dir)
 }
 

@@ -30,6 +30,9 @@ pub(super) const FAILED: u32 = 3;
 pub(super) const EXITED: u32 = 4;
 /// The command was ended by a signal; the value is the signal's number.
 pub(super) const SIGNALLED: u32 = 5;
+/// The supervisor ended the tree itself; the value is why (see `Why`). Only the supervisor's
+/// own last record to `vvm` carries it.
+pub(super) const ENDED: u32 = 6;
 /// Most looks for processes left after the command's end: each look signals all of them, so a
 /// second one finds none.
 const ROUNDS_MAX: usize = 1_000;
