@@ -140,7 +140,7 @@ while :; do sleep 0.05; done"#;
 }
 
 /// What the chaos test does to the leader in one round.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     StopVvm,
     KillVvm,
@@ -152,6 +152,106 @@ enum Fault {
     /// An unwinding panic in the task that runs the command (SIGUSR1 with the debug build's
     /// fault hook): the process lives on, the task's drops run, the service ends as failed.
     PanicVvm,
+    /// SIGSTOP of the supervisor, then SIGTERM to `vvm`: a graceful stop with the one that
+    /// signals the tree stopped.
+    StopSupervisorThenTerminate,
+    /// SIGSTOP of the supervisor and of `vvm`: neither watchdog runs; the kernel's do.
+    StopBoth,
+    /// SIGTERM and SIGCONT to every process of the unit at once (systemd's default stop).
+    UnitTerminate,
+    /// SIGTERM twice, 2 ms apart (`timeout`'s signal to `vvm`, then to its group).
+    TerminateTwice,
+    /// SIGHUP: the terminal closed.
+    Hangup,
+    /// The store's write lock held past the kill deadline (SQLite only): renewals fail.
+    StallStore,
+    /// The holder's record deleted from outside (SQLite only): the usual way to "unstick" it.
+    DeleteRecord,
+}
+
+/// Every fault, in the order of their counts in the final line.
+const FAULTS: [Fault; 13] = [
+    Fault::StopVvm,
+    Fault::KillVvm,
+    Fault::KillSupervisor,
+    Fault::Terminate,
+    Fault::AbortVvm,
+    Fault::PanicVvm,
+    Fault::StopSupervisorThenTerminate,
+    Fault::StopBoth,
+    Fault::UnitTerminate,
+    Fault::TerminateTwice,
+    Fault::Hangup,
+    Fault::StallStore,
+    Fault::DeleteRecord,
+];
+
+/// Whether `fault` can be done to a store named `store`, to a leader contained by
+/// `containment`. Stopping both `vvm` and the supervisor leaves the tree to the kernel, which
+/// ends it only through a PID namespace: not with `--containment cgroup`.
+fn applies(fault: Fault, store: &str, containment: &str) -> bool {
+    match fault {
+        Fault::StallStore | Fault::DeleteRecord => store == "sqlite",
+        Fault::StopBoth => containment != "cgroup",
+        _ => true,
+    }
+}
+
+/// Every process of `vvm`'s unit: itself, its supervisor and the whole tree.
+fn unit_of(vvm: &Child) -> Vec<rustix::process::Pid> {
+    std::iter::once(vvm.id())
+        .chain(descendants(vvm.id()))
+        .filter_map(|pid| rustix::process::Pid::from_raw(pid as i32))
+        .collect()
+}
+
+/// Does `fault` to `leader`, on the SQLite file in `dir` where the fault needs it.
+fn hit(fault: Fault, leader: &Child, dir: &Path) {
+    let kill = rustix::process::kill_process;
+    match fault {
+        Fault::StopVvm => signal(leader, Signal::STOP),
+        Fault::KillVvm => signal(leader, Signal::KILL),
+        Fault::KillSupervisor => kill(supervisor_of(leader), Signal::KILL).unwrap(),
+        Fault::Terminate => signal(leader, Signal::TERM),
+        Fault::AbortVvm => signal(leader, Signal::ABORT),
+        Fault::PanicVvm => signal(leader, Signal::USR1),
+        Fault::StopSupervisorThenTerminate => {
+            kill(supervisor_of(leader), Signal::STOP).unwrap();
+            signal(leader, Signal::TERM);
+        }
+        Fault::StopBoth => {
+            kill(supervisor_of(leader), Signal::STOP).unwrap();
+            signal(leader, Signal::STOP);
+        }
+        Fault::UnitTerminate => {
+            let unit = unit_of(leader);
+            for pid in &unit {
+                let _ = kill(*pid, Signal::TERM);
+            }
+            for pid in &unit {
+                let _ = kill(*pid, Signal::CONT);
+            }
+        }
+        Fault::TerminateTwice => {
+            signal(leader, Signal::TERM);
+            std::thread::sleep(Duration::from_millis(2));
+            signal(leader, Signal::TERM);
+        }
+        Fault::Hangup => signal(leader, Signal::HUP),
+        Fault::StallStore => {
+            let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+            database.busy_timeout(Duration::from_secs(5)).unwrap();
+            database.execute_batch("BEGIN EXCLUSIVE").unwrap();
+            // Past the kill deadline (0.8 · 2 s after the last confirmed renewal).
+            std::thread::sleep(LEASE + LEASE / 4);
+            database.execute_batch("ROLLBACK").unwrap();
+        }
+        Fault::DeleteRecord => {
+            let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+            database.busy_timeout(Duration::from_secs(5)).unwrap();
+            database.execute_batch("DELETE FROM vvm_leases").unwrap();
+        }
+    }
 }
 
 /// The command of a chaos round: it daemonizes, ignores SIGTERM, or both.
@@ -244,13 +344,13 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
             &chaos_script(daemon, ignore_term),
             &["--containment", containment],
         );
-        (child, daemon)
+        (child, (daemon, containment))
     };
-    let (mut leader, mut daemon) = spawn_one(0, &mut state);
+    let (mut leader, (mut daemon, mut containment)) = spawn_one(0, &mut state);
     // The first leads before the second starts: the rounds know who leads.
     wait_until(&log, "the first tree acts", |seen| seen.len() == 1);
-    let (mut candidate, mut candidate_daemon) = spawn_one(1, &mut state);
-    let mut counts = [0_usize; 6];
+    let (mut candidate, mut candidate_kind) = spawn_one(1, &mut state);
+    let mut counts = [0_usize; FAULTS.len()];
     let started = Instant::now();
     for round in 0..rounds {
         // The leader's whole tree is acting before it is hit.
@@ -259,27 +359,17 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
             seen.len() == round + 1 && seen.values().last().is_some_and(|t| t.kinds.len() == kinds)
         });
         std::thread::sleep(Duration::from_millis(next(&mut state) % 150));
-        let fault = match next(&mut state) % 6 {
-            0 => Fault::StopVvm,
-            1 => Fault::KillVvm,
-            2 => Fault::KillSupervisor,
-            3 => Fault::AbortVvm,
-            4 => Fault::PanicVvm,
-            _ => Fault::Terminate,
+        let fault = loop {
+            let fault = FAULTS[(next(&mut state) % FAULTS.len() as u64) as usize];
+            if applies(fault, name, containment) {
+                break fault;
+            }
         };
         counts[fault as usize] += 1;
-        match fault {
-            Fault::StopVvm => signal(&leader, Signal::STOP),
-            Fault::KillVvm => signal(&leader, Signal::KILL),
-            Fault::KillSupervisor => {
-                rustix::process::kill_process(supervisor_of(&leader), Signal::KILL).unwrap()
-            }
-            Fault::Terminate => signal(&leader, Signal::TERM),
-            Fault::AbortVvm => signal(&leader, Signal::ABORT),
-            Fault::PanicVvm => signal(&leader, Signal::USR1),
-        }
+        eprintln!("chaos on {name}: round {round}: {fault:?}");
+        hit(fault, &leader, dir);
         wait_until(&log, "the successor acts", |seen| seen.len() == round + 2);
-        if matches!(fault, Fault::StopVvm) {
+        if matches!(fault, Fault::StopVvm | Fault::StopBoth) {
             signal(&leader, Signal::CONT);
         }
         let code = exit_within(&mut leader, WAIT_MAX);
@@ -299,23 +389,24 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
             );
         }
         leader = candidate;
-        daemon = candidate_daemon;
-        (candidate, candidate_daemon) = spawn_one(round + 2, &mut state);
+        (daemon, containment) = candidate_kind;
+        (candidate, candidate_kind) = spawn_one(round + 2, &mut state);
     }
     // Long enough for a survivor of the last hit tree to show.
     std::thread::sleep(Duration::from_millis(500));
     let seen = tenures(&log);
     assert_eq!(seen.len(), rounds + 1, "{seen:?}");
     assert_no_overlap(&seen, dir);
+    let counted: Vec<String> = FAULTS
+        .iter()
+        .zip(counts)
+        .filter(|(fault, _)| applies(**fault, name, "auto"))
+        .map(|(fault, count)| format!("{fault:?} {count}"))
+        .collect();
     eprintln!(
-        "chaos on {name}: {rounds} rounds in {:?} (stop {}, kill {}, kill the supervisor {}, terminate {}, abort {}, panic {}): no overlap",
+        "chaos on {name}: {rounds} rounds in {:?} ({}): no overlap",
         started.elapsed(),
-        counts[0],
-        counts[1],
-        counts[2],
-        counts[3],
-        counts[4],
-        counts[5]
+        counted.join(", ")
     );
     for mut child in [leader, candidate] {
         signal(&child, Signal::KILL);

@@ -314,22 +314,12 @@ pub fn supervise(args: Supervision) -> ExitCode {
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         return fail(&format!("supervisor: cannot become a subreaper: {e}"));
     }
-    // `vvm`'s death is this process's, by the kernel, also while it is stopped; checked after,
-    // so that a `vvm` that died before cannot be missed.
-    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
-        return fail(&format!("supervisor: cannot follow vvm's end: {e}"));
-    }
     if rustix::process::getppid().map(Pid::as_raw_pid) != Some(args.parent) {
         return fail("supervisor: vvm ended before the command started");
     }
     if let Err(e) = clone::survive_termination_signals() {
         return fail(&format!("supervisor: cannot handle signals: {e}"));
     }
-    // The kernel ends this process at the deadline also when it is stopped.
-    let deadman = match deadman::Deadman::new().and_then(|d| d.arm(args.deadline_ns).map(|()| d)) {
-        Ok(deadman) => deadman,
-        Err(e) => return fail(&format!("supervisor: cannot arm the kill deadline: {e}")),
-    };
     let Some((program, rest)) = args.command.split_first() else {
         return fail("supervisor: no command");
     };
@@ -378,6 +368,18 @@ pub fn supervise(args: Supervision) -> ExitCode {
         cgroup: cgroup.is_some(),
         namespace: started.init.is_some(),
     };
+    // In a namespace, this process's end is the tree's (its first process follows it), so the
+    // kernel may end it: when `vvm` dies (the parent-death signal; a `vvm` that died before is
+    // seen as the end of the control pipe), and at the deadline when it cannot act itself (a
+    // SIGKILL timer). Without a namespace its end would leave the tree running: it ends the tree
+    // itself, as long as it runs.
+    let deadman = match containment.namespace {
+        true => match arm_kernel_watchdogs(args.deadline_ns) {
+            Ok(deadman) => Some(deadman),
+            Err(e) => return fail(&format!("supervisor: {e}")),
+        },
+        false => None,
+    };
     let mut report = std::fs::File::from(report);
     // `vvm` reads this to signal the group itself; if it is gone the pipe says so below. The
     // pipe stays open for the last record: how the command ended.
@@ -406,9 +408,11 @@ pub fn supervise(args: Supervision) -> ExitCode {
             done: false,
         },
     };
-    let ended = run(&control, args.deadline_ns, &deadman, &mut watch);
+    let ended = run(&control, args.deadline_ns, deadman.as_ref(), &mut watch);
     // This process runs, so the timer's work is its own now; the timer stays a bound on it.
-    let _ = deadman.arm(boot_ns().saturating_add(ENDING_MAX_NS));
+    if let Some(deadman) = &deadman {
+        let _ = deadman.arm(boot_ns().saturating_add(ENDING_MAX_NS));
+    }
     // Whatever is left of the tree, also after the command's own exit: all at once through the
     // namespace and the cgroup, then every descendant found and reaped.
     if let Some(init) = watch.spared() {
@@ -443,6 +447,16 @@ pub fn supervise(args: Supervision) -> ExitCode {
         }
         (None, None) => ExitCode::from(EXIT_ENDED),
     }
+}
+
+/// The kernel's watchdogs over this process: SIGKILL when `vvm` ends, and at `deadline_ns`
+/// ([`deadman`]).
+fn arm_kernel_watchdogs(deadline_ns: u64) -> Result<deadman::Deadman, String> {
+    rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+        .map_err(|e| format!("cannot follow vvm's end: {e}"))?;
+    deadman::Deadman::new()
+        .and_then(|deadman| deadman.arm(deadline_ns).map(|()| deadman))
+        .map_err(|e| format!("cannot arm the kill deadline: {e}"))
 }
 
 /// The command, started.
@@ -600,7 +614,7 @@ fn start(
 fn run(
     control: &OwnedFd,
     first_deadline_ns: u64,
-    deadman: &deadman::Deadman,
+    deadman: Option<&deadman::Deadman>,
     watch: &mut Watch,
 ) -> Option<Why> {
     // What says the command ended: the namespace's first process's report, or the command's
@@ -669,7 +683,7 @@ fn run(
                     return Some(Why::Asked);
                 } else {
                     deadline_ns = record;
-                    if deadman.arm(deadline_ns).is_err() {
+                    if deadman.is_some_and(|d| d.arm(deadline_ns).is_err()) {
                         return Some(Why::Failed);
                     }
                 }
