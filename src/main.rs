@@ -21,11 +21,13 @@ use cli::ops::parse_metrics_addr;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   clean shutdown (a signal, or the command of `run -- CMD` exited with status 0)
-  1   a problem: no slot acquired, store unreachable, leadership lost, a service failed
+  1   a problem: no slot acquired, store unreachable, leadership lost, a service failed, the
+      command's supervisor ended by someone else
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
   75  ended by the killer: the kill deadline passed without a confirmed renewal
   `run -- CMD`: the command's own status when it ends by itself (128+N when signal N ended
-  it); 126 when CMD cannot be run, 127 when it is not found (checked before campaigning)
+  it; its own 75 too: the last line says whose); 126 when CMD cannot be run, 127 when it is not
+  found (checked before campaigning)
 
 Every flag can also be set from the environment variable shown with it; a flag on the command
 line wins.";
@@ -192,9 +194,12 @@ pub struct RunArgs {
     /// SIGKILL after `--grace` or when the kill deadline passes. `vvm` exits with its status.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
-    /// How the command's process tree is contained: `auto` uses a cgroup v2 directory of its
-    /// own when one can be made (root, or systemd's `Delegate=yes`), else the supervisor as a
-    /// subreaper; `strict` refuses to start without the cgroup; `subreaper` makes none.
+    /// How the command's process tree is contained: `auto` starts it in a PID namespace of its
+    /// own (whose end, by the kernel, is every process's) and a cgroup v2 directory of its own
+    /// where they can be made (root, or systemd's `Delegate=yes` for the cgroup), else under the
+    /// supervisor as a subreaper; `strict` refuses to start without the cgroup; `cgroup` is
+    /// `strict` without the namespace (for commands whose pids must mean the same outside:
+    /// in a namespace `$$` is 2); `subreaper` makes no cgroup.
     #[arg(long, env = "VVM_CONTAINMENT", value_enum, default_value = "auto")]
     containment: cli::exec::ContainmentMode,
     /// Run under a grant of `--count` units of this semaphore instead of a slot: at most its

@@ -330,3 +330,55 @@ fn a_holder_in_a_shifted_time_namespace_is_judged_on_the_hosts_clock() {
     let _ = exit_within(&mut two, WAIT_MAX);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `vvm run --store STORE -- true` in a mount namespace where the machine id files are
+/// empty (as in many minimal container images), or hold `id` when given (the README's way).
+fn without_machine_id(store: &str, id: Option<&Path>) -> std::process::Output {
+    let vvm = env!("CARGO_BIN_EXE_vvm");
+    let source = id.map_or("/dev/null".to_owned(), |p| p.display().to_string());
+    let script = format!(
+        "for f in /etc/machine-id /var/lib/dbus/machine-id; do [ -e $f ] && mount --bind {source} $f; done; \
+         exec {vvm} --log-level warn run --store {store} --acquire 5s -- true"
+    );
+    std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+// covers: Sq.OneMachine
+#[test]
+fn a_machine_without_a_machine_id_is_told_what_to_do_and_nothing_is_created() {
+    let test = "a_machine_without_a_machine_id_is_told_what_to_do_and_nothing_is_created";
+    let probe = std::process::Command::new("unshare")
+        .args(["--mount", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: cannot make a mount namespace under CI: {probe:?}"
+        );
+        eprintln!("{test}: skipped, cannot make a mount namespace here: {probe:?}");
+        return;
+    }
+    let dir = temp_dir("vvm-fault-machine");
+    let store = store_of(&dir);
+    let output = without_machine_id(&store, None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("-v /etc/machine-id:/etc/machine-id:ro")
+            && stderr.contains("systemd-machine-id-setup"),
+        "{stderr}"
+    );
+    assert!(!dir.join("vvm.sqlite").exists(), "a store was created");
+    // The README's way: give it one.
+    let id = dir.join("machine-id");
+    std::fs::write(&id, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let output = without_machine_id(&store, Some(&id));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -48,7 +48,9 @@ pub enum ClockError {
     /// None of [`MACHINE_ID_PATHS`] exists or has content.
     #[error(
         "cannot tell which machine this is: none of {tried:?} exists or has content; the SQLite \
-         store records the machine a file belongs to (e.g. run `systemd-machine-id-setup`)"
+         store records the machine a file belongs to: make one (`systemd-machine-id-setup`, or \
+         `dbus-uuidgen > /etc/machine-id`), or in a container give it the host's \
+         (`-v /etc/machine-id:/etc/machine-id:ro`)"
     )]
     MachineIdMissing {
         /// The files tried.
