@@ -589,3 +589,91 @@ fn a_tree_whose_vvm_and_supervisor_were_killed_together_is_ended_before_the_succ
     let _ = two.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The cgroup2 mount point, from `/proc/self/mountinfo`.
+fn cgroup2_mount() -> String {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|line| {
+            let (before, after) = line.split_once(" - ")?;
+            after
+                .starts_with("cgroup2 ")
+                .then(|| before.split_whitespace().nth(4).map(str::to_owned))?
+        })
+        .unwrap()
+}
+
+// covers: Cli.ExecCgroup
+#[test]
+fn a_tree_whose_supervisors_pid_was_reused_is_still_ended_before_the_successor_acts() {
+    let test = "a_tree_whose_supervisors_pid_was_reused_is_still_ended_before_the_successor_acts";
+    if !cgroups_available(test) {
+        return;
+    }
+    become_a_careless_reaper();
+    let dir = temp_dir("vvm-tree-reused");
+    let other = temp_dir("vvm-tree-reused-other");
+    // A live supervisor, whose pid a dead one's orphaned tree names (the pid was reused).
+    let mut keeper = spawn(&other, "keeper", "1s", SCRIPT);
+    wait_until(&other.join("acts"), "the keeper acts", both_act);
+    let live = supervisor_of(&keeper).as_raw_pid();
+    let origin = format!(
+        "{}{}",
+        cgroup2_mount(),
+        cgroup_of(std::process::id()).unwrap().trim_end_matches('/')
+    );
+    let orphan_dir = format!("{origin}/vvm-tree-{live}-1");
+    std::fs::create_dir(&orphan_dir).unwrap();
+    let orphan_log = dir.join("orphan");
+    let mut orphan = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "while :; do date +%s%N >> {}; sleep 0.02; done",
+                orphan_log.display()
+            ),
+        ])
+        .spawn()
+        .unwrap();
+    std::fs::write(
+        format!("{orphan_dir}/cgroup.procs"),
+        orphan.id().to_string(),
+    )
+    .unwrap();
+    let mut two = spawn(&dir, "two", "1s", SCRIPT);
+    wait_until(&dir.join("acts"), "the successor acts", both_act);
+    std::thread::sleep(Duration::from_millis(300));
+    let last_orphan: u128 = std::fs::read_to_string(&orphan_log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .unwrap_or(0);
+    let first_two = tenures(&dir.join("acts"))
+        .values()
+        .map(|t| t.first_ns)
+        .min()
+        .unwrap();
+    let ended = exit_within_child(&mut orphan, Duration::from_secs(1));
+    let _ = orphan.kill();
+    let _ = orphan.wait();
+    let _ = std::fs::remove_dir(&orphan_dir);
+    for child in [&mut keeper, &mut two] {
+        signal(child, Signal::KILL);
+        let _ = child.wait();
+    }
+    assert!(ended, "the orphaned tree was not ended\n{}", logs(&dir));
+    assert!(
+        last_orphan < first_two,
+        "the orphaned tree acted after the successor began\n{}",
+        logs(&dir)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&other);
+}
+
+/// Whether `child` has ended within `limit`.
+fn exit_within_child(child: &mut Child, limit: Duration) -> bool {
+    exit_within(child, limit).is_some()
+}
