@@ -5,7 +5,7 @@
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,6 +88,7 @@ impl Place {
         Storage {
             handle,
             write_delay_ms: Arc::default(),
+            faults: Arc::default(),
         }
     }
 }
@@ -108,11 +109,37 @@ pub enum AppendError {
     Other(String),
 }
 
-/// One handle on a storage; its writes wait `write_delay_ms` first (a slow storage).
+/// Calls of a [`Storage`] to fail: each counter is how many of the next such calls fail.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Writes that fail before they begin (nothing applied).
+    pub writes: AtomicU32,
+    /// Writes that are applied, then reported failed (an unknown outcome).
+    pub writes_after: AtomicU32,
+    /// `read_numbers` calls that fail.
+    pub reads: AtomicU32,
+    /// Replay calls that fail before they feed anything.
+    pub replays: AtomicU32,
+}
+
+/// Takes one from `count` if it is not zero.
+fn take(count: &AtomicU32) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+fn injected(op: &str) -> SeqStorageError {
+    SeqStorageError::failed(std::io::Error::other(format!("injected {op} failure")))
+}
+
+/// One handle on a storage; its writes wait `write_delay_ms` first (a slow storage), and its
+/// calls fail as `faults` says.
 #[derive(Clone)]
 pub struct Storage {
     pub handle: Handle,
     pub write_delay_ms: Arc<AtomicU64>,
+    pub faults: Arc<Faults>,
 }
 
 impl Storage {
@@ -159,6 +186,9 @@ impl SeqStorage for Storage {
         ws_id: WsId,
         seq_ids: &[SeqId],
     ) -> Result<Vec<Number>, SeqStorageError> {
+        if take(&self.faults.reads) {
+            return Err(injected("read"));
+        }
         match &self.handle {
             Handle::Memory(m) => m.read_numbers(ws_id, seq_ids).await,
             Handle::Sqlite(s) => s.read_numbers(ws_id, seq_ids).await,
@@ -183,7 +213,10 @@ impl SeqStorage for Storage {
         if delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         }
-        match &self.handle {
+        if take(&self.faults.writes) {
+            return Err(injected("write"));
+        }
+        let written = match &self.handle {
             Handle::Memory(m) => {
                 m.write_values_and_next_plog_offset(values, next_plog_offset)
                     .await
@@ -196,6 +229,10 @@ impl SeqStorage for Storage {
                 t.write_values_and_next_plog_offset(values, next_plog_offset)
                     .await
             }
+        };
+        match written {
+            Ok(()) if take(&self.faults.writes_after) => Err(injected("write (applied)")),
+            other => other,
         }
     }
 
@@ -212,6 +249,9 @@ impl SeqStorage for Storage {
         offset: PLogOffset,
         sink: &mut ReplaySink<'_>,
     ) -> Result<(), SeqStorageError> {
+        if take(&self.faults.replays) {
+            return Err(injected("replay"));
+        }
         match &self.handle {
             Handle::Memory(m) => m.actualize_from_plog(offset, sink).await,
             Handle::Sqlite(s) => s.actualize_from_plog(offset, sink).await,
