@@ -119,7 +119,7 @@ async fn next_of_each<St: SeqStorage>(
     got
 }
 
-// covers: Seq.ReplayOrder, Seq.Gapless
+// covers: Seq.ReplayOrder, Seq.Gapless, Seq.CorruptPermanent
 #[tokio::test]
 async fn a_plog_delivered_out_of_order_fails_the_actualization_instead_of_reissuing_numbers() {
     let seq = actualized(four_events(vec![1, 2, 3, 4])).await;
@@ -127,26 +127,31 @@ async fn a_plog_delivered_out_of_order_fails_the_actualization_instead_of_reissu
     assert_eq!(next_of_each(&mut tx).await, [4, 3, 4, 2], "the clean log");
 
     let seq = actualized(four_events(vec![1, 4, 2, 3])).await;
-    assert_eq!(seq.status().phase, Phase::Failed);
+    let (covered, got) = (PLogOffset(5), PLogOffset(2));
+    assert_eq!(seq.status().phase, Phase::Corrupt { covered, got });
     assert_eq!(
         seq.storage().inner.calls(SeqOp::Replay),
         1,
         "a corrupt log is not read again within the actualization"
     );
-    let seq = match seq.start(KIND, WsId(1)) {
-        Ok(mut tx) => {
-            let got = next_of_each(&mut tx).await;
-            panic!("an out-of-order PLog was accepted: next gave {got:?}, the clean log gives [4, 3, 4, 2]");
-        }
-        Err(busy) => {
-            assert_eq!(busy.reason, StartRefusal::ActualizationFailed);
-            busy.into_idle()
-        }
-    };
-    let corrupt = ActualizeError::CorruptPLog {
-        covered: PLogOffset(5),
-        got: PLogOffset(2),
-    };
+    // Permanent: `start` says so (not transient, so a retry loop ends), and neither it nor
+    // `ready` reads the same log again.
+    let mut seq = seq;
+    for _ in 0..3 {
+        seq = match seq.start(KIND, WsId(1)) {
+            Ok(mut tx) => {
+                let got = next_of_each(&mut tx).await;
+                panic!("an out-of-order PLog was accepted: next gave {got:?}, the clean log gives [4, 3, 4, 2]");
+            }
+            Err(busy) => {
+                assert_eq!(busy.reason, StartRefusal::CorruptPLog { covered, got });
+                assert!(!busy.reason.is_transient(), "{}", busy.reason);
+                busy.into_idle().ready().await
+            }
+        };
+    }
+    assert_eq!(seq.storage().inner.calls(SeqOp::Replay), 1);
+    let corrupt = ActualizeError::CorruptPLog { covered, got };
     assert!(
         seq.status()
             .last_error

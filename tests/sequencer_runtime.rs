@@ -92,9 +92,9 @@ async fn replayed_numbers_merge_by_maximum_with_repeated_keys() {
     assert_eq!(tx.next(1, B).await, Number(10));
 }
 
-// covers: Seq.SourceOrder
+// covers: Seq.SourceOrder, Seq.NextMax
 #[tokio::test]
-async fn numbers_come_from_cache_then_transaction_then_backlog_then_storage() {
+async fn numbers_come_from_the_transaction_then_the_cache_then_the_backlog_and_storage() {
     let storage = MemorySeqStorage::default();
     storage.put_number(key(1, A), Number(10));
     storage.put_number(key(2, A), Number(50));
@@ -124,11 +124,15 @@ async fn numbers_come_from_cache_then_transaction_then_backlog_then_storage() {
     assert_eq!(tx.next(2, A).await, Number(51), "storage; evicts ws 1");
     let seq = tx.commit(&storage);
     let mut tx = Tx::begin(seq, 1).await;
-    assert_eq!(tx.next(1, A).await, Number(14), "backlog");
+    assert_eq!(
+        tx.next(1, A).await,
+        Number(14),
+        "backlog (13) above storage (10)"
+    );
     assert_eq!(
         storage.calls(SeqOp::ReadNumbers),
-        3,
-        "the backlog answered, not storage"
+        4,
+        "storage is read even when the backlog has the key"
     );
     assert_eq!(storage.stored_number(key(1, A)), Number(10));
     tx.seq.shutdown().await.unwrap_err();
@@ -396,6 +400,41 @@ async fn a_sequence_at_u64_max_is_an_error_not_a_wrap() {
         "{err}"
     );
     assert_eq!(tx.next(1, B).await, Number(1), "other sequences go on");
+}
+
+// covers: Seq.ReadyAfterFailure
+#[tokio::test]
+async fn after_a_failed_actualization_ready_awaits_the_next_one() {
+    let storage = MemorySeqStorage::default();
+    storage.append_event(PLogOffset(1), &[sv(1, A, 3)]).unwrap();
+    storage.inject(SeqOp::Replay, SeqFault::Fail, None);
+    let seq = ready(params(1, 1).build().unwrap(), &storage).await;
+    assert_eq!(seq.status().phase, Phase::Failed);
+    // Still failing: `ready` starts a new actualization, waits for it and returns once it
+    // failed as well (it does not loop).
+    let seq = seq.ready().await;
+    assert_eq!(seq.status().phase, Phase::Failed);
+    assert_eq!(
+        storage.calls(SeqOp::Replay),
+        6,
+        "two actualizations of 3 calls"
+    );
+    // The storage recovers; the caller refused by `start` awaits instead of polling it.
+    storage.clear_faults();
+    let busy = seq.start(KIND, WsId(1)).unwrap_err();
+    assert_eq!(busy.reason, StartRefusal::ActualizationFailed);
+    let seq = busy.into_idle().ready().await;
+    assert!(
+        matches!(seq.status().phase, Phase::Ready(_)),
+        "{:?}",
+        seq.status()
+    );
+    let mut tx = seq.start(KIND, WsId(1)).unwrap();
+    assert_eq!(tx.next(A).await.unwrap(), Number(4));
+    // On a ready sequencer `ready` returns at once and starts nothing.
+    let seq = tx.actualize().ready().await.ready().await;
+    assert_eq!(storage.calls(SeqOp::Replay), 8);
+    drop(seq);
 }
 
 // covers: Seq.ActualizeRetry

@@ -5,6 +5,15 @@
 //! and no crash ever sees one without the other. Numbers and the offset merge by maximum inside
 //! the statement (`max(old, new)`), so a stored value never decreases.
 //!
+//! Calls run on tokio's blocking pool, **one at a time per storage** (clones share the turn):
+//! a call waits for its turn asynchronously, so a caller that gives up (its timeout) while
+//! waiting leaves nothing behind, and one that gives up while its statement runs leaves that
+//! one statement, which ends within [`busy_timeout_ms`](SqliteSeqStorage::busy_timeout_ms)
+//! (plus its own work) when another connection holds the write lock. Timed-out calls and their
+//! retries never pile up on the pool. The sequencer's call timeouts must be longer than the
+//! busy timeout (`SeqStorage::lock_wait_ms`; checked by `Sequencer::new`), so that a call
+//! that waits for the lock fails by itself, with SQLite's own error.
+//!
 //! SQLite integers are signed; `u64` values are stored with their top bit flipped, which maps
 //! `0..=u64::MAX` onto `i64::MIN..=i64::MAX` in order, so comparisons in SQL (`max`, `>=`,
 //! `ORDER BY`) agree with the numbers' order, `u64::MAX` included.
@@ -22,8 +31,11 @@ use vvm_runtime::sequencer::{ReplaySink, SeqStorage, SeqStorageError};
 pub const REPLAY_PAGE_EVENTS: u32 = 1_024;
 /// Most numbers one PLog event may carry.
 pub const EVENT_VALUES_MAX: usize = 4_096;
-/// How long a statement waits for another connection's write lock (short, bounded).
+/// How long a statement waits for another connection's write lock (short, bounded), unless
+/// set with [`SqliteSeqStorage::with_busy_timeout_ms`].
 pub const BUSY_TIMEOUT_MS: u64 = 1_000;
+/// Longest busy timeout accepted, in milliseconds (one minute).
+pub const BUSY_TIMEOUT_MAX_MS: u64 = 60_000;
 
 const VALUE_BYTES: usize = 8 + 2 + 8;
 
@@ -70,12 +82,23 @@ pub enum SqliteSeqError {
     /// The blocking task running the statement was lost.
     #[error("the SQLite task was lost")]
     Task(#[source] tokio::task::JoinError),
+    /// The turn of calls was closed (it never is while a storage exists).
+    #[error("the SQLite storage's turn of calls was closed")]
+    Turn(#[source] tokio::sync::AcquireError),
+    /// A busy timeout of 0 (SQLite would then fail at once on a held lock) or above
+    /// [`BUSY_TIMEOUT_MAX_MS`].
+    #[error("busy timeout of {0} ms; 1 ..= {BUSY_TIMEOUT_MAX_MS} ms supported")]
+    BusyTimeout(u64),
 }
 
-/// The SQLite storage. Cheap to clone; clones share the connection.
+/// The SQLite storage. Cheap to clone; clones share the connection and its turn.
 #[derive(Clone, Debug)]
 pub struct SqliteSeqStorage {
     conn: Arc<Mutex<Connection>>,
+    /// One permit: the call that holds it is the only one of this storage on the blocking
+    /// pool (see the module docs).
+    turn: Arc<tokio::sync::Semaphore>,
+    busy_timeout_ms: u64,
     first_offset: PLogOffset,
 }
 
@@ -154,18 +177,49 @@ impl SqliteSeqStorage {
         conn.execute_batch(SCHEMA)?;
         Ok(SqliteSeqStorage {
             conn: Arc::new(Mutex::new(conn)),
+            turn: Arc::new(tokio::sync::Semaphore::new(1)),
+            busy_timeout_ms: BUSY_TIMEOUT_MS,
             first_offset,
         })
     }
 
-    /// Runs `f` on the connection in a blocking thread.
+    /// The same storage with statements waiting at most `busy_timeout_ms` for another
+    /// connection's write lock (default [`BUSY_TIMEOUT_MS`]); clones share the setting. The
+    /// sequencer's call timeouts must be longer.
+    pub fn with_busy_timeout_ms(mut self, busy_timeout_ms: u64) -> Result<Self, SqliteSeqError> {
+        if busy_timeout_ms == 0 || busy_timeout_ms > BUSY_TIMEOUT_MAX_MS {
+            return Err(SqliteSeqError::BusyTimeout(busy_timeout_ms));
+        }
+        self.conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .busy_timeout(Duration::from_millis(busy_timeout_ms))?;
+        self.busy_timeout_ms = busy_timeout_ms;
+        Ok(self)
+    }
+
+    /// How long a statement waits for another connection's write lock.
+    pub fn busy_timeout_ms(&self) -> u64 {
+        self.busy_timeout_ms
+    }
+
+    /// Runs `f` on the connection in a blocking thread, once it is this call's turn.
+    ///
+    /// The turn is taken before anything is spawned and released when the blocking work ends
+    /// (not when the caller stops waiting): a caller dropped while waiting for its turn spawns
+    /// nothing, and at most one call of this storage is ever on the blocking pool.
     async fn blocking<T, F>(&self, f: F) -> Result<T, SqliteSeqError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, SqliteSeqError> + Send + 'static,
     {
+        let turn = Arc::clone(&self.turn)
+            .acquire_owned()
+            .await
+            .map_err(SqliteSeqError::Turn)?;
         let conn = Arc::clone(&self.conn);
         tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             // A panic inside rusqlite would poison the lock; SQLite's own transaction
             // rollback keeps the file consistent, so the connection is still usable.
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
@@ -202,6 +256,10 @@ impl SqliteSeqStorage {
 }
 
 impl SeqStorage for SqliteSeqStorage {
+    fn lock_wait_ms(&self) -> u64 {
+        self.busy_timeout_ms
+    }
+
     async fn read_numbers(
         &self,
         ws_id: WsId,

@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `prefix` `n` ws_id (8) seq_id (2) | the highest stored number (8) |
 //! | `prefix` `o` | the stored next PLog offset (8) |
-//! | `prefix` `p` offset (8) | a PLog event: (ws_id, seq_id, number) per value, 18 bytes each |
+//! | `prefix` `p` offset (8) | a PLog event: the writer token of its append call (8), then (ws_id, seq_id, number) per value, 18 bytes each |
 //! | `prefix` `e` | the PLog's end: the highest appended offset + 1 (8) |
 //!
 //! A write reads every key it stores and the offset, and sets each to the maximum of old and
@@ -239,6 +239,14 @@ impl<K: TxKv> TxKvSeqStorage<K> {
 
     /// Appends an event to the PLog (insert-only: an offset is written once). What a command
     /// processor does before `flush`; here so that the tests and small hosts have a PLog.
+    ///
+    /// A transaction of this call whose outcome was unknown is run again, and must then tell
+    /// its own record from anyone else's: each call writes a fresh random writer token into
+    /// its record. Its own token found at the offset means its earlier attempt landed (`Ok`);
+    /// any other record there — another process's or another call's, even with the very same
+    /// numbers — is refused with [`TxSeqError::OffsetTaken`], as the memory and SQLite
+    /// storages do. A caller that gets an error (the outcome may be unknown) gives its
+    /// transaction up with `actualize`; calling again would be another writer.
     pub async fn append_event(
         &self,
         offset: PLogOffset,
@@ -248,10 +256,10 @@ impl<K: TxKv> TxKvSeqStorage<K> {
             return Err(TxSeqError::TooManyValues(values.len()));
         }
         let end = offset.next().ok_or(TxSeqError::OffsetsExhausted(offset))?;
-        let event = encode_event(values);
+        let event = encode_event(vvm_runtime::new_incarnation().0, values);
         let (key, end_key) = (self.keys.plog(offset), self.keys.end());
-        // Idempotent as written: an attempt whose outcome was unknown finds its own event and
-        // succeeds; only a different event at the offset is refused.
+        // Idempotent within this call only: an attempt whose outcome was unknown finds its own
+        // record (same token, same numbers) and succeeds; any other record is refused.
         let outcome = self
             .transact(|mut tx| {
                 let (key, end_key, event) = (&key, &end_key, &event);

@@ -63,9 +63,17 @@ pub(crate) fn be_u64(bytes: &[u8], what: &str) -> Result<u64, SeqStorageError> {
     Ok(u64::from_be_bytes(array))
 }
 
-/// The numbers of one PLog event.
-pub(crate) fn encode_event(values: &[SeqValue]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * VALUE_BYTES);
+/// The writer token that opens every PLog record (see [`encode_event`]).
+const WRITER_BYTES: usize = 8;
+
+/// One PLog record: the token of the append call that wrote it (8 bytes), then the event's
+/// numbers. The token tells a call's own attempt, whose outcome was unknown, from any other
+/// writer's record at the offset, even one with the same numbers. A record of the earlier
+/// layout (numbers only: a multiple of 18 bytes, never 8 more than one) decodes as corrupt,
+/// never as other numbers.
+pub(crate) fn encode_event(writer: u64, values: &[SeqValue]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(WRITER_BYTES + values.len() * VALUE_BYTES);
+    out.extend_from_slice(&writer.to_be_bytes());
     for v in values {
         out.extend_from_slice(&v.key.ws_id.0.to_be_bytes());
         out.extend_from_slice(&v.key.seq_id.0.to_be_bytes());
@@ -74,13 +82,16 @@ pub(crate) fn encode_event(values: &[SeqValue]) -> Vec<u8> {
     out
 }
 
-/// Decodes one PLog event into `out` (cleared first).
+/// Decodes the numbers of one PLog record into `out` (cleared first).
 pub(crate) fn decode_event(bytes: &[u8], out: &mut Vec<SeqValue>) -> Result<(), SeqStorageError> {
-    if !bytes.len().is_multiple_of(VALUE_BYTES) {
-        return Err(SeqStorageError::Corrupt {
-            what: format!("PLog event of {} bytes", bytes.len()),
-        });
-    }
+    let bytes = match bytes.get(WRITER_BYTES..) {
+        Some(values) if values.len().is_multiple_of(VALUE_BYTES) => values,
+        _ => {
+            return Err(SeqStorageError::Corrupt {
+                what: format!("PLog event of {} bytes", bytes.len()),
+            })
+        }
+    };
     out.clear();
     for chunk in bytes.chunks_exact(VALUE_BYTES) {
         let (ws, rest) = chunk.split_at(8);
@@ -113,12 +124,21 @@ mod tests {
             value: Number(42),
         }];
         let mut out = Vec::new();
-        decode_event(&encode_event(&v), &mut out).unwrap();
+        let record = encode_event(u64::MAX, &v);
+        assert_eq!(record.len(), 8 + 18);
+        decode_event(&record, &mut out).unwrap();
         assert_eq!(out, v);
-        assert!(matches!(
-            decode_event(&[1, 2, 3], &mut out),
-            Err(SeqStorageError::Corrupt { .. })
-        ));
+        decode_event(&encode_event(3, &[]), &mut out).unwrap();
+        assert!(out.is_empty());
+        for damaged in [&[1, 2, 3][..], &record[8..], &record[..25]] {
+            assert!(
+                matches!(
+                    decode_event(damaged, &mut out),
+                    Err(SeqStorageError::Corrupt { .. })
+                ),
+                "{damaged:?}"
+            );
+        }
         assert!(be_u64(&[0; 7], "x").is_err());
     }
 

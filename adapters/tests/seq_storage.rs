@@ -155,10 +155,13 @@ mod txkv {
             s.append_event(PLogOffset(1), &[]).await,
             Err(TxSeqError::OffsetTaken(PLogOffset(1)))
         );
-        // Appending the same event again (a retry after an unknown outcome) is no error.
-        s.append_event(PLogOffset(1), &[sv(1, 1, 1), sv(1, 1, 0)])
-            .await
-            .unwrap();
+        // The same event again is another call, so another writer: refused as well (a call's
+        // own retry after an unknown outcome is inside the call; tests/sequencer_storages.rs).
+        assert_eq!(
+            s.append_event(PLogOffset(1), &[sv(1, 1, 1), sv(1, 1, 0)])
+                .await,
+            Err(TxSeqError::OffsetTaken(PLogOffset(1)))
+        );
     }
 
     // covers: Seq.Gapless, Seq.TxKvStorage

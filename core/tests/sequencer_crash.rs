@@ -6,6 +6,12 @@
 //! crashes at each boundary of that write (before it, between values and offset, after it but
 //! before the sequencer learnt of it; before and after a PLog append), recovers from what was
 //! stored, and must then hand out exactly the highest committed number + 1 for every key.
+//!
+//! Besides the sequencer's own numbers, events may carry numbers below their key's highest (a
+//! number committed before a sequence's initial value was raised, a singleton id): they are
+//! replayed into the backlog while storage holds a higher number of the same key. And a write
+//! may be slow: taken as a batch, landing in storage only later (before or after the next
+//! actualization), so that `next` runs while its batch is neither stored nor acknowledged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
@@ -83,6 +89,14 @@ struct OpenTx {
     issued: BTreeMap<SeqId, Number>,
 }
 
+/// A batch being written: taken, maybe landed in storage, not yet acknowledged.
+#[derive(Clone, Debug)]
+struct InFlight {
+    ticket: BatchTicket,
+    values: Vec<SeqValue>,
+    landed: bool,
+}
+
 #[derive(Clone, Debug)]
 struct World {
     params: Params,
@@ -92,7 +106,7 @@ struct World {
     tx: Option<OpenTx>,
     batch: Vec<SeqValue>,
     failing_writes: u8,
-    in_flight: Option<(BatchTicket, Vec<SeqValue>)>,
+    in_flight: Option<InFlight>,
     plan: Option<Boundary>,
     fork: bool,
 }
@@ -103,8 +117,15 @@ enum Op {
     Next(usize),
     Commit,
     CommitUnknown,
+    /// The open transaction's event also carries a number below the highest of one of its
+    /// workspace's sequences (not used by the transaction); then the outcome is unknown
+    /// (actualize), or the process crashes right after the append.
+    CommitLow(usize, bool),
     Abort,
     Flush,
+    /// A batch is taken; its write lands only at `Land` or `Ack` (or never, on a crash).
+    FlushSlow,
+    Land,
     Ack,
     FailWrites(u8),
     Crash,
@@ -118,8 +139,11 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0..SEQS.len()).prop_map(Op::Next),
         4 => Just(Op::Commit),
         1 => Just(Op::CommitUnknown),
+        2 => ((0..SEQS.len()), any::<bool>()).prop_map(|(i, crash)| Op::CommitLow(i, crash)),
         1 => Just(Op::Abort),
         3 => Just(Op::Flush),
+        2 => Just(Op::FlushSlow),
+        1 => Just(Op::Land),
         2 => Just(Op::Ack),
         1 => (1..4u8).prop_map(Op::FailWrites),
         1 => Just(Op::Crash),
@@ -235,11 +259,57 @@ impl World {
         Ok(Some(Some((ticket, self.batch.clone()))))
     }
 
-    /// The flusher learns that its write landed (maybe after an actualization: then stale).
-    fn flush_ack(&mut self) {
-        if let Some((ticket, values)) = self.in_flight.take() {
-            self.backlog.batch_written(ticket, &values);
+    /// Takes a batch whose write lands later (`land`), as a slow storage's does.
+    fn flush_slow(&mut self) {
+        if self.in_flight.is_some() {
+            return;
         }
+        if let Some(ticket) = self.backlog.take_batch(&mut self.batch) {
+            self.in_flight = Some(InFlight {
+                ticket,
+                values: self.batch.clone(),
+                landed: false,
+            });
+        }
+    }
+
+    /// The slow write reaches storage (values, then the offset), maybe after an actualization
+    /// that began since (its values are of committed events all the same). A failing storage
+    /// fails it: the flusher learns so at once and the batch may be taken again.
+    fn land(&mut self) -> Result<(), Crash> {
+        let Some(w) = self.in_flight.as_ref().filter(|w| !w.landed) else {
+            return Ok(());
+        };
+        let (ticket, values) = (w.ticket, w.values.clone());
+        if self.failing_writes > 0 {
+            self.failing_writes -= 1;
+            self.in_flight = None;
+            self.backlog.batch_failed(ticket);
+            return Ok(());
+        }
+        self.forks(&WRITE_BOUNDARIES, |w| w.land().map(|()| true));
+        self.crash_here(Boundary::BeforeWrite)?;
+        for v in &values {
+            let slot = self.store.numbers.entry(v.key).or_default();
+            *slot = (*slot).max(v.value);
+        }
+        self.crash_here(Boundary::BetweenValuesAndOffset)?;
+        self.store.next_offset = self.store.next_offset.max(ticket.next_offset());
+        self.store.check_covered();
+        self.crash_here(Boundary::AfterWrite)?;
+        if let Some(w) = &mut self.in_flight {
+            w.landed = true;
+        }
+        Ok(())
+    }
+
+    /// The flusher learns that its write landed (maybe after an actualization: then stale).
+    fn flush_ack(&mut self) -> Result<(), Crash> {
+        self.land()?;
+        if let Some(w) = self.in_flight.take() {
+            self.backlog.batch_written(w.ticket, &w.values);
+        }
+        Ok(())
     }
 
     fn actualize(&mut self) -> Result<(), Crash> {
@@ -333,7 +403,7 @@ impl World {
             }
             Err(StartRefusal::Backlog { .. }) => {
                 if self.in_flight.is_some() {
-                    self.flush_ack();
+                    self.flush_ack()?;
                 } else {
                     self.write_batch()?;
                 }
@@ -361,36 +431,58 @@ impl World {
         let expected = Number((last.0 + 1).max(initial.0));
         let got = match self.issuer.next_cached(seq).unwrap() {
             Some(n) => n,
-            None => match self.backlog.lookup(&key) {
-                Some(last) => self.issuer.next_after(seq, last).unwrap(),
-                None => {
-                    // As the runtime does: the backlog's view of every sequence of the kind
-                    // first, then storage, merged by maximum.
-                    let seqs = self.issuer.kind_seqs().unwrap().to_vec();
-                    let mut got = None;
-                    for (s, _) in seqs {
+            None => {
+                // As the runtime does: the backlog's numbers of every sequence of the kind,
+                // then storage's; the core takes the maximum.
+                let seqs = self.issuer.kind_seqs().unwrap().to_vec();
+                let mut pending = Vec::new();
+                self.backlog.snapshot(tx.ws, &seqs, &mut pending);
+                let stored: Vec<Number> = seqs
+                    .iter()
+                    .map(|&(seq_id, _)| {
                         let k = NumberKey {
                             ws_id: tx.ws,
-                            seq_id: s,
+                            seq_id,
                         };
-                        let pending = self.backlog.lookup(&k).unwrap_or_default();
-                        let stored = self.store.numbers.get(&k).copied().unwrap_or_default();
-                        let last = pending.max(stored);
-                        if s == seq {
-                            got = Some(self.issuer.next_after(seq, last).unwrap());
-                        } else {
-                            self.issuer.warm(s, last).unwrap();
-                        }
-                    }
-                    got.unwrap()
-                }
-            },
+                        self.store.numbers.get(&k).copied().unwrap_or_default()
+                    })
+                    .collect();
+                self.issuer.next_from(seq, &pending, &stored).unwrap()
+            }
         };
         assert_eq!(got, expected, "next({key:?})");
         if let Some(tx) = &mut self.tx {
             tx.issued.insert(seq, got);
         }
         Ok(())
+    }
+
+    /// Writes the open transaction's event with a number of sequence `i` below its key's
+    /// highest (when the transaction did not use `i` and there is such a number); then the
+    /// outcome is unknown (actualize), or the process crashes.
+    fn commit_low(&mut self, i: usize, crash: bool) -> Result<(), Crash> {
+        let Some(tx) = self.tx.clone() else {
+            return Ok(());
+        };
+        let (seq, initial) = SEQS[i];
+        let key = NumberKey {
+            ws_id: tx.ws,
+            seq_id: seq,
+        };
+        // Half of the highest number in use, or of the initial value: below both.
+        let highest = self.store.truth(key).max(initial).0;
+        let low = SeqValue {
+            key,
+            value: Number(highest / 2),
+        };
+        if tx.issued.contains_key(&seq) || low.value == Number(0) {
+            return self.commit(false);
+        }
+        self.append(&tx, Some(low))?;
+        if crash {
+            return Err(Crash);
+        }
+        self.actualize()
     }
 
     /// Writes the open transaction's event to the PLog; then flush (`known`) or, when the
@@ -400,6 +492,20 @@ impl World {
             return Ok(());
         };
         self.forks(&APPEND_BOUNDARIES, |w| w.commit(known).map(|_| true));
+        self.append(&tx, None)?;
+        if known {
+            let (ws, issued) = self.issuer.issued().unwrap();
+            self.backlog.commit(tx.offset, ws, issued).unwrap();
+            self.issuer.end().unwrap();
+            self.tx = None;
+            Ok(())
+        } else {
+            self.actualize()
+        }
+    }
+
+    /// Appends the event of `tx` (its numbers, and `low`, a number below its key's highest).
+    fn append(&mut self, tx: &OpenTx, low: Option<SeqValue>) -> Result<(), Crash> {
         self.crash_here(Boundary::BeforeAppend)?;
         assert!(
             !self.store.plog.contains_key(&tx.offset),
@@ -423,17 +529,10 @@ impl World {
                 "{v:?} does not increase its sequence"
             );
         }
+        let mut values = values;
+        values.extend(low);
         self.store.plog.insert(tx.offset, values);
-        self.crash_here(Boundary::AfterAppend)?;
-        if known {
-            let (ws, issued) = self.issuer.issued().unwrap();
-            self.backlog.commit(tx.offset, ws, issued).unwrap();
-            self.issuer.end().unwrap();
-            self.tx = None;
-            Ok(())
-        } else {
-            self.actualize()
-        }
+        self.crash_here(Boundary::AfterAppend)
     }
 
     fn apply(&mut self, op: Op) {
@@ -442,19 +541,27 @@ impl World {
             Op::Next(i) => self.next(i),
             Op::Commit => self.commit(true),
             Op::CommitUnknown => self.commit(false),
+            Op::CommitLow(i, crash) => self.commit_low(i, crash),
             Op::Abort => self.actualize(),
             Op::Flush => {
                 if self.in_flight.is_some() {
-                    self.flush_ack();
-                    Ok(())
+                    self.flush_ack()
                 } else {
-                    self.flush_begin().map(|r| self.in_flight = r.flatten())
+                    self.flush_begin().map(|r| {
+                        self.in_flight = r.flatten().map(|(ticket, values)| InFlight {
+                            ticket,
+                            values,
+                            landed: true,
+                        })
+                    })
                 }
             }
-            Op::Ack => {
-                self.flush_ack();
+            Op::FlushSlow => {
+                self.flush_slow();
                 Ok(())
             }
+            Op::Land => self.land(),
+            Op::Ack => self.flush_ack(),
             Op::FailWrites(n) => {
                 self.failing_writes = n;
                 Ok(())

@@ -2,6 +2,8 @@
 //! transaction (numbers taken, event written to the PLog, then flush).
 #![allow(dead_code)]
 
+pub mod storages;
+
 use std::time::Duration;
 
 use vvm_adapters::seq_memory::MemorySeqStorage;

@@ -24,6 +24,16 @@ pub enum StartRefusal {
     /// The last actualization gave up after its retries; `start` begins a new one.
     #[error("the last actualization failed; a new one is started")]
     ActualizationFailed,
+    /// The PLog is corrupt: it fed an event below the offsets already covered, so events may
+    /// be missing from it. Reading the same log again cannot help: permanent until someone
+    /// repairs the log (a new sequencer then actualizes from it).
+    #[error("the PLog is corrupt: event at {got:?} fed after every event below {covered:?}")]
+    CorruptPLog {
+        /// Every event below this offset was covered already.
+        covered: PLogOffset,
+        /// The offset of the event fed.
+        got: PLogOffset,
+    },
     /// Too much is committed but not persisted; try again once the flusher caught up.
     #[error("backlog over its limit: {unflushed_keys} keys, {unflushed_events} events unflushed")]
     Backlog {
@@ -41,7 +51,8 @@ pub enum StartRefusal {
 }
 
 impl StartRefusal {
-    /// Whether trying again later can succeed without anyone changing anything.
+    /// Whether trying again later can succeed without anyone changing anything. A corrupt
+    /// PLog, exhausted offsets and an unknown kind are not: a retry loop must give up on them.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -119,6 +130,15 @@ pub enum Phase {
     Ready(Offsets),
     /// The actualization gave up after its retries.
     Failed,
+    /// The PLog broke its offset order during the replay (see
+    /// [`BacklogError::PLogOutOfOrder`]): permanent, `start` refuses with
+    /// [`StartRefusal::CorruptPLog`] and no actualization is started by itself.
+    Corrupt {
+        /// Every event below this offset was covered already.
+        covered: PLogOffset,
+        /// The offset of the event fed.
+        got: PLogOffset,
+    },
 }
 
 /// What the flusher was handed: identifies one batch so that a late completion of a batch from
@@ -196,7 +216,7 @@ impl Backlog {
     pub fn unflushed_events(&self) -> u64 {
         match self.phase {
             Phase::Replaying(o) | Phase::Ready(o) => o.unflushed_events(),
-            Phase::Loading | Phase::Failed => 0,
+            Phase::Loading | Phase::Failed | Phase::Corrupt { .. } => 0,
         }
     }
 
@@ -205,9 +225,24 @@ impl Backlog {
         matches!(self.write, Write::InFlight(_))
     }
 
-    /// The pending (committed, unpersisted) number of `key`.
+    /// The pending (committed or replayed, unpersisted) number of `key`.
+    ///
+    /// Not an answer for `next` on its own: a replayed event may carry a number below what
+    /// storage holds for its key (see [`snapshot`](Self::snapshot)).
     pub fn lookup(&self, key: &NumberKey) -> Option<Number> {
         self.pending.get(key).copied()
+    }
+
+    /// The pending number (`Number(0)` when none) of each of `seqs` in workspace `ws_id`, in
+    /// order, into `out` (cleared first): the backlog's side of
+    /// [`Issuer::next_from`](super::Issuer::next_from). Taken *before* storage is read: an
+    /// entry leaves the backlog only once it was written, so whatever the read misses is here.
+    pub fn snapshot(&self, ws_id: WsId, seqs: &[(SeqId, Number)], out: &mut Vec<Number>) {
+        out.clear();
+        out.extend(seqs.iter().map(|&(seq_id, _)| {
+            self.lookup(&NumberKey { ws_id, seq_id })
+                .unwrap_or_default()
+        }));
     }
 
     #[inline]
@@ -230,6 +265,7 @@ impl Backlog {
         match self.phase {
             Phase::Loading | Phase::Replaying(_) => Err(StartRefusal::Actualizing),
             Phase::Failed => Err(StartRefusal::ActualizationFailed),
+            Phase::Corrupt { covered, got } => Err(StartRefusal::CorruptPLog { covered, got }),
             Phase::Ready(o) => {
                 if self.over_limit() {
                     return Err(StartRefusal::Backlog {
@@ -341,9 +377,7 @@ impl Backlog {
     /// Starts an actualization: forgets everything pending (the PLog still has it) and any
     /// batch in flight (its completion will be ignored).
     pub fn begin_actualization(&mut self) {
-        self.epoch = self.epoch.wrapping_add(1);
-        self.pending.clear();
-        self.write = Write::Idle;
+        self.forget();
         self.phase = Phase::Loading;
     }
 
@@ -370,8 +404,10 @@ impl Backlog {
     /// Merges the numbers of the replayed event at `offset` (keys may repeat, in any order).
     ///
     /// Offsets must grow: an event below the covered offset (one replayed already, or one
-    /// below the stored offset the replay started from) means the PLog broke its order, and
-    /// is refused with [`BacklogError::PLogOutOfOrder`], changing nothing.
+    /// below the stored offset the replay started from) means the PLog broke its order: it is
+    /// refused with [`BacklogError::PLogOutOfOrder`], nothing of it is merged, and the backlog
+    /// turns [`Phase::Corrupt`] (everything pending forgotten, as on a failure), so that no
+    /// number is handed out from that log and no driver can retry it as a passing failure.
     pub fn replay(
         &mut self,
         offset: PLogOffset,
@@ -381,6 +417,11 @@ impl Backlog {
             return Err(self.wrong("replay", "Replaying"));
         };
         if offset < o.next {
+            self.forget();
+            self.phase = Phase::Corrupt {
+                covered: o.next,
+                got: offset,
+            };
             return Err(BacklogError::PLogOutOfOrder {
                 covered: o.next,
                 got: offset,
@@ -409,12 +450,20 @@ impl Backlog {
         Ok(())
     }
 
-    /// The actualization gave up. `start` is refused until a new one succeeds.
+    /// The actualization gave up. `start` is refused until a new one succeeds. A backlog that
+    /// found the PLog corrupt stays [`Phase::Corrupt`]: that is why it gave up.
     pub fn actualization_failed(&mut self) {
+        self.forget();
+        if !matches!(self.phase, Phase::Corrupt { .. }) {
+            self.phase = Phase::Failed;
+        }
+    }
+
+    /// Forgets everything pending and any batch in flight (its completion will be ignored).
+    fn forget(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);
         self.pending.clear();
         self.write = Write::Idle;
-        self.phase = Phase::Failed;
     }
 
     fn wrong(&self, call: &'static str, needs: &'static str) -> BacklogError {

@@ -165,9 +165,9 @@ fn replay_merges_by_maximum_with_repeated_keys_in_any_order() {
     assert_eq!(b.lookup(&key(1, 1)), Some(Number(5)));
 }
 
-// covers: Seq.ReplayOrder
+// covers: Seq.ReplayOrder, Seq.CorruptPermanent
 #[test]
-fn an_event_below_the_covered_offset_is_refused_and_changes_nothing() {
+fn an_event_below_the_covered_offset_is_refused_and_the_log_is_corrupt_for_good() {
     let p = params(10, 100);
     let mut b = Backlog::new(&p);
     b.loaded(PLogOffset(1)).unwrap();
@@ -184,8 +184,35 @@ fn an_event_below_the_covered_offset_is_refused_and_changes_nothing() {
             got: PLogOffset(2)
         })
     );
-    assert_eq!(b, before);
+    // Nothing of the event is merged; the backlog is corrupt for good (not Failed, which a
+    // retry loop would take as passing) and forgets what it replayed.
+    let corrupt = Phase::Corrupt {
+        covered: PLogOffset(5),
+        got: PLogOffset(2),
+    };
+    assert_ne!(b, before);
+    assert_eq!(b.phase(), corrupt);
+    assert_eq!(b.lookup(&key(1, 1)), None);
+    assert_eq!(b.unflushed_keys(), 0);
+    let refusal = b.admit().unwrap_err();
+    assert_eq!(
+        refusal,
+        StartRefusal::CorruptPLog {
+            covered: PLogOffset(5),
+            got: PLogOffset(2)
+        }
+    );
+    assert!(!refusal.is_transient(), "a corrupt log is permanent");
+    assert!(b.take_batch(&mut Vec::new()).is_none());
+    b.actualization_failed();
+    assert_eq!(b.phase(), corrupt, "the driver's give-up keeps the cause");
+    assert!(b.replay(PLogOffset(6), &[]).is_err(), "no replay goes on");
+    // Only an explicit new actualization leaves it.
+    b.begin_actualization();
+    assert_eq!(b.phase(), Phase::Loading);
     // Offsets equal to one replayed, and below the stored offset, are out of order too.
+    b.loaded(PLogOffset(1)).unwrap();
+    b.replay(PLogOffset(4), &[]).unwrap();
     assert!(b.replay(PLogOffset(4), &[]).is_err());
     let mut b = Backlog::new(&p);
     b.loaded(PLogOffset(7)).unwrap();
@@ -193,7 +220,22 @@ fn an_event_below_the_covered_offset_is_refused_and_changes_nothing() {
         b.replay(PLogOffset(6), &[]),
         Err(BacklogError::PLogOutOfOrder { .. })
     ));
-    assert_eq!(b.replay_from(), Some(PLogOffset(7)));
+    assert_eq!(b.replay_from(), None);
+}
+
+// covers: Seq.NextMax
+#[test]
+fn a_snapshot_holds_every_sequence_of_the_kind_zeros_included() {
+    let p = params(10, 100);
+    let mut b = ready_at(&p, 1);
+    b.commit(PLogOffset(1), WsId(1), &[(SeqId(2), Number(6))])
+        .unwrap();
+    let mut out = vec![Number(99)];
+    let seqs = [(SeqId(1), Number(1)), (SeqId(2), Number(1))];
+    b.snapshot(WsId(1), &seqs, &mut out);
+    assert_eq!(out, [Number(0), Number(6)]);
+    b.snapshot(WsId(2), &seqs, &mut out);
+    assert_eq!(out, [Number(0), Number(0)]);
 }
 
 #[test]

@@ -35,6 +35,16 @@ pub enum SeqError {
     /// `begin` inside a transaction (the runtime's types rule this out).
     #[error("a sequencing transaction is already in progress")]
     InTransaction,
+    /// [`Issuer::next_from`] was handed another count of numbers than the kind has sequences.
+    #[error("{pending} pending and {stored} stored numbers for a kind of {seqs} sequences")]
+    Sources {
+        /// Sequences of the transaction's kind.
+        seqs: usize,
+        /// Numbers from the backlog.
+        pending: usize,
+        /// Numbers from storage.
+        stored: usize,
+    },
 }
 
 /// The number after `last` (0 = nothing issued yet), never below `initial`, never a wrap.
@@ -193,8 +203,8 @@ impl Issuer {
     }
 
     /// Hands out the next number of `seq_id` if the cache or the transaction knows the last
-    /// one; `Ok(None)` when the caller must look it up in the backlog, then in storage, and
-    /// call [`next_after`](Self::next_after).
+    /// one; `Ok(None)` when the caller must read storage and call
+    /// [`next_from`](Self::next_from).
     #[inline]
     pub fn next_cached(&mut self, seq_id: SeqId) -> Result<Option<Number>, SeqError> {
         // Used before in this transaction: its number is the newest (the cache, when it still
@@ -233,9 +243,57 @@ impl Issuer {
         Ok(None)
     }
 
-    /// Hands out the number after `last`, the highest number the backlog or storage knows for
-    /// `seq_id` (`Number(0)` when none).
-    pub fn next_after(&mut self, seq_id: SeqId, last: Number) -> Result<Number, SeqError> {
+    /// Hands out the next number of `seq_id` when [`next_cached`](Self::next_cached) could
+    /// not: from what the backlog (`pending`, see [`Backlog::snapshot`](super::Backlog::snapshot),
+    /// taken before storage was read) and storage (`stored`) know of every sequence of the open
+    /// transaction's kind, both in the order of [`kind_seqs`](Self::kind_seqs).
+    ///
+    /// The last number of a key is the **maximum** of the two, never one of them alone: the
+    /// backlog misses what was written already, and it may hold a replayed number below what
+    /// storage holds (a PLog event may carry a number below its key's highest, e.g. one
+    /// committed before the sequence's initial value was raised). The kind's other sequences
+    /// are cached too (zeros included: a workspace costs one read); the one asked for goes
+    /// last, so that a small cache keeps it.
+    ///
+    /// Cached numbers need no such merge: a key enters the cache only through this maximum (or
+    /// as a number handed out above it), so for the keys it holds the cache is at or above the
+    /// backlog and storage.
+    pub fn next_from(
+        &mut self,
+        seq_id: SeqId,
+        pending: &[Number],
+        stored: &[Number],
+    ) -> Result<Number, SeqError> {
+        let seqs = self.kind_seqs()?.len();
+        if pending.len() != seqs || stored.len() != seqs {
+            return Err(SeqError::Sources {
+                seqs,
+                pending: pending.len(),
+                stored: stored.len(),
+            });
+        }
+        // Checks that `seq_id` is declared before anything is cached.
+        self.key(seq_id)?;
+        let mut asked = Number(0);
+        for (i, (&pending, &stored)) in pending.iter().zip(stored).enumerate() {
+            let last = pending.max(stored);
+            let s = match self.kind_seqs()?.get(i) {
+                Some(&(s, _)) => s,
+                None => break,
+            };
+            if s == seq_id {
+                asked = last;
+            } else {
+                self.warm(s, last)?;
+            }
+        }
+        self.next_after(seq_id, asked)
+    }
+
+    /// Hands out the number after `last` (`Number(0)` when none is known), never below the
+    /// initial value. `last` must be the highest number known anywhere for `seq_id`, which
+    /// [`next_from`](Self::next_from) computes; so this stays private.
+    fn next_after(&mut self, seq_id: SeqId, last: Number) -> Result<Number, SeqError> {
         let (key, initial) = self.open(seq_id)?;
         let n = number_after(last, initial, key)?;
         let slot = self.cache.put_slot(key, n);
@@ -244,11 +302,12 @@ impl Issuer {
     }
 
     /// Caches `last` for `seq_id` unless the cache or the transaction knows it already (their
-    /// values are newer). Used for the sequences read alongside the one asked for.
+    /// values are newer). Used for the sequences read alongside the one asked for; private for
+    /// the same reason as `next_after`.
     ///
     /// `Number(0)` ("nothing issued yet") is cached too: it is an answer like any other, and
     /// without it every further sequence of a new workspace would cost another storage read.
-    pub fn warm(&mut self, seq_id: SeqId, last: Number) -> Result<(), SeqError> {
+    fn warm(&mut self, seq_id: SeqId, last: Number) -> Result<(), SeqError> {
         let (key, _) = self.open(seq_id)?;
         if self.cache.peek(&key).is_some() || self.issued.iter().any(|(s, _)| *s == seq_id) {
             return Ok(());
@@ -437,6 +496,32 @@ mod tests {
             number_after(Number(65_537), Number(200_001), key(1, 1)),
             Ok(Number(200_001))
         );
+    }
+
+    // covers: Seq.NextMax
+    #[test]
+    fn a_number_not_cached_is_the_maximum_of_the_backlog_and_storage() {
+        let mut i = Issuer::new(params(4));
+        i.begin(WsKind(1), WsId(1)).unwrap();
+        // A replayed number below what storage holds (SeqId(1)), and one above (SeqId(2)).
+        let (pending, stored) = ([Number(65_537), Number(9)], [Number(200_050), Number(3)]);
+        assert_eq!(
+            i.next_from(SeqId(1), &pending, &stored),
+            Ok(Number(200_051))
+        );
+        assert_eq!(i.cache().peek(&key(1, 2)), Some(Number(9)), "warmed: max");
+        assert_eq!(i.next_cached(SeqId(2)), Ok(Some(Number(10))));
+        let before = i.clone();
+        assert_eq!(
+            i.next_from(SeqId(1), &pending[..1], &stored),
+            Err(SeqError::Sources {
+                seqs: 2,
+                pending: 1,
+                stored: 2
+            })
+        );
+        assert!(i.next_from(SeqId(9), &pending, &stored).is_err());
+        assert_eq!(i, before, "a refused call changes nothing");
     }
 
     #[test]

@@ -16,13 +16,14 @@
 //!
 //! ```text
 //!   start ──admit──▶ Backlog            next ──▶ Issuer: transaction → cache
-//!   flush ──commit─▶ Backlog                       └─▶ (caller) Backlog → storage
+//!   flush ──commit─▶ Backlog                       └─▶ (caller) max(Backlog, storage)
 //!   flusher: take_batch → write(values, next offset) → batch_written / batch_failed
 //!   actualizer: begin_actualization → loaded(stored offset) → replay(event)* → actualized
 //! ```
 //!
 //! Rules kept here, each with a test: a stored `(values, offset)` pair covers every event
-//! below the offset; replayed and committed numbers merge by maximum; `next` never goes below a
+//! below the offset; replayed and committed numbers merge by maximum; a number not cached is the
+//! maximum of the backlog's and storage's, never one of them alone; `next` never goes below a
 //! sequence's initial value; backpressure counts unflushed events as well as keys; a sequence at
 //! `u64::MAX` is exhausted, never wrapped. The transition tables are in `specs/sequencer.md`.
 //!
@@ -41,9 +42,11 @@
 //! let n = match issuer.next_cached(SeqId(1)).unwrap() {
 //!     Some(n) => n,
 //!     None => {
-//!         let key = issuer.key(SeqId(1)).unwrap();
-//!         let last = backlog.lookup(&key).unwrap_or(Number(0)); // then storage
-//!         issuer.next_after(SeqId(1), last).unwrap()
+//!         // The backlog's numbers of the kind's sequences first, then storage's: the maximum.
+//!         let mut pending = Vec::new();
+//!         backlog.snapshot(WsId(7), issuer.kind_seqs().unwrap(), &mut pending);
+//!         let stored = [Number(0)]; // read from storage
+//!         issuer.next_from(SeqId(1), &pending, &stored).unwrap()
 //!     }
 //! };
 //! assert_eq!((offset, n), (PLogOffset(1), Number(100)));

@@ -30,6 +30,19 @@ pub enum SeqConfigError {
         /// The limit.
         max: u64,
     },
+    /// A call timeout is not longer than the storage's own wait for a lock (see
+    /// [`SeqStorage::lock_wait_ms`](super::SeqStorage::lock_wait_ms)).
+    #[error(
+        "{what} ({timeout_ms} ms) must be longer than the storage's lock wait ({lock_wait_ms} ms)"
+    )]
+    TimeoutBelowLockWait {
+        /// Which setting.
+        what: &'static str,
+        /// The timeout.
+        timeout_ms: u64,
+        /// How long one storage call may wait for a lock by itself.
+        lock_wait_ms: u64,
+    },
     /// The first backoff is longer than the longest.
     #[error("backoff_initial_ms ({initial}) is above backoff_max_ms ({max})")]
     Backoff {
@@ -128,6 +141,27 @@ impl SeqConfig {
         Ok(())
     }
 
+    /// Checks every value against its limit (as [`validate`](Self::validate)) and the call
+    /// timeouts against the storage's own lock wait
+    /// ([`SeqStorage::lock_wait_ms`](super::SeqStorage::lock_wait_ms)): each must be longer, so
+    /// that a call waiting for a lock fails by itself before the sequencer gives up on it.
+    pub fn validate_for(&self, lock_wait_ms: u64) -> Result<(), SeqConfigError> {
+        self.validate()?;
+        for (what, timeout_ms) in [
+            ("call_timeout_ms", self.call_timeout_ms),
+            ("replay_call_timeout_ms", self.replay_call_timeout_ms),
+        ] {
+            if timeout_ms <= lock_wait_ms {
+                return Err(SeqConfigError::TimeoutBelowLockWait {
+                    what,
+                    timeout_ms,
+                    lock_wait_ms,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The longest wait before retry number `retry` (0-based): `backoff_initial_ms` doubled per
     /// retry, capped at `backoff_max_ms`.
     pub fn backoff_ceiling(&self, retry: u32) -> Duration {
@@ -196,6 +230,46 @@ mod tests {
         assert_eq!(c.backoff_ceiling(0), Duration::from_millis(10));
         assert_eq!(c.backoff_ceiling(3), Duration::from_millis(80));
         assert_eq!(c.backoff_ceiling(40), Duration::from_millis(1_000));
+    }
+
+    // covers: Seq.TimeoutsValid
+    #[test]
+    fn call_timeouts_must_outlast_the_storage_lock_wait() {
+        let c = SeqConfig {
+            call_timeout_ms: 100,
+            replay_call_timeout_ms: 1_000,
+            ..SeqConfig::default()
+        };
+        assert_eq!(c.validate_for(0), Ok(()));
+        assert_eq!(c.validate_for(99), Ok(()));
+        assert_eq!(
+            c.validate_for(100),
+            Err(SeqConfigError::TimeoutBelowLockWait {
+                what: "call_timeout_ms",
+                timeout_ms: 100,
+                lock_wait_ms: 100
+            })
+        );
+        let c = SeqConfig {
+            call_timeout_ms: 2_000,
+            ..c
+        };
+        assert_eq!(
+            c.validate_for(1_000),
+            Err(SeqConfigError::TimeoutBelowLockWait {
+                what: "replay_call_timeout_ms",
+                timeout_ms: 1_000,
+                lock_wait_ms: 1_000
+            })
+        );
+        let bad_alone = SeqConfig {
+            call_timeout_ms: 0,
+            ..c
+        };
+        assert!(matches!(
+            bad_alone.validate_for(0),
+            Err(SeqConfigError::Zero { .. })
+        ));
     }
 
     // covers: Seq.ConfigValid

@@ -80,6 +80,21 @@ impl<St: SeqStorage> Inner<St> {
         }));
     }
 
+    /// Waits until no actualization is running (its task ended it, or the task is gone).
+    async fn actualization_ended(&self) {
+        const RECHECK: Duration = Duration::from_millis(100);
+        loop {
+            let notified = self.shared.phase_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !actualizing(self.shared.backlog().phase()) || self.task_gone() {
+                return;
+            }
+            // The recheck covers a task that ended without a word (it cannot, short of a bug).
+            let _ = tokio::time::timeout(RECHECK, notified).await;
+        }
+    }
+
     fn task_gone(&self) -> bool {
         match &self.worker {
             Some(worker) => worker.is_finished(),
@@ -106,8 +121,11 @@ impl<S: SeqState, St: SeqStorage> fmt::Debug for Sequencer<S, St> {
 impl<St: SeqStorage> Sequencer<Actualizing, St> {
     /// A sequencer over `storage`, already actualizing (its background task is spawned on the
     /// current tokio runtime, which must have time enabled).
+    ///
+    /// Refuses an invalid `config`, and one whose call timeouts are not longer than the
+    /// storage's own lock wait ([`SeqConfig::validate_for`]).
     pub fn new(params: Params, storage: St, config: SeqConfig) -> Result<Self, SetupError> {
-        config.validate()?;
+        config.validate_for(storage.lock_wait_ms())?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| SetupError::NoRuntime)?;
         let backlog = Backlog::new(&params);
         let shared = Arc::new(Shared::new(storage, config, backlog));
@@ -126,17 +144,7 @@ impl<St: SeqStorage> Sequencer<Actualizing, St> {
 
     /// Waits until the actualization ended (successfully or not; `start` tells which).
     pub async fn ready(self) -> Sequencer<Idle, St> {
-        const RECHECK: Duration = Duration::from_millis(100);
-        loop {
-            let notified = self.inner.shared.phase_changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !actualizing(self.inner.shared.backlog().phase()) || self.inner.task_gone() {
-                break;
-            }
-            // The recheck covers a task that ended without a word (it cannot, short of a bug).
-            let _ = tokio::time::timeout(RECHECK, notified).await;
-        }
+        self.inner.actualization_ended().await;
         self.idle()
     }
 
@@ -150,6 +158,26 @@ impl<St: SeqStorage> Sequencer<Actualizing, St> {
 }
 
 impl<St: SeqStorage> Sequencer<Idle, St> {
+    /// Waits until `start` can tell how the sequencer stands with the PLog: after a failed
+    /// actualization (or a lost task) starts a new one, as a refused `start` would, and waits
+    /// until it ended; while one runs, waits for it; otherwise returns at once. A sequencer
+    /// that found the PLog corrupt stays so (`start` refuses with
+    /// [`StartRefusal::CorruptPLog`], which is not transient): reading the same log again
+    /// cannot help.
+    ///
+    /// What a caller refused with [`StartRefusal::ActualizationFailed`] or
+    /// [`StartRefusal::Actualizing`] awaits before it tries again, instead of polling `start`:
+    /// `busy.into_idle().ready().await`.
+    pub async fn ready(mut self) -> Sequencer<Idle, St> {
+        let phase = self.inner.shared.backlog().phase();
+        let failed = phase == Phase::Failed || (actualizing(phase) && self.inner.task_gone());
+        if failed {
+            self.inner.restart();
+        }
+        self.inner.actualization_ended().await;
+        self
+    }
+
     /// Opens a sequencing transaction for workspace `ws_id` of kind `ws_kind`.
     ///
     /// Refused while actualizing, when the unflushed backlog (keys or events) is over its
@@ -202,9 +230,10 @@ impl<St: SeqStorage> Sequencer<InTx, St> {
 
     /// The next number of sequence `seq_id` for this transaction's workspace.
     ///
-    /// Looked up in the transaction (when it used the sequence already), then the cache, then
-    /// the unflushed backlog, then storage (one read for all sequences of the kind, which warms
-    /// the cache). Nothing happens until the future is polled.
+    /// Looked up in the transaction (when it used the sequence already), then the cache; when
+    /// neither knows the sequence, the number follows the maximum of the unflushed backlog and
+    /// storage (one read for all sequences of the kind, which warms the cache), never one of
+    /// them alone. Nothing happens until the future is polled.
     ///
     /// The future is small and its cached path a plain function of the issuer; the path that
     /// reads storage is boxed (it allocates anyway), so that callers embedding this future in
@@ -242,26 +271,15 @@ impl<St: SeqStorage> Sequencer<InTx, St> {
         let inner = &mut *self.inner;
         let key = inner.issuer.key(seq_id)?;
         let seqs: Vec<SeqId> = inner.issuer.kind_seqs()?.iter().map(|&(s, _)| s).collect();
-        // The backlog's numbers for every sequence of the kind, taken *before* reading storage:
+        // The backlog's numbers of every sequence of the kind, taken *before* reading storage:
         // an entry leaves the backlog only after it was written, so whatever the read misses
-        // is in this snapshot.
-        let pending: Vec<Number> = {
-            let backlog = inner.shared.backlog();
-            if let Some(last) = backlog.lookup(&key) {
-                drop(backlog);
-                return Ok(inner.issuer.next_after(seq_id, last)?);
-            }
-            seqs.iter()
-                .map(|&s| {
-                    backlog
-                        .lookup(&vvm_core::sequencer::NumberKey {
-                            ws_id: key.ws_id,
-                            seq_id: s,
-                        })
-                        .unwrap_or_default()
-                })
-                .collect()
-        };
+        // is in this snapshot. Storage is read even when the backlog has the key: a replayed
+        // number there may be below what storage holds (the core takes the maximum).
+        let mut pending = Vec::with_capacity(seqs.len());
+        inner
+            .shared
+            .backlog()
+            .snapshot(key.ws_id, inner.issuer.kind_seqs()?, &mut pending);
         let shared = &inner.shared;
         let read = shared.storage.read_numbers(key.ws_id, &seqs);
         let stored = shared
@@ -277,24 +295,7 @@ impl<St: SeqStorage> Sequencer<InTx, St> {
             }
             .into());
         }
-        // Everything read is cached, zeros included: the workspace's other sequences then cost
-        // no further read. The one asked for goes last, so that a small cache keeps it.
-        let mut asked = None;
-        for ((&s, &stored), &pending) in seqs.iter().zip(&stored).zip(&pending) {
-            let last = stored.max(pending);
-            if s == seq_id {
-                asked = Some(last);
-            } else {
-                inner.issuer.warm(s, last)?;
-            }
-        }
-        // `seq_id` is one of the kind's sequences (checked by `key` above), so this is
-        // reached only if the kind's list and `key` disagree.
-        let last = asked.ok_or(NextError::Seq(SeqError::UnknownSeqId {
-            ws_kind: inner.issuer.transaction().map_or(WsKind(0), |(k, _)| k),
-            seq_id,
-        }))?;
-        Ok(inner.issuer.next_after(seq_id, last)?)
+        Ok(inner.issuer.next_from(seq_id, &pending, &stored)?)
     }
 
     /// Ends the transaction: its event is in the PLog. Its numbers join the backlog and the
@@ -401,7 +402,7 @@ impl<S: SeqState, St: SeqStorage> Sequencer<S, St> {
                 unflushed_keys,
                 unflushed_events,
             }),
-            Phase::Loading | Phase::Replaying(_) | Phase::Failed => {
+            Phase::Loading | Phase::Replaying(_) | Phase::Failed | Phase::Corrupt { .. } => {
                 Err(ShutdownError::NotActualized {
                     phase,
                     cause: shared.actualize_failure(),

@@ -18,7 +18,15 @@
 //! A new actualization stops the task cooperatively — a write in flight returns first — and
 //! starts its own once the old one ended; [`shutdown`](Sequencer::shutdown) stops it the same
 //! way and returns within its budget whatever storage does, saying when the sequencer was not
-//! actualized.
+//! actualized. After a failed actualization, `ready()` on the idle sequencer starts the next one
+//! and awaits it; a PLog found out of order is permanent
+//! ([`StartRefusal::CorruptPLog`], not transient).
+//!
+//! `next` hands out the number after the maximum of everything known of the key: the open
+//! transaction or the cache when they know it (they hold that maximum), otherwise the backlog
+//! and storage together, storage read even when the backlog has the key (a replayed number may
+//! be below storage's). Call timeouts must be longer than the storage's own lock wait
+//! ([`SeqStorage::lock_wait_ms`]); `new` checks.
 //!
 //! ```
 //! use vvm_core::sequencer::{Number, PLogOffset, Params, SeqId, WsId, WsKind};

@@ -76,6 +76,18 @@ pub trait SeqStorage: Send + Sync + 'static {
         next_plog_offset: PLogOffset,
     ) -> impl Future<Output = Result<(), SeqStorageError>> + Send;
 
+    /// The longest one call waits by itself for a lock held by someone else (another
+    /// connection, another process) before it fails with the storage's own error, in
+    /// milliseconds; `0` (the default) for a storage that never waits so.
+    ///
+    /// [`Sequencer::new`](super::Sequencer::new) refuses call timeouts at or below it
+    /// ([`SeqConfigError::TimeoutBelowLockWait`](super::SeqConfigError::TimeoutBelowLockWait)):
+    /// with a shorter timeout, every call made while someone holds the lock would be given up
+    /// on while it still waits, and each retry would leave another such call behind.
+    fn lock_wait_ms(&self) -> u64 {
+        0
+    }
+
     /// Feeds `sink` every PLog event at or after `offset`, in offset order, until the log ends
     /// or `sink` breaks.
     fn actualize_from_plog(
