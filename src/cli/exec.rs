@@ -589,6 +589,9 @@ impl Service for ExecService {
                 supervisor.arg("--no-cgroup");
             }
         }
+        // Started from this task's thread, a worker of the runtime, which lives as long as the
+        // runtime: the supervisor's parent-death signal follows the thread that started it, so
+        // it must not be a thread that could end first (a blocking-pool thread would).
         let mut child = supervisor
             .arg("--")
             .args(&self.command)
