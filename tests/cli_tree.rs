@@ -381,6 +381,7 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
         assert_no_overlap(&seen, dir);
         if matches!(fault, Fault::PanicVvm) {
             // The round hit what it meant to: the task unwound and its guard ended the tree.
+            // (Log lines are written by a queue of their own: the old leader has exited.)
             let stderr = std::fs::read_to_string(dir.join(format!("n{round:04}.stderr")))
                 .unwrap_or_default();
             assert!(

@@ -71,6 +71,9 @@ pub fn spawn_through(
         .args(extra)
         // Debug builds only: SIGUSR1 makes the command's service panic (`Fault::PanicVvm`).
         .env("VVM_FAULTS", "panic-on-sigusr1")
+        // A backtrace of that panic, resolved in a debug build on a loaded machine, can hold a
+        // runtime worker past the kill deadline: the panic, not the backtrace, is under test.
+        .env("RUST_BACKTRACE", "0")
         .args(["--", "sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
