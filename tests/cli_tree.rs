@@ -491,16 +491,7 @@ fn the_tree_is_born_in_a_cgroup_of_its_own_that_goes_with_it() {
     assert!(stderr.contains("cgroup\""), "{stderr}");
     signal(&one, Signal::TERM);
     let _ = exit_within(&mut one, WAIT_MAX).expect("vvm exits");
-    let mount = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .find_map(|line| {
-            let (before, after) = line.split_once(" - ")?;
-            after
-                .starts_with("cgroup2 ")
-                .then(|| before.split_whitespace().nth(4).map(str::to_owned))?
-        })
-        .unwrap();
+    let mount = cgroup2_mount();
     let path = format!("{mount}{inside}");
     assert!(!Path::new(&path).exists(), "{path} was left behind");
     let before = tenures(&log);

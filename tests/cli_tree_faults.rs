@@ -135,10 +135,18 @@ fn trapping(prefix: &str) -> (std::path::PathBuf, Child) {
     (dir, one)
 }
 
-/// What [`TRAP`] saw: its SIGTERMs, one line each, and whether it finished its clean-up.
-fn trapped(dir: &Path) -> (String, bool) {
+/// Waits for `one` to exit and checks that the stop was graceful: [`TRAP`] finished its clean-up
+/// and `vvm` exited 0. Returns the SIGTERMs it saw, one line each.
+fn stopped_gracefully(dir: &Path, one: &mut Child) -> String {
+    let code = exit_within(one, WAIT_MAX);
     let terms = std::fs::read_to_string(dir.join("terms")).unwrap_or_default();
-    (terms, dir.join("cleaned").exists())
+    assert!(
+        dir.join("cleaned").exists(),
+        "the clean-up was cut short: {terms}\n{}",
+        logs(dir)
+    );
+    assert_eq!(code, Some(Some(0)), "{}", logs(dir));
+    terms
 }
 
 /// Every process of `vvm`'s unit: itself, its supervisor and the whole tree.
@@ -162,14 +170,7 @@ fn a_stop_of_the_whole_unit_gives_the_command_its_grace() {
     for pid in &unit {
         let _ = kill_process(*pid, Signal::CONT);
     }
-    let code = exit_within(&mut one, WAIT_MAX);
-    let (terms, cleaned) = trapped(&dir);
-    assert!(
-        cleaned,
-        "the clean-up was cut short: {terms}\n{}",
-        logs(&dir)
-    );
-    assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
+    stopped_gracefully(&dir, &mut one);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -181,14 +182,7 @@ fn a_signal_delivered_twice_is_one_stop_and_each_process_gets_one_sigterm() {
     signal(&one, Signal::TERM);
     std::thread::sleep(Duration::from_millis(3));
     signal(&one, Signal::TERM);
-    let code = exit_within(&mut one, WAIT_MAX);
-    let (terms, cleaned) = trapped(&dir);
-    assert!(
-        cleaned,
-        "the clean-up was cut short: {terms}\n{}",
-        logs(&dir)
-    );
-    assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
+    let terms = stopped_gracefully(&dir, &mut one);
     let mut lines: Vec<&str> = terms.lines().collect();
     lines.sort_unstable();
     assert_eq!(lines, ["child", "parent"], "SIGTERMs received");
@@ -200,14 +194,7 @@ fn a_signal_delivered_twice_is_one_stop_and_each_process_gets_one_sigterm() {
 fn a_closed_terminal_is_a_graceful_stop() {
     let (dir, mut one) = trapping("vvm-fault-hup");
     signal(&one, Signal::HUP);
-    let code = exit_within(&mut one, WAIT_MAX);
-    let (terms, cleaned) = trapped(&dir);
-    assert!(
-        cleaned,
-        "the clean-up was cut short: {terms}\n{}",
-        logs(&dir)
-    );
-    assert_eq!(code, Some(Some(0)), "{}", logs(&dir));
+    stopped_gracefully(&dir, &mut one);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -446,6 +446,21 @@ pub fn become_subreaper() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Fills `buf` from the pipe `from`; `None` at its end (or on an error) before it is full.
+/// Blocking.
+fn read_whole(from: &OwnedFd, buf: &mut [u8]) -> Option<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(from.as_fd(), &mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
+}
+
 /// What the supervisor reports once the command started.
 struct Report {
     /// The command's pid, 0 when it could not be found (it ended at once).
@@ -460,15 +475,7 @@ struct Report {
 async fn read_report(report: Arc<OwnedFd>) -> Option<Report> {
     tokio::task::spawn_blocking(move || {
         let mut buf = [0_u8; REPORT_BYTES];
-        let mut got = 0;
-        while got < buf.len() {
-            match rustix::io::read(report.as_fd(), &mut buf[got..]) {
-                Ok(0) => return None,
-                Ok(n) => got += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(_) => return None,
-            }
-        }
+        read_whole(&report, &mut buf)?;
         Some(Report {
             pid: i32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]),
             containment: Containment::from_byte(buf[4]),
@@ -485,16 +492,8 @@ async fn read_report(report: Arc<OwnedFd>) -> Option<Report> {
 async fn read_outcome(report: Arc<OwnedFd>) -> Option<Outcome> {
     tokio::task::spawn_blocking(move || {
         let mut record = [0_u8; 8];
-        let mut got = 0;
         // The supervisor has exited: the pipe ends after what it wrote, so this cannot wait.
-        while got < record.len() {
-            match rustix::io::read(report.as_fd(), &mut record[got..]) {
-                Ok(0) => return None,
-                Ok(n) => got += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(_) => return None,
-            }
-        }
+        read_whole(&report, &mut record)?;
         Outcome::decode(record)
     })
     .await

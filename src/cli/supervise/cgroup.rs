@@ -58,17 +58,48 @@ fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
-/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot):
-/// with the pid, an identity no later process can have.
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot), on
+/// the host's boot clock: with the pid, an identity no later process can have. The kernel shows
+/// it shifted by the reader's time namespace, so that offset is taken off: supervisors in
+/// different time namespaces name and judge one another alike.
 pub fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    start_time_in(&stat, boottime_offset_ticks())
+}
+
+/// The start time in a `/proc/PID/stat` line, less `offset_ticks`.
+fn start_time_in(stat: &str, offset_ticks: i64) -> Option<u64> {
     // After the name: state is field 3, so the start time is the 20th field after the name.
-    stat.rsplit_once(')')?
+    let ticks: i64 = stat
+        .rsplit_once(')')?
         .1
         .split_whitespace()
         .nth(19)?
         .parse()
-        .ok()
+        .ok()?;
+    u64::try_from(ticks.checked_sub(offset_ticks)?).ok()
+}
+
+/// Clock ticks per second of `/proc` times (`USER_HZ`: 100 on Linux, whatever `HZ` is).
+const USER_HZ: i64 = 100;
+
+/// This process's time namespace's boot-clock offset, in clock ticks (0 without one).
+fn boottime_offset_ticks() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/timens_offsets")
+            .ok()
+            .and_then(|text| {
+                let line = text
+                    .lines()
+                    .find(|line| line.split_whitespace().next() == Some("boottime"))?;
+                let mut fields = line.split_whitespace().skip(1);
+                let seconds: i64 = fields.next()?.parse().ok()?;
+                let nanoseconds: i64 = fields.next()?.parse().ok()?;
+                Some(seconds * USER_HZ + nanoseconds / (1_000_000_000 / USER_HZ))
+            })
+            .unwrap_or(0)
+    })
 }
 
 /// The directory a supervisor with pid `supervisor`, started at `started` ([`start_time`]),
@@ -118,12 +149,9 @@ fn supervisor_lives(pid: i32, started: u64) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
-    let mut fields = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace());
-    let state = fields.as_mut().and_then(Iterator::next);
-    let start = fields.and_then(|mut rest| rest.nth(18)?.parse::<u64>().ok());
-    !matches!(state, Some("Z" | "X")) && start == Some(started)
+    let state = super::tree::state_of(&stat);
+    !matches!(state, Some("Z" | "X"))
+        && start_time_in(&stat, boottime_offset_ticks()) == Some(started)
 }
 
 /// Ends the trees in `origin` whose supervisor is gone — `vvm` and its supervisor killed
@@ -267,5 +295,20 @@ pub fn remove_dir(dir: &Path) {
             }
             _ => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_times_are_read_after_the_name_and_taken_to_the_hosts_clock() {
+        let stat = "12 (a) b) (c) S 1 12 12 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 5000 0";
+        assert_eq!(start_time_in(stat, 0), Some(5000));
+        // A reader 300 s behind the host (offset -300 s) sees 30 000 ticks less.
+        assert_eq!(start_time_in(stat, -30_000), Some(35_000));
+        assert_eq!(start_time_in(stat, 6_000), None);
+        assert_eq!(start_time_in("12 (x) S 1", 0), None);
     }
 }
