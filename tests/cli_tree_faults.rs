@@ -369,3 +369,40 @@ fn a_machine_without_a_machine_id_is_told_what_to_do_and_nothing_is_created() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// covers: Sq.RecordDeleted
+#[test]
+fn a_record_without_a_lock_deleted_from_outside_does_not_let_a_candidate_lead_beside_it() {
+    // `two` takes over from a stopped `one`, which keeps the slot's lock: `two`'s record names
+    // none. Its record deleted, the lock tells nothing; the candidate met the record.
+    become_a_careless_reaper();
+    let script = format!("trap '' TERM\n{SCRIPT}");
+    let dir = temp_dir("vvm-fault-unlocked");
+    let log = dir.join("acts");
+    let mut one = spawn(&dir, "one", "5s", &script);
+    wait_until(&log, "the first tree acts", both_act);
+    let mut two = spawn(&dir, "two", "5s", &script);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&one, Signal::STOP);
+    wait_until(&log, "the second tenure acts", |seen| {
+        seen.len() == 2 && seen.values().nth(1).is_some_and(|t| t.kinds.len() == 2)
+    });
+    signal(&one, Signal::CONT);
+    let _ = exit_within(&mut one, WAIT_MAX);
+    let three = spawn_with(&store_of(&dir), &dir, "three", "1s", SCRIPT, &[]);
+    // The candidate has met the record and waits.
+    std::thread::sleep(Duration::from_millis(700));
+    let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+    database.busy_timeout(Duration::from_secs(5)).unwrap();
+    database.execute_batch("DELETE FROM vvm_leases").unwrap();
+    drop(database);
+    let seen = wait_until(&log, "a third tenure acts", |seen| {
+        seen.len() >= 3 && seen.values().nth(2).is_some_and(|t| t.kinds.len() == 2)
+    });
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    std::thread::sleep(LEASE);
+    assert_no_overlap(&tenures(&log), &dir);
+    let _ = exit_within(&mut two, WAIT_MAX);
+    stop(three);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -263,9 +263,10 @@ struct Shared {
     /// The database file this store opened: a transaction on a file no longer linked at `path`
     /// (removed, replaced) fails, so a holder cannot go on renewing where nobody else looks.
     file: Option<lock::FileId>,
-    /// Slots found with no row while another process held their lock, and when (boot-clock
-    /// nanoseconds) this process first saw that; see `insert`.
-    unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, i64>>,
+    /// Slots where this process met another holder's live record (`None`), or found no row
+    /// where it met one or while another process held the slot's lock, and when (boot-clock
+    /// nanoseconds) it first saw that (`Some`); see `insert`.
+    unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, Unclaimed>>,
     /// The change feed's own connection; see [`feed`].
     feed: Arc<feed::Feed>,
     /// The semaphores' change feed and its connection; see `semaphore.rs`.
@@ -273,26 +274,70 @@ struct Shared {
 }
 
 impl Shared {
-    /// How long a candidate still waits on `key`, found with no row while another process holds
-    /// its lock at `now_ns`: what is left of a lease (`ttl`) from when this process first saw it
-    /// so, or `None` once that has passed. A holder that lost its record stops renewing at once
-    /// (its compare-and-swap finds nothing) and its kill deadline passes within a lease of its
-    /// last confirmed renewal, which came before that first sight.
+    /// This process met another holder's live record under `key`, naming the lock file `named`.
+    fn met(&self, key: Slot, named: Option<lock::FileId>) {
+        let mut unclaimed = self
+            .unclaimed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if unclaimed.len() < lock::SLOT_LOCKS_MAX || unclaimed.contains_key(&key) {
+            let gone_since_ns = None;
+            unclaimed.insert(
+                key,
+                Unclaimed {
+                    named,
+                    gone_since_ns,
+                },
+            );
+        }
+    }
+
+    /// Whether this process met a live record under `key` that it has not seen go since, and
+    /// that named no lock file or another one than `free` (a lock found free proves that the
+    /// holder of a record naming it is gone).
+    fn met_live(&self, key: Slot, free: Option<lock::FileId>) -> bool {
+        let unclaimed = self
+            .unclaimed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        unclaimed
+            .get(&key)
+            .is_some_and(|met| met.named.is_none() || met.named != free)
+    }
+
+    /// This process wrote its own record under `key`: nothing is waited for there.
+    fn claimed(&self, key: Slot) {
+        let mut unclaimed = self
+            .unclaimed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        unclaimed.remove(&key);
+    }
+
+    /// How long a candidate still waits on `key`, found with no row where it met a live record
+    /// or while another process holds its lock, at `now_ns`: what is left of a lease (`ttl`) from
+    /// when this process first saw it so, or `None` once that has passed. A holder that lost its
+    /// record stops renewing at once (its compare-and-swap finds nothing) and its kill deadline
+    /// passes within a lease of its last confirmed renewal, which came before that first sight.
     fn unclaimed_left(&self, key: Slot, now_ns: i64, ttl: Duration) -> Option<Duration> {
         let mut unclaimed = self
             .unclaimed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let first_ns = *unclaimed.entry(key).or_insert(now_ns);
+        let first = unclaimed.entry(key).or_insert(Unclaimed {
+            named: None,
+            gone_since_ns: None,
+        });
+        let first_ns = *first.gone_since_ns.get_or_insert(now_ns);
         let waited = Duration::from_nanos(u64::try_from(now_ns - first_ns).unwrap_or(0));
         match ttl.checked_sub(waited) {
             Some(left) if !left.is_zero() => {
                 tracing::warn!(
                     slot = key.0,
                     left_ms = left.as_millis() as u64,
-                    "the slot has no record, but a live process holds its lock: its holder may \
-                     still act (a record deleted from outside, or the store's file replaced); \
-                     waiting for the lock, at most a lease"
+                    "the slot's record vanished without a release (deleted from outside, or the \
+                     store's file replaced): its holder may still act; waiting for its lock, at \
+                     most a lease"
                 );
                 // Looked at again soon: the lock frees when that holder's tree is gone.
                 Some(left.min(UNCLAIMED_RECHECK))
@@ -315,6 +360,15 @@ impl Shared {
             _ => Ok(()),
         }
     }
+}
+
+/// What this process knows of a slot another holder's record was met on (see `insert`).
+#[derive(Clone, Copy, Debug)]
+struct Unclaimed {
+    /// The lock file that record named.
+    named: Option<lock::FileId>,
+    /// When (boot-clock nanoseconds) this process first found no row there.
+    gone_since_ns: Option<i64>,
 }
 
 /// How soon a candidate waiting on a slot whose record vanished under a live lock looks again.
@@ -473,13 +527,14 @@ fn insert(
         let fresh_id = fresh.as_ref().map(|lock| lock.id);
         match judged {
             Judged::Absent => {
-                // No row at all, while a live process holds the slot's lock: the record was
-                // deleted from outside, or the store's file replaced, under a holder that may
-                // still act. Neither a release (it leaves a retired row) nor an expiry (it
-                // leaves an expired one): wait for the lock, or for a lease from first sight.
-                if fresh.is_none()
-                    && held.is_none()
-                    && refused == Some(lock::NotTaken::HeldElsewhere)
+                // No row at all where a live record was met, or while a live process holds the
+                // slot's lock: the record was deleted from outside, or the store's file replaced,
+                // under a holder that may still act (one that named no lock included). Neither a
+                // release (it leaves a retired row) nor an expiry (it leaves an expired one):
+                // wait for the lock, or for a lease from first sight.
+                let lock_held = refused == Some(lock::NotTaken::HeldElsewhere);
+                if held.is_none()
+                    && (lock_held || shared.met_live(key, fresh_id))
                     && !record::row_exists(tx, key)?
                 {
                     if let Some(left) = shared.unclaimed_left(key, now.ns, ttl) {
@@ -495,7 +550,10 @@ fn insert(
                     let revision = record::write(tx, key, &bytes, ttl, now, Some(id))?;
                     Ok(Step::wrote(Taken::FromDead(revision)))
                 }
-                _ => Ok(Step::read(Taken::Held(left))),
+                _ => {
+                    shared.met(key, record::lock_of(tx, key)?);
+                    Ok(Step::read(Taken::Held(left)))
+                }
             },
         }
     });
@@ -503,6 +561,7 @@ fn insert(
     match &result {
         // Written, or perhaps written: the record names our lock, which stays until its release.
         Ok(Taken::Written(_) | Taken::FromDead(_)) | Err(StoreError::Unknown { .. }) => {
+            shared.claimed(key);
             if ours {
                 registry.keep(&lock_path, fresh);
             }
