@@ -175,6 +175,17 @@ pub struct RunArgs {
     /// Pause between two acquisition rounds over all slots.
     #[arg(long, env = "VVM_ROUND", default_value = "1s", value_parser = parse_duration)]
     round: Duration,
+    /// When the store cannot serve at start (an etcd cluster out of reach or without a
+    /// quorum): `wait` for it, trying again after pauses of up to `--round` within `--acquire`,
+    /// and say so once; `fail` exits 1 at once. A wrong URL, credentials or certificates
+    /// always fail at once.
+    #[arg(
+        long,
+        env = "VVM_STORE_UNAVAILABLE",
+        value_enum,
+        default_value = "wait"
+    )]
+    store_unavailable: cli::store::Unavailable,
     /// Append `<host monotonic ns> <pid> <slot> <revision>` to this file every 20 ms while the
     /// demo service runs, so that a checker can verify that no two processes acted at once
     /// (hidden: for the demo and the tests).
