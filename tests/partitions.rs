@@ -29,8 +29,8 @@ mod partition_oracle;
 
 use std::time::Duration;
 
-use partition_lab::{Fault, FaultKind, Lab, LabOptions, RoundRecord, LEASE};
-use partition_oracle::{boottime_ns, command_main, register_violations, Oracle};
+use partition_lab::{Fault, FaultKind, Lab, LabOptions, RoundRecord, LEASE, ROUND};
+use partition_oracle::{boottime_ns, command_main, library_main, register_violations, Oracle};
 use vvm_sim::rng::Rng;
 
 /// The rounds in the test command; `VVM_PARTITION_ROUNDS` for more.
@@ -57,6 +57,13 @@ fn holder_command() {
     command_main();
 }
 
+/// A library host (started by the partition tests, never by hand).
+#[test]
+#[ignore = "a library host of the partition tests; they start it themselves"]
+fn library_host() {
+    library_main(LEASE, ROUND);
+}
+
 // covers: Net.Safety, Net.Fencing, Net.Liveness, Net.Faults
 #[test]
 fn partitions_pauses_and_lost_replies_never_make_two_holders() {
@@ -68,6 +75,7 @@ fn partitions_pauses_and_lost_replies_never_make_two_holders() {
         test,
         LabOptions {
             hosts: 3,
+            library_hosts: 1,
             fenced: true,
         },
     ) else {
@@ -123,7 +131,14 @@ fn a_paused_host_acts_late_and_only_the_fence_stops_its_writes() {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     for fenced in [true, false] {
-        let Some(mut lab) = Lab::start(test, LabOptions { hosts: 2, fenced }) else {
+        let Some(mut lab) = Lab::start(
+            test,
+            LabOptions {
+                hosts: 2,
+                library_hosts: 0,
+                fenced,
+            },
+        ) else {
             return;
         };
         let context = format!("{test} (fenced: {fenced})");

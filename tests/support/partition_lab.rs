@@ -19,7 +19,7 @@ use super::partition_oracle::{boottime_ns, ms, register_violations, Oracle, REGI
 /// election timeout (1 s here), rounded up to whole seconds.
 pub const LEASE: Duration = Duration::from_secs(2);
 /// The hosts' acquisition round.
-const ROUND: Duration = Duration::from_millis(200);
+pub const ROUND: Duration = Duration::from_millis(200);
 /// The members' Raft timing: etcd's defaults, as a deployment would run.
 const HEARTBEAT_MS: u64 = 100;
 const ELECTION_MS: u64 = 1_000;
@@ -152,12 +152,18 @@ pub struct PauseSeen {
 pub struct LabOptions {
     /// How many `vvm run` hosts.
     pub hosts: usize,
+    /// How many library hosts besides (a program with a VVM: [`library_main`]).
+    ///
+    /// [`library_main`]: super::partition_oracle::library_main
+    pub library_hosts: usize,
     /// Whether the commands' writes are fenced.
     pub fenced: bool,
 }
 
 struct Host {
     name: String,
+    /// A library host rather than `vvm run`.
+    library: bool,
     node: usize,
     child: Option<Child>,
     log: PathBuf,
@@ -220,11 +226,13 @@ impl Lab {
         let stamp = boottime_ns();
         let dir = base.join(format!("vvm-partitions-{}-{stamp}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let net = Net::new(MEMBERS + options.hosts + 1)
+        let host_count = options.hosts + options.library_hosts;
+        let net = Net::new(MEMBERS + host_count + 1)
             .unwrap_or_else(|e| panic!("{test}: cannot make the namespaces: {e}"));
-        let hosts = (0..options.hosts)
+        let hosts = (0..host_count)
             .map(|index| Host {
                 name: format!("h{index}"),
+                library: index >= options.hosts,
                 node: MEMBERS + index,
                 child: None,
                 log: dir.join(format!("h{index}.log")),
@@ -242,7 +250,7 @@ impl Lab {
             members: (0..MEMBERS).map(|_| None).collect(),
             hosts,
             fenced: options.fenced,
-            observer: MEMBERS + options.hosts,
+            observer: MEMBERS + host_count,
             standby_exits: Vec::new(),
             register_from: 0,
             net,
@@ -253,7 +261,7 @@ impl Lab {
         if let Err(e) = lab.wait_healthy(Duration::from_secs(30)) {
             panic!("{test}: the cluster did not start: {e}");
         }
-        for host in 0..options.hosts {
+        for host in 0..host_count {
             lab.spawn_host(host);
         }
         Some(lab)
@@ -321,6 +329,25 @@ impl Lab {
             .open(&host.log)
             .unwrap();
         host.log_offset = log.metadata().unwrap().len();
+        if host.library {
+            let child = self
+                .net
+                .command(host.node, exe)
+                .args(["library_host", "--exact", "--ignored", "--nocapture"])
+                .args(["--test-threads=1", "-q"])
+                .env("PARTITION_LOG", &self.oracle.path)
+                .env("PARTITION_ENDPOINTS", endpoints)
+                .env("PARTITION_FENCE", if self.fenced { "1" } else { "0" })
+                .env("PARTITION_ADDRESS", &host.name)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("the library host starts");
+            host.child = Some(child);
+            host.paused = false;
+            return;
+        }
         let lease = format!("{}s", LEASE.as_secs());
         let round = format!("{}ms", ROUND.as_millis());
         let child = self

@@ -33,41 +33,63 @@ pub fn ms(ns: u64) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // The command each holder runs.
 
-/// The holder's command: ticks to the oracle's log and writes to the fenced register until
-/// `vvm` ends it. Its settings come in `PARTITION_*` variables (`vvm run` passes no `VVM_`
-/// variable but its own three).
-pub fn command_main() {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!("holder_command runs under `vvm run` in the partition tests ({name} is unset)")
-        })
-    };
-    let log_path = var("PARTITION_LOG");
-    let endpoints: Vec<String> = var("PARTITION_ENDPOINTS")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let fenced = var("PARTITION_FENCE") == "1";
-    let host = var("VVM_ADDRESS");
-    let token: i64 = var("VVM_REVISION")
-        .parse()
-        .expect("VVM_REVISION is a number");
-    let log = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&log_path)
-        .expect("the oracle's log opens");
-    // One write per line: appends of one line are not interleaved between processes.
-    let append = |line: String| {
-        let _ = (&log).write_all(line.as_bytes());
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    runtime.block_on(async {
+/// What every holder runs, `vvm run`'s command or the library host's service: ticks to the
+/// oracle's log and writes to the fenced register while `valid()` says its tenure is current.
+/// Never returns.
+pub struct Acting {
+    /// The host's name in the log.
+    pub host: String,
+    /// Its tenure's token (`VVM_REVISION`, or the service's token at its start).
+    pub token: i64,
+    /// Whether the register's writes are fenced.
+    pub fenced: bool,
+    /// etcd's client endpoints.
+    pub endpoints: Vec<String>,
+    /// The oracle's log.
+    pub log: PathBuf,
+}
+
+impl Acting {
+    /// The settings `PARTITION_*` variables give, with `host` and `token`.
+    pub fn from_env(host: String, token: i64) -> Acting {
+        Acting {
+            host,
+            token,
+            fenced: var("PARTITION_FENCE") == "1",
+            endpoints: var("PARTITION_ENDPOINTS")
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+            log: PathBuf::from(var("PARTITION_LOG")),
+        }
+    }
+
+    /// Acts until dropped; `valid` is asked before each act.
+    pub async fn run(&self, valid: impl Fn() -> bool) {
+        let Acting {
+            host,
+            token,
+            fenced,
+            endpoints,
+            log,
+        } = self;
+        let (token, fenced) = (*token, *fenced);
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(log)
+            .expect("the oracle's log opens");
+        // One write per line: appends of one line are not interleaved between processes.
+        let append = |line: String| {
+            let _ = (&log).write_all(line.as_bytes());
+        };
         let ticks = async {
             loop {
-                append(format!("tick {host} {token} {}\n", boottime_ns()));
+                // The time is read before the question: a tick says "current at or after this
+                // instant", even when the process is paused between the two.
+                let now = boottime_ns();
+                if valid() {
+                    append(format!("tick {host} {token} {now}\n"));
+                }
                 tokio::time::sleep(TICK).await;
             }
         };
@@ -77,11 +99,15 @@ pub fn command_main() {
                 .with_connect_timeout(WRITE_TIMEOUT)
                 .with_timeout(WRITE_TIMEOUT);
             // Connects lazily: no member is asked anything here.
-            let client = etcd_client::Client::connect(&endpoints, Some(options))
+            let client = etcd_client::Client::connect(endpoints, Some(options))
                 .await
                 .expect("the client is set up");
             let mut kv = client.kv_client();
             for n in 0u64.. {
+                if !valid() {
+                    tokio::time::sleep(WRITE_EVERY).await;
+                    continue;
+                }
                 let key = format!("{REGISTER}{token:020}/{host}/{n}");
                 let put = TxnOp::put(key, "", None);
                 // The fence: the slot's key exists and was created at or before this token, so
@@ -107,7 +133,97 @@ pub fn command_main() {
             }
         };
         tokio::join!(ticks, writes);
+    }
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("the partition tests' holders run inside their lab ({name} is unset)")
+    })
+}
+
+/// `vvm run`'s command: acts with the token `vvm` gave it until `vvm` ends it.
+pub fn command_main() {
+    let token = var("VVM_REVISION")
+        .parse()
+        .expect("VVM_REVISION is a number");
+    let acting = Acting::from_env(var("VVM_ADDRESS"), token);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    // The command knows nothing of leadership: `vvm` and its supervisor end it.
+    runtime.block_on(acting.run(|| true));
+}
+
+/// The library host: a program with a VVM on the etcd store whose one service acts while its
+/// token is valid (`ServiceContext::token`: not lost, before the kill deadline), with the
+/// process-wide killer. It waits for a store that is unavailable, as `vvm run` does, and exits 1
+/// when its VVM has a problem (the lab starts it again).
+pub fn library_main(lease: Duration, round: Duration) {
+    let address = var("PARTITION_ADDRESS");
+    let endpoints = var("PARTITION_ENDPOINTS");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async move {
+        let config = vvm::LeaseConfig::new(lease).expect("the lease is valid");
+        let url = format!("etcd://{endpoints}");
+        let store = loop {
+            match vvm_adapters::open::open(&url, &config).await {
+                Ok(store) => break store,
+                Err(error) if error.is_unavailable() => {
+                    tokio::time::sleep(round).await;
+                }
+                Err(error) => panic!("library host: {}", vvm::ErrorChain(&error)),
+            }
+        };
+        let config = vvm::VvmConfig::builder(address.clone())
+            .lease(lease)
+            .acquisition(vvm::ACQUISITION_FOREVER)
+            .round_interval(round);
+        let services = vvm::Services::new()
+            .with(LibraryService { address })
+            .expect("one service");
+        let vvm = vvm::Vvm::provide(config, store, services)
+            .expect("the configuration is valid")
+            .launch()
+            .await;
+        if let Some(token) = vvm.token() {
+            // What the lab looks for to tell a holder from a standby that gave up.
+            println!("leadership acquired revision={}", token.revision.0);
+        }
+        vvm.problem().await;
+        let _ = vvm.shutdown().await;
+        std::process::exit(1);
     });
+}
+
+/// The library host's service.
+struct LibraryService {
+    address: String,
+}
+
+impl vvm::Service for LibraryService {
+    fn name(&self) -> std::borrow::Cow<'static, str> {
+        "acting".into()
+    }
+
+    async fn run(self, mut context: vvm::ServiceContext) -> Result<(), vvm::ServiceError> {
+        let Some(token) = context.token() else {
+            return Err(vvm::ServiceError::new("no valid token at start"));
+        };
+        let token = i64::try_from(token.revision.0).expect("a revision fits in i64");
+        let acting = Acting::from_env(self.address, token);
+        context.ready();
+        let mut shutdown = context.shutdown();
+        tokio::select! {
+            _ = shutdown.requested() => Ok(()),
+            () = acting.run(|| context.token().is_some()) => Ok(()),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
