@@ -133,3 +133,35 @@ fn a_signal_ends_the_wait_for_the_store_with_exit_0() {
         Some(Some(1))
     );
 }
+
+// covers: Cli.StoreUnavailable
+#[test]
+fn a_signal_ends_an_attempt_in_flight_while_waiting() {
+    // A member that accepts connections and never answers: each attempt lasts the request
+    // timeout (5 s), the first one before `vvm run` says it waits.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for connection in listener.incoming().take(64) {
+            held.push(connection);
+        }
+    });
+    let mut child = run(&format!("etcd://127.0.0.1:{port}"), "silent", &[]);
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (said_tx, said) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.contains("the store is unavailable; waiting") {
+                let _ = said_tx.send(());
+            }
+        }
+    });
+    said.recv_timeout(Duration::from_secs(30))
+        .expect("vvm run says it waits once the first attempt timed out");
+    // The second attempt has begun (after a pause of at most 100 ms) and lasts 5 s: the
+    // signal must not wait for it.
+    std::thread::sleep(Duration::from_millis(500));
+    let code = signal_and_wait(&mut child, Signal::TERM, Duration::from_secs(3));
+    assert_eq!(code, Some(0));
+}

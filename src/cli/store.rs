@@ -150,9 +150,19 @@ pub async fn open_store_waiting(
     let mut said = false;
     // Listened for only once there is something to wait for: until then the default
     // disposition (the process ends) is as good, and nothing of the host is set up yet.
-    let mut signals = None;
+    let mut signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> = None;
     loop {
-        let error = match open_store(url, lease).await {
+        let attempt = open_store(url, lease);
+        let outcome = match &mut signals {
+            None => attempt.await,
+            // Once waiting, a signal ends an attempt too: one may last the request timeout.
+            Some((terminate, interrupt)) => tokio::select! {
+                outcome = attempt => outcome,
+                _ = terminate.recv() => return Err(stopped("SIGTERM")),
+                _ = interrupt.recv() => return Err(stopped("SIGINT")),
+            },
+        };
+        let error = match outcome {
             Ok(store) => return Ok(store),
             Err(OpenFailure(error)) => error,
         };
