@@ -21,7 +21,8 @@ use cli::ops::parse_metrics_addr;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   clean shutdown (a signal, or the command of `run -- CMD` exited with status 0)
-  1   a problem: no slot acquired, store unreachable, leadership lost, a service failed
+  1   a problem: no slot acquired, store refused (or unavailable past --acquire), leadership
+      lost, a service failed
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
   75  ended by the killer: the kill deadline passed without a confirmed renewal
   `run -- CMD`: the command's own status when it ends by itself (128+N when signal N ended
