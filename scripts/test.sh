@@ -44,6 +44,8 @@ main() {
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+  # ip (iproute2): the partition tests put etcd members and `vvm run` hosts in network namespaces.
+  command -v ip >/dev/null 2>&1 || need+=(iproute2)
   # openssl: the etcd TLS test makes its certificate authority and certificates with it.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
   # libclang: the FoundationDB client crate generates its bindings at build time.

@@ -21,8 +21,8 @@ use cli::ops::parse_metrics_addr;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   clean shutdown (a signal, or the command of `run -- CMD` exited with status 0)
-  1   a problem: no slot acquired, store unreachable, leadership lost, a service failed, the
-      command's supervisor ended by someone else
+  1   a problem: no slot acquired, store refused (or unavailable past --acquire), leadership
+      lost, a service failed, the command's supervisor ended by someone else
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
   75  ended by the killer: the kill deadline passed without a confirmed renewal
   `run -- CMD`: the command's own status when it ends by itself (128+N when signal N ended
@@ -181,6 +181,17 @@ pub struct RunArgs {
     /// Pause between two acquisition rounds over all slots.
     #[arg(long, env = "VVM_ROUND", default_value = "1s", value_parser = parse_duration)]
     round: Duration,
+    /// When the store cannot serve at start (an etcd cluster out of reach or without a
+    /// quorum): `wait` for it, trying again after pauses of up to `--round` within `--acquire`,
+    /// and say so once; `fail` exits 1 at once. A wrong URL, credentials or certificates
+    /// always fail at once.
+    #[arg(
+        long,
+        env = "VVM_STORE_UNAVAILABLE",
+        value_enum,
+        default_value = "wait"
+    )]
+    store_unavailable: cli::store::Unavailable,
     /// Append `<host monotonic ns> <pid> <slot> <revision>` to this file every 20 ms while the
     /// demo service runs, so that a checker can verify that no two processes acted at once
     /// (hidden: for the demo and the tests).

@@ -9,7 +9,7 @@ mod etcd_support;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use cli_support::{leading_child, signal_and_wait, temp_dir};
+use cli_support::{exit_within, leading_child, signal_and_wait, temp_dir};
 use etcd_support::single;
 use rustix::process::Signal;
 
@@ -93,6 +93,21 @@ async fn an_authenticated_prefixed_etcd_url_works_through_the_binary() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("not-the-password"), "{stderr}");
     assert!(!stderr.contains(PASSWORD), "{stderr}");
+    // `vvm run` waits for a store that is unavailable, never for one that refuses it: the
+    // wrong password is exit 1 at once there too.
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["run", "--lease", "2s", "--store", &url(&wrong_file)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let code = exit_within(&mut run, Duration::from_secs(20));
+    if code.is_none() {
+        let _ = run.kill();
+        let _ = run.wait();
+    }
+    assert_eq!(code, Some(Some(1)), "vvm run with a wrong password");
 
     // A password in the URL itself: a usage error (exit 2) that does not echo it.
     for refused in [

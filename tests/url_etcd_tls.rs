@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{signal_and_wait, temp_dir};
+use cli_support::{exit_within, signal_and_wait, temp_dir};
 use etcd_support::{available, skipped, START_LIMIT};
 use rustix::process::Signal;
 use vvm_adapters::etcd::cluster::find_etcd;
@@ -244,6 +244,21 @@ fn a_tls_etcd_url_with_a_client_certificate_works_through_the_binary() {
         let output = vvm(&["status", "--store", &refused]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{refused}: {stderr}");
+        // `vvm run` waits for a store that is unavailable, never for one that refuses its
+        // certificates: exit 1 at once there too.
+        let mut run = Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args(["run", "--lease", "2s", "--store", &refused])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let code = exit_within(&mut run, Duration::from_secs(20));
+        if code.is_none() {
+            let _ = run.kill();
+            let _ = run.wait();
+        }
+        assert_eq!(code, Some(Some(1)), "vvm run with {refused}");
     }
     // A client certificate of another authority: refused by the server.
     let output = vvm(&["status", "--store", &url("etcd", Some("other"))]);

@@ -167,6 +167,18 @@ impl OpenError {
             _ => false,
         }
     }
+
+    /// Whether the store could not serve for now — unreachable, or an etcd cluster without a
+    /// quorum — rather than set up wrongly: a host may wait for it and open it again, where
+    /// every other error (a wrong URL, credentials or certificates refused, a lease the store
+    /// cannot honour) is reported at once.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            #[cfg(feature = "etcd")]
+            OpenError::Etcd(error) => error.is_unavailable(),
+            _ => false,
+        }
+    }
 }
 
 /// Opens the store named by `url`, checking that it can honour `lease`. Files named by the URL

@@ -15,7 +15,7 @@ use super::clock::host_monotonic_ns;
 use super::exec::{CommandStatus, ExecHooks, ExecService, GroupKiller};
 use super::host::{listen_for_signals, Host};
 use super::run_semaphore::{run_semaphore, Units};
-use super::store::{open_store, AnyStore};
+use super::store::{open_store_waiting, AnyStore};
 use super::systemd::Notifier;
 use super::{fail, usage_error, RunArgs};
 
@@ -180,9 +180,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
             "starting"
         ),
     }
-    let store = match open_store(&url, config.lease()).await {
+    let store = match open_store_waiting(
+        &url,
+        config.lease(),
+        args.store_unavailable,
+        args.acquire,
+        args.round,
+    )
+    .await
+    {
         Ok(store) => store,
-        Err(e) => return e.exit(),
+        Err(code) => return code,
     };
     let units = args.semaphore.clone().map(|name| Units {
         name,

@@ -2,6 +2,7 @@
 //! its errors to exit codes and starts FoundationDB's network thread for `fdb:` URLs.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use vvm::LeaseConfig;
 pub use vvm_adapters::open::AnyStore;
@@ -113,6 +114,97 @@ pub async fn open_store(url: &str, lease: &LeaseConfig) -> Result<AnyStore, Open
     vvm_adapters::open::open(url, lease)
         .await
         .map_err(OpenFailure)
+}
+
+/// What `vvm run` does when the store cannot serve at start (`--store-unavailable`): an etcd
+/// cluster without a quorum or out of reach is unavailable for a while, not set up wrongly.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unavailable {
+    /// Wait for it: try again after growing pauses (up to `--round`) within the acquisition
+    /// window (`--acquire`), then lead when it serves.
+    #[default]
+    Wait,
+    /// Exit 1 at once, for scripts that would rather know.
+    Fail,
+}
+
+/// The first pause before opening an unavailable store again; pauses double up to the round.
+const REOPEN_FIRST: Duration = Duration::from_millis(100);
+
+/// Opens the store named by `url` as [`open_store`] does; while it is unavailable
+/// ([`OpenError::is_unavailable`]) and `policy` says wait, opens it again after jittered pauses
+/// from [`REOPEN_FIRST`] up to `round`, for at most `window` (`--acquire`). Says once that it
+/// waits. Every other failure, and the last one when the window ends, is the exit code; so is
+/// SIGINT or SIGTERM during the wait (0: nothing was held, nothing started).
+pub async fn open_store_waiting(
+    url: &str,
+    lease: &LeaseConfig,
+    policy: Unavailable,
+    window: Duration,
+    round: Duration,
+) -> Result<AnyStore, ExitCode> {
+    use tokio::signal::unix::{signal, SignalKind};
+
+    let started = tokio::time::Instant::now();
+    let mut pauses = vvm::jittered_backoff(REOPEN_FIRST.min(round), round.max(REOPEN_FIRST));
+    let mut said = false;
+    // Listened for only once there is something to wait for: until then the default
+    // disposition (the process ends) is as good, and nothing of the host is set up yet.
+    let mut signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> = None;
+    loop {
+        let attempt = open_store(url, lease);
+        let outcome = match &mut signals {
+            None => attempt.await,
+            // Once waiting, a signal ends an attempt too: one may last the request timeout.
+            Some((terminate, interrupt)) => tokio::select! {
+                outcome = attempt => outcome,
+                _ = terminate.recv() => return Err(stopped("SIGTERM")),
+                _ = interrupt.recv() => return Err(stopped("SIGINT")),
+            },
+        };
+        let error = match outcome {
+            Ok(store) => return Ok(store),
+            Err(OpenFailure(error)) => error,
+        };
+        let waited = started.elapsed();
+        if policy == Unavailable::Fail || !error.is_unavailable() || waited >= window {
+            return Err(OpenFailure(error).exit());
+        }
+        if !said {
+            said = true;
+            tracing::warn!(
+                store = %shown(url),
+                error = %super::error_chain(&error),
+                "the store is unavailable; waiting for it (--store-unavailable fail exits instead)"
+            );
+        } else {
+            tracing::debug!(error = %super::error_chain(&error), waited = ?waited, "the store is still unavailable");
+        }
+        let signals = match &mut signals {
+            Some(signals) => signals,
+            None => match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(terminate), Ok(interrupt)) => signals.insert((terminate, interrupt)),
+                (Err(e), _) | (_, Err(e)) => {
+                    return Err(fail(&format!("cannot listen for signals: {e}")))
+                }
+            },
+        };
+        let pause = pauses.next().unwrap_or(round).min(window - waited);
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            _ = signals.0.recv() => return Err(stopped("SIGTERM")),
+            _ = signals.1.recv() => return Err(stopped("SIGINT")),
+        }
+    }
+}
+
+/// A signal ended the wait for the store: nothing was held or started, so it is a clean stop.
+fn stopped(name: &str) -> ExitCode {
+    tracing::info!("{name} while waiting for the store: stopping");
+    ExitCode::SUCCESS
 }
 
 /// Opens the store named by `url` for reading only (see [`vvm_adapters::open::open_read_only`]).

@@ -179,9 +179,7 @@ impl EtcdStore {
         }
         let client = Client::connect(&endpoints, Some(connect))
             .await
-            .map_err(|error| EtcdError::Connect {
-                source: cause(error),
-            })?;
+            .map_err(connect_error)?;
         tracing::debug!(endpoints = ?endpoints, prefix = %prefix, authenticated = credentials.is_some(), "etcd store set up");
         let sends_max = (2 * endpoints.len() + 1).min(SENDS_MAX);
         Ok(EtcdStore {
@@ -251,12 +249,7 @@ impl EtcdStore {
     pub async fn validate(&self, lease: &LeaseConfig) -> Result<(), EtcdError> {
         let ttl_secs = Self::check_ttl(lease.lease())?;
         let mut client = self.lease.clone();
-        let granted = client
-            .grant(ttl_secs, None)
-            .await
-            .map_err(|error| EtcdError::Connect {
-                source: cause(error),
-            })?;
+        let granted = client.grant(ttl_secs, None).await.map_err(connect_error)?;
         let outcome = if granted.ttl() == ttl_secs {
             Ok(())
         } else {
@@ -557,6 +550,60 @@ fn never_sent(error: &etcd_client::Error) -> bool {
     })
 }
 
+/// The error of setting up or checking the store: [`EtcdError::Unavailable`] when the cluster
+/// could not serve for now — a member unreachable in time, a connection refused, broken or
+/// turned down by the local network (no route, a firewall), no leader — and
+/// [`EtcdError::Connect`] for what waiting does not mend: credentials refused, a TLS handshake
+/// that failed (its `io::Error` says invalid data), a request the server refused as such.
+fn connect_error(error: etcd_client::Error) -> EtcdError {
+    if unavailable(&error) {
+        EtcdError::Unavailable {
+            source: cause(error),
+        }
+    } else {
+        EtcdError::Connect {
+            source: cause(error),
+        }
+    }
+}
+
+/// Whether `error` says that the cluster could not serve for now (see [`connect_error`]).
+fn unavailable(error: &etcd_client::Error) -> bool {
+    use std::io::ErrorKind;
+    let io_kinds = || {
+        causes(error).filter_map(|cause| cause.downcast_ref::<std::io::Error>().map(|io| io.kind()))
+    };
+    // A certificate or a handshake refused: the connection was made, its setup is wrong.
+    if io_kinds().any(|kind| kind == ErrorKind::InvalidData) {
+        return false;
+    }
+    let status_transient = matches!(error, etcd_client::Error::GRpcStatus(status)
+        if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded));
+    let timed_out = causes(error).any(|cause| cause.is::<tonic::TimeoutExpired>());
+    // What a connection meets on the way: refused, reset, timed out, no route. A blackhole
+    // route makes `connect` fail with EINVAL, a local firewall's drop with EPERM: both pass
+    // when the network does.
+    let network = io_kinds().any(|kind| {
+        matches!(
+            kind,
+            ErrorKind::ConnectionRefused
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::NotConnected
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof
+                | ErrorKind::TimedOut
+                | ErrorKind::HostUnreachable
+                | ErrorKind::NetworkUnreachable
+                | ErrorKind::NetworkDown
+                | ErrorKind::AddrNotAvailable
+                | ErrorKind::InvalidInput
+                | ErrorKind::PermissionDenied
+        )
+    });
+    status_transient || timed_out || network
+}
+
 /// Maps the error of a write transaction: `Failed` only when it certainly did not apply.
 fn classify_write(error: etcd_client::Error) -> StoreError {
     use etcd_client::Error;
@@ -781,6 +828,51 @@ mod tests {
             Err(EtcdError::TtlTooLong { .. })
         ));
         assert_eq!(EtcdStore::check_ttl(TTL_MAX), Ok(9_000_000_000));
+    }
+
+    // covers: Et.Unavailable
+    #[test]
+    fn an_unreachable_cluster_is_unavailable_and_a_refused_setup_is_not() {
+        use std::io::ErrorKind;
+        use tonic::{Code, Status};
+        let status =
+            |code, message: &str| etcd_client::Error::GRpcStatus(Status::new(code, message));
+        let with_cause = |code, kind: ErrorKind| {
+            let mut status = Status::new(code, "transport error");
+            status.set_source(std::sync::Arc::new(std::io::Error::from(kind)));
+            etcd_client::Error::GRpcStatus(status)
+        };
+        let transient = [
+            status(Code::Unavailable, "etcdserver: no leader"),
+            status(Code::Unavailable, "etcdserver: request timed out"),
+            status(Code::DeadlineExceeded, "context deadline exceeded"),
+            with_cause(Code::Unavailable, ErrorKind::ConnectionRefused),
+            with_cause(Code::Unknown, ErrorKind::ConnectionReset),
+            // A blackhole route: connect(2) says EINVAL; a local firewall's drop: EPERM.
+            with_cause(Code::Unavailable, ErrorKind::InvalidInput),
+            with_cause(Code::Unavailable, ErrorKind::PermissionDenied),
+            etcd_client::Error::IoError(std::io::Error::from(ErrorKind::TimedOut)),
+        ];
+        for error in transient {
+            let shown = format!("{error:?}");
+            assert!(connect_error(error).is_unavailable(), "{shown}");
+        }
+        let refused = [
+            status(
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            status(Code::PermissionDenied, "etcdserver: permission denied"),
+            // A TLS handshake refused (rustls's errors are `InvalidData`).
+            with_cause(Code::Unavailable, ErrorKind::InvalidData),
+            etcd_client::Error::InvalidArgs("empty endpoints".to_owned()),
+        ];
+        for error in refused {
+            let shown = format!("{error:?}");
+            let error = connect_error(error);
+            assert!(!error.is_unavailable(), "{shown}");
+            assert!(matches!(error, EtcdError::Connect { .. }), "{error:?}");
+        }
     }
 
     // covers: Et.Errors

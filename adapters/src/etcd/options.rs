@@ -110,9 +110,19 @@ pub enum EtcdError {
         /// The TTL the server granted, in seconds.
         granted_secs: i64,
     },
-    /// The client could not be set up or the server could not be reached.
+    /// The client could not be set up, or the server refused it (credentials, TLS, a request
+    /// it would not serve): waiting does not mend it.
     #[error("could not reach etcd")]
     Connect {
+        /// What the client said (an [`EtcdClientError`](super::EtcdClientError)).
+        source: Cause,
+    },
+    /// The cluster could not serve for now: no member could be reached in time, connections
+    /// were refused or broke, or the members have no leader (no quorum). Unlike
+    /// [`Connect`](Self::Connect), this passes when the cluster returns
+    /// ([`is_unavailable`](Self::is_unavailable)).
+    #[error("etcd is unavailable (unreachable, or without a quorum)")]
+    Unavailable {
         /// What the client said (an [`EtcdClientError`](super::EtcdClientError)).
         source: Cause,
     },
@@ -160,6 +170,14 @@ pub enum EtcdError {
         /// What did not fit.
         what: &'static str,
     },
+}
+
+impl EtcdError {
+    /// Whether the cluster was only unavailable for now ([`EtcdError::Unavailable`]): a host
+    /// may wait for it and try again, where every other error is a setup to mend.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, EtcdError::Unavailable { .. })
+    }
 }
 
 /// A user name and password for etcd's authentication. The password is never shown by
