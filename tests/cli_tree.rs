@@ -380,12 +380,14 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
         let seen = tenures(&log);
         assert_no_overlap(&seen, dir);
         if matches!(fault, Fault::PanicVvm) {
-            // The round hit what it meant to: the task unwound and its guard ended the tree.
-            // (Log lines are written by a queue of their own: the old leader has exited.)
+            // The round hit what it meant to: the task unwound and its guard ended the tree —
+            // or, on a loaded machine, the kill deadline passed first and the killer did.
             let stderr = std::fs::read_to_string(dir.join(format!("n{round:04}.stderr")))
                 .unwrap_or_default();
             assert!(
-                stderr.contains("injected fault") && stderr.contains("ended without stopping it"),
+                stderr.contains("injected fault")
+                    && (stderr.contains("ended without stopping it")
+                        || stderr.contains("kill deadline passed")),
                 "round {round}: no unwinding panic in the log:\n{stderr}"
             );
         }
