@@ -535,6 +535,12 @@ fn first_report(init: Pid, status: OwnedFd) -> Result<Started, Start> {
             Start::Failed("the namespace's first process could not start the command".to_owned())
         });
     }
+    // From now on read only when ready, and never waited on (see `run`).
+    if let Err(e) = rustix::fs::fcntl_setfl(&status, rustix::fs::OFlags::NONBLOCK) {
+        let _ = rustix::process::kill_process(init, Signal::KILL);
+        let _ = rustix::process::waitpid(Some(init), rustix::process::WaitOptions::empty());
+        return Err(Start::Failed(format!("cannot set up the namespace's report: {e}")));
+    }
     // The command is the first process's child; the ids it knows are the namespace's, so the
     // command's id here is found from this side.
     let command = tree::children_of(init).into_iter().next();
@@ -663,6 +669,11 @@ fn run(
             read_status(watch);
         }
         tree::reap(|pid, status| watch.note(pid, status));
+        if watch.done && watch.status.is_none() && !status_ready {
+            // The first process was reaped before its report was read (it writes the report,
+            // then exits): the report is in the pipe, whose writer is gone, so this cannot wait.
+            read_status(watch);
+        }
         if watch.done {
             return None;
         }
