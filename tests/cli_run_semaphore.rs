@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{signal_and_wait, temp_dir};
+use cli_support::{exit_within, signal_and_wait, temp_dir};
 use rustix::process::Signal;
 
 /// Longest wait for something that must happen (a correctness bound, not a speed bound).
@@ -208,4 +208,119 @@ fn at_most_the_limit_of_commands_run_under_a_semaphore_on_etcd() {
     refusals(&cluster.store_url(), &dir);
     let _ = std::fs::remove_dir_all(dir);
     drop(cluster);
+}
+
+/// `vvm run --semaphore gate` of a command that ignores SIGTERM and appends `<tag> <ns>` to
+/// `log` every 20 ms until it is killed.
+fn stubborn(store: &str, log: &Path, tag: &str, grace: &str) -> KillOnDrop {
+    let errors = std::fs::File::create(log.with_extension(tag)).expect("a log file");
+    let log = log.display();
+    let script =
+        format!("trap '' TERM; while :; do echo {tag} $(date +%s%N) >> {log}; sleep 0.02; done");
+    let child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["run", "--store", store, "--lease", "10s", "--grace", grace])
+        .args(["--semaphore", "gate", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(errors)
+        .spawn()
+        .expect("the vvm binary runs");
+    KillOnDrop(child)
+}
+
+/// The timestamps of `tag`'s lines in `log`, in order.
+fn stamps(log: &Path, tag: &str) -> Vec<u128> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| line.strip_prefix(tag)?.trim().parse().ok())
+        .collect()
+}
+
+/// With limit 1, a holder whose command ignores SIGTERM, and a forced delete: the semaphore is
+/// being deleted until the old command is gone (its grace passed and it was killed), so a
+/// re-creation and a new `vvm run` are refused meanwhile, and the next command's first line
+/// comes after the old one's last: never two at once across a delete and re-creation.
+// covers: Sem.ForcedDelete
+#[test]
+fn a_forced_delete_never_lets_a_new_command_run_beside_the_old_one_on_sqlite() {
+    let dir = temp_dir("vvm-run-semaphore-delete");
+    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
+    let store = store.as_str();
+    let log = dir.join("commands.log");
+    let created = semaphore(store, &["create", "gate", "--limit", "1"]);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let mut old = stubborn(store, &log, "old", "3s");
+    wait_until(&dir, "the old command wrote", || {
+        !stamps(&log, "old").is_empty()
+    });
+
+    let deleted = semaphore(store, &["delete", "gate", "--force"]);
+    assert_eq!(deleted.status.code(), Some(0), "{deleted:?}");
+    let refused = semaphore(store, &["create", "gate", "--limit", "1"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "created again: {said}");
+    assert!(
+        said.contains("being deleted: 1 former owners still hold units"),
+        "{said}"
+    );
+    let described = semaphore(store, &["describe", "gate"]);
+    let text = String::from_utf8_lossy(&described.stdout);
+    assert!(text.contains(" being-deleted "), "{text}");
+    let described = semaphore(store, &["describe", "gate", "--json"]);
+    let snapshot: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&described.stdout).trim()).expect("JSON");
+    assert_eq!(snapshot["deleting"], true, "{snapshot}");
+    assert_eq!(snapshot["count"], 1, "{snapshot}");
+    let mut early = stubborn(store, &log, "early", "1s");
+    let code = exit_within(&mut early.0, WAIT);
+    assert_eq!(
+        code,
+        Some(Some(1)),
+        "a run while the old command still runs"
+    );
+    let said = std::fs::read_to_string(log.with_extension("early")).unwrap_or_default();
+    assert!(said.contains("being deleted"), "{said}");
+
+    // The name is free once the old command was killed after its grace and its units left.
+    let give_up = Instant::now() + WAIT;
+    loop {
+        let created = semaphore(store, &["create", "gate", "--limit", "1"]);
+        if created.status.code() == Some(0) {
+            break;
+        }
+        let said = String::from_utf8_lossy(&created.stderr);
+        assert!(said.contains("being deleted"), "{said}");
+        assert!(Instant::now() < give_up, "never free: {said}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut new = stubborn(store, &log, "new", "1s");
+    wait_until(&dir, "the new command wrote", || {
+        !stamps(&log, "new").is_empty()
+    });
+    assert!(
+        exit_within(&mut old.0, WAIT).is_some(),
+        "the old vvm exited"
+    );
+    let said = std::fs::read_to_string(log.with_extension("old")).unwrap_or_default();
+    assert!(
+        said.contains("the grant ended: stopping the services"),
+        "the old holder did not see its grant end: {said}"
+    );
+    let last_old = stamps(&log, "old").last().copied().expect("old lines");
+    let first_new = stamps(&log, "new")[0];
+    assert!(
+        first_new > last_old,
+        "the new command ran beside the old one: {} old lines after its first",
+        stamps(&log, "old")
+            .iter()
+            .filter(|&&ns| ns >= first_new)
+            .count()
+    );
+    assert!(
+        stamps(&log, "early").is_empty(),
+        "the refused run ran nothing"
+    );
+    // The new command ignores SIGTERM too: its vvm kills it after its grace of 1 s.
+    assert!(signal_and_wait(&mut new.0, Signal::TERM, WAIT).is_some());
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -118,8 +118,8 @@ async fn services_run_under_the_grant_and_stop_before_its_release() {
 }
 
 /// A forced delete ends the grant underneath: the services see the loss and stop at once, and
-/// serve reports it.
-// covers: Sem.ServeLoss
+/// serve reports it; the grant's release after the stop takes the semaphore being deleted away.
+// covers: Sem.ServeLoss, Sem.ForcedDelete
 #[tokio::test(start_paused = true)]
 async fn a_grant_ended_underneath_stops_the_services() {
     let store = MemoryStore::new();
@@ -150,6 +150,11 @@ async fn a_grant_ended_underneath_stops_the_services() {
         "{outcome:?}"
     );
     assert!(*seen.lost.lock().unwrap(), "the services saw the loss");
+    let gone = other.describe("work").await;
+    assert!(
+        matches!(gone, Err(vvm::CoordinationError::NotFound(_))),
+        "released after the stop, so deleted: {gone:?}"
+    );
 }
 
 /// A service that does not stop within its timeout leaves the grant held: its units stay taken

@@ -656,8 +656,125 @@ fn delete_is_refused_while_parties_remain_unless_forced() {
             waiters: before.waiters().to_vec()
         }
     );
-    assert_eq!((out.changes, out.delete), (BOTH, true));
-    assert!(lock.is_empty());
+    // With an owner, the record stays until it leaves (Sem.ForcedDelete).
+    assert_eq!((out.changes, out.delete), (BOTH, false));
+    // Without owners (so without waiters: a queue always waits behind an owner), a forced
+    // delete is immediate.
+    let mut idle = sem(1);
+    idle.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    idle.release(s(1), R);
+    let out = idle.delete(true).unwrap();
+    assert_eq!((out.changes, out.delete), (NONE, true));
+    assert!(idle.is_empty() && !idle.is_deleting());
+}
+
+// covers: Sem.ForcedDelete
+#[test]
+fn a_forced_delete_keeps_the_owners_units_counted_until_they_leave() {
+    let mut lock = sem(2);
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 1, Vec::new(), T).unwrap();
+    lock.acquire(s(3), R, 1, Vec::new(), T).unwrap();
+    let before = lock.clone();
+    assert_eq!(
+        lock.delete(true),
+        Ok(Outcome {
+            status: Status::Deleted {
+                owners: before.owners().to_vec(),
+                waiters: before.waiters().to_vec()
+            },
+            changes: BOTH,
+            granted: vec![],
+            delete: false
+        })
+    );
+    // The grants ended, the units did not: what the owners run may still be stopping.
+    assert!(lock.is_deleting() && lock.describe().deleting);
+    assert_eq!(sessions_of(lock.owners()), [s(1), s(2)]);
+    assert_eq!((lock.count(), waiting(&lock)), (2, vec![]));
+    let being_deleted = SemaphoreError::BeingDeleted {
+        name: SemaphoreName::new("lock").unwrap(),
+        owners: 2,
+    };
+    assert_eq!(
+        being_deleted.to_string(),
+        "semaphore lock is being deleted: 2 former owners still hold units; it goes when they stop"
+    );
+    let held = lock.clone();
+    // Nobody is granted or queued, not even a former owner renewing its hold in place; the
+    // name cannot be created again.
+    for n in [3, 4, 1] {
+        assert_eq!(
+            lock.acquire(s(n), R, 1, Vec::new(), T),
+            Err(being_deleted.clone())
+        );
+    }
+    assert_eq!(
+        Semaphore::create(Some(&lock), "lock", 1, Vec::new()),
+        Err(being_deleted)
+    );
+    assert_eq!(
+        lock.delete(false),
+        Err(SemaphoreError::Busy {
+            owners: 2,
+            waiters: 0
+        })
+    );
+    // Forced again: nothing more to end.
+    assert_eq!(
+        lock.delete(true),
+        Ok(Outcome {
+            status: Status::Deleted {
+                owners: held.owners().to_vec(),
+                waiters: vec![]
+            },
+            changes: NONE,
+            granted: vec![],
+            delete: false
+        })
+    );
+    assert_eq!(lock, held);
+    assert_eq!(
+        Semaphore::decode(&lock.encode()),
+        Ok(lock.clone()),
+        "the store keeps it"
+    );
+    // The first to stop releases; the last one's end deletes it, by release or by expiry.
+    let out = lock.release(s(1), R);
+    assert_eq!(
+        (out.status, out.changes, out.delete),
+        (
+            Status::Released {
+                order_id: OrderId(1)
+            },
+            OWNERS,
+            false
+        )
+    );
+    assert!(lock.is_deleting() && !lock.is_spent());
+    let mut by_release = lock.clone();
+    assert_eq!(
+        by_release.release(s(2), R),
+        Outcome {
+            status: Status::Released {
+                order_id: OrderId(2)
+            },
+            changes: OWNERS,
+            granted: vec![],
+            delete: true
+        }
+    );
+    assert!(by_release.is_spent());
+    let out = lock.expire_session(s(2));
+    assert_eq!(
+        (out.status, out.delete),
+        (
+            Status::Released {
+                order_id: OrderId(2)
+            },
+            true
+        )
+    );
 }
 
 // covers: Sem.UpdateData, Sem.Changes
@@ -698,6 +815,7 @@ fn describe_is_a_snapshot_of_everything() {
             count: 2,
             limit: 3,
             ephemeral: false,
+            deleting: false,
             generation: Generation(1),
             owners: lock.owners().to_vec(),
             waiters: vec![Waiter {
@@ -780,6 +898,30 @@ fn the_byte_form_round_trips_and_is_compact() {
     assert_eq!(Semaphore::decode(&object.encode()), Ok(object));
 }
 
+/// Bit 1 of the flags marks a semaphore being deleted; a record written before that bit
+/// existed (the same bytes as any record not being deleted) decodes as not being deleted.
+// covers: Sem.Encoding, Sem.ForcedDelete
+#[test]
+fn the_deleting_flag_round_trips_and_older_records_are_not_being_deleted() {
+    // Semaphore "a" of limit 1 with one owner, as written before bit 1 existed.
+    let old: &[u8] = &[
+        b'v', b'S', b'M', 2, 0, 1, b'a', 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0,
+        0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0x88, 0x13, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0,
+        0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let mut lock = Semaphore::decode(old).expect("an older record decodes");
+    assert!(!lock.is_deleting());
+    let mut expected = Semaphore::create(None, "a", 1, Vec::new()).unwrap();
+    expected.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    assert_eq!(lock, expected);
+    assert_eq!(lock.encode(), old, "written back unchanged");
+    lock.delete(true).unwrap();
+    let bytes = lock.encode();
+    assert_eq!(bytes[4], 2, "the deleting flag");
+    assert_eq!(Semaphore::decode(&bytes), Ok(lock));
+}
+
 /// A state written before parties carried request ids (version 1) decodes with request 0 for
 /// each, so that any call of a session reaches them, and is written back as version 2.
 // covers: Sem.Encoding, Sem.RequestIds
@@ -828,7 +970,12 @@ fn decode_refuses_every_other_input_with_its_reason() {
     };
     assert_eq!(patched(0, b"x"), Err(DecodeError::Magic));
     assert_eq!(patched(3, &[3]), Err(DecodeError::Version(3)));
-    assert_eq!(patched(4, &[2]), Err(DecodeError::Flags(2)));
+    assert_eq!(patched(4, &[4]), Err(DecodeError::Flags(4)));
+    // Being deleted, yet with a waiter: a forced delete ends every waiter.
+    assert_eq!(
+        patched(4, &[2]),
+        Err(DecodeError::Invalid(Violation::DeletingWithWaiters))
+    );
     // Every proper prefix is truncated.
     for end in 0..bytes.len() {
         assert_eq!(

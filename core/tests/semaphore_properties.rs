@@ -135,7 +135,12 @@ fn judge(
     let deleted = matches!(out.status, Status::Deleted { .. });
     // Changes are exactly the differences.
     prop_assert_eq!(out.changes.data, before.data() != after.data());
-    prop_assert_eq!(out.changes.owners, before.owners() != after.owners());
+    // A semaphore newly being deleted ended its owners' grants: a change of the owners.
+    let ended = before.is_deleting() != after.is_deleting();
+    prop_assert_eq!(
+        out.changes.owners,
+        before.owners() != after.owners() || ended
+    );
     let counters = before.next_order_id() != after.next_order_id();
     prop_assert_eq!(
         out.changes.waiters,
@@ -144,8 +149,10 @@ fn judge(
     prop_assert_eq!(out.changes.any(), before != after);
     prop_assert_eq!(
         out.delete,
-        deleted || (after.is_ephemeral() && after.is_empty())
+        (deleted && !after.is_deleting()) || after.is_spent()
     );
+    // Being deleted refuses every acquire (caught above as a refusal), so no grant while it is.
+    prop_assert!(!before.is_deleting() || out.granted.is_empty());
 
     // The caller's own status agrees with where it stands now.
     let was_owner = caller.and_then(|c| owner_of(before, c));
@@ -192,7 +199,10 @@ fn judge(
         } => {
             prop_assert_eq!(owners.as_slice(), before.owners());
             prop_assert_eq!(waiters.as_slice(), before.waiters());
-            prop_assert!(after.is_empty());
+            // The owners' units stay counted until they leave (Sem.ForcedDelete).
+            prop_assert_eq!(after.owners(), before.owners());
+            prop_assert!(after.waiters().is_empty());
+            prop_assert_eq!(after.is_deleting(), !before.owners().is_empty());
         }
     }
 

@@ -213,7 +213,8 @@ impl Write {
     }
 
     /// What ends `session`'s part in `state` when its session record is deleted: the state
-    /// without it, or its deletion when it was an ephemeral semaphore's last party; `Keep` when
+    /// without it, or its deletion when it was the last party of an ephemeral semaphore or of
+    /// one being deleted; `Keep` when
     /// the session had no part in it.
     pub fn ending_session(mut state: Semaphore, session: SessionKey) -> Self {
         let outcome = state.expire_session(session);
@@ -272,11 +273,9 @@ pub fn transact<E>(
         }
         counters = (semaphore.generation(), semaphore.next_order_id());
     }
-    // An ephemeral semaphore whose parties all expired is gone before the operation runs.
-    if state
-        .as_ref()
-        .is_some_and(|s| s.is_ephemeral() && s.is_empty())
-    {
+    // An ephemeral semaphore, or one being deleted, whose parties all expired is gone before
+    // the operation runs.
+    if state.as_ref().is_some_and(Semaphore::is_spent) {
         state = None;
     }
     let outcome = match apply(&mut state, counters, session, name, request) {
@@ -285,9 +284,7 @@ pub fn transact<E>(
     };
     changed |= outcome.as_ref().is_some_and(|o| o.changes.any()) || (!existed && state.is_some());
     let deleted = outcome.as_ref().is_some_and(|o| o.delete)
-        || state
-            .as_ref()
-            .is_some_and(|s| s.is_ephemeral() && s.is_empty());
+        || state.as_ref().is_some_and(Semaphore::is_spent);
     let description = match &state {
         Some(semaphore) if !deleted => Some(semaphore.describe()),
         _ => None,
@@ -296,7 +293,7 @@ pub fn transact<E>(
         Some(semaphore) if deleted => Write::delete(&semaphore),
         Some(semaphore) if changed => Write::Put(semaphore),
         Some(_) => Write::Keep,
-        // Gone before the operation: an ephemeral semaphore whose parties all expired.
+        // Gone before the operation: its parties all expired ([`Semaphore::is_spent`]).
         None if existed => Write::Delete {
             generation: counters.0,
             next_order_id: counters.1,

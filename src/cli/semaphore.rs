@@ -146,15 +146,17 @@ fn shown_data(data: &[u8]) -> String {
     }
 }
 
-/// One block: a header line, then one line per owner and per waiter.
+/// One block: a header line, then one line per owner and per waiter. A semaphore being deleted
+/// says so; its owners are former owners whose units stay counted until they stop.
 fn text_snapshot(d: &Description) -> String {
     let mut text = format!(
-        "semaphore {} count={}/{} token={}{} data={:?}",
+        "semaphore {} count={}/{} token={}{}{} data={:?}",
         d.name,
         d.count,
         d.limit,
         d.generation.0,
         if d.ephemeral { " ephemeral" } else { "" },
+        if d.deleting { " being-deleted" } else { "" },
         shown_data(&d.data)
     );
     for owner in &d.owners {
@@ -180,7 +182,8 @@ fn text_snapshot(d: &Description) -> String {
     text
 }
 
-/// `{"name", "data", "count", "limit", "ephemeral", "token", "owners": [...], "waiters": [...]}`.
+/// `{"name", "data", "count", "limit", "ephemeral", "deleting", "token", "owners": [...],
+/// "waiters": [...]}`.
 fn json_snapshot(d: &Description) -> serde_json::Value {
     let owners: Vec<_> = d
         .owners
@@ -208,6 +211,7 @@ fn json_snapshot(d: &Description) -> serde_json::Value {
         "count": d.count,
         "limit": d.limit,
         "ephemeral": d.ephemeral,
+        "deleting": d.deleting,
         "token": d.generation.0,
         "owners": owners,
         "waiters": waiters,

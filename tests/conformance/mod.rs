@@ -254,11 +254,13 @@ macro_rules! semaphore_cases {
             semaphore_ephemeral_lives_with_its_parties,
             semaphore_late_calls_act_on_nothing_newer,
             semaphore_delete_is_refused_while_busy_unless_forced,
+            semaphore_being_deleted_goes_when_its_owners_sessions_end,
             semaphore_expired_session_releases_and_grants_the_next,
             semaphore_deleted_session_releases_at_once,
             semaphore_refusals_are_typed_and_write_nothing,
             semaphore_feed_wakes_on_a_write,
             coordination_queued_acquire_waits_for_its_grant,
+            coordination_forced_delete_ends_grants_and_keeps_their_units,
             coordination_watch_ends_at_the_latest_state,
             coordination_errors_are_typed,
         );

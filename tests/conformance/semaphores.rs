@@ -314,13 +314,16 @@ where
     );
 }
 
-/// A delete is refused while there are parties unless forced; forced, it ends them all.
-// covers: Sem.Store.Transaction, Sem.Delete
+/// A delete is refused while there are parties unless forced; forced, it ends them all, but
+/// the owners' units stay counted until they leave: the semaphore is being deleted, refuses
+/// acquires and the creation of its name, and goes with its last owner's release.
+// covers: Sem.Store.Transaction, Sem.Delete, Sem.ForcedDelete
 pub async fn semaphore_delete_is_refused_while_busy_unless_forced<H: Harness>(harness: &H)
 where
     H::Store: SemaphoreStore,
 {
     let store = harness.store().await;
+    let other = harness.client(&store).await;
     open(&store, 1, LONG_TTL).await;
     open(&store, 2, LONG_TTL).await;
     run(&store, 1, "lock", create(1)).await.expect("created");
@@ -344,13 +347,141 @@ where
     assert!(
         matches!(status(&deleted), Status::Deleted { ref owners, ref waiters } if owners.len() == 1 && waiters.len() == 1)
     );
+    let left = describe(&other, 2, "lock").await;
+    assert!(left.deleting, "being deleted: {left:?}");
+    assert_eq!((owners(&left), waiters(&left)), (vec![key(1)], vec![]));
+    assert_eq!(left.count, 1, "the former owner's unit stays counted");
+    let being_deleted = Err(SemaphoreStoreError::Refused(SemaphoreError::BeingDeleted {
+        name: name("lock"),
+        owners: 1,
+    }));
     assert_eq!(
-        run(&store, 1, "lock", SemaphoreRequest::Describe).await,
+        run(&other, 2, "lock", acquire(1, b"", 0)).await,
+        being_deleted
+    );
+    assert_eq!(run(&other, 2, "lock", create(1)).await, being_deleted);
+    let released = run(&store, 1, "lock", SemaphoreRequest::release())
+        .await
+        .expect("runs");
+    assert!(matches!(status(&released), Status::Released { .. }));
+    assert_eq!(released.description, None, "gone with its last owner");
+    assert_eq!(
+        run(&other, 1, "lock", SemaphoreRequest::Describe).await,
         Err(SemaphoreStoreError::NotFound(name("lock")))
     );
-    run(&store, 1, "lock", create(1))
+    run(&other, 2, "lock", create(1))
         .await
         .expect("created again");
+    let again = run(&store, 2, "lock", acquire(1, b"", 0))
+        .await
+        .expect("runs");
+    assert!(
+        matches!(status(&again), Status::Granted { token, .. } if token.0 == 2),
+        "tokens go on across re-creation: {again:?}"
+    );
+}
+
+/// A semaphore being deleted also goes when its last owners' sessions end: one by the
+/// deletion of its session record (at once), the last by its expiry (removed by the next
+/// transaction, which then finds the name free).
+// covers: Sem.ForcedDelete, Sem.Store.EagerExpiry, Sem.Store.LazyExpiry
+pub async fn semaphore_being_deleted_goes_when_its_owners_sessions_end<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    open(&store, 1, harness.short_ttl()).await;
+    open(&store, 2, LONG_TTL).await;
+    let revision = open(&store, 3, LONG_TTL).await;
+    run(&store, 2, "lock", create(2)).await.expect("created");
+    for n in [1, 3] {
+        run(&store, n, "lock", acquire(1, b"", 0))
+            .await
+            .expect("granted");
+    }
+    run(&store, 2, "lock", SemaphoreRequest::Delete { force: true })
+        .await
+        .expect("forced");
+    assert!(store.delete_session(key(3), revision).await.expect("runs"));
+    let left = describe(&store, 2, "lock").await;
+    assert!(left.deleting);
+    assert_eq!(owners(&left), [key(1)], "the deleted session left at once");
+    harness.expire().await;
+    let other = harness.client(&store).await;
+    let created = run(&other, 2, "lock", create(1)).await.expect("runs");
+    assert_eq!(created.expired, [key(1)]);
+    let description = created.description.expect("created");
+    assert!(!description.deleting && description.owners.is_empty());
+}
+
+/// A grant of a semaphore deleted by force ends at once for its holder, whose unit stays
+/// counted until it releases; a queued acquire ends as for a deleted semaphore; an owners'
+/// watch sees the semaphore being deleted, then gone.
+// covers: Sem.ForcedDelete, Sem.ServeLoss, Sem.Store.Watch
+pub async fn coordination_forced_delete_ends_grants_and_keeps_their_units<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let a = coordination(harness, store.clone(), 1).await;
+    let b = coordination(harness, harness.client(&store).await, 2).await;
+    a.create("lock", 1, Vec::new()).await.expect("created");
+    let grant = a
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+    let queued = tokio::spawn(async move {
+        let acquired = b.acquire("lock", AcquireOptions::new(1)).await;
+        (b, acquired.map(|grant| grant.is_some()))
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut members = a.watch("lock", WatchKind::OWNERS).expect("a valid name");
+    assert!(!members.next().await.expect("now").deleting);
+    a.delete("lock", true).await.expect("forced");
+    // The owner entry stays (its unit is counted), yet it owns no more: a change of the owners.
+    let snapshot = tokio::time::timeout(Duration::from_secs(10), members.next())
+        .await
+        .expect("the watch sees the delete")
+        .expect("a snapshot");
+    assert!(
+        snapshot.deleting && snapshot.owners.len() == 1,
+        "{snapshot:?}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(10), grant.ended())
+        .await
+        .expect("the holder learns its grant ended");
+    assert_eq!(end, vvm::GrantEnd::Ended);
+    let (b, acquired) = tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("the waiter learns")
+        .expect("the task ran");
+    assert!(
+        matches!(acquired, Err(CoordinationError::NotFound(_))),
+        "{acquired:?}"
+    );
+    let refused = b.create("lock", 1, Vec::new()).await;
+    assert!(
+        matches!(
+            refused,
+            Err(CoordinationError::Refused(SemaphoreError::BeingDeleted {
+                owners: 1,
+                ..
+            }))
+        ),
+        "{refused:?}"
+    );
+    assert!(grant.release().await.expect("runs"), "still held until now");
+    let gone = tokio::time::timeout(Duration::from_secs(10), members.next())
+        .await
+        .expect("the watch sees the deletion");
+    assert!(
+        matches!(gone, Err(CoordinationError::NotFound(_))),
+        "{gone:?}"
+    );
+    b.create("lock", 1, Vec::new())
+        .await
+        .expect("free once the holder released");
 }
 
 /// An owner whose session expired is removed by the next operation on the semaphore, which

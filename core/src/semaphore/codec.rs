@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! "vSM" 0x02                         magic and version
-//! flags u8                           bit 0: ephemeral; the others 0
+//! flags u8                           bit 0: ephemeral; bit 1: being deleted; the others 0
 //! name_len u8, name                  UTF-8
 //! limit u64, generation u64, next_order_id u64
 //! data_len u16, data
@@ -18,6 +18,12 @@
 //!
 //! Version 1 is the same without the parties' `request` fields; it still decodes, each party
 //! with request 0 (older than any call a session makes), and is written back as version 2.
+//!
+//! Bit 1 is set only while a semaphore is being deleted ([`Semaphore::delete`]), so every
+//! other record is byte for byte what binaries before it wrote and read; a record without it
+//! decodes as not being deleted. A binary before bit 1 refuses a record with it
+//! ([`DecodeError::Flags`]; the store reports the semaphore corrupt and leaves it as it is)
+//! rather than read it as an ordinary semaphore and grant units its former owners still use.
 //!
 //! Decoding reads lengths before allocating and refuses any length above its bound, so hostile
 //! bytes cost at most [`ENCODED_BYTES_MAX`](super::ENCODED_BYTES_MAX) of memory; then the state
@@ -36,6 +42,8 @@ const VERSION: u8 = 2;
 /// The version before parties carried their [`RequestId`].
 const VERSION_1: u8 = 1;
 const EPHEMERAL: u8 = 1;
+/// Being deleted ([`Semaphore::is_deleting`]).
+const DELETING: u8 = 2;
 
 /// Fixed bytes of the encoding outside the name, the data and the parties.
 pub(super) const HEADER_BYTES: usize = 4 + 1 + 1 + 3 * 8 + 2 + 2 * 2;
@@ -96,7 +104,8 @@ impl Semaphore {
             Vec::with_capacity(HEADER_BYTES + self.name.as_str().len() + self.data.len() + parties);
         out.extend_from_slice(&MAGIC);
         out.push(VERSION);
-        out.push(if self.ephemeral { EPHEMERAL } else { 0 });
+        let ephemeral = if self.ephemeral { EPHEMERAL } else { 0 };
+        out.push(ephemeral | if self.deleting { DELETING } else { 0 });
         let name = self.name.as_str().as_bytes();
         // The name's length is at most NAME_BYTES_MAX = 255, the data's and the numbers of
         // parties within u16 (asserted above): the casts keep every bit.
@@ -138,7 +147,7 @@ impl Semaphore {
             Ok(RequestId(if with_requests { r.u64()? } else { 0 }))
         };
         let flags = r.u8()?;
-        if flags & !EPHEMERAL != 0 {
+        if flags & !(EPHEMERAL | DELETING) != 0 {
             return Err(DecodeError::Flags(flags));
         }
         let name_len = usize::from(r.u8()?);
@@ -191,6 +200,7 @@ impl Semaphore {
             limit,
             data,
             ephemeral: flags & EPHEMERAL != 0,
+            deleting: flags & DELETING != 0,
             owners,
             waiters,
             next_order_id,

@@ -45,6 +45,10 @@ pub enum Violation {
     /// A waiter was queued with timeout 0, which never queues.
     #[error("a waiter with timeout 0")]
     ZeroTimeoutWaiter,
+    /// A semaphore being deleted has waiters: the forced delete ended them all, and it refuses
+    /// new ones.
+    #[error("a semaphore being deleted has waiters")]
+    DeletingWithWaiters,
     /// The head of the queue fits in what the owners leave free: it should have been granted.
     #[error("the head waiter fits but was not granted")]
     LostWakeUp,
@@ -114,6 +118,9 @@ impl Semaphore {
         }
         if self.waiters.iter().any(|w| w.timeout_ms == 0) {
             return Err(Violation::ZeroTimeoutWaiter);
+        }
+        if self.deleting && !self.waiters.is_empty() {
+            return Err(Violation::DeletingWithWaiters);
         }
         if let Some(head) = self.waiters.first() {
             if head.count <= self.limit - held {

@@ -38,6 +38,12 @@
 //! - **Ephemeral semaphores** are made by the first acquire ([`Semaphore::ephemeral`], limit
 //!   `u64::MAX`, so that any count fits and `u64::MAX` means exclusive) and deleted when their
 //!   last party leaves.
+//! - **A forced delete never frees units in use.** Deleting by force ends every waiter's request
+//!   and every owner's grant, but what an owner runs may take a while to stop, so the owners'
+//!   units stay counted: the semaphore is *being deleted*, refuses acquires and the creation of
+//!   its name ([`SemaphoreError::BeingDeleted`]), and is deleted once its last former owner has
+//!   left (by release or by its session's end). Without owners a forced delete is immediate.
+//!   Units in use thus never exceed the limit, across a delete and re-creation too.
 //!
 //! # Sizes
 //!

@@ -57,6 +57,19 @@ pub enum SemaphoreError {
     /// decoded near it).
     #[error("the semaphore's order ids or generations are used up")]
     Exhausted,
+    /// An acquire, or a creation of its name, while the semaphore is being deleted: it was
+    /// deleted by force while it had owners, and goes when the last of them leaves
+    /// ([`Semaphore::delete`](super::Semaphore::delete)).
+    #[error(
+        "semaphore {name} is being deleted: {owners} former owners still hold units; it goes \
+         when they stop"
+    )]
+    BeingDeleted {
+        /// The semaphore.
+        name: SemaphoreName,
+        /// Former owners still holding units.
+        owners: usize,
+    },
     /// A delete without `force` of a semaphore that has owners or waiters.
     #[error("the semaphore has {owners} owners and {waiters} waiters")]
     Busy {
@@ -103,8 +116,9 @@ pub enum Status {
     Superseded,
     /// The semaphore's data was set.
     Updated,
-    /// The semaphore was deleted. Its owners lost their holds and its waiters' requests ended:
-    /// the runtime tells each session.
+    /// The semaphore was deleted. Its owners' grants and its waiters' requests ended: the
+    /// runtime tells each session. Owners' units stay counted until they leave: the semaphore
+    /// is being deleted meanwhile ([`Semaphore::delete`](super::Semaphore::delete)).
     Deleted {
         /// The owners it had.
         owners: Vec<Owner>,
@@ -153,8 +167,8 @@ pub struct Outcome {
     /// Waiters of *other* sessions granted by this operation, in grant order (the caller's own
     /// grant is its [`Status::Granted`]). Every one must be woken.
     pub granted: Vec<Grant>,
-    /// The record must be deleted: the semaphore was deleted, or it is ephemeral and has no
-    /// party left.
+    /// The record must be deleted: the semaphore was deleted without owners, or it is ephemeral
+    /// or being deleted and has no party left ([`Semaphore::is_spent`](super::Semaphore::is_spent)).
     pub delete: bool,
 }
 
@@ -171,6 +185,9 @@ pub struct Description {
     pub limit: u64,
     /// Whether it is ephemeral.
     pub ephemeral: bool,
+    /// Whether it is being deleted: its owners' grants ended with a forced delete, and their
+    /// units stay counted until they leave.
+    pub deleting: bool,
     /// The generation of its last grant: the highest token issued.
     pub generation: Generation,
     /// Its owners, in order of arrival.

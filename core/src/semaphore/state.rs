@@ -34,6 +34,9 @@ pub struct Semaphore {
     pub(super) limit: u64,
     pub(super) data: Vec<u8>,
     pub(super) ephemeral: bool,
+    /// Deleted by force while it had owners: it refuses acquires and creation of its name, and
+    /// goes when its last former owner leaves (see [`delete`](Self::delete)).
+    pub(super) deleting: bool,
     /// Granted, in order of arrival (which is grant order: every owner came before every
     /// waiter).
     pub(super) owners: Vec<Owner>,
@@ -78,8 +81,10 @@ impl Semaphore {
         data: Vec<u8>,
     ) -> Result<Self, SemaphoreError> {
         let name = SemaphoreName::new(name)?;
-        if existing.is_some() {
-            return Err(SemaphoreError::AlreadyExists(name));
+        match existing {
+            Some(deleting) if deleting.deleting => return Err(deleting.being_deleted()),
+            Some(_) => return Err(SemaphoreError::AlreadyExists(name)),
+            None => {}
         }
         if limit == 0 {
             return Err(SemaphoreError::LimitZero);
@@ -102,6 +107,7 @@ impl Semaphore {
             limit,
             data,
             ephemeral,
+            deleting: false,
             owners: Vec::new(),
             waiters: Vec::new(),
             next_order_id: OrderId(1),
@@ -135,6 +141,10 @@ impl Semaphore {
         data: Vec<u8>,
         timeout_ms: u64,
     ) -> Result<Outcome, SemaphoreError> {
+        // Its owners' grants ended with the forced delete: no grant starts or is renewed.
+        if self.deleting {
+            return Err(self.being_deleted());
+        }
         if count == 0 || count > self.limit {
             let limit = self.limit;
             return Err(SemaphoreError::CountOutOfRange { count, limit });
@@ -314,8 +324,16 @@ impl Semaphore {
     }
 
     /// Deletes the semaphore: refused while it has owners or waiters, unless `force`, which ends
-    /// them all ([`Status::Deleted`] lists them). The state left behind is empty; the store
-    /// deletes the record ([`Outcome::delete`]).
+    /// them all ([`Status::Deleted`] lists them). Without owners the state left behind is empty
+    /// and the store deletes the record ([`Outcome::delete`]).
+    ///
+    /// A forced delete of a semaphore that has owners ends their grants but cannot stop what
+    /// they run at once (a command may take its grace to stop): their units stay counted so
+    /// that the units in use never exceed the limit, across a re-creation too. The semaphore is
+    /// then *being deleted* ([`is_deleting`](Self::is_deleting)): it refuses every acquire and
+    /// the creation of its name ([`SemaphoreError::BeingDeleted`]), its waiters are gone, and
+    /// it is deleted by the operation after which no owner is left (a release, or the end of
+    /// the owner's session), as an ephemeral semaphore is. Forcing it again changes nothing.
     pub fn delete(&mut self, force: bool) -> Result<Outcome, SemaphoreError> {
         let (owners, waiters) = (self.owners.len(), self.waiters.len());
         if !force && owners + waiters > 0 {
@@ -323,11 +341,17 @@ impl Semaphore {
         }
         let changes = Changes {
             data: false,
-            owners: owners > 0,
+            // A semaphore newly being deleted changed what its owners hold: a grant no more.
+            owners: owners > 0 && !self.deleting,
             waiters: waiters > 0,
         };
         let status = Status::Deleted {
-            owners: core::mem::take(&mut self.owners),
+            owners: if owners > 0 {
+                self.deleting = true;
+                self.owners.clone()
+            } else {
+                Vec::new()
+            },
             waiters: core::mem::take(&mut self.waiters),
         };
         self.debug_check();
@@ -335,7 +359,7 @@ impl Semaphore {
             status,
             changes,
             granted: Vec::new(),
-            delete: true,
+            delete: owners == 0,
         })
     }
 
@@ -386,7 +410,15 @@ impl Semaphore {
             status,
             changes,
             granted,
-            delete: self.ephemeral && self.is_empty(),
+            delete: self.is_spent(),
+        }
+    }
+
+    /// The refusal of an acquire or a creation while the semaphore is being deleted.
+    fn being_deleted(&self) -> SemaphoreError {
+        SemaphoreError::BeingDeleted {
+            name: self.name.clone(),
+            owners: self.owners.len(),
         }
     }
 

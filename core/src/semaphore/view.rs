@@ -11,6 +11,7 @@ impl Semaphore {
             count: self.count(),
             limit: self.limit,
             ephemeral: self.ephemeral,
+            deleting: self.deleting,
             generation: self.generation,
             owners: self.owners.clone(),
             waiters: self.waiters.clone(),
@@ -35,6 +36,19 @@ impl Semaphore {
     /// Whether it is ephemeral.
     pub fn is_ephemeral(&self) -> bool {
         self.ephemeral
+    }
+
+    /// Whether it is being deleted: deleted by force while it had owners, whose units stay
+    /// counted until they leave ([`delete`](Self::delete)).
+    pub fn is_deleting(&self) -> bool {
+        self.deleting
+    }
+
+    /// Whether the store must delete its record: an ephemeral semaphore or one being deleted,
+    /// with no party left ([`Outcome::delete`](super::Outcome::delete) says so after each
+    /// operation).
+    pub fn is_spent(&self) -> bool {
+        (self.ephemeral || self.deleting) && self.is_empty()
     }
 
     /// Units held by the owners together.

@@ -17,7 +17,8 @@ use crate::session::SessionError;
 pub enum GrantEnd {
     /// The session was lost (with why) or closed (`None`): nothing may act under the grant.
     SessionOver(Option<LossReason>),
-    /// The grant is no longer in the store: a forced delete, a release by name, or the
+    /// The grant is no longer held in the store: a forced delete (its units stay counted
+    /// until this handle releases them or the session ends), a release by name, or the
     /// session's expiry seen by another party.
     Ended,
 }
@@ -75,11 +76,16 @@ fn withdraw<S: SemaphoreStore + Clone>(
     });
 }
 
-/// The owner entry of our session in `description`, if it owns.
+/// The owner entry of our session in `description`, if it owns. An owner of a semaphore
+/// being deleted owns nothing: its grant ended with the forced delete, and its entry only keeps
+/// its units counted until it leaves.
 fn owned(
     inner_key: vvm_core::SessionKey,
     description: &Description,
 ) -> Option<(OrderId, Generation)> {
+    if description.deleting {
+        return None;
+    }
     description
         .owners
         .iter()
@@ -225,7 +231,8 @@ async fn wait<S: SemaphoreStore + Clone>(
         };
         let applied: Applied = inner.call(name, call).await?;
         *look = expiry_look(&applied);
-        let Some(description) = applied.description else {
+        let Some(description) = applied.description.filter(|d| !d.deleting) else {
+            // Deleted, or being deleted (which ended every queued request).
             return Err(CoordinationError::NotFound(name.clone()));
         };
         if let Some(granted) = owned(key, &description) {
@@ -315,6 +322,8 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
 
     /// Resolves when the grant ends without a release of this handle: the session is lost
     /// or closed, or the grant is gone from the store (a forced delete, the session's expiry).
+    /// After a forced delete the grant's units stay counted until it is released (or the session
+    /// ends), so that whatever still runs under it stays within the limit.
     /// Services acting under the grant must stop then.
     pub async fn ended(&self) -> GrantEnd {
         let store = self.inner.session.store();

@@ -226,7 +226,10 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
 
     /// Deletes `name`: refused while it has owners or waiters unless `force`, which ends them
     /// all (their acquires and grants end with [`CoordinationError::NotFound`] or
-    /// [`GrantEnd::Ended`]).
+    /// [`GrantEnd::Ended`]). Forced while it has owners, it is *being deleted* until the last of
+    /// them has released or its session ended: their units stay counted, and acquires and the
+    /// creation of the name are refused
+    /// ([`BeingDeleted`](vvm_core::semaphore::SemaphoreError::BeingDeleted)).
     pub async fn delete(&self, name: &str, force: bool) -> Result<(), CoordinationError> {
         let name = SemaphoreName::new(name)?;
         self.inner

@@ -34,10 +34,11 @@ impl WatchKind {
     };
 
     /// Whether `after` differs from `before` in what this kind watches (with neither set:
-    /// in anything).
+    /// in anything). A semaphore being deleted has no owner any more, whatever units its
+    /// former owners still hold.
     fn differs(self, before: &Description, after: &Description) -> bool {
         let data = before.data != after.data;
-        let owners = before.owners != after.owners;
+        let owners = (before.owners != after.owners) || (before.deleting != after.deleting);
         match (self.data, self.owners) {
             (false, false) => before != after,
             _ => (self.data && data) || (self.owners && owners),
@@ -55,7 +56,9 @@ impl WatchKind {
 /// one at the soonest expiry of a party's session, which removes the parties of dead
 /// sessions).
 ///
-/// A watch ends with an error when the semaphore is deleted ([`CoordinationError::NotFound`])
+/// A semaphore being deleted (a forced delete while it had owners) is answered once with
+/// [`Description::deleting`] set; the watch ends with an error when its record is gone
+/// ([`CoordinationError::NotFound`])
 /// or the session ends ([`CoordinationError::Session`]).
 pub struct Watch<S: SemaphoreStore + Clone> {
     inner: Arc<Inner<S>>,
