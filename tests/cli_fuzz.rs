@@ -1,7 +1,8 @@
 //! Hostile store URLs and random argument lists through the real binary, as property tests with
 //! a fixed budget: whatever is given, `vvm` never panics and never hangs; it answers a usage
-//! error with exit 2 and one line (or the help), a store that fails with exit 1 and one line, and
-//! a command that runs stops at SIGTERM.
+//! error with exit 2 and one line (or the help), a store that fails with exit 1 and one line,
+//! passes on the status of a command it runs (`run -- CMD`), and a command that runs on stops at
+//! SIGTERM.
 
 mod cli_support;
 
@@ -71,11 +72,17 @@ fn check(dir: &Path, args: &[String]) -> Result<(), String> {
     if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
         return Err(format!("{args:?}: panicked:\n{stderr}"));
     }
-    // The last line of an error is the one that counts: warnings may come before it.
+    // Error lines start with `vvm: `; log lines (warnings) may come before one.
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("vvm: ")).collect();
+    // `run … -- CMD`: the command's own status is passed on (126 and 127 when it cannot be run
+    // or is not found, with one line saying so).
+    let runs_command =
+        args.first().is_some_and(|first| first == "run") && args.iter().any(|arg| arg == "--");
     match code {
         Some(0) => Ok(()),
         Some(2) if stderr.contains("Usage:") || errors.len() == 1 => Ok(()),
+        Some(126 | 127) if runs_command && errors.len() == 1 => Ok(()),
+        Some(_) if runs_command && errors.len() <= 1 => Ok(()),
         Some(1) if errors.len() == 1 => Ok(()),
         other => Err(format!("{args:?}: exit {other:?}, stderr:\n{stderr}")),
     }
