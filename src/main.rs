@@ -30,7 +30,13 @@ Exit codes:
   found (checked before campaigning)
 
 Every flag can also be set from the environment variable shown with it; a flag on the command
-line wins.";
+line wins.
+
+A sqlite: store is private to its user (files 0600; a file another user owns, can write or can
+read, and a directory another user owns without the sticky bit, are refused). With
+`?shared-group=true` every member of the files' group is trusted as the owner is: it can hold,
+release and read slots, stall the store by holding its locks, and end anyone's grant or remove
+any semaphore (`vvm semaphore delete --force`).";
 
 /// Run service work only while holding leadership of a slot in a shared store.
 #[derive(Parser, Debug)]

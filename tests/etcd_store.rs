@@ -347,7 +347,11 @@ async fn credentials_authenticate_the_store() {
         .clone()
         .credentials(Credentials::new("vvm", "wrong"));
     let refused = EtcdStore::connect(wrong).await.unwrap_err();
-    assert!(matches!(&refused, EtcdError::Connect { .. }), "{refused:?}");
+    assert!(
+        matches!(&refused, EtcdError::Authentication { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("authentication failed"));
     assert!(!refused.to_string().contains("wrong"));
 
     let anonymous = EtcdStore::connect(options.clone()).await.unwrap();

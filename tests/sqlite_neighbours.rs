@@ -59,15 +59,16 @@ fn refused_run(store: &str) -> (Option<i32>, String) {
         .spawn()
         .expect("the vvm binary runs");
     let code = cli_support::exit_within(&mut child, Duration::from_secs(20));
+    if code.is_none() {
+        // Ended before its standard error is read to the end, which would wait for it.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     match code {
         Some(code) => (code, stderr),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("vvm run on {store} did not refuse within 20 s:\n{stderr}");
-        }
+        None => panic!("vvm run on {store} did not refuse within 20 s:\n{stderr}"),
     }
 }
 
@@ -293,5 +294,367 @@ fn status_writes_nothing() {
         signal_and_wait(&mut holder, Signal::TERM, Duration::from_secs(15)),
         Some(0)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `vvm` with `args`, standard input closed, within `limit`: its exit code, standard output and
+/// standard error; a panic naming `what` when it is still running then (it is killed).
+fn vvm_within(args: &[&str], limit: Duration, what: &str) -> (Option<i32>, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the vvm binary runs");
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let code = cli_support::exit_within(&mut child, limit);
+    if code.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    match code {
+        Some(code) => (code, stdout, stderr),
+        None => panic!("{what}: still running after {limit:?}:\n{stdout}{stderr}"),
+    }
+}
+
+/// Reads `stream` to its end on a thread of its own (a full pipe must not stall the child).
+fn drain(mut stream: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    })
+}
+
+// covers: Sq.Trusted
+#[test]
+fn a_fifo_planted_at_a_lock_path_stalls_nothing() {
+    if !other_user_available("a_fifo_planted_at_a_lock_path_stalls_nothing") {
+        return;
+    }
+    let dir = shared_dir("vvm-fifo");
+    let database = dir.join("vvm.sqlite");
+    let lock = with_suffix(&database, ".slot-1.lock");
+    // Before the slot is first used: opening a FIFO for reading waits for a writer for ever.
+    let planted = as_nobody("mkfifo \"$1\"", &[&lock]);
+    assert!(planted.status.success(), "{planted:?}");
+    let store = format!("sqlite:{}", database.display());
+    let limit = Duration::from_secs(20);
+    let (code, _, stderr) = vvm_within(
+        &[
+            "--log-level",
+            "warn",
+            "run",
+            "--store",
+            &store,
+            "--lease",
+            "2s",
+            "--",
+            "true",
+        ],
+        limit,
+        "vvm run beside a FIFO lock file",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // Refused in one line, once, naming the file.
+    let refusals: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("not a regular file"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{stderr}");
+    assert!(refusals[0].contains(&*lock.to_string_lossy()), "{stderr}");
+    let (code, stdout, stderr) = vvm_within(
+        &["status", "--store", &store],
+        limit,
+        "vvm status beside a FIFO lock file",
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("(free)"), "{stdout}");
+    // A watch prints its table and ends at SIGTERM.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["status", "--watch", "--store", &store])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(watch.stdout.take().unwrap()));
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..2 {
+            let _ = sender.send(lines.next());
+        }
+    });
+    let header = receiver.recv_timeout(limit);
+    let row = receiver.recv_timeout(limit);
+    let code = signal_and_wait(&mut watch, Signal::TERM, limit);
+    assert!(
+        matches!(&row, Ok(Some(Ok(line))) if line.contains("(free)")),
+        "the watch printed {header:?} {row:?}"
+    );
+    assert_eq!(code, Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Sq.Trusted
+#[test]
+fn a_directory_of_another_user_is_refused() {
+    if !other_user_available("a_directory_of_another_user_is_refused") {
+        return;
+    }
+    // The owner of a directory can rename the store and its lock files aside, so that a second
+    // holder leads beside the first: refused before anything is created in it.
+    let dir = temp_dir("vvm-their-dir");
+    rustix::fs::chown(
+        &dir,
+        Some(rustix::process::Uid::from_raw(65534)),
+        Some(rustix::process::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    let database = dir.join("vvm.sqlite");
+    let (code, stderr) = refused_run(&format!("sqlite:{}", database.display()));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("belongs to uid 65534"), "{stderr}");
+    assert!(stderr.contains("sticky bit"), "how to allow it: {stderr}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "a file was created"
+    );
+    // A shared directory with the sticky bit is another matter: nobody can rename our files.
+    let shared = shared_dir("vvm-sticky");
+    let store = format!("sqlite:{}", shared.join("vvm.sqlite").display());
+    let mut holder = leading_child(&store, "a", Stdio::null());
+    assert_eq!(
+        signal_and_wait(&mut holder, Signal::TERM, Duration::from_secs(15)),
+        Some(0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&shared);
+}
+
+// covers: Sq.Trusted
+#[test]
+fn store_files_others_can_read_are_refused() {
+    // A reader's `fcntl` read lock on `-shm` blocks every write: reading is enough to stall.
+    let dir = temp_dir("vvm-readable");
+    let database = dir.join("vvm.sqlite");
+    let store = format!("sqlite:{}", database.display());
+    let mut holder = leading_child(&store, "a", Stdio::null());
+    assert_eq!(
+        signal_and_wait(&mut holder, Signal::TERM, Duration::from_secs(15)),
+        Some(0)
+    );
+    for (mode, query) in [(0o644, ""), (0o640, ""), (0o664, "?shared-group=true")] {
+        std::fs::set_permissions(&database, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (code, stderr) = refused_run(&format!("{store}{query}"));
+        assert_eq!(code, Some(1), "{mode:o}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("readable by other users"),
+            "{mode:o}: {stderr}"
+        );
+        assert!(stderr.contains("chmod"), "{mode:o}: {stderr}");
+    }
+    // The group of a store shared on purpose may read it.
+    std::fs::set_permissions(&database, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let mut holder = leading_child(&format!("{store}?shared-group=true"), "b", Stdio::null());
+    assert_eq!(
+        signal_and_wait(&mut holder, Signal::TERM, Duration::from_secs(15)),
+        Some(0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Sq.Trusted
+#[test]
+fn a_refusal_creates_nothing() {
+    if !other_user_available("a_refusal_creates_nothing") {
+        return;
+    }
+    let dir = shared_dir("vvm-nothing");
+    let database = dir.join("vvm.sqlite");
+    let shm = with_suffix(&database, "-shm");
+    let planted = as_nobody(": > \"$1\"; chmod 600 \"$1\"", &[&shm]);
+    assert!(planted.status.success(), "{planted:?}");
+    let (code, stderr) = refused_run(&format!("sqlite:{}", database.display()));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("-shm"), "{stderr}");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["vvm.sqlite-shm"], "left behind: {names:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Sq.Trusted
+#[test]
+fn a_store_this_user_may_not_open_says_permission_denied() {
+    if !other_user_available("a_store_this_user_may_not_open_says_permission_denied") {
+        return;
+    }
+    // Root opens any file whatever its mode: the store's user here is `nobody`, in a directory
+    // of its own, running a copy of the binary it may execute.
+    let dir = temp_dir("vvm-mode-000");
+    let binary = dir.join("vvm");
+    std::fs::copy(env!("CARGO_BIN_EXE_vvm"), &binary).unwrap();
+    rustix::fs::chown(
+        &dir,
+        Some(rustix::process::Uid::from_raw(65534)),
+        Some(rustix::process::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    let database = dir.join("vvm.sqlite");
+    let script = "\"$1\" --log-level warn run --store \"sqlite:$2\" -- true || exit 9; \
+                  chmod 000 \"$2\"; \
+                  \"$1\" run --store \"sqlite:$2\" -- true; echo \"run=$?\" >&2; \
+                  \"$1\" status --store \"sqlite:$2\"; echo \"status=$?\" >&2";
+    let output = as_nobody(script, &[&binary, &database]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("run=1") && stderr.contains("status=1"),
+        "{stderr}"
+    );
+    let refusals: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("vvm: ") && l.contains("SQLite store"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "{stderr}");
+    for line in refusals {
+        assert!(line.contains("Permission denied"), "{line}");
+        assert!(line.contains(&*database.to_string_lossy()), "{line}");
+        assert!(!line.contains("unable to open database file"), "{line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.StatusCorrupt
+#[test]
+fn a_corrupt_slot_hides_no_other_slot() {
+    let dir = temp_dir("vvm-corrupt-slot");
+    let database = dir.join("vvm.sqlite");
+    let store = format!("sqlite:{}", database.display());
+    let mut holder = leading_child(&store, "healthy", Stdio::null());
+    // Slot 2: a live record whose value vvm did not write.
+    let conn = rusqlite::Connection::open(&database).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn.execute(
+        "INSERT INTO vvm_leases (slot, value, revision, boot_id, expires_ns) \
+         SELECT 2, X'FF00', revision + 1, boot_id, expires_ns + 600000000000 \
+         FROM vvm_leases WHERE slot = 1",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let (code, stdout, stderr) = vvm_within(
+        &["status", "--store", &store, "--slots", "3"],
+        Duration::from_secs(20),
+        "vvm status",
+    );
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    assert!(
+        rows[0].starts_with('1') && rows[0].contains("healthy"),
+        "{stdout}"
+    );
+    assert!(
+        rows[1].starts_with('2') && rows[1].contains("corrupt"),
+        "{stdout}"
+    );
+    assert!(
+        rows[2].starts_with('3') && rows[2].contains("(free)"),
+        "{stdout}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("slot 2"), "{stderr}");
+    assert_eq!(
+        signal_and_wait(&mut holder, Signal::TERM, Duration::from_secs(15)),
+        Some(0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.SemaphoreCorrupt
+#[test]
+fn a_forced_delete_removes_a_semaphore_state_that_cannot_be_read() {
+    let dir = temp_dir("vvm-corrupt-semaphore");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let semaphore = |args: &[&str]| {
+        let mut all = vec!["--log-level", "warn", "semaphore"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--store", &store]);
+        vvm_within(&all, Duration::from_secs(30), "vvm semaphore")
+    };
+    let (code, _, stderr) = semaphore(&["create", "jobs", "--limit", "2"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let conn = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn.execute(
+        "UPDATE vvm_semaphores SET state = X'00FFEE' WHERE name = 'jobs'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    // Without --force: refused, left as it is.
+    let (code, _, stderr) = semaphore(&["delete", "jobs"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot be read"), "{stderr}");
+    // With it: removed, after a line that says what.
+    let (code, _, stderr) = semaphore(&["delete", "jobs", "--force"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("removing the stored state"), "{stderr}");
+    assert!(stderr.contains("jobs"), "{stderr}");
+    // The name is free again.
+    let (code, _, stderr) = semaphore(&["create", "jobs", "--limit", "1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Cli.Messages
+#[test]
+fn a_holder_that_lost_its_slot_does_not_say_none_was_held() {
+    let dir = temp_dir("vvm-lost-words");
+    let database = dir.join("vvm.sqlite");
+    let store = format!("sqlite:{}", database.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args([
+            "run",
+            "--store",
+            &store,
+            "--lease",
+            "2s",
+            "--address",
+            "lost",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = drain(child.stderr.take().unwrap());
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("leading slot=1 "), "{first}");
+    // Its record taken away under it: the next renewal finds it gone.
+    let conn = rusqlite::Connection::open(&database).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn.execute("DELETE FROM vvm_leases WHERE slot = 1", [])
+        .unwrap();
+    drop(conn);
+    let code = cli_support::exit_within(&mut child, Duration::from_secs(30));
+    if code.is_none() {
+        let _ = child.kill();
+    }
+    let stderr = stderr.join().unwrap();
+    assert_eq!(code, Some(Some(1)), "{stderr}");
+    assert!(stderr.contains("leadership lost"), "{stderr}");
+    assert!(!stderr.contains("no slot was held"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

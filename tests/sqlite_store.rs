@@ -77,8 +77,18 @@ fn open_as(
         .open(path)
 }
 
+/// A connection of another program to `path` (creating it), whose file only its user may read,
+/// as the store asks of every file it opens.
 fn raw(path: &Path) -> rusqlite::Connection {
-    rusqlite::Connection::open(path).expect("raw connection opens")
+    let conn = rusqlite::Connection::open(path).expect("raw connection opens");
+    private(path);
+    conn
+}
+
+/// Makes the file at `path` readable and writable by its user only (mode 600).
+fn private(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 // covers: Sq.Atomic
@@ -242,6 +252,7 @@ fn a_file_that_is_not_a_database_is_refused_and_left_unchanged() {
     let path = dir.file("notes.txt");
     let before = b"these are notes, not a database\n".repeat(64);
     std::fs::write(&path, &before).unwrap();
+    private(&path);
 
     let refused = SqliteStore::open(&path).unwrap_err();
     assert!(

@@ -94,6 +94,15 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
+    /// A file named by a parameter is not a regular file (a FIFO, a device, a directory): it
+    /// is not opened for reading, which could wait forever.
+    #[error("parameter {parameter}: {path} is not a regular file")]
+    ParameterNotAFile {
+        /// The parameter.
+        parameter: &'static str,
+        /// The file (shown redacted when it holds a secret).
+        path: ParameterFile,
+    },
     /// A file named by a parameter is larger than [`FILE_MAX_BYTES`] or empty.
     #[error("parameter {parameter}: {path} is empty or larger than {max} bytes")]
     FileSize {
@@ -161,6 +170,7 @@ impl OpenError {
             | OpenError::NotBuilt { .. }
             | OpenError::FdbNeedsNetwork
             | OpenError::NotPem { .. }
+            | OpenError::ParameterNotAFile { .. }
             | OpenError::NotAFile { .. } => true,
             #[cfg(feature = "etcd")]
             OpenError::EtcdOption { .. } => true,
@@ -203,6 +213,8 @@ pub async fn open_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, 
                 .map(AnyStore::Sqlite)
                 .map_err(OpenError::Sqlite)
         }
+        #[cfg(feature = "etcd")]
+        StoreUrl::Etcd(etcd) => open_etcd(etcd, lease, false).await,
         _ => open_url(&url, lease).await,
     }
 }
@@ -229,7 +241,7 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
                 .map_err(OpenError::Sqlite)
         }
         #[cfg(feature = "etcd")]
-        StoreUrl::Etcd(etcd) => open_etcd(etcd, lease).await,
+        StoreUrl::Etcd(etcd) => open_etcd(etcd, lease, true).await,
         StoreUrl::Fdb(_) if cfg!(feature = "foundationdb") => Err(OpenError::FdbNeedsNetwork),
         other => Err(OpenError::NotBuilt {
             scheme: other.scheme(),
@@ -243,8 +255,14 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
     }
 }
 
+/// Opens an etcd store; `write`: for a holder, whose credentials must be allowed to write the
+/// prefix (checked now: a refusal is permanent, not a failure to retry).
 #[cfg(feature = "etcd")]
-async fn open_etcd(url: &crate::url::EtcdUrl, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
+async fn open_etcd(
+    url: &crate::url::EtcdUrl,
+    lease: &LeaseConfig,
+    write: bool,
+) -> Result<AnyStore, OpenError> {
     use crate::etcd::{Credentials, EtcdOptions, EtcdStore};
 
     let option = |parameter| move |source| OpenError::EtcdOption { parameter, source };
@@ -284,6 +302,9 @@ async fn open_etcd(url: &crate::url::EtcdUrl, lease: &LeaseConfig) -> Result<Any
     // A server that would lengthen the lease (its minimum TTL is above ours) is refused before
     // launch, never silently rounded.
     store.validate(lease).await.map_err(OpenError::Etcd)?;
+    if write {
+        store.check_writable().await.map_err(OpenError::Etcd)?;
+    }
     Ok(AnyStore::Etcd(Box::new(store)))
 }
 

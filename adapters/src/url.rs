@@ -373,11 +373,12 @@ fn parse_sqlite(rest: &str) -> Result<SqliteUrl, UrlError> {
         Some((path, query)) => (path, Some(query)),
         None => (rest, None),
     };
+    // `sqlite:///var/x.db` names `/var/x.db`, as the authority form of file URLs does.
+    let path = path.strip_prefix("//").unwrap_or(path);
+    // `sqlite://` names no file either (the empty authority form of `sqlite:`).
     if path.is_empty() {
         return Err(UrlError::NoPath);
     }
-    // `sqlite:///var/x.db` names `/var/x.db`, as the authority form of file URLs does.
-    let path = path.strip_prefix("//").unwrap_or(path);
     let mut sqlite = SqliteUrl {
         path: PathBuf::from(path),
         busy_wait: None,
@@ -885,6 +886,11 @@ mod tests {
             Err(UrlError::MemoryTakesNothing)
         );
         assert_eq!(StoreUrl::parse("sqlite:"), Err(UrlError::NoPath));
+        assert_eq!(StoreUrl::parse("sqlite://"), Err(UrlError::NoPath));
+        assert_eq!(
+            StoreUrl::parse("sqlite://?shared-group=true"),
+            Err(UrlError::NoPath)
+        );
         assert_eq!(
             StoreUrl::parse("sqlite:?busy-wait-ms=1"),
             Err(UrlError::NoPath)

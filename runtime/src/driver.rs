@@ -500,7 +500,7 @@ impl<S: LeaseStore> Driver<S> {
             }
             Effect::Released { slot, deleted } => {
                 // The token of this VVM's tenure stays in its status once acquired.
-                let held = next.token.is_some_and(|token| Some(token.slot) == slot);
+                let held = next.token.map(|token| token.slot);
                 crate::status::log_released(slot, deleted, held);
             }
             Effect::StartServices { token } => {

@@ -270,7 +270,11 @@ impl<S: LeaseStore> Task<S> {
                 self.tenure.send_replace(Tenure::Lost { slot, reason });
             }
             Effect::Released { slot, deleted } => {
-                let held = !matches!(*self.tenure.borrow(), Tenure::Idle);
+                let held = match *self.tenure.borrow() {
+                    Tenure::Idle => None,
+                    Tenure::Held(token) => Some(token.slot),
+                    Tenure::Lost { slot, .. } => Some(slot),
+                };
                 crate::status::log_released(slot, deleted, held);
                 if deleted {
                     // Our record is gone and no service of ours runs: nothing can act on the

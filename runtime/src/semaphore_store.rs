@@ -311,6 +311,48 @@ pub fn transact<E>(
     )))
 }
 
+/// What a transaction does with a stored state of `name` that cannot be decoded (`source`
+/// says why; `len_bytes` is its length): it is refused with [`SemaphoreStoreError::Corrupt`]
+/// and left as it is, except by a forced delete ([`SemaphoreRequest::Delete`] with `force`),
+/// which removes it after a warning that says what it removes — otherwise the name would be
+/// blocked for good. Its parties and their grants end with it.
+///
+/// The deleted record keeps counters from `revision`, the store's revision of the record (or a
+/// higher one): the counters inside it are lost, but every token and order id it handed out was
+/// handed out by one of its writes, each of which took a revision of its own, so tokens issued
+/// later still only ever increase.
+pub fn undecodable(
+    name: &SemaphoreName,
+    source: DecodeError,
+    len_bytes: usize,
+    revision: u64,
+    request: &SemaphoreRequest,
+) -> Result<(Write, Applied), SemaphoreStoreError> {
+    if *request != (SemaphoreRequest::Delete { force: true }) {
+        return Err(SemaphoreStoreError::Corrupt {
+            name: name.clone(),
+            source,
+        });
+    }
+    tracing::warn!(
+        semaphore = %name,
+        len_bytes,
+        error = %source,
+        "removing the stored state of the semaphore, which cannot be read: its owners' grants and its waiters end with it"
+    );
+    let write = Write::Delete {
+        generation: Generation(revision),
+        next_order_id: OrderId(revision.saturating_add(1)),
+    };
+    let applied = Applied {
+        outcome: None,
+        description: None,
+        expired: Vec::new(),
+        parties_expire_in: None,
+    };
+    Ok((write, applied))
+}
+
 /// Runs the caller's operation on `state` (`None`: the store holds no semaphore of the name).
 fn apply(
     state: &mut Option<Semaphore>,

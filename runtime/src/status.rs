@@ -41,15 +41,25 @@ impl Default for Status {
 }
 
 /// Logs the end of a leadership in words a reader of the log follows: a candidate that never
-/// held a slot stopped campaigning; a holder released its record, or left it to expire.
-pub(crate) fn log_released(slot: Option<vvm_core::Slot>, deleted: bool, held: bool) {
-    match (slot, deleted) {
-        (Some(slot), true) => {
+/// held a slot stopped campaigning; a holder released its record, or left it to expire; a
+/// holder that had lost its slot before (`held`: the slot of this tenure, if one was held) has
+/// nothing left to release.
+pub(crate) fn log_released(
+    slot: Option<vvm_core::Slot>,
+    deleted: bool,
+    held: Option<vvm_core::Slot>,
+) {
+    match (slot, deleted, held) {
+        (Some(slot), true, _) => {
             tracing::info!(slot = slot.0, "leadership released: the record is deleted");
         }
-        (Some(slot), false) if held => tracing::info!(
+        (Some(slot), false, Some(held)) if held == slot => tracing::info!(
             slot = slot.0,
             "leadership given up: the record could not be deleted and is left to expire"
+        ),
+        (None, _, Some(held)) => tracing::info!(
+            slot = held.0,
+            "stopped after leadership was lost: nothing left to release"
         ),
         _ => tracing::info!("stopped campaigning: no slot was held"),
     }

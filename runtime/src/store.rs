@@ -64,6 +64,13 @@ pub enum ValueError {
     /// Not of the form `vvm1 <16 hex digits> <address>` (or `vvm1s …`).
     #[error("value is not a vvm lease record: {0}")]
     Malformed(&'static str),
+    /// A record that is not bound to a lease, which vvm never writes: another program wrote
+    /// it, and it would never expire.
+    #[error("the key {key} has no lease, which vvm never writes: another program wrote it; remove it if it is not in use")]
+    Unleased {
+        /// The key, as the store names it.
+        key: String,
+    },
 }
 
 const VALUE_PREFIX: &str = "vvm1 ";

@@ -72,32 +72,62 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         Ok(store) => Arc::new(store),
         Err(e) => return e.exit(),
     };
-    let slots: Vec<Slot> = (1..=args.slots).map(Slot).collect();
+    let mut slots: Vec<Slot> = (1..=args.slots).map(Slot).collect();
     let options = ObserveOptions {
         resync: WATCH_RESYNC,
         call_timeout: READ_TIMEOUT,
     };
-    let mut observer = match observe(store, &slots, options) {
-        Ok(observer) => observer,
-        Err(e) => return usage_error(&e.to_string()),
-    };
-    let mut out = Output::new(args.json);
-    let mut table = Vec::with_capacity(slots.len());
-    for _ in &slots {
-        tokio::select! {
-            change = observer.next() => match change {
-                Ok(change) => table.push(change),
-                Err(e) => return fail(&super::error_chain(&e)),
-            },
-            () = stop.asked() => return ExitCode::SUCCESS,
+    // A slot whose record cannot be read is named and left out, so that the others are still
+    // shown (and watched): one bad record must not hide every holder. Each pass leaves out one
+    // more slot, so there are at most as many passes as slots.
+    let mut corrupt: Vec<(Slot, String)> = Vec::new();
+    let (mut observer, table) = loop {
+        let mut observer = match observe(Arc::clone(&store), &slots, options) {
+            Ok(observer) => observer,
+            Err(e) => return usage_error(&e.to_string()),
+        };
+        let mut table = Vec::with_capacity(slots.len());
+        let mut bad = None;
+        for _ in &slots {
+            tokio::select! {
+                change = observer.next() => match change {
+                    Ok(change) => table.push(change),
+                    Err(e @ vvm::StoreError::Corrupt { slot, .. }) => {
+                        bad = Some((Slot(slot), super::error_chain(&e)));
+                        break;
+                    }
+                    Err(e) => return fail(&super::error_chain(&e)),
+                },
+                () = stop.asked() => return ExitCode::SUCCESS,
+            }
         }
-    }
-    let mut events = Events::new(&table);
-    if out.table(&table).is_err() {
+        let Some((slot, why)) = bad else {
+            break (observer, table);
+        };
+        slots.retain(|kept| *kept != slot);
+        corrupt.push((slot, why));
+        if slots.is_empty() {
+            break (observer, Vec::new());
+        }
+    };
+    corrupt.sort_by_key(|(slot, _)| *slot);
+    let mut out = Output::new(args.json);
+    let mut events = Events::new(args.slots, &table);
+    if out.table(&table, &corrupt).is_err() {
         return ExitCode::SUCCESS;
+    }
+    for (_, why) in &corrupt {
+        super::log::line(&format!("cannot show its holder: {why}"));
     }
     if !args.watch {
-        return ExitCode::SUCCESS;
+        return match corrupt.is_empty() {
+            true => ExitCode::SUCCESS,
+            false => ExitCode::FAILURE,
+        };
+    }
+    if slots.is_empty() {
+        // Nothing left to watch: every slot's record is corrupt.
+        return ExitCode::FAILURE;
     }
     loop {
         tokio::select! {
@@ -172,11 +202,27 @@ impl Output {
         Output { json }
     }
 
-    /// The slots as they are: a table, or one JSON object `{"slots": [...]}`.
-    fn table(&mut self, rows: &[HolderChange]) -> std::io::Result<()> {
+    /// The slots as they are, in slot order — `rows` read, `corrupt` named with why their
+    /// record cannot be read: a table, or one JSON object `{"slots": [...]}` (a corrupt slot
+    /// has `"holder": null` and `"corrupt": why`).
+    fn table(&mut self, rows: &[HolderChange], corrupt: &[(Slot, String)]) -> std::io::Result<()> {
+        let mut entries: Vec<(Slot, Result<&HolderChange, &str>)> = rows
+            .iter()
+            .map(|row| (row.slot, Ok(row)))
+            .chain(corrupt.iter().map(|(slot, why)| (*slot, Err(why.as_str()))))
+            .collect();
+        entries.sort_by_key(|(slot, _)| *slot);
         let mut stdout = std::io::stdout().lock();
         if self.json {
-            let slots: Vec<serde_json::Value> = rows.iter().map(json_row).collect();
+            let slots: Vec<serde_json::Value> = entries
+                .iter()
+                .map(|(slot, entry)| match entry {
+                    Ok(row) => json_row(row),
+                    Err(why) => {
+                        serde_json::json!({ "slot": slot.0, "holder": null, "corrupt": why })
+                    }
+                })
+                .collect();
             writeln!(stdout, "{}", serde_json::json!({ "slots": slots }))?;
         } else {
             writeln!(
@@ -184,8 +230,15 @@ impl Output {
                 "{:<6} {:<32} {:<18} {:>10} {:>10}",
                 "slot", "holder", "incarnation", "revision", "time left"
             )?;
-            for row in rows {
-                writeln!(stdout, "{}", text_row(row))?;
+            for (slot, entry) in &entries {
+                match entry {
+                    Ok(row) => writeln!(stdout, "{}", text_row(row))?,
+                    Err(_) => writeln!(
+                        stdout,
+                        "{:<6} {:<32} {:<18} {:>10} {:>10}",
+                        slot.0, "(corrupt record)", "-", "-", "-"
+                    )?,
+                }
             }
         }
         stdout.flush()
@@ -284,13 +337,15 @@ struct Events {
 }
 
 impl Events {
-    fn new(table: &[HolderChange]) -> Self {
-        Events {
-            held: table
-                .iter()
-                .map(|row| row.holder.as_ref().map(|holder| holder.value.clone()))
-                .collect(),
+    /// The holders of `table`, kept by slot number (of `slots`; slots not in it are free).
+    fn new(slots: u32, table: &[HolderChange]) -> Self {
+        let mut held = vec![None; slots as usize];
+        for row in table {
+            if let Some(entry) = held.get_mut(row.slot.0.saturating_sub(1) as usize) {
+                *entry = row.holder.as_ref().map(|holder| holder.value.clone());
+            }
         }
+        Events { held }
     }
 
     /// Holders are reported only on a change, so a slot with another holder before and after

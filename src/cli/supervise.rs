@@ -539,7 +539,9 @@ fn first_report(init: Pid, status: OwnedFd) -> Result<Started, Start> {
     if let Err(e) = rustix::fs::fcntl_setfl(&status, rustix::fs::OFlags::NONBLOCK) {
         let _ = rustix::process::kill_process(init, Signal::KILL);
         let _ = rustix::process::waitpid(Some(init), rustix::process::WaitOptions::empty());
-        return Err(Start::Failed(format!("cannot set up the namespace's report: {e}")));
+        return Err(Start::Failed(format!(
+            "cannot set up the namespace's report: {e}"
+        )));
     }
     // The command is the first process's child; the ids it knows are the namespace's, so the
     // command's id here is found from this side.

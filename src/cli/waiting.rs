@@ -30,12 +30,26 @@ pub async fn report(store: Arc<AnyStore>, slots: u32, own_address: String, notif
         let Ok(mut observer) = observe(store, &slots, options) else {
             return std::future::pending().await;
         };
+        // A record vvm did not write (corrupt, or foreign: an etcd key without a lease) is
+        // what the candidate waits on, maybe for ever: said once, at WARN, naming it.
+        let mut foreign_said: Option<String> = None;
         loop {
             match observer.next().await {
                 Ok(change) => {
                     if let Some(status) = log_change(&change, &own_address) {
                         notifier.status(status);
                     }
+                }
+                Err(e @ vvm::StoreError::Corrupt { slot, .. }) => {
+                    let why = vvm::ErrorChain(&e).to_string();
+                    if foreign_said.as_deref() != Some(why.as_str()) {
+                        tracing::warn!(slot, error = %why, "waiting: the slot holds a record vvm did not write; it is never taken over while it lasts");
+                        notifier.status(format!(
+                            "Waiting: slot {slot} holds a record vvm did not write"
+                        ));
+                        foreign_said = Some(why);
+                    }
+                    tokio::time::sleep(RESYNC).await;
                 }
                 Err(e) => {
                     tracing::debug!(error = %vvm::ErrorChain(&e), "cannot tell who holds the slot");

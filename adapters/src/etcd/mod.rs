@@ -91,7 +91,9 @@ use etcd_client::{
 };
 use tokio::sync::Semaphore;
 use vvm_core::{LeaseConfig, Revision, Slot};
-use vvm_runtime::{Cause, ErrorChain, Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
+use vvm_runtime::{
+    Cause, ErrorChain, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,
+};
 
 use feed::SeenRevision;
 pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
@@ -177,9 +179,18 @@ impl EtcdStore {
         if let Some(tls) = tls {
             connect = connect.with_tls(tls_options(tls));
         }
-        let client = Client::connect(&endpoints, Some(connect))
-            .await
-            .map_err(connect_error)?;
+        let user = credentials.as_ref().map(|c| c.user().to_owned());
+        let client =
+            Client::connect(&endpoints, Some(connect))
+                .await
+                .map_err(|error| match user {
+                    // The server answered, and refused the credentials: not a failure to reach it.
+                    Some(user) if authentication_failed(&error) => EtcdError::Authentication {
+                        user,
+                        source: cause(error),
+                    },
+                    _ => connect_error(error),
+                })?;
         tracing::debug!(endpoints = ?endpoints, prefix = %prefix, authenticated = credentials.is_some(), "etcd store set up");
         let sends_max = (2 * endpoints.len() + 1).min(SENDS_MAX);
         Ok(EtcdStore {
@@ -262,6 +273,36 @@ impl EtcdStore {
             tracing::debug!(lease = granted.id(), error = %ErrorChain(&EtcdClientError(error)), "probe lease not revoked; it expires with its TTL");
         }
         outcome
+    }
+
+    /// Checks that this client may write the store's keys, writing nothing: a transaction whose
+    /// comparison is never true (a version below zero) with a put in its unused branch. etcd
+    /// checks the permissions of both branches before it evaluates the comparison, so a user
+    /// with read-only rights on the prefix, or rights on another prefix only, is refused here,
+    /// at once, instead of campaigning forever on writes that can never succeed.
+    pub async fn check_writable(&self) -> Result<(), EtcdError> {
+        let key = self.key(Slot(1));
+        let txn = Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Less, 0)])
+            .and_then([TxnOp::put(key, "", None)]);
+        let sent = self
+            .resend(Resend::Broken, || {
+                let (mut kv, txn) = (self.kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.code() == tonic::Code::PermissionDenied =>
+            {
+                Err(EtcdError::NoWritePermission {
+                    prefix: self.prefix.to_string(),
+                })
+            }
+            // Out of reach or without a quorum: waited for like any other unavailability.
+            Err(error) => Err(connect_error(error)),
+        }
     }
 
     /// The key prefix of this store's records.
@@ -484,8 +525,27 @@ pub struct EtcdClientError(pub etcd_client::Error);
 
 impl std::fmt::Display for EtcdClientError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
+        match &self.0 {
+            // tonic's own text of a status carries its source's `Debug` form; the source is
+            // shown by the chain instead, in its own words.
+            etcd_client::Error::GRpcStatus(status) => {
+                let code = status.code().description();
+                match (status.message(), status.source()) {
+                    ("", _) | (_, Some(_)) => write!(f, "{}", code.to_lowercase()),
+                    (message, None) => write!(f, "{message} ({})", code.to_lowercase()),
+                }
+            }
+            other => std::fmt::Display::fmt(other, f),
+        }
     }
+}
+
+/// Whether etcd refused the user name or password (it answers `InvalidArgument` with
+/// "authentication failed", some versions `Unauthenticated`).
+fn authentication_failed(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::Unauthenticated
+            || status.message().contains("authentication failed"))
 }
 
 impl std::error::Error for EtcdClientError {
@@ -747,6 +807,16 @@ impl LeaseStore for EtcdStore {
         let Some(record) = response.kvs().first() else {
             return Ok(None);
         };
+        // vvm binds every record to a lease: a key without one was written by another program
+        // and would never expire. It is foreign, like a value vvm did not write.
+        if record.lease() == 0 {
+            return Err(StoreError::Corrupt {
+                slot: key.0,
+                source: ValueError::Unleased {
+                    key: String::from_utf8_lossy(record.key()).into_owned(),
+                },
+            });
+        }
         let value = LeaseValue::decode(record.value()).map_err(|source| StoreError::Corrupt {
             slot: key.0,
             source,

@@ -126,6 +126,21 @@ pub enum EtcdError {
         /// What the client said (an [`EtcdClientError`](super::EtcdClientError)).
         source: Cause,
     },
+    /// The credentials may not write the store's keys (read-only rights on the prefix, or
+    /// rights on another prefix only): nothing can ever be won, so this is not retried.
+    #[error("permission denied: the etcd user may not write the keys under the prefix {prefix:?}; grant its role readwrite on that prefix (`etcdctl role grant-permission ROLE --prefix=true readwrite {prefix}`)")]
+    NoWritePermission {
+        /// The store's key prefix.
+        prefix: String,
+    },
+    /// etcd refused the user name or password.
+    #[error("authentication failed: etcd refused the password of user {user:?}")]
+    Authentication {
+        /// The user name.
+        user: String,
+        /// What the client said (an [`EtcdClientError`](super::EtcdClientError)).
+        source: Cause,
+    },
     /// A lease could not be granted (the cause of a failed insert or swap).
     #[error("etcd did not grant a lease")]
     Grant {

@@ -74,7 +74,7 @@ use etcd_client::{
     TxnOpResponse,
 };
 use vvm_core::semaphore::{DecodeError, Generation, OrderId, Semaphore, SemaphoreName, SessionKey};
-use vvm_runtime::semaphore_store::{transact, Write};
+use vvm_runtime::semaphore_store::{transact, undecodable, Write};
 use vvm_runtime::{
     Applied, ErrorChain, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
     StoreError,
@@ -294,15 +294,7 @@ impl EtcdStore {
         let state_key = self.semaphore_key(name);
         let snapshot = self.snapshot(&state_key, session).await?;
         between.await;
-        let (stored, counters) = match decode(snapshot.bytes.as_deref()) {
-            Ok(stored) => stored,
-            Err(source) => {
-                let name = name.clone();
-                return Ok(Some(Err(SemaphoreStoreError::Corrupt { name, source })));
-            }
-        };
-        let before = parties(stored.as_ref());
-        let Ok(decided) = transact(stored, counters, session, name, request, |party| {
+        let session_left = |party| {
             let left = if party == session {
                 snapshot.lease.map(|_| Duration::MAX)
             } else if snapshot
@@ -314,8 +306,22 @@ impl EtcdStore {
                 None
             };
             Ok::<_, std::convert::Infallible>(left)
-        });
-        let (write, applied) = match decided {
+        };
+        let decided = match decode(snapshot.bytes.as_deref()) {
+            Ok((stored, counters)) => {
+                let before = parties(stored.as_ref());
+                let Ok(decided) = transact(stored, counters, session, name, request, session_left);
+                decided.map(|decided| (before, decided))
+            }
+            // A forced delete removes it with every key under it (its parties' keys too).
+            Err(source) => {
+                let len_bytes = snapshot.bytes.as_ref().map_or(0, Vec::len);
+                let floor = u64::try_from(snapshot.revision).unwrap_or(0);
+                undecodable(name, source, len_bytes, floor, &request)
+                    .map(|decided| (HashSet::new(), decided))
+            }
+        };
+        let (before, (write, applied)) = match decided {
             Ok(decided) => decided,
             Err(refused) => return Ok(Some(Err(refused))),
         };

@@ -82,7 +82,21 @@ pub(super) fn read_file(parameter: &'static str, path: &Path) -> Result<Vec<u8>,
         path: ParameterFile::new(parameter, path),
         source,
     };
-    let file = std::fs::File::open(path).map_err(failed)?;
+    // Never waiting in `open`: a FIFO put at the path (by anyone who could write there) would
+    // wait for a writer forever, uninterruptibly. The file is judged by its own status, and
+    // only a regular file is read (the flag does not change how one is read).
+    let flags =
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty())
+        .map_err(|error| failed(error.into()))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|error| failed(error.into()))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(OpenError::ParameterNotAFile {
+            parameter,
+            path: ParameterFile::new(parameter, path),
+        });
+    }
+    let file = std::fs::File::from(fd);
     let mut bytes = Vec::new();
     file.take(FILE_MAX_BYTES + 1)
         .read_to_end(&mut bytes)

@@ -24,6 +24,19 @@ pub enum SqliteStoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The file exists, but this user may not open it as the store needs (e.g. its mode
+    /// denies it): said in the system's words, which SQLite's "unable to open database file"
+    /// hides.
+    #[error("cannot open {} for {access}", .path.display())]
+    Access {
+        /// The file.
+        path: PathBuf,
+        /// "reading" or "reading and writing".
+        access: &'static str,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The directory the store would live in does not exist (or is not a directory).
     #[error("the directory {} does not exist: create it (e.g. `mkdir -m 700`) or choose another path", .dir.display())]
     NoDirectory {

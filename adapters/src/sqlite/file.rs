@@ -5,12 +5,18 @@
 //! - the database, its `-wal` and `-shm` companions and the slot lock files are never followed
 //!   through a symbolic link (another user could point the name anywhere) and must be regular
 //!   files;
-//! - they must belong to this user and be writable by nobody else ([`Sharing::Private`], the
-//!   default, mode `0600`), or — when a group shares the store on purpose ([`Sharing::Group`],
-//!   mode `0660`) — belong to this user or to the group of the file, a group this user is in,
-//!   and still be writable by no one outside it;
-//! - the directory must exist, and must not let every user replace files in it (world-writable
-//!   without the sticky bit).
+//! - they must belong to this user and be readable and writable by nobody else
+//!   ([`Sharing::Private`], the default, mode `0600`), or — when a group shares the store on
+//!   purpose ([`Sharing::Group`], mode `0660`) — belong to this user or to the group of the
+//!   file, a group this user is in, and still be readable and writable by no one outside it.
+//!   Reading is enough to stall a store: a reader's `fcntl` read lock on `-shm` blocks SQLite's
+//!   write lock, so every renewal would fail;
+//! - the directory must exist, must not let every user replace files in it (world-writable
+//!   without the sticky bit), and must belong to this user or to root (whose owner can rename
+//!   anything in it) unless it has the sticky bit (a shared directory such as `/tmp`, where
+//!   nobody else can rename our files) or, for a shared store, belongs to a group of this user.
+//!
+//! Everything is judged before anything is created: a refusal leaves no file behind.
 //!
 //! **Creation is one step.** A missing database is built complete under a temporary name next
 //! to it (schema, ids, journal mode) and then linked to its name, which fails if the name exists
@@ -86,6 +92,24 @@ pub enum Untrusted {
         /// The mode the sharing asks for.
         wanted: u32,
     },
+    /// Readable by users the sharing does not include: a read lock of theirs on `-shm` would
+    /// block every write of the store.
+    #[error("is readable by other users (mode {mode:03o}), whose read lock would stall every write; `chmod {wanted:03o}` it")]
+    OthersCanRead {
+        /// The file's permission bits.
+        mode: u32,
+        /// The mode the sharing asks for.
+        wanted: u32,
+    },
+    /// A directory of another user (not root), without the sticky bit: its owner can rename
+    /// or replace the store's files.
+    #[error("belongs to uid {owner}, not to this user (uid {user}), who can rename or replace the store's files in it; use a directory of your own or of root, one with the sticky bit (as /tmp), or for a store a group shares on purpose a directory of that group with `shared-group=true`")]
+    OthersDirectory {
+        /// The directory's owner.
+        owner: u32,
+        /// This process's effective user.
+        user: u32,
+    },
     /// A directory every user may replace files in.
     #[error("is a directory every user can write without the sticky bit (mode {mode:03o}), so anyone could replace the store; use a directory of your own")]
     OpenDirectory {
@@ -124,6 +148,9 @@ pub(crate) fn judge(stat: &Stat, sharing: Sharing) -> Result<(), Untrusted> {
             if mode & 0o022 != 0 {
                 return Err(Untrusted::OthersCanWrite { mode, wanted });
             }
+            if mode & 0o044 != 0 {
+                return Err(Untrusted::OthersCanRead { mode, wanted });
+            }
         }
         Sharing::Group => {
             if stat.st_uid != user && !in_group(stat.st_gid) {
@@ -134,6 +161,9 @@ pub(crate) fn judge(stat: &Stat, sharing: Sharing) -> Result<(), Untrusted> {
             }
             if mode & 0o002 != 0 {
                 return Err(Untrusted::OthersCanWrite { mode, wanted });
+            }
+            if mode & 0o004 != 0 {
+                return Err(Untrusted::OthersCanRead { mode, wanted });
             }
         }
     }
@@ -162,8 +192,9 @@ fn lstat(path: &Path) -> Result<Option<Stat>, SqliteStoreError> {
     }
 }
 
-/// The directory the store lives in: must exist and must not let everyone replace its files.
-fn check_directory(path: &Path) -> Result<PathBuf, SqliteStoreError> {
+/// The directory the store lives in: must exist, and nobody but this user (and root) may be able
+/// to replace its files.
+fn check_directory(path: &Path, sharing: Sharing) -> Result<PathBuf, SqliteStoreError> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
         _ => PathBuf::from("."),
@@ -183,8 +214,24 @@ fn check_directory(path: &Path) -> Result<PathBuf, SqliteStoreError> {
         return Err(SqliteStoreError::NoDirectory { dir });
     }
     let mode = stat.st_mode & 0o7777;
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+    let sticky = mode & 0o1000 != 0;
+    if mode & 0o002 != 0 && !sticky {
         return Err(untrusted(&dir, Untrusted::OpenDirectory { mode }));
+    }
+    let user = rustix::process::geteuid().as_raw();
+    // The owner of a directory can rename anything in it, unless the sticky bit keeps each
+    // file to its own owner. Root can do anything anyway; a group's directory is trusted only
+    // for a store that group shares on purpose.
+    let trusted_owner = stat.st_uid == user || stat.st_uid == 0;
+    let shared = sharing == Sharing::Group && in_group(stat.st_gid);
+    if !sticky && !trusted_owner && !shared {
+        return Err(untrusted(
+            &dir,
+            Untrusted::OthersDirectory {
+                owner: stat.st_uid,
+                user,
+            },
+        ));
     }
     Ok(dir)
 }
@@ -198,20 +245,22 @@ pub(crate) fn companions(path: &Path) -> [PathBuf; 2] {
     })
 }
 
-/// Checks the database at `path` and its companions, those that exist. Returns the database's
-/// status, or `None` when it does not exist.
+/// Checks the directory, the database at `path` and its companions, those that exist — also
+/// when the database does not (a companion planted before it would be used by it), so that a
+/// refusal comes before anything is created. Returns the database's status, or `None` when it
+/// does not exist.
 pub(crate) fn check(path: &Path, sharing: Sharing) -> Result<Option<Stat>, SqliteStoreError> {
-    check_directory(path)?;
-    let Some(stat) = lstat(path)? else {
-        return Ok(None);
-    };
-    judge(&stat, sharing).map_err(|why| untrusted(path, why))?;
+    check_directory(path, sharing)?;
+    let database = lstat(path)?;
+    if let Some(stat) = &database {
+        judge(stat, sharing).map_err(|why| untrusted(path, why))?;
+    }
     for companion in companions(path) {
         if let Some(stat) = lstat(&companion)? {
             judge(&stat, sharing).map_err(|why| untrusted(&companion, why))?;
         }
     }
-    Ok(Some(stat))
+    Ok(database)
 }
 
 /// Checks that the file at `path` is still the one `before` described (a link or file put in
@@ -232,6 +281,30 @@ pub(crate) fn check_unchanged(
         });
     }
     Ok(())
+}
+
+/// Opens the file at `path` once as the store will, without waiting, so that a file this user
+/// may not open is refused in the system's words before SQLite opens it (SQLite says only
+/// "unable to open database file"). `write`: for reading and writing, never through a link (a
+/// writer's files are checked by [`check`]); else for reading, following one (a reader writes
+/// nothing anywhere).
+pub(crate) fn check_access(path: &Path, write: bool) -> Result<(), SqliteStoreError> {
+    let (access, flags) = match write {
+        true => ("reading and writing", OFlags::RDWR | OFlags::NOFOLLOW),
+        false => ("reading", OFlags::RDONLY),
+    };
+    let flags = flags | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => {
+            drop(fd);
+            Ok(())
+        }
+        Err(error) => Err(SqliteStoreError::Access {
+            path: path.to_owned(),
+            access,
+            source: error.into(),
+        }),
+    }
 }
 
 /// Makes sure a complete store exists at `path`: checks an existing one, or builds one under a
@@ -333,8 +406,19 @@ mod tests {
         );
         assert_eq!(
             judge(&stat_of(0o644, me, group, file), Sharing::Private),
+            Err(Untrusted::OthersCanRead {
+                mode: 0o644,
+                wanted: 0o600
+            })
+        );
+        assert_eq!(
+            judge(&stat_of(0o400, me, group, file), Sharing::Private),
             Ok(())
         );
+        assert!(matches!(
+            judge(&stat_of(0o664, me, group, file), Sharing::Group),
+            Err(Untrusted::OthersCanRead { .. })
+        ));
         assert_eq!(
             judge(&stat_of(0o664, me, group, file), Sharing::Private),
             Err(Untrusted::OthersCanWrite {

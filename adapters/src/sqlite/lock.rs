@@ -152,11 +152,14 @@ const LOCK_TRIES: u32 = 8;
 const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(125);
 
 /// Opens the lock file at `path` (creating it with `sharing`'s mode if needed), never through a
-/// link, and checks that it is a file the store may trust (`file.rs`). `None` on any error.
+/// link and never waiting, and checks that it is a file the store may trust (`file.rs`). `None`
+/// on any error.
 fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(OwnedFd, FileId)> {
-    // No symbolic link: the lock must be the file at the path itself.
+    // No symbolic link: the lock must be the file at the path itself. Never waiting in `open`:
+    // another user may have made a FIFO at the path, whose open waits for a writer forever
+    // (and cannot be interrupted); it is refused by its status below. `flock` ignores the flag.
     let creating = flags.contains(OFlags::CREATE);
-    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
     let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(sharing.mode())) {
         Ok(fd) => fd,
         Err(error) => {
@@ -183,11 +186,12 @@ fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(Owned
         }
     }
     if let Err(why) = file::judge(&stat, sharing) {
-        // Another user's file: its lock proves nothing about our holders.
-        match creating {
+        // Another user's file: its lock proves nothing about our holders. Said once per path:
+        // every insert and every watch of the slot meets it again.
+        match creating && first_refusal(path) {
             true => tracing::warn!(path = %path.display(), "slot lock file not used: it {why}"),
             false => {
-                tracing::debug!(path = %path.display(), "slot lock file not watched: it {why}")
+                tracing::debug!(path = %path.display(), "slot lock file not used: it {why}")
             }
         }
         return None;
@@ -203,6 +207,23 @@ pub(crate) enum NotTaken {
     /// The lock file cannot be used (another user's, unreadable, this process's registry full,
     /// any error): it tells nothing.
     Unusable,
+}
+
+/// Most lock paths whose refusal this process remembers having logged.
+const REFUSALS_LOGGED_MAX: usize = 64;
+
+/// Whether the refusal of the lock file at `path` is logged for the first time by this process
+/// (`true` also once the memory is full: a repeated line is better than a lost one).
+fn first_refusal(path: &Path) -> bool {
+    static LOGGED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(PoisonError::into_inner);
+    if logged.iter().any(|seen| seen == path) {
+        return false;
+    }
+    if logged.len() < REFUSALS_LOGGED_MAX {
+        logged.push(path.to_owned());
+    }
+    true
 }
 
 /// Takes the lock of the file at `path` (creating the file if needed), retrying for about a

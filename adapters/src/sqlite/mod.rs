@@ -184,7 +184,7 @@ impl SqliteStoreBuilder {
     }
 
     /// Who besides this user may use the store's files; default [`Sharing::Private`] (files
-    /// `0600`, a file another user owns or can write is refused). See [`Sharing::Group`].
+    /// `0600`, a file another user owns or can read or write is refused). See [`Sharing::Group`].
     pub fn sharing(mut self, sharing: Sharing) -> Self {
         self.sharing = sharing;
         self

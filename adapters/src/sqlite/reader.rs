@@ -87,6 +87,7 @@ pub(crate) fn check(path: &Path, machine_id: &str) -> Result<(), SqliteStoreErro
             why: super::Untrusted::NotAFile,
         });
     }
+    super::file::check_access(path, false)?;
     let conn = connect(path)?;
     super::schema::check_readable(path, &conn, machine_id)
 }

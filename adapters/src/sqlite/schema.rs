@@ -462,6 +462,7 @@ pub(crate) fn open(
     // A missing store is created complete in one step; an existing one is checked (see
     // `file.rs`) before SQLite opens it.
     let (new_file, before) = file::ensure(path, sharing, build)?;
+    file::check_access(path, true)?;
     // No URI interpretation, no creation (it exists), no symbolic link followed.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX

@@ -36,7 +36,7 @@ use std::time::Duration;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use vvm_core::semaphore::{Generation, OrderId, Semaphore, SemaphoreName, SessionKey};
-use vvm_runtime::semaphore_store::{transact, Write};
+use vvm_runtime::semaphore_store::{transact, undecodable, Write};
 use vvm_runtime::{
     Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
 };
@@ -50,12 +50,14 @@ use super::{SqliteStore, Step};
 struct Row {
     state: Option<Vec<u8>>,
     counters: (Generation, OrderId),
+    /// The store's revision of the row's last write.
+    version: u64,
 }
 
 fn load(tx: &Transaction<'_>, name: &SemaphoreName) -> Result<Option<Row>, TxError> {
     Ok(tx
         .prepare_cached(
-            "SELECT state, generation, next_order_id FROM vvm_semaphores WHERE name = ?1",
+            "SELECT state, generation, next_order_id, version FROM vvm_semaphores WHERE name = ?1",
         )?
         .query_row([name.as_str()], |row| {
             let state = match row.get_ref(0)? {
@@ -71,6 +73,7 @@ fn load(tx: &Transaction<'_>, name: &SemaphoreName) -> Result<Option<Row>, TxErr
             Ok(Row {
                 state,
                 counters: (Generation(counter(1)?), OrderId(counter(2)?.max(1))),
+                version: counter(3)?,
             })
         })
         .optional()?)
@@ -189,16 +192,29 @@ impl SemaphoreStore for SqliteStore {
         self.transact(TransactionBehavior::Immediate, move |tx, now| {
             let row = load(tx, &name)?;
             let counters = row.as_ref().map(|row| row.counters);
+            let floor = row
+                .as_ref()
+                .map_or(0, |row| row.version.max(row.counters.0 .0));
             let stored = match row.and_then(|row| row.state) {
                 None => None,
                 Some(bytes) => match Semaphore::decode(&bytes) {
                     Ok(state) => Some(state),
                     Err(source) => {
-                        let name = name.clone();
-                        return Ok(Step::read(Err(SemaphoreStoreError::Corrupt {
-                            name,
-                            source,
-                        })));
+                        return match undecodable(&name, source, bytes.len(), floor, &request) {
+                            Ok((write, applied)) => {
+                                // Its parties are unknown: the index forgets them all.
+                                tx.prepare_cached(
+                                    "DELETE FROM vvm_semaphore_parties WHERE name = ?1",
+                                )?
+                                .execute([name.as_str()])?;
+                                let wrote = store(tx, &name, &HashSet::new(), &write)?;
+                                Ok(Step {
+                                    result: Ok(applied),
+                                    wrote,
+                                })
+                            }
+                            Err(refused) => Ok(Step::read(Err(refused))),
+                        };
                     }
                 },
             };
