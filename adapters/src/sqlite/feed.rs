@@ -79,11 +79,12 @@ pub(super) struct Feed {
 /// The feed's read of the watched rows (`?1`: [`watched`]): only those, each found by its key,
 /// since the table holds a row per slot ever written (sessions may hold thousands) and this runs
 /// after every commit to the file. A holding names no lock file (its life is its session's,
-/// `session.rs`).
+/// `session.rs`). A row retired by its holder's release (no boot id, `record::retire`) has no
+/// holder: leaving it out makes the release a change, as a deletion was.
 const HOLDERS: &str = "SELECT slot, value, revision, \
         iif(session_incarnation IS NULL, lock_dev, NULL), \
         iif(session_incarnation IS NULL, lock_ino, NULL) \
-    FROM vvm_leases WHERE slot IN (SELECT value FROM json_each(?1)) \
+    FROM vvm_leases WHERE slot IN (SELECT value FROM json_each(?1)) AND boot_id <> '' \
     ORDER BY slot";
 
 /// The watched slots as a JSON array, the argument of the feed's read.
