@@ -16,36 +16,9 @@ use rustix::process::Signal;
 /// How long any one `vvm` here may take: far more than each needs, far less than "for ever".
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// `vvm` with `args` within [`LIMIT`]: its exit code, standard output and standard error; a
-/// panic naming `what` when it is still running then (it is killed).
+/// `vvm` with `args` within [`LIMIT`] (see [`cli_support::vvm_within`]).
 fn vvm(args: &[&str], what: &str) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the vvm binary runs");
-    let stdout = drain(child.stdout.take().unwrap());
-    let stderr = drain(child.stderr.take().unwrap());
-    let code = cli_support::exit_within(&mut child, LIMIT);
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    match code {
-        Some(code) => (code, stdout, stderr),
-        None => panic!("{what}: still running after {LIMIT:?}:\n{stdout}{stderr}"),
-    }
-}
-
-fn drain(mut stream: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stream.read_to_string(&mut text);
-        text
-    })
+    cli_support::vvm_within(args, LIMIT, what)
 }
 
 // covers: Url.Open

@@ -6,6 +6,8 @@
 
 mod cli_support;
 
+use cli_support::{drain, vvm_within};
+
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -295,39 +297,6 @@ fn status_writes_nothing() {
         Some(0)
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `vvm` with `args`, standard input closed, within `limit`: its exit code, standard output and
-/// standard error; a panic naming `what` when it is still running then (it is killed).
-fn vvm_within(args: &[&str], limit: Duration, what: &str) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the vvm binary runs");
-    let stdout = drain(child.stdout.take().unwrap());
-    let stderr = drain(child.stderr.take().unwrap());
-    let code = cli_support::exit_within(&mut child, limit);
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    match code {
-        Some(code) => (code, stdout, stderr),
-        None => panic!("{what}: still running after {limit:?}:\n{stdout}{stderr}"),
-    }
-}
-
-/// Reads `stream` to its end on a thread of its own (a full pipe must not stall the child).
-fn drain(mut stream: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stream.read_to_string(&mut text);
-        text
-    })
 }
 
 // covers: Sq.Trusted

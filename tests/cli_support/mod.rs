@@ -73,3 +73,36 @@ pub fn leading_child(store: &str, address: &str, stderr: Stdio) -> Child {
     assert!(first.starts_with("leading slot=1 "), "{first}");
     child
 }
+
+/// `vvm` with `args`, standard input closed, within `limit`: its exit code, standard output and
+/// standard error; a panic naming `what` when it is still running then (it is killed).
+pub fn vvm_within(args: &[&str], limit: Duration, what: &str) -> (Option<i32>, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the vvm binary runs");
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let code = exit_within(&mut child, limit);
+    if code.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    match code {
+        Some(code) => (code, stdout, stderr),
+        None => panic!("{what}: still running after {limit:?}:\n{stdout}{stderr}"),
+    }
+}
+
+/// Reads `stream` to its end on a thread of its own (a full pipe must not stall the child).
+pub fn drain(mut stream: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    })
+}
