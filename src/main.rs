@@ -141,6 +141,9 @@ pub struct GuardArgs {
     /// Start the command in no PID namespace of its own.
     #[arg(long)]
     no_namespace: bool,
+    /// Arm no kernel watchdog (a debug build's fault hook for tests only).
+    #[arg(long)]
+    no_kernel_watchdogs: bool,
     /// The command to start.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -158,6 +161,7 @@ impl From<GuardArgs> for cli::supervise::Supervision {
             strict: args.strict,
             no_cgroup: args.no_cgroup,
             no_namespace: args.no_namespace,
+            no_kernel_watchdogs: args.no_kernel_watchdogs,
         }
     }
 }

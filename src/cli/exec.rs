@@ -328,6 +328,15 @@ async fn injected_panic() {
     std::future::pending().await
 }
 
+/// Debug builds only, a fault for tests: with `VVM_FAULTS=no-kernel-watchdogs` the supervisor
+/// arms neither its SIGKILL timer at the deadline nor its parent-death signal, so that a test
+/// can show what a whole paused host does without them (`tests/partitions.rs`). Always false in
+/// release builds.
+fn no_kernel_watchdogs() -> bool {
+    cfg!(debug_assertions)
+        && std::env::var(FAULTS_VARIABLE).is_ok_and(|faults| faults.contains("no-kernel-watchdogs"))
+}
+
 /// Longest wait, on an unwinding or cancelled service, for the supervisor to end the tree and
 /// exit after the end of its control pipe; it only has to kill and reap, so this is far more
 /// than it takes. After it, the supervisor is killed and its tree swept from here.
@@ -575,6 +584,9 @@ impl Service for ExecService {
             .arg(to_boot_ns(deadline).to_string());
         for fd in &hold {
             supervisor.arg("--hold").arg(fd.to_string());
+        }
+        if no_kernel_watchdogs() {
+            supervisor.arg("--no-kernel-watchdogs");
         }
         match self.containment {
             ContainmentMode::Auto => {}

@@ -96,6 +96,8 @@ pub struct Supervision {
     pub no_cgroup: bool,
     /// Start the command in no PID namespace of its own.
     pub no_namespace: bool,
+    /// Arm no kernel watchdog (debug builds' fault hook, `VVM_FAULTS=no-kernel-watchdogs`).
+    pub no_kernel_watchdogs: bool,
 }
 
 /// How the command's tree is contained, as reported to `vvm` after the command's pid.
@@ -373,7 +375,7 @@ pub fn supervise(args: Supervision) -> ExitCode {
     // seen as the end of the control pipe), and at the deadline when it cannot act itself (a
     // SIGKILL timer). Without a namespace its end would leave the tree running: it ends the tree
     // itself, as long as it runs.
-    let deadman = match containment.namespace {
+    let deadman = match containment.namespace && !args.no_kernel_watchdogs {
         true => match arm_kernel_watchdogs(args.deadline_ns) {
             Ok(deadman) => Some(deadman),
             Err(e) => return fail(&format!("supervisor: {e}")),

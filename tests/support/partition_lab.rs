@@ -158,6 +158,11 @@ pub struct LabOptions {
     pub library_hosts: usize,
     /// Whether the commands' writes are fenced.
     pub fenced: bool,
+    /// Whether `vvm run`'s kernel watchdogs are on (the supervisor's SIGKILL timer at the
+    /// deadline and its parent-death signal). Off only for the broken variant: with them, the
+    /// kernel ends the tree of a paused host at its deadline (debug builds' fault hook,
+    /// `VVM_FAULTS=no-kernel-watchdogs`).
+    pub kernel_watchdogs: bool,
 }
 
 struct Host {
@@ -184,6 +189,7 @@ pub struct Lab {
     hosts: Vec<Host>,
     oracle: Oracle,
     fenced: bool,
+    kernel_watchdogs: bool,
     observer: usize,
     standby_exits: Vec<String>,
     register_from: u64,
@@ -250,6 +256,7 @@ impl Lab {
             members: (0..MEMBERS).map(|_| None).collect(),
             hosts,
             fenced: options.fenced,
+            kernel_watchdogs: options.kernel_watchdogs,
             observer: MEMBERS + host_count,
             standby_exits: Vec::new(),
             register_from: 0,
@@ -379,6 +386,14 @@ impl Lab {
             .env("PARTITION_LOG", &self.oracle.path)
             .env("PARTITION_ENDPOINTS", endpoints)
             .env("PARTITION_FENCE", if self.fenced { "1" } else { "0" })
+            .env(
+                "VVM_FAULTS",
+                if self.kernel_watchdogs {
+                    ""
+                } else {
+                    "no-kernel-watchdogs"
+                },
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
