@@ -748,19 +748,14 @@ fn read_records(control: &OwnedFd, into: &mut Vec<u64>) -> Result<bool, ()> {
     Ok(true)
 }
 
-/// Exits as the command did: with its code, or by its signal.
+/// Exits as the command did: with its code, or 128 + the number of the signal that ended it
+/// (the shell's convention). Not by raising that signal: this process handles the termination
+/// signals (they would not end it), and `vvm` learns the command's end from the [`Outcome`]
+/// record anyway.
 fn exit_as(status: Ended) -> ExitCode {
     match status {
         Ended::Code(code) => ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX)),
-        Ended::Signal(number) => {
-            if let Some(signal) = Signal::from_named_raw(number) {
-                // Default action restored by exec; the signal ends this process as it ended
-                // the command (for the few that would not, the shell's convention below).
-                let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            ExitCode::from(u8::try_from(128 + number).unwrap_or(u8::MAX))
-        }
+        Ended::Signal(number) => ExitCode::from(u8::try_from(128 + number).unwrap_or(u8::MAX)),
     }
 }
 
