@@ -21,7 +21,7 @@
 //!
 //! A graceful stop is a record of `0` on the pipe: SIGTERM, then SIGCONT (so that a stopped
 //! process sees it), to the command's group and to every other descendant; a record of `1` ends the tree at once (a second Ctrl-C). When the command exits, whatever it left is SIGKILLed and the supervisor
-//! exits as the command did (same code, or killed by the same signal).
+//! exits as the command did (same code, or 128 + N for signal N).
 //!
 //! - **A PID namespace of its own**, where the kernel allows one (root; see [`init`]): the
 //!   command runs under a first process forked from the supervisor, and the end of that process
