@@ -169,6 +169,25 @@ fn parse_boottime_offset(text: &str) -> Option<i64> {
     seconds.checked_mul(1_000_000_000)?.checked_add(nanoseconds)
 }
 
+/// The boot clock's offset of this process's time namespace, in nanoseconds (0 on the host's, or
+/// on a kernel without time namespaces): what to take off `CLOCK_BOOTTIME` (or any time shown
+/// on it, as `/proc` start times) to compare it with other processes of the host.
+///
+/// # Errors
+/// When `/proc/self/timens_offsets` exists but cannot be read or has no readable boottime line.
+pub fn boottime_offset_ns() -> Result<i64, ClockError> {
+    match std::fs::read_to_string(TIME_OFFSETS_PATH) {
+        Ok(offsets) => parse_boottime_offset(&offsets).ok_or_else(|| {
+            ClockError::Read(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{TIME_OFFSETS_PATH} has no readable boottime offset"),
+            ))
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(error) => Err(ClockError::Read(error)),
+    }
+}
+
 /// The host's `CLOCK_BOOTTIME` together with the boot id from [`BOOT_ID_PATH`].
 #[derive(Clone, Debug)]
 pub struct BootClock {
@@ -191,16 +210,7 @@ impl BootClock {
             }
         })?;
         // No file: a kernel without time namespaces, where every process reads the host's clock.
-        let offset_ns = match std::fs::read_to_string(TIME_OFFSETS_PATH) {
-            Ok(offsets) => parse_boottime_offset(&offsets).ok_or_else(|| {
-                ClockError::Read(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{TIME_OFFSETS_PATH} has no readable boottime offset"),
-                ))
-            })?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(error) => return Err(ClockError::Read(error)),
-        };
+        let offset_ns = boottime_offset_ns()?;
         let clock = BootClock {
             boot_id: parse_boot_id(&text)?,
             offset_ns,

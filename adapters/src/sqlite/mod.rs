@@ -110,8 +110,8 @@ use vvm_runtime::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreErro
 
 pub use busy::{ATTEMPTS_MAX, POLL_MAX, POLL_MIN};
 pub use clock::{
-    host_machine_id, BootClock, ClockError, StoreClock, BOOT_ID_MAX_BYTES, BOOT_ID_PATH,
-    MACHINE_ID_MAX_BYTES, MACHINE_ID_PATHS,
+    boottime_offset_ns, host_machine_id, BootClock, ClockError, StoreClock, BOOT_ID_MAX_BYTES,
+    BOOT_ID_PATH, MACHINE_ID_MAX_BYTES, MACHINE_ID_PATHS,
 };
 pub use error::SqliteStoreError;
 pub use feed::{FEED_POLL_INTERVAL, LOCK_WATCH_SLOTS_MAX};

@@ -83,22 +83,12 @@ fn start_time_in(stat: &str, offset_ticks: i64) -> Option<u64> {
 /// Clock ticks per second of `/proc` times (`USER_HZ`: 100 on Linux, whatever `HZ` is).
 const USER_HZ: i64 = 100;
 
-/// This process's time namespace's boot-clock offset, in clock ticks (0 without one).
+/// This process's time namespace's boot-clock offset, in clock ticks (0 without one, or when it
+/// cannot be read: then every supervisor reads the same, unshifted view).
 fn boottime_offset_ticks() -> i64 {
     static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
     *OFFSET.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/timens_offsets")
-            .ok()
-            .and_then(|text| {
-                let line = text
-                    .lines()
-                    .find(|line| line.split_whitespace().next() == Some("boottime"))?;
-                let mut fields = line.split_whitespace().skip(1);
-                let seconds: i64 = fields.next()?.parse().ok()?;
-                let nanoseconds: i64 = fields.next()?.parse().ok()?;
-                Some(seconds * USER_HZ + nanoseconds / (1_000_000_000 / USER_HZ))
-            })
-            .unwrap_or(0)
+        vvm_adapters::sqlite::boottime_offset_ns().map_or(0, |ns| ns / (1_000_000_000 / USER_HZ))
     })
 }
 
