@@ -314,8 +314,8 @@ impl Shared {
         unclaimed.remove(&key);
     }
 
-    /// How long a candidate still waits on `key`, found with no row where it met a live record
-    /// or while another process holds its lock, at `now_ns`: what is left of a lease (`ttl`) from
+    /// How long a candidate still waits on `key`, found with no row on a used slot (see
+    /// `insert`), at `now_ns`: what is left of a lease (`ttl`) from
     /// when this process first saw it so, or `None` once that has passed. A holder that lost its
     /// record stops renewing at once (its compare-and-swap finds nothing) and its kill deadline
     /// passes within a lease of its last confirmed renewal, which came before that first sight.
@@ -328,18 +328,22 @@ impl Shared {
             named: None,
             gone_since_ns: None,
         });
+        let first_sight = first.gone_since_ns.is_none();
         let first_ns = *first.gone_since_ns.get_or_insert(now_ns);
         let waited = Duration::from_nanos(u64::try_from(now_ns - first_ns).unwrap_or(0));
         match ttl.checked_sub(waited) {
             Some(left) if !left.is_zero() => {
-                tracing::warn!(
+                // Once per sight, not at every look.
+                if first_sight {
+                    tracing::warn!(
                     slot = key.0,
                     left_ms = left.as_millis() as u64,
                     "the slot's record vanished without a release (deleted from outside, or the \
-                     store's file replaced): its holder may still act; waiting for its lock, at \
-                     most a lease"
-                );
-                // Looked at again soon: the lock frees when that holder's tree is gone.
+                     store's file replaced): its holder may still act; waiting a lease from \
+                     first sight"
+                    );
+                }
+                // Looked at again soon: a row may come back (a holder's write, a restored file).
                 Some(left.min(UNCLAIMED_RECHECK))
             }
             _ => {
@@ -512,12 +516,16 @@ fn insert(
     let held = registry.held(&lock_path);
     let mut fresh: Option<lock::SlotLock> = None;
     let mut refused: Option<lock::NotTaken> = None;
+    // Judged once, before this insert may create the lock file: a retried transaction must not
+    // take the file it made itself for a trace of another holder.
+    let mut used_before: Option<bool> = None;
     let result = transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
         let judged = record::load(tx, key, now)?;
         let worth_locking = match &judged {
             Judged::Absent => true,
             Judged::Live(stored, _) => may_be_dead(tx, key, stored, &bytes, &lock_path)?,
         };
+        let used_before = *used_before.get_or_insert_with(|| lock::file_id(&lock_path).is_some());
         if held.is_none() && fresh.is_none() && worth_locking {
             match lock::try_lock(&registry, &lock_path, shared.sharing) {
                 Ok(lock) => fresh = Some(lock),
@@ -527,14 +535,16 @@ fn insert(
         let fresh_id = fresh.as_ref().map(|lock| lock.id);
         match judged {
             Judged::Absent => {
-                // No row at all where a live record was met, or while a live process holds the
-                // slot's lock: the record was deleted from outside, or the store's file replaced,
-                // under a holder that may still act (one that named no lock included). Neither a
-                // release (it leaves a retired row) nor an expiry (it leaves an expired one):
-                // wait for the lock, or for a lease from first sight.
+                // No row at all on a slot that was used (its lock file was there before this
+                // insert), where a live record was met, or while a live process holds the slot's
+                // lock: the record was deleted from outside, or the store's file replaced, under
+                // a holder that may still act — one that named no lock included, whose lock file
+                // a stopped predecessor held; a free lock proves nothing of it. Neither a release
+                // (it leaves a retired row) nor an expiry (it leaves an expired one): wait a
+                // lease from first sight.
                 let lock_held = refused == Some(lock::NotTaken::HeldElsewhere);
                 if held.is_none()
-                    && (lock_held || shared.met_live(key, fresh_id))
+                    && (lock_held || used_before || shared.met_live(key, fresh_id))
                     && !record::row_exists(tx, key)?
                 {
                     if let Some(left) = shared.unclaimed_left(key, now.ns, ttl) {
