@@ -260,6 +260,31 @@ pub(crate) fn try_lock(
     Err(NotTaken::HeldElsewhere)
 }
 
+/// Marks the lock file at `path` (creating it if needed) as the lock of a slot a record was
+/// written for: one byte at its start. A watcher creates the file empty, so only the mark tells
+/// a newcomer that finds no row that a holder was there (see `insert`). Best effort: a file that
+/// cannot be marked only takes that evidence away. Blocking: a few file system calls.
+pub(crate) fn mark_used(path: &Path, sharing: Sharing) {
+    let Some((fd, _)) = open_lock_file(path, OFlags::WRONLY | OFlags::CREATE, sharing) else {
+        return;
+    };
+    if let Err(error) = rustix::io::pwrite(&fd, USED_MARK, 0) {
+        tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be marked");
+    }
+}
+
+/// What a holder writes at the start of its slot's lock file.
+const USED_MARK: &[u8] = b"1";
+
+/// Whether the file at `path` is a lock file this store trusts that a holder marked (see
+/// [`mark_used`]): judged by its status alone, never opened.
+pub(crate) fn marked_used(path: &Path, sharing: Sharing) -> bool {
+    match rustix::fs::lstat(path) {
+        Ok(stat) => stat.st_size > 0 && file::judge(&stat, sharing).is_ok(),
+        Err(_) => false,
+    }
+}
+
 /// The identity of the file linked at `path` (not through a link), if there is one.
 pub(crate) fn file_id(path: &Path) -> Option<FileId> {
     rustix::fs::lstat(path).ok().map(|stat| identity(&stat))

@@ -516,8 +516,8 @@ fn insert(
     let held = registry.held(&lock_path);
     let mut fresh: Option<lock::SlotLock> = None;
     let mut refused: Option<lock::NotTaken> = None;
-    // Judged once, before this insert may create the lock file: a retried transaction must not
-    // take the file it made itself for a trace of another holder.
+    // Judged once, before this insert may mark the lock file: a retried transaction must not
+    // take its own mark for a trace of another holder.
     let mut used_before: Option<bool> = None;
     let result = transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
         let judged = record::load(tx, key, now)?;
@@ -525,7 +525,8 @@ fn insert(
             Judged::Absent => true,
             Judged::Live(stored, _) => may_be_dead(tx, key, stored, &bytes, &lock_path)?,
         };
-        let used_before = *used_before.get_or_insert_with(|| lock::file_id(&lock_path).is_some());
+        let used_before =
+            *used_before.get_or_insert_with(|| lock::marked_used(&lock_path, shared.sharing));
         if held.is_none() && fresh.is_none() && worth_locking {
             match lock::try_lock(&registry, &lock_path, shared.sharing) {
                 Ok(lock) => fresh = Some(lock),
@@ -535,8 +536,7 @@ fn insert(
         let fresh_id = fresh.as_ref().map(|lock| lock.id);
         match judged {
             Judged::Absent => {
-                // No row at all on a slot that was used (its lock file was there before this
-                // insert), where a live record was met, or while a live process holds the slot's
+                // No row at all on a slot that was used (a holder marked its lock file), where a live record was met, or while a live process holds the slot's
                 // lock: the record was deleted from outside, or the store's file replaced, under
                 // a holder that may still act — one that named no lock included, whose lock file
                 // a stopped predecessor held; a free lock proves nothing of it. Neither a release
@@ -552,6 +552,7 @@ fn insert(
                     }
                 }
                 let revision = record::write(tx, key, &bytes, ttl, now, held.or(fresh_id))?;
+                lock::mark_used(&lock_path, shared.sharing);
                 Ok(Step::wrote(Taken::Written(revision)))
             }
             Judged::Live(_, left) => match fresh_id {
