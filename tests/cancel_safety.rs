@@ -1,0 +1,100 @@
+//! Acquires, watches and withdrawals under cancellation and store trouble, on the memory store
+//! behind a hook that fails or delays the calls a test names: a caller that gives up (a
+//! `timeout`, a `select!`) or a store call that fails leaves nothing held for nobody and misses
+//! no change.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::faulty::{Call, Fault, Faulty, Hook};
+use common::{coordination, TestKiller};
+use vvm::{AcquireOptions, CoordinationError, StoreError, WatchKind};
+
+/// Gives the calls of one kind a fault until it is cleared.
+#[derive(Clone, Default)]
+struct Trouble(Arc<Mutex<Vec<(Call, Fault)>>>);
+
+impl Trouble {
+    fn set(&self, call: Call, fault: Fault) {
+        let mut faults = self.0.lock().unwrap();
+        faults.retain(|(c, _)| *c != call);
+        faults.push((call, fault));
+    }
+
+    fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+}
+
+impl Hook for Trouble {
+    fn fault(&self, call: Call) -> Fault {
+        let faults = self.0.lock().unwrap();
+        faults
+            .iter()
+            .find(|(c, _)| *c == call)
+            .map_or(Fault::None, |(_, fault)| *fault)
+    }
+}
+
+type Store = Faulty<Trouble>;
+
+/// How long a test waits for what must happen at once (a loaded machine included).
+const PROMPT: Duration = Duration::from_secs(5);
+
+/// A change made while the watch waited, whose read then failed, is answered by the next read.
+// covers: Sem.Store.Watch
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_answers_the_last_change_after_a_failed_read() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let a = coordination(&store, 1, &killer).await;
+    a.create("config", 1, b"v1".to_vec()).await.expect("created");
+    let mut watch = a.watch("config", WatchKind::DATA).expect("valid name");
+    assert_eq!(watch.next().await.expect("the state now").data, b"v1");
+
+    a.update_data("config", b"v2".to_vec())
+        .await
+        .expect("updated");
+    store.hook.set(Call::Semaphore, Fault::Fail);
+    let failed = watch.next().await;
+    assert!(
+        matches!(failed, Err(CoordinationError::Store(StoreError::Failed { .. }))),
+        "{failed:?}"
+    );
+    store.hook.clear();
+    let next = tokio::time::timeout(PROMPT, watch.next()).await;
+    let description = next
+        .expect("the change made before the failed read is answered, not waited for again")
+        .expect("read");
+    assert_eq!(description.data, b"v2");
+}
+
+/// A change made while the watch waited, whose read was then abandoned by its caller, is
+/// answered by the next read.
+// covers: Sem.Store.Watch
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_answers_the_last_change_after_an_abandoned_read() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let a = coordination(&store, 1, &killer).await;
+    a.create("config", 1, b"v1".to_vec()).await.expect("created");
+    let mut watch = a.watch("config", WatchKind::DATA).expect("valid name");
+    assert_eq!(watch.next().await.expect("the state now").data, b"v1");
+
+    a.update_data("config", b"v2".to_vec())
+        .await
+        .expect("updated");
+    store
+        .hook
+        .set(Call::Semaphore, Fault::Delay(Duration::from_millis(400)));
+    let abandoned = tokio::time::timeout(Duration::from_millis(100), watch.next()).await;
+    assert!(abandoned.is_err(), "the read was slow: {abandoned:?}");
+    store.hook.clear();
+    let next = tokio::time::timeout(PROMPT, watch.next()).await;
+    let description = next
+        .expect("the change made before the abandoned read is answered, not waited for again")
+        .expect("read");
+    assert_eq!(description.data, b"v2");
+}
