@@ -98,3 +98,56 @@ async fn a_watch_answers_the_last_change_after_an_abandoned_read() {
         .expect("read");
     assert_eq!(description.data, b"v2");
 }
+
+/// Waits until `name` has neither owners nor waiters, as `by` describes it.
+async fn until_free(by: &vvm::Coordination<Store>, name: &str, what: &str) {
+    let give_up = tokio::time::Instant::now() + PROMPT;
+    loop {
+        let description = by.describe(name).await.expect("described");
+        if description.owners.is_empty() && description.waiters.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "{what}: owners {:?}, waiters {:?}",
+            description.owners,
+            description.waiters
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An acquire whose caller gave up during its first store call (the store queued it; the
+/// answer came too late) is withdrawn: the units released later are granted to nobody, and
+/// another session gets them at once.
+// covers: Sem.CancelAcquire
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_dropped_during_its_first_call_leaves_nothing_queued() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let a = coordination(&store, 1, &killer).await;
+    let b = coordination(&store, 2, &killer).await;
+    let c = coordination(&store, 3, &killer).await;
+    a.create("lock", 1, Vec::new()).await.expect("created");
+    let held = b
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+
+    store
+        .hook
+        .set(Call::Semaphore, Fault::LateAnswer(Duration::from_millis(400)));
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(100), a.acquire("lock", AcquireOptions::new(1)))
+            .await;
+    assert!(abandoned.is_err(), "the answer was late: {abandoned:?}");
+    store.hook.clear();
+    assert!(held.release().await.expect("released"));
+    until_free(&c, "lock", "the abandoned request was granted to nobody").await;
+    let granted = c
+        .acquire("lock", AcquireOptions::new(1).timeout(Duration::ZERO))
+        .await
+        .expect("runs");
+    assert!(granted.is_some(), "the units are free for another session");
+}

@@ -131,12 +131,16 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
         timeout_ms: options.timeout_ms(),
         ephemeral: options.ephemeral,
     };
+    // Marked before the call: a caller that gives up while it runs (a `timeout`, a
+    // `select!`) drops the claim, which then withdraws whatever the store may have queued or
+    // granted. A release cannot reach a later request.
+    claim.queued = true;
     let applied = match inner.call(&name, request).await {
         Ok(applied) => applied,
         Err(error) => {
             // An acquire whose outcome is unknown may have been written (granted or queued):
             // the claim withdraws it with a release numbered after it, so that it holds no
-            // units until the session ends. A release cannot reach a later request.
+            // units until the session ends.
             claim.queued = matches!(
                 error,
                 CoordinationError::Store(crate::StoreError::Unknown { .. })
@@ -149,7 +153,10 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     let status = applied.outcome.map(|o| o.status);
     let granted = match status {
         Some(Status::Granted { order_id, token }) => Some((order_id, token)),
-        Some(Status::NotGranted) => return Ok(None),
+        Some(Status::NotGranted) => {
+            claim.queued = false;
+            return Ok(None);
+        }
         Some(Status::Queued { .. }) => None,
         // Not an acquire's status: the store broke the contract; nothing is held.
         _ => return Ok(None),
@@ -157,7 +164,6 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     let (order_id, token) = match granted {
         Some(granted) => granted,
         None => {
-            claim.queued = true;
             let waited = wait(
                 inner,
                 &name,

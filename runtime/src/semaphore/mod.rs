@@ -188,8 +188,15 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
 
     /// Acquires `options.count` units of `name`: `Ok(Some(grant))` when granted (at once, or
     /// after waiting in the queue), `Ok(None)` when the timeout passed first (or, with a zero
-    /// timeout, when it could not be granted at once). Dropping the future while it waits
-    /// withdraws the request (in the background).
+    /// timeout, when it could not be granted at once).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any point — during its first store call too —
+    /// leaves nothing held. Whatever the store may have queued or granted for it is withdrawn
+    /// in the background, by a release numbered after the acquire (so it cannot end a later
+    /// acquire's grant); until that is done, an acquire of the name by this session is refused
+    /// ([`CoordinationError::AlreadyHeld`]).
     pub async fn acquire(
         &self,
         name: &str,
