@@ -151,3 +151,58 @@ async fn an_acquire_dropped_during_its_first_call_leaves_nothing_queued() {
         .expect("runs");
     assert!(granted.is_some(), "the units are free for another session");
 }
+
+/// Waits until `by` sees the session `n` among the waiters of `name`.
+async fn until_queued(by: &vvm::Coordination<Store>, name: &str, n: u64) {
+    let give_up = tokio::time::Instant::now() + PROMPT;
+    loop {
+        let description = by.describe(name).await.expect("described");
+        if description
+            .waiters
+            .iter()
+            .any(|w| w.session.incarnation == vvm::Incarnation(n))
+        {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < give_up, "never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A queued acquire dropped while the store fails: its withdrawal fails at first and is tried
+/// again until it is done, so the units released later are not granted to nobody.
+// covers: Sem.CancelWithdraw
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_during_a_store_blip_is_retried() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let a = coordination(&store, 1, &killer).await;
+    let b = coordination(&store, 2, &killer).await;
+    let c = coordination(&store, 3, &killer).await;
+    a.create("lock", 1, Vec::new()).await.expect("created");
+    let held = b
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+    let waiting = {
+        let a = a.clone();
+        tokio::spawn(async move { a.acquire("lock", AcquireOptions::new(1)).await })
+    };
+    until_queued(&c, "lock", 1).await;
+
+    // The blip: the abandoned request's withdrawal fails while it lasts.
+    store.hook.set(Call::Semaphore, Fault::Fail);
+    waiting.abort();
+    assert!(waiting.await.is_err_and(|e| e.is_cancelled()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    store.hook.clear();
+
+    assert!(held.release().await.expect("released"));
+    until_free(&c, "lock", "the abandoned request holds the units for nobody").await;
+    let granted = c
+        .acquire("lock", AcquireOptions::new(1).timeout(Duration::ZERO))
+        .await
+        .expect("runs");
+    assert!(granted.is_some(), "the units are free for another session");
+}

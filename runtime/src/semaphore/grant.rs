@@ -56,8 +56,10 @@ fn give_back<S>(inner: &Inner<S>, name: &SemaphoreName, holding: Option<HoldingI
 
 /// Releases the session's request on `name` in the background (an acquire dropped while
 /// waiting, a grant dropped without a release), then gives back the name and the holding: a
-/// later acquire of the name cannot be released by it. Without a runtime the request is left
-/// to end with the session.
+/// later acquire of the name cannot be released by it. A release that fails (a store blip) is
+/// tried again, after pauses growing from [`WITHDRAW_PAUSE_FIRST`] to [`WITHDRAW_PAUSE_MAX`],
+/// until it is done or the session ends (which ends the request too). Without a runtime the
+/// request is left to end with the session.
 fn withdraw<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
@@ -69,11 +71,44 @@ fn withdraw<S: SemaphoreStore + Clone>(
     };
     let (inner, name) = (Arc::clone(inner), name.clone());
     runtime.spawn(async move {
-        if let Err(error) = inner.call(&name, SemaphoreRequest::release()).await {
-            tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; it ends with the session");
+        // One release for every try: numbered now, it ends the abandoned request and nothing
+        // later, and the store applies it once however often it is sent.
+        let release = SemaphoreRequest::release();
+        let mut pauses = crate::jittered_backoff(WITHDRAW_PAUSE_FIRST, WITHDRAW_PAUSE_MAX);
+        loop {
+            let error = match inner.call(&name, release.clone()).await {
+                Ok(_) => break,
+                Err(error) => error,
+            };
+            if !retried(&error) {
+                // The session is over (its end ends the request) or the semaphore is gone.
+                tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "abandoned request not released; nothing is left to release");
+                break;
+            }
+            tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; trying again");
+            let pause = pauses.next().unwrap_or(WITHDRAW_PAUSE_MAX);
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                _ = inner.session.lost() => break,
+            }
         }
         give_back(&inner, &name, holding);
     });
+}
+
+/// The first pause before a failed withdrawal is tried again.
+const WITHDRAW_PAUSE_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
+/// The longest: a withdrawal keeps trying through an outage at one call per second at most.
+const WITHDRAW_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a call that failed with `error` may succeed when made again: the store failed or
+/// did not answer, or its state could not be read (which an operator may mend). The end of the
+/// session and a semaphore that is gone are final.
+fn retried(error: &CoordinationError) -> bool {
+    matches!(
+        error,
+        CoordinationError::Store(_) | CoordinationError::TimedOut | CoordinationError::Corrupt { .. }
+    )
 }
 
 /// The owner entry of our session in `description`, if it owns. An owner of a semaphore
@@ -374,17 +409,24 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
         }
     }
 
-    /// Releases the grant: `Ok(true)` when it was still held. Whatever the answer, the
-    /// grant is detached from the session afterwards; a release whose outcome is unknown
-    /// leaves the hold to end with the session.
+    /// Releases the grant: `Ok(true)` when it was still held. A release that failed or
+    /// whose outcome is unknown is answered as such and then tried again in the background
+    /// until it is done or the session ends, as a dropped grant's is; the grant is detached
+    /// from the session once the release is done.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases the grant in the background, as dropping the
+    /// grant does.
     pub async fn release(mut self) -> Result<bool, CoordinationError> {
-        self.done = true;
-        let result = self
+        // Not marked done before the answer: a release dropped or failed on the way leaves the
+        // grant's drop to release it.
+        let applied = self
             .inner
             .call(&self.name, SemaphoreRequest::release())
-            .await;
+            .await?;
+        self.done = true;
         self.detach();
-        let applied = result?;
         Ok(applied.outcome.is_some_and(
             |o| matches!(o.status, Status::Released { order_id } if order_id == self.order_id),
         ))
