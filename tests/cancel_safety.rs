@@ -206,3 +206,44 @@ async fn a_withdrawal_during_a_store_blip_is_retried() {
         .expect("runs");
     assert!(granted.is_some(), "the units are free for another session");
 }
+
+/// An `Elections::acquire` whose caller gave up while the store was busy wins nothing for
+/// nobody: the slot the handle's task took afterwards is released, and another candidate gets it.
+// covers: Rt.ElectionsAbandoned
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_elections_acquire_keeps_no_slot() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let lease = vvm::LeaseConfig::new(common::LEASE).expect("valid");
+    let first = vvm::Elections::start(store.clone(), "10.0.0.1:7000", lease, &killer.thread)
+        .expect("started");
+    let second = vvm::Elections::start(store.clone(), "10.0.0.2:7000", lease, &killer.thread)
+        .expect("started");
+
+    store
+        .hook
+        .set(Call::Acquire, Fault::Delay(Duration::from_millis(400)));
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(150), first.acquire(vvm::Slot(1))).await;
+    assert!(abandoned.is_err(), "the store was busy: {abandoned:?}");
+    store.hook.clear();
+    // The task's store call is applied after 400 ms; what it won is given back then.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let give_up = tokio::time::Instant::now() + PROMPT;
+    loop {
+        match second.acquire(vvm::Slot(1)).await {
+            Ok(_) => break,
+            Err(vvm::ElectionsError::Held(_)) => {}
+            Err(error) => panic!("{error:?}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the abandoned acquire keeps slot 1: {:?}",
+            first.tenure(vvm::Slot(1))
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(first.tenure(vvm::Slot(1)), vvm::Tenure::Idle);
+    second.cleanup().await;
+    first.cleanup().await;
+}
