@@ -247,3 +247,46 @@ async fn an_abandoned_elections_acquire_keeps_no_slot() {
     second.cleanup().await;
     first.cleanup().await;
 }
+
+/// Two `Coordination` handles on one session are one party of the store: the second handle's
+/// acquire of a name the first holds is refused, so the session never holds more than it was
+/// granted and the first handle's grant stays what it believes it is.
+// covers: Sem.OneView
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_on_one_session_share_one_view() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let session = common::open_session(&store, 1, &killer).await;
+    let first = vvm::Coordination::new(session.clone());
+    let second = vvm::Coordination::new(session);
+    let other = coordination(&store, 2, &killer).await;
+    first.create("pool", 3, Vec::new()).await.expect("created");
+    let held = first
+        .acquire("pool", AcquireOptions::new(3))
+        .await
+        .expect("runs")
+        .expect("free");
+
+    let again = second
+        .acquire("pool", AcquireOptions::new(1).timeout(Duration::ZERO))
+        .await;
+    assert!(
+        matches!(again, Err(CoordinationError::AlreadyHeld(_))),
+        "the session holds the name through the first handle: {again:?}"
+    );
+    let description = other.describe("pool").await.expect("described");
+    assert_eq!(description.owners.len(), 1);
+    assert_eq!(description.owners[0].count, 3, "the first handle's grant is what it believes");
+    let waiter = other
+        .acquire("pool", AcquireOptions::new(2).timeout(Duration::ZERO))
+        .await
+        .expect("runs");
+    assert!(waiter.is_none(), "3 of 3 units are held: {waiter:?}");
+    assert!(held.release().await.expect("released"));
+    // Given back by the first handle, the name is free for the second.
+    let granted = second
+        .acquire("pool", AcquireOptions::new(1).timeout(Duration::ZERO))
+        .await
+        .expect("runs");
+    assert!(granted.is_some());
+}

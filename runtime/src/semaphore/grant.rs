@@ -46,12 +46,12 @@ impl<S: SemaphoreStore + Clone> Drop for Claim<'_, S> {
     }
 }
 
-/// Detaches `holding` and frees the name for the next acquire through this handle.
+/// Detaches `holding` and frees the name for the session's next acquire of it.
 fn give_back<S>(inner: &Inner<S>, name: &SemaphoreName, holding: Option<HoldingId>) {
     if let Some(holding) = holding {
         inner.session.detach(holding);
     }
-    inner.lock_held().remove(name);
+    inner.session.unclaim_semaphore(name);
 }
 
 /// Releases the session's request on `name` in the background (an acquire dropped while
@@ -137,7 +137,7 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     name: SemaphoreName,
     options: AcquireOptions,
 ) -> Result<Option<SemaphoreGrant<S>>, CoordinationError> {
-    if !inner.lock_held().insert(name.clone()) {
+    if !inner.session.claim_semaphore(&name) {
         return Err(CoordinationError::AlreadyHeld(name));
     }
     let mut claim = Claim {

@@ -56,8 +56,7 @@ mod grant;
 mod serve;
 mod watch;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use vvm_core::semaphore::{Description, SemaphoreName, Status};
@@ -130,11 +129,12 @@ impl AcquireOptions {
 /// What a [`Coordination`] and its grants and watches share.
 struct Inner<S> {
     session: SessionHandle<S>,
-    /// Names held or being acquired through this handle.
-    held: Mutex<HashSet<SemaphoreName>>,
 }
 
-/// Semaphores on one session. Cloning shares the session.
+/// Semaphores on one session. Cloning shares the session; so does another `Coordination` on
+/// the same session: the store keeps one party per semaphore and session, and every handle of
+/// the session sees the same names held or being acquired
+/// ([`CoordinationError::AlreadyHeld`]).
 pub struct Coordination<S> {
     inner: Arc<Inner<S>>,
 }
@@ -159,10 +159,7 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     /// Semaphores on `session`.
     pub fn new(session: SessionHandle<S>) -> Self {
         Coordination {
-            inner: Arc::new(Inner {
-                session,
-                held: Mutex::default(),
-            }),
+            inner: Arc::new(Inner { session }),
         }
     }
 
@@ -305,13 +302,6 @@ impl<S: SemaphoreStore + Clone> Inner<S> {
             SessionStatus::Opening | SessionStatus::Open { .. } => return None,
         };
         Some(CoordinationError::Session(error))
-    }
-}
-
-impl<S> Inner<S> {
-    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashSet<SemaphoreName>> {
-        // Every critical section leaves the set consistent; a poisoned lock is usable.
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
