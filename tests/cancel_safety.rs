@@ -50,7 +50,9 @@ async fn a_watch_answers_the_last_change_after_a_failed_read() {
     let store = Store::default();
     let killer = TestKiller::new();
     let a = coordination(&store, 1, &killer).await;
-    a.create("config", 1, b"v1".to_vec()).await.expect("created");
+    a.create("config", 1, b"v1".to_vec())
+        .await
+        .expect("created");
     let mut watch = a.watch("config", WatchKind::DATA).expect("valid name");
     assert_eq!(watch.next().await.expect("the state now").data, b"v1");
 
@@ -60,7 +62,10 @@ async fn a_watch_answers_the_last_change_after_a_failed_read() {
     store.hook.set(Call::Semaphore, Fault::Fail);
     let failed = watch.next().await;
     assert!(
-        matches!(failed, Err(CoordinationError::Store(StoreError::Failed { .. }))),
+        matches!(
+            failed,
+            Err(CoordinationError::Store(StoreError::Failed { .. }))
+        ),
         "{failed:?}"
     );
     store.hook.clear();
@@ -79,7 +84,9 @@ async fn a_watch_answers_the_last_change_after_an_abandoned_read() {
     let store = Store::default();
     let killer = TestKiller::new();
     let a = coordination(&store, 1, &killer).await;
-    a.create("config", 1, b"v1".to_vec()).await.expect("created");
+    a.create("config", 1, b"v1".to_vec())
+        .await
+        .expect("created");
     let mut watch = a.watch("config", WatchKind::DATA).expect("valid name");
     assert_eq!(watch.next().await.expect("the state now").data, b"v1");
 
@@ -135,12 +142,15 @@ async fn an_acquire_dropped_during_its_first_call_leaves_nothing_queued() {
         .expect("runs")
         .expect("free");
 
-    store
-        .hook
-        .set(Call::Semaphore, Fault::LateAnswer(Duration::from_millis(400)));
-    let abandoned =
-        tokio::time::timeout(Duration::from_millis(100), a.acquire("lock", AcquireOptions::new(1)))
-            .await;
+    store.hook.set(
+        Call::Semaphore,
+        Fault::LateAnswer(Duration::from_millis(400)),
+    );
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(100),
+        a.acquire("lock", AcquireOptions::new(1)),
+    )
+    .await;
     assert!(abandoned.is_err(), "the answer was late: {abandoned:?}");
     store.hook.clear();
     assert!(held.release().await.expect("released"));
@@ -199,7 +209,12 @@ async fn a_withdrawal_during_a_store_blip_is_retried() {
     store.hook.clear();
 
     assert!(held.release().await.expect("released"));
-    until_free(&c, "lock", "the abandoned request holds the units for nobody").await;
+    until_free(
+        &c,
+        "lock",
+        "the abandoned request holds the units for nobody",
+    )
+    .await;
     let granted = c
         .acquire("lock", AcquireOptions::new(1).timeout(Duration::ZERO))
         .await
@@ -276,7 +291,10 @@ async fn two_handles_on_one_session_share_one_view() {
     );
     let description = other.describe("pool").await.expect("described");
     assert_eq!(description.owners.len(), 1);
-    assert_eq!(description.owners[0].count, 3, "the first handle's grant is what it believes");
+    assert_eq!(
+        description.owners[0].count, 3,
+        "the first handle's grant is what it believes"
+    );
     let waiter = other
         .acquire("pool", AcquireOptions::new(2).timeout(Duration::ZERO))
         .await

@@ -253,7 +253,10 @@ impl<S: SessionStore + Clone> Task<S> {
         if !held {
             return;
         }
-        tracing::debug!(slot = token.slot.0, "slot won for a caller that gave up: released");
+        tracing::debug!(
+            slot = token.slot.0,
+            "slot won for a caller that gave up: released"
+        );
         if let Err(error) = self.release(token.slot).await {
             tracing::warn!(slot = token.slot.0, error = %crate::ErrorChain(&error), "slot won for a caller that gave up not released");
         }

@@ -57,8 +57,8 @@ fn give_back<S>(inner: &Inner<S>, name: &SemaphoreName, holding: Option<HoldingI
 /// Releases the session's request on `name` in the background (an acquire dropped while
 /// waiting, a grant dropped without a release), then gives back the name and the holding: a
 /// later acquire of the name cannot be released by it. A release that fails (a store blip) is
-/// tried again, after pauses growing from [`WITHDRAW_PAUSE_FIRST`] to [`WITHDRAW_PAUSE_MAX`],
-/// until it is done or the session ends (which ends the request too). Without a runtime the
+/// tried again, after pauses growing from [`RETRY_PAUSE_FIRST`] to [`RETRY_PAUSE_MAX`], until
+/// it is done or the session ends (which ends the request too). Without a runtime the
 /// request is left to end with the session.
 fn withdraw<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
@@ -74,19 +74,19 @@ fn withdraw<S: SemaphoreStore + Clone>(
         // One release for every try: numbered now, it ends the abandoned request and nothing
         // later, and the store applies it once however often it is sent.
         let release = SemaphoreRequest::release();
-        let mut pauses = crate::jittered_backoff(WITHDRAW_PAUSE_FIRST, WITHDRAW_PAUSE_MAX);
+        let mut pauses = crate::jittered_backoff(RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
         loop {
             let error = match inner.call(&name, release.clone()).await {
                 Ok(_) => break,
                 Err(error) => error,
             };
-            if !retried(&error) {
+            if !transient(&error) {
                 // The session is over (its end ends the request) or the semaphore is gone.
                 tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "abandoned request not released; nothing is left to release");
                 break;
             }
             tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; trying again");
-            let pause = pauses.next().unwrap_or(WITHDRAW_PAUSE_MAX);
+            let pause = pauses.next().unwrap_or(RETRY_PAUSE_MAX);
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
                 _ = inner.session.lost() => break,
@@ -96,18 +96,20 @@ fn withdraw<S: SemaphoreStore + Clone>(
     });
 }
 
-/// The first pause before a failed withdrawal is tried again.
-const WITHDRAW_PAUSE_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
-/// The longest: a withdrawal keeps trying through an outage at one call per second at most.
-const WITHDRAW_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+/// The first pause before a call that failed in a store's trouble (a withdrawal, a queued
+/// acquire's look) is made again.
+const RETRY_PAUSE_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
+/// The longest: through an outage such a call is made once a second at most.
+const RETRY_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Whether a call that failed with `error` may succeed when made again: the store failed or
-/// did not answer, or its state could not be read (which an operator may mend). The end of the
-/// session and a semaphore that is gone are final.
-fn retried(error: &CoordinationError) -> bool {
+/// Whether a call that failed with `error` failed in the store's trouble (the store failed or
+/// did not answer), which the session may ride out: then the call is worth making again while
+/// the session lives. Everything else (the session over, a semaphore gone, its state
+/// unreadable) is final.
+fn transient(error: &CoordinationError) -> bool {
     matches!(
         error,
-        CoordinationError::Store(_) | CoordinationError::TimedOut | CoordinationError::Corrupt { .. }
+        CoordinationError::Store(_) | CoordinationError::TimedOut
     )
 }
 
@@ -236,7 +238,9 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
 
 /// Waits in the queue: woken by the feed, by the soonest expiry of another party, by the
 /// session's end or by the timeout. `Ok(None)`: the timeout passed and the request left the
-/// queue. `request`: the acquire that queued.
+/// queue. `request`: the acquire that queued. A look that fails in the store's trouble is made
+/// again (after pauses growing from [`RETRY_PAUSE_FIRST`] to [`RETRY_PAUSE_MAX`]) while the
+/// session lives: the request stays queued through what the session rides out.
 async fn wait<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
@@ -247,8 +251,15 @@ async fn wait<S: SemaphoreStore + Clone>(
 ) -> Result<Option<(OrderId, Generation)>, CoordinationError> {
     let store = inner.session.store();
     let key = inner.session.key();
+    let mut pauses = crate::jittered_backoff(RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
+    // When to look again after a look that failed: until then the timeout waits too, so that
+    // a store failing at once is not asked in a loop.
+    let mut retry: Option<tokio::time::Instant> = None;
     loop {
-        let wake = [*look, deadline].into_iter().flatten().min();
+        let wake = match retry {
+            Some(at) => Some(at),
+            None => [*look, deadline].into_iter().flatten().min(),
+        };
         let timer = async {
             match wake {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -270,7 +281,18 @@ async fn wait<S: SemaphoreStore + Clone>(
         } else {
             SemaphoreRequest::Describe
         };
-        let applied: Applied = inner.call(name, call).await?;
+        let applied: Applied = match inner.call(name, call).await {
+            Ok(applied) => applied,
+            Err(error) if transient(&error) => {
+                tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "a queued acquire's look failed; it stays queued and looks again");
+                let pause = pauses.next().unwrap_or(RETRY_PAUSE_MAX);
+                retry = tokio::time::Instant::now().checked_add(pause);
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        retry = None;
+        pauses = crate::jittered_backoff(RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
         *look = expiry_look(&applied);
         let Some(description) = applied.description.filter(|d| !d.deleting) else {
             // Deleted, or being deleted (which ended every queued request).
@@ -335,6 +357,11 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
 
     /// Lowers the count held or changes the data published, in place: the order id and the
     /// token stay. Raising the count is refused (it would jump the queue).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the replace applied or not; the grant stays this grant
+    /// either way, and is released as usual.
     pub async fn replace(
         &self,
         count: u64,
@@ -366,6 +393,10 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     /// After a forced delete the grant's units stay counted until it is released (or the session
     /// ends), so that whatever still runs under it stays within the limit.
     /// Services acting under the grant must stop then.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads; call it again to go on waiting.
     pub async fn ended(&self) -> GrantEnd {
         let store = self.inner.session.store();
         let key = self.inner.session.key();

@@ -169,6 +169,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     }
 
     /// Creates the semaphore `name` of `limit` units with `data`.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn create(
         &self,
         name: &str,
@@ -185,7 +190,9 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
 
     /// Acquires `options.count` units of `name`: `Ok(Some(grant))` when granted (at once, or
     /// after waiting in the queue), `Ok(None)` when the timeout passed first (or, with a zero
-    /// timeout, when it could not be granted at once).
+    /// timeout, when it could not be granted at once). A request in the queue rides out what
+    /// the session rides out: a look at the semaphore that fails in the store's trouble is made
+    /// again while the session lives.
     ///
     /// # Cancel safety
     ///
@@ -205,6 +212,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
 
     /// Ends this session's hold or queued request on `name`, whatever acquired it; `Ok(true)`
     /// when there was one. A [`SemaphoreGrant`] of it then reports itself ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn release(&self, name: &str) -> Result<bool, CoordinationError> {
         let name = SemaphoreName::new(name)?;
         let applied = self.inner.call(&name, SemaphoreRequest::release()).await?;
@@ -214,6 +226,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     }
 
     /// Sets the semaphore's own data (no ownership needed); `Ok(true)` when it differed.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn update_data(
         &self,
         name: &str,
@@ -234,6 +251,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     /// them has released or its session ended: their units stay counted, and acquires and the
     /// creation of the name are refused
     /// ([`BeingDeleted`](vvm_core::semaphore::SemaphoreError::BeingDeleted)).
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn delete(&self, name: &str, force: bool) -> Result<(), CoordinationError> {
         let name = SemaphoreName::new(name)?;
         self.inner
@@ -243,6 +265,10 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     }
 
     /// A snapshot of `name`: data, units in use, limit, ephemeral flag, owners and waiters.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn describe(&self, name: &str) -> Result<Description, CoordinationError> {
         let name = SemaphoreName::new(name)?;
         let applied = self.inner.call(&name, SemaphoreRequest::Describe).await?;
