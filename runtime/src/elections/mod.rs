@@ -124,15 +124,43 @@ impl Tenures {
     }
 }
 
+/// Asks a handle's task for an acquire (`ask`) and waits for its answer, watching it until it
+/// is read: a caller that gives up (drops the future) refuses the answer, so that the task
+/// releases what it wins afterwards, and a token already sent is handed back to the task
+/// (`abandoned`) to release. The one way both kinds of elections handles acquire.
+pub(crate) async fn acquire_through<C: Send + 'static>(
+    commands: &mpsc::Sender<C>,
+    ask: impl FnOnce(oneshot::Sender<Result<FencingToken, ElectionsError>>) -> C,
+    abandoned: fn(FencingToken) -> C,
+) -> Result<FencingToken, ElectionsError> {
+    let (reply, receiver) = oneshot::channel();
+    commands
+        .send(ask(reply))
+        .await
+        .map_err(|_| ElectionsError::Closed)?;
+    let mut answer = AcquireAnswer {
+        receiver,
+        commands,
+        abandoned,
+        read: false,
+    };
+    let result = (&mut answer.receiver)
+        .await
+        .map_err(|_| ElectionsError::Closed);
+    answer.read = true;
+    result?
+}
+
 /// The answer to one acquire, watched until it is read: dropped unread (its caller gave up),
 /// it refuses the answer, and a slot already won is given back to the task to release.
-struct AcquireAnswer<'a> {
+struct AcquireAnswer<'a, C: Send + 'static> {
     receiver: oneshot::Receiver<Result<FencingToken, ElectionsError>>,
-    commands: &'a mpsc::Sender<Command>,
+    commands: &'a mpsc::Sender<C>,
+    abandoned: fn(FencingToken) -> C,
     read: bool,
 }
 
-impl Drop for AcquireAnswer<'_> {
+impl<C: Send + 'static> Drop for AcquireAnswer<'_, C> {
     fn drop(&mut self) {
         if self.read {
             return;
@@ -143,7 +171,7 @@ impl Drop for AcquireAnswer<'_> {
         let Ok(Ok(token)) = self.receiver.try_recv() else {
             return;
         };
-        match self.commands.try_send(Command::Abandoned(token)) {
+        match self.commands.try_send((self.abandoned)(token)) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(command)) => {
                 // The queue is full of callers waiting for their answers: wait for room, in
@@ -245,21 +273,8 @@ impl Elections {
     /// not yet begun is not made; one under way whose slot is won after the caller gave up is
     /// released by the handle's task as soon as the store answers.
     pub async fn acquire(&self, slot: Slot) -> Result<FencingToken, ElectionsError> {
-        let (reply, receiver) = oneshot::channel();
-        self.commands
-            .send(Command::Acquire(slot, reply))
-            .await
-            .map_err(|_| ElectionsError::Closed)?;
-        let mut answer = AcquireAnswer {
-            receiver,
-            commands: &self.commands,
-            read: false,
-        };
-        let result = (&mut answer.receiver)
-            .await
-            .map_err(|_| ElectionsError::Closed);
-        answer.read = true;
-        result?
+        let ask = |reply| Command::Acquire(slot, reply);
+        acquire_through(&self.commands, ask, Command::Abandoned).await
     }
 
     /// Releases `slot`: its record is deleted (with the session itself when it was the last
