@@ -413,3 +413,89 @@ async fn an_acquire_of_unknown_outcome_is_withdrawn() {
         .await;
     assert!(matches!(again, Ok(None)), "{again:?}");
 }
+
+/// A queued acquire rides out looks that fail while its session lives, and is granted when the
+/// units come; under failures that outlast its timeout it is answered at the timeout (with the
+/// store's error) and its request is withdrawn.
+// covers: Sem.Store.WaitOutage
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_acquire_rides_out_failing_looks() {
+    // Two clients of one memory store: only the waiter's calls fail.
+    let owner_store = Store::default();
+    let waiter_store = Faulty {
+        store: owner_store.store.clone(),
+        hook: Trouble::default(),
+    };
+    let killer = TestKiller::new();
+    let owner = coordination(&owner_store, 1, &killer).await;
+    let waiter = coordination(&waiter_store, 2, &killer).await;
+    owner.create("lock", 1, Vec::new()).await.expect("created");
+    let held = owner
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.acquire("lock", AcquireOptions::new(1)).await })
+    };
+    until_queued(&owner, "lock", 2).await;
+    waiter_store.hook.set(Call::Semaphore, Fault::Fail);
+    // Wakes the waiter, whose look fails.
+    owner
+        .update_data("lock", b"busy".to_vec())
+        .await
+        .expect("updated");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the queued acquire ended on a failed look: {:?}",
+        waiting.await
+    );
+    waiter_store.hook.clear();
+    assert!(held.release().await.expect("released"));
+    let grant = tokio::time::timeout(PROMPT, waiting)
+        .await
+        .expect("granted once the owner released")
+        .expect("no panic")
+        .expect("the acquire rode out the failed looks")
+        .expect("granted");
+    let held = grant;
+
+    // Failures that outlast the timeout: answered at the timeout, and nothing stays queued.
+    let other = coordination(&waiter_store, 3, &killer).await;
+    let timed = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let options = AcquireOptions::new(1).timeout(Duration::from_millis(300));
+            other.acquire("lock", options).await
+        })
+    };
+    until_queued(&owner, "lock", 3).await;
+    waiter_store.hook.set(Call::Semaphore, Fault::Fail);
+    let answered = tokio::time::timeout(PROMPT, timed)
+        .await
+        .expect("answered at the timeout")
+        .expect("no panic");
+    assert!(
+        matches!(answered, Err(CoordinationError::Store(_))),
+        "{answered:?}"
+    );
+    waiter_store.hook.clear();
+    let give_up = tokio::time::Instant::now() + PROMPT;
+    while !owner
+        .describe("lock")
+        .await
+        .expect("described")
+        .waiters
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the request stayed queued"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(held.release().await.expect("released"));
+}

@@ -240,7 +240,8 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
 /// session's end or by the timeout. `Ok(None)`: the timeout passed and the request left the
 /// queue. `request`: the acquire that queued. A look that fails in the store's trouble is made
 /// again (after pauses growing from [`RETRY_PAUSE_FIRST`] to [`RETRY_PAUSE_MAX`]) while the
-/// session lives: the request stays queued through what the session rides out.
+/// session lives and the timeout has not passed: the request stays queued through what the
+/// session rides out. A timeout's withdrawal that fails is answered with the store's error.
 async fn wait<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
@@ -252,12 +253,12 @@ async fn wait<S: SemaphoreStore + Clone>(
     let store = inner.session.store();
     let key = inner.session.key();
     let mut pauses = crate::jittered_backoff(RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
-    // When to look again after a look that failed: until then the timeout waits too, so that
-    // a store failing at once is not asked in a loop.
+    // When to look again after a look that failed: until then the feed and the party's
+    // expiry wait too, so that a store failing at once is not asked in a loop.
     let mut retry: Option<tokio::time::Instant> = None;
     loop {
         let wake = match retry {
-            Some(at) => Some(at),
+            Some(at) => [Some(at), deadline].into_iter().flatten().min(),
             None => [*look, deadline].into_iter().flatten().min(),
         };
         let timer = async {
@@ -283,7 +284,9 @@ async fn wait<S: SemaphoreStore + Clone>(
         };
         let applied: Applied = match inner.call(name, call).await {
             Ok(applied) => applied,
-            Err(error) if transient(&error) => {
+            // At the timeout the caller is answered: the claim withdraws the request in the
+            // background, as it does after any error.
+            Err(error) if transient(&error) && !timed_out => {
                 tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "a queued acquire's look failed; it stays queued and looks again");
                 let pause = pauses.next().unwrap_or(RETRY_PAUSE_MAX);
                 retry = tokio::time::Instant::now().checked_add(pause);
