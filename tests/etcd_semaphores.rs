@@ -242,3 +242,83 @@ async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(watchers(&endpoint), before, "the shared watch was closed");
 }
+
+/// A queued acquire rides out an etcd outage that its session rides out: etcd killed while the
+/// acquire waits and started again 2 s later, the session (lease 20 s) lives on, and so does the
+/// request: it is granted when the owner releases after the restart, and nothing is granted to
+/// nobody.
+// covers: Sem.Store.WaitOutage
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_acquire_rides_out_an_outage_its_session_rides_out() {
+    use vvm::{AcquireOptions, Coordination, KillerThread, LeaseConfig, RecordingKiller};
+    use vvm::{SessionHandle, SessionStatus};
+    let test = "a_queued_acquire_rides_out_an_outage_its_session_rides_out";
+    let Some(mut cluster) = single(test).await else {
+        return;
+    };
+    let store = store(&cluster, "outage/").await;
+    let killer = KillerThread::new(RecordingKiller::new());
+    let lease = LeaseConfig::new(Duration::from_secs(20)).expect("valid");
+    let mut handles = Vec::new();
+    for n in 1..=2 {
+        let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
+        let session = SessionHandle::open(store.clone(), lease, value, &killer)
+            .await
+            .expect("opens");
+        handles.push(Coordination::new(session));
+    }
+    let (a, b) = (handles[0].clone(), handles[1].clone());
+    a.create("lock", 1, Vec::new()).await.expect("created");
+    let held = a
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire("lock", AcquireOptions::new(1)).await })
+    };
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while a
+        .describe("lock")
+        .await
+        .expect("described")
+        .waiters
+        .is_empty()
+    {
+        assert!(tokio::time::Instant::now() < give_up, "never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    cluster.kill(0).expect("etcd killed");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.restart(0).expect("etcd restarts");
+    cluster
+        .wait_healthy(etcd_support::START_LIMIT)
+        .await
+        .expect("etcd is back");
+    assert!(
+        !waiting.is_finished(),
+        "the queued acquire ended in the outage: {:?}",
+        waiting.await
+    );
+    for coordination in [&a, &b] {
+        assert!(
+            matches!(coordination.session().status(), SessionStatus::Open { .. }),
+            "the session rode out the outage"
+        );
+    }
+    // The release may meet the client still reconnecting: then it is withdrawn in the
+    // background until done.
+    let _ = held.release().await;
+    let granted = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("granted once the owner released")
+        .expect("no panic")
+        .expect("the acquire rode out the outage");
+    let grant = granted.expect("granted, not timed out");
+    let owners = a.describe("lock").await.expect("described").owners;
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0].session, b.session().key());
+    assert!(grant.release().await.expect("released"));
+}

@@ -35,6 +35,9 @@ enum Command {
     Acquire(Slot, oneshot::Sender<Result<FencingToken, ElectionsError>>),
     Release(oneshot::Sender<()>),
     Cleanup(oneshot::Sender<()>),
+    /// The caller of an acquire gave up after the reply was sent: release the slot, if it is
+    /// still held.
+    Abandoned(FencingToken),
 }
 
 /// Handle of a single-slot election on a [`LeaseStore`]: one slot at a time, renewed by its own
@@ -106,6 +109,7 @@ impl LeaseElections {
             releasing: Vec::new(),
             cleanup: None,
             closing: false,
+            abandoned: false,
             out: Effects::new(),
         };
         let span = tracing::info_span!("elections", address);
@@ -123,17 +127,24 @@ impl LeaseElections {
     }
 
     /// Tries to win `slot` once; returns the first fencing token.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a caller that gives up (a `timeout`, a `select!`) wins nothing. An acquire
+    /// not yet begun is not made; one under way whose slot is won after the caller gave up is
+    /// released by the handle's task at once.
     pub async fn acquire(&self, slot: Slot) -> Result<FencingToken, ElectionsError> {
-        let (reply, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Acquire(slot, reply))
-            .await
-            .map_err(|_| ElectionsError::Closed)?;
-        rx.await.map_err(|_| ElectionsError::Closed)?
+        let ask = |reply| Command::Acquire(slot, reply);
+        crate::elections::acquire_through(&self.commands, ask, Command::Abandoned).await
     }
 
     /// Stops renewing and deletes our record; does nothing when nothing is held. Once the
     /// delete is confirmed the kill deadline is removed: the process may go on working.
+    ///
+    /// # Cancel safety
+    ///
+    /// A release asked of the task is carried out whether or not its caller waits for the
+    /// answer; dropping the future before it was asked (the task's queue full) asks nothing.
     pub async fn release(&self) -> Result<(), ElectionsError> {
         let (reply, rx) = oneshot::channel();
         self.commands
@@ -145,6 +156,11 @@ impl LeaseElections {
 
     /// Releases what is held and ends the task; later calls fail with
     /// [`ElectionsError::Closed`]. Returns once the release is done. Idempotent.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release): once asked, it is carried out; dropping the handle
+    /// releases everything anyway.
     pub async fn cleanup(&self) {
         let (reply, rx) = oneshot::channel();
         if self.commands.send(Command::Cleanup(reply)).await.is_ok() {
@@ -173,6 +189,8 @@ struct Task<S> {
     releasing: Vec<oneshot::Sender<()>>,
     cleanup: Option<oneshot::Sender<()>>,
     closing: bool,
+    /// The slot just won was for a caller that gave up: release it after this event.
+    abandoned: bool,
     out: Effects,
 }
 
@@ -190,6 +208,11 @@ impl<S: LeaseStore> Task<S> {
                 },
             };
             self.feed(event);
+            if std::mem::take(&mut self.abandoned) {
+                // Nobody acts on the slot, so nobody may keep it.
+                let now = self.exec.now();
+                self.feed(LeaseEvent::Release { now });
+            }
         }
         if let Some(reply) = self.cleanup.take() {
             let _ = reply.send(());
@@ -202,6 +225,10 @@ impl<S: LeaseStore> Task<S> {
         let now = self.exec.now();
         match command {
             Some(Command::Acquire(slot, reply)) => {
+                if reply.is_closed() {
+                    // Its caller gave up before it began: nothing is tried.
+                    return None;
+                }
                 if self.acquiring.is_some() || !self.machine.is_idle() {
                     let _ = reply.send(Err(ElectionsError::Busy));
                     return None;
@@ -211,6 +238,17 @@ impl<S: LeaseStore> Task<S> {
             }
             Some(Command::Release(reply)) => {
                 self.releasing.push(reply);
+                Some(LeaseEvent::Release { now })
+            }
+            Some(Command::Abandoned(token)) => {
+                let held = matches!(*self.tenure.borrow(), Tenure::Held(t) if t.slot == token.slot);
+                if !held {
+                    return None;
+                }
+                tracing::debug!(
+                    slot = token.slot.0,
+                    "slot won for a caller that gave up: released"
+                );
                 Some(LeaseEvent::Release { now })
             }
             Some(Command::Cleanup(reply)) => {
@@ -248,7 +286,14 @@ impl<S: LeaseStore> Task<S> {
                 );
                 self.tenure.send_replace(Tenure::Held(token));
                 if let Some(reply) = self.acquiring.take() {
-                    let _ = reply.send(Ok(token));
+                    if reply.send(Ok(token)).is_err() {
+                        // Its caller gave up while the store answered.
+                        tracing::debug!(
+                            slot = token.slot.0,
+                            "slot won for a caller that gave up: released"
+                        );
+                        self.abandoned = true;
+                    }
                 }
             }
             Effect::Renewed { token } => {

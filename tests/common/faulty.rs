@@ -39,6 +39,9 @@ pub enum Fault {
     UnknownLost,
     /// Applied after this long.
     Delay(Duration),
+    /// Applied at once, answered after this long: a caller that gives up meanwhile never
+    /// learns what was written.
+    LateAnswer(Duration),
 }
 
 /// Decides the fate of each call.
@@ -84,6 +87,11 @@ impl<H: Hook> Faulty<H> {
             Fault::Delay(delay) => {
                 tokio::time::sleep(delay).await;
                 run.await
+            }
+            Fault::LateAnswer(delay) => {
+                let answer = run.await;
+                tokio::time::sleep(delay).await;
+                answer
             }
         }
     }

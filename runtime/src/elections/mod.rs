@@ -124,6 +124,69 @@ impl Tenures {
     }
 }
 
+/// Asks a handle's task for an acquire (`ask`) and waits for its answer, watching it until it
+/// is read: a caller that gives up (drops the future) refuses the answer, so that the task
+/// releases what it wins afterwards, and a token already sent is handed back to the task
+/// (`abandoned`) to release. The one way both kinds of elections handles acquire.
+pub(crate) async fn acquire_through<C: Send + 'static>(
+    commands: &mpsc::Sender<C>,
+    ask: impl FnOnce(oneshot::Sender<Result<FencingToken, ElectionsError>>) -> C,
+    abandoned: fn(FencingToken) -> C,
+) -> Result<FencingToken, ElectionsError> {
+    let (reply, receiver) = oneshot::channel();
+    commands
+        .send(ask(reply))
+        .await
+        .map_err(|_| ElectionsError::Closed)?;
+    let mut answer = AcquireAnswer {
+        receiver,
+        commands,
+        abandoned,
+        read: false,
+    };
+    let result = (&mut answer.receiver)
+        .await
+        .map_err(|_| ElectionsError::Closed);
+    answer.read = true;
+    result?
+}
+
+/// The answer to one acquire, watched until it is read: dropped unread (its caller gave up),
+/// it refuses the answer, and a slot already won is given back to the task to release.
+struct AcquireAnswer<'a, C: Send + 'static> {
+    receiver: oneshot::Receiver<Result<FencingToken, ElectionsError>>,
+    commands: &'a mpsc::Sender<C>,
+    abandoned: fn(FencingToken) -> C,
+    read: bool,
+}
+
+impl<C: Send + 'static> Drop for AcquireAnswer<'_, C> {
+    fn drop(&mut self) {
+        if self.read {
+            return;
+        }
+        // From now on the task's reply fails, and the task releases what it won; a reply
+        // sent before is taken back here.
+        self.receiver.close();
+        let Ok(Ok(token)) = self.receiver.try_recv() else {
+            return;
+        };
+        match self.commands.try_send((self.abandoned)(token)) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(command)) => {
+                // The queue is full of callers waiting for their answers: wait for room, in
+                // the background (the task ended, if there is no runtime, with its handle's).
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let commands = self.commands.clone();
+                    runtime.spawn(async move {
+                        let _ = commands.send(command).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// Handle of the elections of one process (or one part of it): any number of slots on one
 /// session. Dropping it releases what it holds, in the background.
 ///
@@ -203,13 +266,25 @@ impl Elections {
     /// is held); returns the tenure's fencing token. Refused without a store call for slot 0,
     /// a slot this handle holds already, more than [`ELECTIONS_SLOTS_MAX`] slots, or after a
     /// loss whose slots are not all released.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a caller that gives up (a `timeout`, a `select!`) wins nothing. An acquire
+    /// not yet begun is not made; one under way whose slot is won after the caller gave up is
+    /// released by the handle's task as soon as the store answers.
     pub async fn acquire(&self, slot: Slot) -> Result<FencingToken, ElectionsError> {
-        self.ask(|reply| Command::Acquire(slot, reply)).await?
+        let ask = |reply| Command::Acquire(slot, reply);
+        acquire_through(&self.commands, ask, Command::Abandoned).await
     }
 
     /// Releases `slot`: its record is deleted (with the session itself when it was the last
     /// slot held, which removes the kill deadline once confirmed). Does nothing when the slot
     /// is not held; a lost slot is only forgotten (nothing of it is left to delete).
+    ///
+    /// # Cancel safety
+    ///
+    /// A release asked of the task is carried out whether or not its caller waits for the
+    /// answer; dropping the future before it was asked (the task's queue full) asks nothing.
     pub async fn release(&self, slot: Slot) -> Result<(), ElectionsError> {
         self.ask(|reply| Command::Release(slot, reply)).await?
     }
@@ -218,12 +293,21 @@ impl Elections {
     /// that is confirmed the kill deadline is removed and the process may go on working. Does
     /// nothing when nothing is held. After a loss it forgets the lost slots and leaves the
     /// deadline armed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release): once asked, it is carried out.
     pub async fn release_all(&self) -> Result<(), ElectionsError> {
         self.ask(Command::ReleaseAll).await?
     }
 
     /// Releases every slot and ends the task; later calls fail with
     /// [`ElectionsError::Closed`]. Returns once the release is done. Idempotent.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release): once asked, it is carried out; dropping the handle
+    /// releases everything anyway.
     pub async fn cleanup(&self) {
         // An error means the task ended anyway.
         let _ = self.ask(Command::Cleanup).await;

@@ -21,6 +21,9 @@ pub(super) enum Command {
     Release(Slot, oneshot::Sender<Result<(), ElectionsError>>),
     ReleaseAll(oneshot::Sender<Result<(), ElectionsError>>),
     Cleanup(oneshot::Sender<()>),
+    /// The caller of an acquire gave up after the reply was sent: release this tenure, if it
+    /// is still held.
+    Abandoned(FencingToken),
 }
 
 /// What woke the task.
@@ -89,9 +92,18 @@ impl<S: SessionStore + Clone> Task<S> {
             };
             match command {
                 Some(Command::Acquire(slot, reply)) => {
+                    if reply.is_closed() {
+                        // Its caller gave up before it began: nothing is tried.
+                        continue;
+                    }
                     let result = self.acquire(slot).await;
-                    let _ = reply.send(result);
+                    if let Err(Ok(token)) = reply.send(result) {
+                        // Its caller gave up while the store answered: nobody acts on the
+                        // slot, so nobody may keep it.
+                        self.abandoned(token).await;
+                    }
                 }
+                Some(Command::Abandoned(token)) => self.abandoned(token).await,
                 Some(Command::Release(slot, reply)) => {
                     let result = self.release(slot).await;
                     let _ = reply.send(result);
@@ -229,6 +241,24 @@ impl<S: SessionStore + Clone> Task<S> {
             SessionError::NotOpened(OpenRefusal::DeadlinePassed) => ElectionsError::TooLate(slot),
             SessionError::AlreadyHeld { .. } => ElectionsError::AlreadyHeld(slot),
             _ => ElectionsError::StoreFailed(slot),
+        }
+    }
+
+    /// Releases the tenure `token` of an acquire whose caller gave up, if it is still held.
+    async fn abandoned(&mut self, token: FencingToken) {
+        let held = self
+            .holdings
+            .get(&token.slot)
+            .is_some_and(|holding| holding.revision() == token.revision);
+        if !held {
+            return;
+        }
+        tracing::debug!(
+            slot = token.slot.0,
+            "slot won for a caller that gave up: released"
+        );
+        if let Err(error) = self.release(token.slot).await {
+            tracing::warn!(slot = token.slot.0, error = %crate::ErrorChain(&error), "slot won for a caller that gave up not released");
         }
     }
 

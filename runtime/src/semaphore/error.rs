@@ -22,9 +22,10 @@ pub enum CoordinationError {
     /// watch whose semaphore was deleted).
     #[error("semaphore {0} does not exist")]
     NotFound(SemaphoreName),
-    /// This handle holds or is acquiring the semaphore already: change a grant in place with
+    /// This session holds or is acquiring the semaphore already, through this handle or
+    /// another `Coordination` on the same session: change a grant in place with
     /// [`SemaphoreGrant::replace`](super::SemaphoreGrant::replace).
-    #[error("semaphore {0} is held or being acquired through this handle already")]
+    #[error("semaphore {0} is held or being acquired by this session already")]
     AlreadyHeld(SemaphoreName),
     /// A grant ended in the store without a release by its holder: a forced delete, or the
     /// session's expiry.

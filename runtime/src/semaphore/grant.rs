@@ -46,18 +46,20 @@ impl<S: SemaphoreStore + Clone> Drop for Claim<'_, S> {
     }
 }
 
-/// Detaches `holding` and frees the name for the next acquire through this handle.
+/// Detaches `holding` and frees the name for the session's next acquire of it.
 fn give_back<S>(inner: &Inner<S>, name: &SemaphoreName, holding: Option<HoldingId>) {
     if let Some(holding) = holding {
         inner.session.detach(holding);
     }
-    inner.lock_held().remove(name);
+    inner.session.unclaim_semaphore(name);
 }
 
 /// Releases the session's request on `name` in the background (an acquire dropped while
 /// waiting, a grant dropped without a release), then gives back the name and the holding: a
-/// later acquire of the name cannot be released by it. Without a runtime the request is left
-/// to end with the session.
+/// later acquire of the name cannot be released by it. A release that fails (a store blip) is
+/// tried again, after pauses growing from [`RETRY_PAUSE_FIRST`] to [`RETRY_PAUSE_MAX`], until
+/// it is done or the session ends (which ends the request too). Without a runtime the
+/// request is left to end with the session.
 fn withdraw<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
@@ -69,11 +71,46 @@ fn withdraw<S: SemaphoreStore + Clone>(
     };
     let (inner, name) = (Arc::clone(inner), name.clone());
     runtime.spawn(async move {
-        if let Err(error) = inner.call(&name, SemaphoreRequest::release()).await {
-            tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; it ends with the session");
+        // One release for every try: numbered now, it ends the abandoned request and nothing
+        // later, and the store applies it once however often it is sent.
+        let release = SemaphoreRequest::release();
+        let mut pauses = crate::jittered_backoff(RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
+        loop {
+            let error = match inner.call(&name, release.clone()).await {
+                Ok(_) => break,
+                Err(error) => error,
+            };
+            if !transient(&error) {
+                // The session is over (its end ends the request) or the semaphore is gone.
+                tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "abandoned request not released; nothing is left to release");
+                break;
+            }
+            tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "releasing an abandoned request failed; trying again");
+            let pause = pauses.next().unwrap_or(RETRY_PAUSE_MAX);
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                _ = inner.session.lost() => break,
+            }
         }
         give_back(&inner, &name, holding);
     });
+}
+
+/// The first pause before a call that failed in a store's trouble (a withdrawal, a queued
+/// acquire's look) is made again.
+const RETRY_PAUSE_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
+/// The longest: through an outage such a call is made once a second at most.
+const RETRY_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a call that failed with `error` failed in the store's trouble (the store failed or
+/// did not answer), which the session may ride out: then the call is worth making again while
+/// the session lives. Everything else (the session over, a semaphore gone, its state
+/// unreadable) is final.
+fn transient(error: &CoordinationError) -> bool {
+    matches!(
+        error,
+        CoordinationError::Store(_) | CoordinationError::TimedOut
+    )
 }
 
 /// The owner entry of our session in `description`, if it owns. An owner of a semaphore
@@ -102,7 +139,7 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     name: SemaphoreName,
     options: AcquireOptions,
 ) -> Result<Option<SemaphoreGrant<S>>, CoordinationError> {
-    if !inner.lock_held().insert(name.clone()) {
+    if !inner.session.claim_semaphore(&name) {
         return Err(CoordinationError::AlreadyHeld(name));
     }
     let mut claim = Claim {
@@ -131,12 +168,16 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
         timeout_ms: options.timeout_ms(),
         ephemeral: options.ephemeral,
     };
+    // Marked before the call: a caller that gives up while it runs (a `timeout`, a
+    // `select!`) drops the claim, which then withdraws whatever the store may have queued or
+    // granted. A release cannot reach a later request.
+    claim.queued = true;
     let applied = match inner.call(&name, request).await {
         Ok(applied) => applied,
         Err(error) => {
             // An acquire whose outcome is unknown may have been written (granted or queued):
             // the claim withdraws it with a release numbered after it, so that it holds no
-            // units until the session ends. A release cannot reach a later request.
+            // units until the session ends.
             claim.queued = matches!(
                 error,
                 CoordinationError::Store(crate::StoreError::Unknown { .. })
@@ -149,7 +190,10 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     let status = applied.outcome.map(|o| o.status);
     let granted = match status {
         Some(Status::Granted { order_id, token }) => Some((order_id, token)),
-        Some(Status::NotGranted) => return Ok(None),
+        Some(Status::NotGranted) => {
+            claim.queued = false;
+            return Ok(None);
+        }
         Some(Status::Queued { .. }) => None,
         // Not an acquire's status: the store broke the contract; nothing is held.
         _ => return Ok(None),
@@ -157,7 +201,6 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     let (order_id, token) = match granted {
         Some(granted) => granted,
         None => {
-            claim.queued = true;
             let waited = wait(
                 inner,
                 &name,
@@ -195,7 +238,10 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
 
 /// Waits in the queue: woken by the feed, by the soonest expiry of another party, by the
 /// session's end or by the timeout. `Ok(None)`: the timeout passed and the request left the
-/// queue. `request`: the acquire that queued.
+/// queue. `request`: the acquire that queued. A look that fails in the store's trouble is made
+/// again (after pauses growing from [`RETRY_PAUSE_FIRST`] to [`RETRY_PAUSE_MAX`]) while the
+/// session lives and the timeout has not passed: the request stays queued through what the
+/// session rides out. A timeout's withdrawal that fails is answered with the store's error.
 async fn wait<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
@@ -206,8 +252,15 @@ async fn wait<S: SemaphoreStore + Clone>(
 ) -> Result<Option<(OrderId, Generation)>, CoordinationError> {
     let store = inner.session.store();
     let key = inner.session.key();
+    let mut pauses = crate::jittered_backoff(RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
+    // When to look again after a look that failed: until then the feed and the party's
+    // expiry wait too, so that a store failing at once is not asked in a loop.
+    let mut retry: Option<tokio::time::Instant> = None;
     loop {
-        let wake = [*look, deadline].into_iter().flatten().min();
+        let wake = match retry {
+            Some(at) => [Some(at), deadline].into_iter().flatten().min(),
+            None => [*look, deadline].into_iter().flatten().min(),
+        };
         let timer = async {
             match wake {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -229,7 +282,20 @@ async fn wait<S: SemaphoreStore + Clone>(
         } else {
             SemaphoreRequest::Describe
         };
-        let applied: Applied = inner.call(name, call).await?;
+        let applied: Applied = match inner.call(name, call).await {
+            Ok(applied) => applied,
+            // At the timeout the caller is answered: the claim withdraws the request in the
+            // background, as it does after any error.
+            Err(error) if transient(&error) && !timed_out => {
+                tracing::debug!(semaphore = %name, error = %crate::ErrorChain(&error), "a queued acquire's look failed; it stays queued and looks again");
+                let pause = pauses.next().unwrap_or(RETRY_PAUSE_MAX);
+                retry = tokio::time::Instant::now().checked_add(pause);
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        retry = None;
+        pauses = crate::jittered_backoff(RETRY_PAUSE_FIRST, RETRY_PAUSE_MAX);
         *look = expiry_look(&applied);
         let Some(description) = applied.description.filter(|d| !d.deleting) else {
             // Deleted, or being deleted (which ended every queued request).
@@ -294,6 +360,11 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
 
     /// Lowers the count held or changes the data published, in place: the order id and the
     /// token stay. Raising the count is refused (it would jump the queue).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the replace applied or not; the grant stays this grant
+    /// either way, and is released as usual.
     pub async fn replace(
         &self,
         count: u64,
@@ -325,6 +396,10 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     /// After a forced delete the grant's units stay counted until it is released (or the session
     /// ends), so that whatever still runs under it stays within the limit.
     /// Services acting under the grant must stop then.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads; call it again to go on waiting.
     pub async fn ended(&self) -> GrantEnd {
         let store = self.inner.session.store();
         let key = self.inner.session.key();
@@ -368,17 +443,24 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
         }
     }
 
-    /// Releases the grant: `Ok(true)` when it was still held. Whatever the answer, the
-    /// grant is detached from the session afterwards; a release whose outcome is unknown
-    /// leaves the hold to end with the session.
+    /// Releases the grant: `Ok(true)` when it was still held. A release that failed or
+    /// whose outcome is unknown is answered as such and then tried again in the background
+    /// until it is done or the session ends, as a dropped grant's is; the grant is detached
+    /// from the session once the release is done.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases the grant in the background, as dropping the
+    /// grant does.
     pub async fn release(mut self) -> Result<bool, CoordinationError> {
-        self.done = true;
-        let result = self
+        // Not marked done before the answer: a release dropped or failed on the way leaves the
+        // grant's drop to release it.
+        let applied = self
             .inner
             .call(&self.name, SemaphoreRequest::release())
-            .await;
+            .await?;
+        self.done = true;
         self.detach();
-        let applied = result?;
         Ok(applied.outcome.is_some_and(
             |o| matches!(o.status, Status::Released { order_id } if order_id == self.order_id),
         ))

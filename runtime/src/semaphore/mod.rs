@@ -56,8 +56,7 @@ mod grant;
 mod serve;
 mod watch;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use vvm_core::semaphore::{Description, SemaphoreName, Status};
@@ -130,11 +129,12 @@ impl AcquireOptions {
 /// What a [`Coordination`] and its grants and watches share.
 struct Inner<S> {
     session: SessionHandle<S>,
-    /// Names held or being acquired through this handle.
-    held: Mutex<HashSet<SemaphoreName>>,
 }
 
-/// Semaphores on one session. Cloning shares the session.
+/// Semaphores on one session. Cloning shares the session; so does another `Coordination` on
+/// the same session: the store keeps one party per semaphore and session, and every handle of
+/// the session sees the same names held or being acquired
+/// ([`CoordinationError::AlreadyHeld`]).
 pub struct Coordination<S> {
     inner: Arc<Inner<S>>,
 }
@@ -159,10 +159,7 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     /// Semaphores on `session`.
     pub fn new(session: SessionHandle<S>) -> Self {
         Coordination {
-            inner: Arc::new(Inner {
-                session,
-                held: Mutex::default(),
-            }),
+            inner: Arc::new(Inner { session }),
         }
     }
 
@@ -172,6 +169,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     }
 
     /// Creates the semaphore `name` of `limit` units with `data`.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn create(
         &self,
         name: &str,
@@ -188,8 +190,17 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
 
     /// Acquires `options.count` units of `name`: `Ok(Some(grant))` when granted (at once, or
     /// after waiting in the queue), `Ok(None)` when the timeout passed first (or, with a zero
-    /// timeout, when it could not be granted at once). Dropping the future while it waits
-    /// withdraws the request (in the background).
+    /// timeout, when it could not be granted at once). A request in the queue rides out what
+    /// the session rides out: a look at the semaphore that fails in the store's trouble is made
+    /// again while the session lives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any point — during its first store call too —
+    /// leaves nothing held. Whatever the store may have queued or granted for it is withdrawn
+    /// in the background, by a release numbered after the acquire (so it cannot end a later
+    /// acquire's grant); until that is done, an acquire of the name by this session is refused
+    /// ([`CoordinationError::AlreadyHeld`]).
     pub async fn acquire(
         &self,
         name: &str,
@@ -201,6 +212,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
 
     /// Ends this session's hold or queued request on `name`, whatever acquired it; `Ok(true)`
     /// when there was one. A [`SemaphoreGrant`] of it then reports itself ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn release(&self, name: &str) -> Result<bool, CoordinationError> {
         let name = SemaphoreName::new(name)?;
         let applied = self.inner.call(&name, SemaphoreRequest::release()).await?;
@@ -210,6 +226,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     }
 
     /// Sets the semaphore's own data (no ownership needed); `Ok(true)` when it differed.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn update_data(
         &self,
         name: &str,
@@ -230,6 +251,11 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     /// them has released or its session ended: their units stay counted, and acquires and the
     /// creation of the name are refused
     /// ([`BeingDeleted`](vvm_core::semaphore::SemaphoreError::BeingDeleted)).
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
     pub async fn delete(&self, name: &str, force: bool) -> Result<(), CoordinationError> {
         let name = SemaphoreName::new(name)?;
         self.inner
@@ -239,6 +265,10 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     }
 
     /// A snapshot of `name`: data, units in use, limit, ephemeral flag, owners and waiters.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     pub async fn describe(&self, name: &str) -> Result<Description, CoordinationError> {
         let name = SemaphoreName::new(name)?;
         let applied = self.inner.call(&name, SemaphoreRequest::Describe).await?;
@@ -298,13 +328,6 @@ impl<S: SemaphoreStore + Clone> Inner<S> {
             SessionStatus::Opening | SessionStatus::Open { .. } => return None,
         };
         Some(CoordinationError::Session(error))
-    }
-}
-
-impl<S> Inner<S> {
-    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashSet<SemaphoreName>> {
-        // Every critical section leaves the set consistent; a poisoned lock is usable.
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -52,7 +52,9 @@ impl WatchKind {
 /// [`WatchKind`] names differs from the snapshot it answered last, then answers the state at
 /// that moment. A reader slower than the changes skips the snapshots in between but never
 /// misses the last: the change feed is subscribed before each read, so a change after a read
-/// always wakes the next wait. Waiting costs no store call beyond one read per wake-up (and
+/// always wakes the next wait; and a read that failed or was abandoned leaves no wait armed, so
+/// the next call reads again at once instead of waiting for a change that already happened.
+/// Waiting costs no store call beyond one read per wake-up (and
 /// one at the soonest expiry of a party's session, which removes the parties of dead
 /// sessions).
 ///
@@ -97,6 +99,12 @@ impl<S: SemaphoreStore + Clone> Watch<S> {
 
     /// The next snapshot: the state now on the first call, then the latest state once it
     /// differs from the last snapshot answered in what the kind watches.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future (a `timeout`, a `select!`) loses no change. A wait
+    /// dropped keeps its subscription; a read dropped (or failed) leaves none, and the next
+    /// call reads at once.
     pub async fn next(&mut self) -> Result<Description, CoordinationError> {
         let store = self.inner.session.store();
         loop {
@@ -114,12 +122,16 @@ impl<S: SemaphoreStore + Clone> Watch<S> {
                     _ = self.inner.session.lost() => {}
                 }
             }
+            // Whatever woke the wait is answered by this read: until it completes, no wait is
+            // armed, so a read that fails or is dropped is made again at the next call.
+            self.change = None;
             // Subscribed before the read: a change after it wakes the next wait.
-            self.change = Some(store.semaphore_changed(&self.name));
+            let change = store.semaphore_changed(&self.name);
             let applied = self
                 .inner
                 .call(&self.name, SemaphoreRequest::Describe)
                 .await?;
+            self.change = Some(change);
             self.look = expiry_look(&applied);
             let description = applied
                 .description

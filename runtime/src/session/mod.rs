@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, oneshot, watch};
+use vvm_core::semaphore::SemaphoreName;
 use vvm_core::{
     AttachRefusal, HoldingId, Instant, LeaseConfig, LossReason, OpenRefusal, Revision, Session,
     SessionId, SessionKey, Slot,
@@ -125,6 +126,9 @@ struct Shared<S> {
     /// or until an acquire of the slot deletes them first, so that every tenure of the slot
     /// gets a new, higher revision.
     left: Mutex<HashMap<Slot, Revision>>,
+    /// The semaphores held or being acquired: the store keeps one party per semaphore and
+    /// session, so every `Coordination` handle of the session shares this one view of them.
+    semaphores: Mutex<HashSet<SemaphoreName>>,
 }
 
 /// An open session. Dropping every handle and holding closes it.
@@ -201,6 +205,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
                 deadline,
                 slots: Mutex::default(),
                 left: Mutex::default(),
+                semaphores: Mutex::default(),
             }),
             key,
         })
@@ -483,6 +488,17 @@ impl<S> SessionHandle<S> {
     /// Detaches a holding of [`attach`](Self::attach).
     pub(crate) fn detach(&self, holding: HoldingId) {
         let _ = self.shared.commands.send(Command::Detach { holding });
+    }
+
+    /// Claims `name` for one acquire of the session, through whichever handle: `false` when
+    /// the session holds it or is acquiring it already.
+    pub(crate) fn claim_semaphore(&self, name: &SemaphoreName) -> bool {
+        lock(&self.shared.semaphores).insert(name.clone())
+    }
+
+    /// Gives back a claim of [`claim_semaphore`](Self::claim_semaphore): the request is over.
+    pub(crate) fn unclaim_semaphore(&self, name: &SemaphoreName) {
+        lock(&self.shared.semaphores).remove(name);
     }
 }
 
