@@ -690,10 +690,9 @@ fn run(
             for record in pending.drain(..) {
                 if record == STOP {
                     let spared = watch.spared();
-                    tree::signal_all(watch.group, spared, Signal::TERM);
                     // A stopped process (Ctrl-Z, a read from the terminal) acts on SIGTERM only
                     // once continued.
-                    tree::signal_all(watch.group, spared, Signal::CONT);
+                    tree::signal_all(watch.group, spared, &[Signal::TERM, Signal::CONT]);
                 } else if record == KILL_NOW {
                     return Some(Why::Asked);
                 } else {

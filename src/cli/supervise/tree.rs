@@ -19,10 +19,8 @@ const ROUNDS_MAX: usize = 1_000;
 const FOUND_MAX: usize = 65_536;
 
 /// The processes below `root` now (not `root` itself), with each one's parent: one read of
-/// `/proc`, then a walk down a map of
-/// children, so the cost is linear in the processes of the host. Processes that end during
-/// the look are simply missing from it.: one read of `/proc`, then a walk down a map of
-/// children, so the cost is linear in the processes of the host.
+/// `/proc`, then a walk down a map of children, so the cost is linear in the processes of the
+/// host. Processes that end during the look are simply missing from it.
 fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
     descendants_with(root)
         .into_iter()
@@ -30,13 +28,36 @@ fn descendants_with_parents(root: Pid) -> Vec<(Pid, i32)> {
         .collect()
 }
 
-/// The children of `parent` now, from `/proc`.
+/// The children of `parent` now, from `/proc`: from the kernel's list of each of its threads'
+/// children (a few small reads), or, where the kernel keeps none, from a look at every process.
 pub fn children_of(parent: Pid) -> Vec<Pid> {
+    if let Some(children) = listed_children(parent) {
+        return children;
+    }
     descendants_with(parent)
         .into_iter()
         .filter(|&(_, of, _)| of == parent.as_raw_pid())
         .map(|(pid, _, _)| pid)
         .collect()
+}
+
+/// The children of `parent` from `/proc/PID/task/TID/children` of each of its threads; `None`
+/// when a list cannot be read (a kernel without them, or `parent` gone).
+fn listed_children(parent: Pid) -> Option<Vec<Pid>> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", parent.as_raw_pid())).ok()?;
+    let mut children = Vec::new();
+    for task in tasks {
+        let list = std::fs::read_to_string(task.ok()?.path().join("children")).ok()?;
+        children.extend(
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .filter_map(Pid::from_raw),
+        );
+        if children.len() >= FOUND_MAX {
+            break;
+        }
+    }
+    Some(children)
 }
 
 /// Every process below `root`, with its parent and its process group.
@@ -99,19 +120,37 @@ pub fn state_of(stat: &str) -> Option<&str> {
     fields_after_name(stat)?.next()
 }
 
-/// Sends `signal` once to every process of the tree: to the command's group (one call), then to
-/// every other descendant of this process — not to the group's members again (a program may
-/// read a second SIGTERM as "quit now"), nor to `spared`.
-pub fn signal_all(group: Option<Pid>, spared: Option<Pid>, signal: Signal) {
+/// Sends each of `signals`, in order, once to every process of the tree: to the command's group
+/// (one call per signal), then to every other descendant of this process — not to the group's
+/// members again (a program may read a second SIGTERM as "quit now"), nor to `spared`. One look
+/// at `/proc` for all of them.
+pub fn signal_all(group: Option<Pid>, spared: Option<Pid>, signals: &[Signal]) {
     if let Some(group) = group {
-        let _ = kill_process_group(group, signal);
+        for &signal in signals {
+            let _ = kill_process_group(group, signal);
+        }
     }
     let group = group.map(Pid::as_raw_pid);
     for (pid, _, of) in descendants_with(rustix::process::getpid()) {
         if Some(of) != group && Some(pid) != spared {
-            let _ = kill_process(pid, signal);
+            for &signal in signals {
+                let _ = kill_process(pid, signal);
+            }
         }
     }
+}
+
+/// Whether this process has a child, ended or not (one system call; an error counts as "yes",
+/// so that the caller looks).
+fn has_children() -> bool {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    // Not reaped here (`NOWAIT`): whoever waits for its children still finds them.
+    let options = WaitIdOptions::EXITED
+        | WaitIdOptions::STOPPED
+        | WaitIdOptions::CONTINUED
+        | WaitIdOptions::NOHANG
+        | WaitIdOptions::NOWAIT;
+    !matches!(waitid(WaitId::All, options), Err(rustix::io::Errno::CHILD))
 }
 
 /// Reaps every child that has ended, without waiting. Returns the ones reaped with their status.
@@ -126,7 +165,13 @@ pub fn reap(mut each: impl FnMut(Pid, rustix::process::WaitStatus)) {
 /// there within [`ROUNDS_MAX`] looks.
 pub fn end_all(group: Option<Pid>, mut each: impl FnMut(Pid, rustix::process::WaitStatus)) -> bool {
     for _ in 0..ROUNDS_MAX {
-        signal_all(group, None, Signal::KILL);
+        if !has_children() {
+            // A subreaper without a child has no descendant (an orphan comes to it): nothing
+            // to look for in `/proc` — the common end, once a namespace's first process is
+            // reaped (the kernel ended the namespace with it).
+            return true;
+        }
+        signal_all(group, None, &[Signal::KILL]);
         // Every child got SIGKILL, so this wait returns promptly. ECHILD: no child is left, and
         // none can appear (only our children could fork, and they are gone).
         match rustix::process::wait(WaitOptions::empty()) {
@@ -149,6 +194,9 @@ pub fn end_all(group: Option<Pid>, mut each: impl FnMut(Pid, rustix::process::Wa
 pub fn end_descendants_by_pid() -> bool {
     let me = rustix::process::getpid();
     for _ in 0..ROUNDS_MAX {
+        if !has_children() {
+            return true;
+        }
         let found = descendants_with_parents(me);
         if found.is_empty() {
             return true;
