@@ -24,6 +24,8 @@ Exit codes:
   1   a problem: no slot acquired, store refused (or unavailable past --acquire), leadership
       lost, a service failed, the command's supervisor ended by someone else
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
+  3   `run`: busy — --acquire ended with every slot (or the units) held by someone else, the
+      command never ran (`--busy-code` chooses another)
   75  ended by the killer: the kill deadline passed without a confirmed renewal
   `run -- CMD`: the command's own status when it ends by itself (128+N when signal N ended
   it; its own 75 too: the last line says whose); 126 when CMD cannot be run, 127 when it is not
@@ -184,10 +186,16 @@ pub struct RunArgs {
     /// write.
     #[arg(short, long, env = "VVM_LEASE", default_value = "20s", value_parser = parse_duration)]
     lease: Duration,
-    /// How long to keep trying to acquire a slot before giving up; `forever` (the default) for a
-    /// standby that waits as long as it runs (SIGINT or SIGTERM still stop it at once).
+    /// How long to keep trying to acquire a slot (or the units) before giving up: `0` tries once
+    /// (`flock -n`, `consul lock -try`); `forever` (the default) for a standby that waits as long
+    /// as it runs (SIGINT or SIGTERM still stop it at once).
     #[arg(long, env = "VVM_ACQUIRE", default_value = "forever", value_parser = parse_acquire)]
     acquire: Duration,
+    /// Exit status when `--acquire` ends because every slot (or the units) is held by someone
+    /// else: the command never ran (`flock -E`; e.g. `--busy-code 0` for a cron job that may
+    /// skip a turn quietly). A store that fails is still 1.
+    #[arg(long, env = "VVM_BUSY_CODE", value_name = "CODE", default_value_t = cli::EXIT_BUSY)]
+    busy_code: u8,
     /// Pause between two acquisition rounds over all slots.
     #[arg(long, env = "VVM_ROUND", default_value = "1s", value_parser = parse_duration)]
     round: Duration,
@@ -207,6 +215,12 @@ pub struct RunArgs {
     /// (hidden: for the demo and the tests).
     #[arg(long, env = "VVM_ACTING_LOG", conflicts_with = "command", hide = true)]
     acting_log: Option<PathBuf>,
+    /// Hold the slot (or the units) without a command, as `etcdctl lock NAME` does: print
+    /// `VVM_SLOT=N VVM_REVISION=T` (the fencing token) on one line of standard output once held,
+    /// and keep holding until SIGINT, SIGTERM or SIGHUP — a script's lock around several
+    /// commands (see the README).
+    #[arg(long, env = "VVM_HOLD", conflicts_with_all = ["command", "acting_log"], value_parser = BoolishValueParser::new())]
+    hold: bool,
     /// Time the command has to exit after SIGTERM before its process tree gets SIGKILL.
     #[arg(short, long, env = "VVM_GRACE", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
@@ -451,5 +465,7 @@ fn main() -> ExitCode {
     };
     // The last lines (e.g. "shut down cleanly") are still queued; wait a bounded time for them.
     cli::log::flush();
+    // Ctrl-C ends `vvm run` the way it ends other programs: by SIGINT (see `clean_exit`).
+    cli::host::end_by_interrupt();
     code
 }

@@ -138,9 +138,9 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
 }
 
 // covers: Cli.BrokenStderr
-/// `vvm run … 2>&1 >/dev/null | head -2`, then SIGINT. The reader of
+/// `vvm run … 2>&1 >/dev/null | head -2`, then SIGTERM. The reader of
 /// standard error goes away after two lines; every later log line meets a closed pipe. The
-/// process must neither panic nor wedge: it shuts down on SIGINT with the clean exit code.
+/// process must neither panic nor wedge: it shuts down on SIGTERM with the clean exit code.
 #[test]
 fn a_closed_stderr_neither_panics_nor_wedges_vvm_run() {
     const RUNS: usize = 3;
@@ -161,15 +161,15 @@ fn a_closed_stderr_neither_panics_nor_wedges_vvm_run() {
         drop(lines);
         // Let the launch go on logging into the closed pipe for a while.
         std::thread::sleep(Duration::from_millis(300));
-        let code = signal_and_wait(&mut child, Signal::INT, Duration::from_secs(10));
-        assert_eq!(code, Some(0), "run {run}: exit code after SIGINT");
+        let code = signal_and_wait(&mut child, Signal::TERM, Duration::from_secs(10));
+        assert_eq!(code, Some(0), "run {run}: exit code after SIGTERM");
     }
 }
 
 // covers: Cli.BrokenStderr
 /// The other half of finding 4: standard error is a pipe that is full before `vvm run` starts
 /// and that nobody reads (a stalled log collector). Log lines must be dropped, not waited for:
-/// the VVM leads, and SIGINT ends it cleanly within the bounded wait for the last lines.
+/// the VVM leads, and SIGTERM ends it cleanly within the bounded wait for the last lines.
 #[test]
 fn a_stalled_stderr_does_not_block_vvm_run() {
     use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
@@ -205,7 +205,7 @@ fn a_stalled_stderr_does_not_block_vvm_run() {
         }
     };
     assert!(first.starts_with("leading slot=1 "), "{first}");
-    let code = signal_and_wait(&mut child, Signal::INT, Duration::from_secs(5));
+    let code = signal_and_wait(&mut child, Signal::TERM, Duration::from_secs(5));
     assert_eq!(code, Some(0));
     drop(reader);
 }

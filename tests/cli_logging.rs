@@ -13,7 +13,7 @@ use rustix::process::Signal;
 const WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// Runs `vvm <global> run --store memory:` with `env` until it leads (its demo service's first
-/// line on standard output), stops it with SIGINT and returns its standard error.
+/// line on standard output), stops it with SIGTERM and returns its standard error.
 fn lead_and_stop(global: &[&str], env: &[(&str, &str)]) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
         .args(global)
@@ -40,7 +40,7 @@ fn lead_and_stop(global: &[&str], env: &[(&str, &str)]) -> String {
     assert!(first.starts_with("leading slot=1"), "{first:?}");
     drop(stdout);
     assert_eq!(
-        signal_and_wait(&mut child, Signal::INT, WAIT_MAX),
+        signal_and_wait(&mut child, Signal::TERM, WAIT_MAX),
         Some(0),
         "{}",
         collected.join().unwrap()

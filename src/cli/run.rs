@@ -203,6 +203,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
         },
         None => None,
     };
+    if args.hold {
+        let host = Host {
+            ops,
+            busy_code: args.busy_code,
+            ..Host::default()
+        };
+        return match units {
+            Some(units) => run_semaphore(units, config, store, super::hold::HoldService, host).await,
+            None => run_vvm(config, store, super::hold::HoldService, host).await,
+        };
+    }
     if args.command.is_empty() {
         let service = DemoService {
             address,
@@ -210,6 +221,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         };
         let host = Host {
             ops,
+            busy_code: args.busy_code,
             ..Host::default()
         };
         return match units {
@@ -235,10 +247,28 @@ pub async fn run(args: RunArgs) -> ExitCode {
         force: Some(hooks.force),
         status: Some(hooks.status),
         ops,
+        busy_code: args.busy_code,
     };
     match units {
         Some(units) => run_semaphore(units, config, store, service, host).await,
         None => run_vvm(config, store, service, host).await,
+    }
+}
+
+/// The acquisition ended with every slot held by another live record: someone else runs, and
+/// nothing failed (a store that failed, or a slot won too late, is a problem instead).
+fn is_busy(problem: &vvm::VvmError) -> bool {
+    match problem {
+        vvm::VvmError::AcquisitionFailed { refusals, .. } => {
+            !refusals.is_empty()
+                && refusals.iter().all(|refusal| {
+                    matches!(
+                        refusal.reason,
+                        vvm::RefusalReason::Held | vvm::RefusalReason::HeldBy(_)
+                    )
+                })
+        }
+        _ => false,
     }
 }
 
@@ -353,7 +383,11 @@ async fn run_vvm(
     match outcome {
         Ok(()) => {
             tracing::info!("shut down cleanly");
-            ExitCode::SUCCESS
+            super::host::clean_exit()
+        }
+        Err(problem) if is_busy(&problem) => {
+            super::log::line(&super::error_chain(&problem));
+            ExitCode::from(host.busy_code)
         }
         Err(problem) => {
             let code = fail(&super::error_chain(&problem));

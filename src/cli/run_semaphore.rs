@@ -62,7 +62,7 @@ pub(super) async fn run_semaphore(
             Ok(session) => session,
             Err(e) => return fail(&format!("cannot open a session: {}", error_chain(&e))),
         },
-        _ = &mut signalled => return ExitCode::SUCCESS,
+        _ = &mut signalled => return super::host::clean_exit(),
     };
     let coordination = Coordination::new(session);
     let notifier = Arc::new(Notifier::from_env());
@@ -72,7 +72,7 @@ pub(super) async fn run_semaphore(
         count = units.count,
         "waiting for units of the semaphore"
     );
-    notifier.status(format!("Waiting for {} units of {name}", units.count));
+    notifier.status(format!("Waiting for {} of {name}", units_text(units.count)));
     let options = AcquireOptions::new(units.count)
         .data(address.into_bytes())
         .timeout(config.acquisition());
@@ -83,16 +83,18 @@ pub(super) async fn run_semaphore(
     };
     let Some(acquired) = acquired else {
         close(&coordination, config.lease()).await;
-        return ExitCode::SUCCESS;
+        return super::host::clean_exit();
     };
     let grant = match acquired {
         Ok(Some(grant)) => grant,
         Ok(None) => {
             close(&coordination, config.lease()).await;
-            return fail(&format!(
-                "no {} units of semaphore {name} were granted within --acquire",
-                units.count
+            super::log::line(&format!(
+                "{} of semaphore {name} {} not granted within --acquire: held by others",
+                units_text(units.count),
+                if units.count == 1 { "was" } else { "were" }
             ));
+            return ExitCode::from(host.busy_code);
         }
         Err(CoordinationError::NotFound(_)) => {
             close(&coordination, config.lease()).await;
@@ -116,8 +118,8 @@ pub(super) async fn run_semaphore(
         "granted"
     );
     notifier.ready(format!(
-        "Holding {} units of {name} (token {})",
-        units.count,
+        "Holding {} of {name} (token {})",
+        units_text(units.count),
         grant.token().0
     ));
     let watchdog = notifier.watchdog_enabled().then(|| {
@@ -155,7 +157,7 @@ pub(super) async fn run_semaphore(
         Ok(()) => {
             close(&coordination, config.lease()).await;
             tracing::info!("shut down cleanly");
-            ExitCode::SUCCESS
+            super::host::clean_exit()
         }
         Err(problem) => {
             // After an unclean stop the session must not close cleanly (its deadline stays
@@ -173,6 +175,15 @@ pub(super) async fn run_semaphore(
                 None => code,
             }
         }
+    }
+}
+
+/// `1 unit`, `3 units`.
+pub(super) fn units_text(count: u64) -> String {
+    if count == 1 {
+        "1 unit".to_owned()
+    } else {
+        format!("{count} units")
     }
 }
 

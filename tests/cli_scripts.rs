@@ -1,0 +1,215 @@
+//! `vvm run` the way a shell script uses `flock`, `etcdctl lock` or `consul lock`: try once and
+//! say "busy" with a code of the script's choosing, stop the calling script on Ctrl-C, hold a
+//! slot around several commands. Every check is an exit status or a line, as a script sees it.
+
+mod cli_support;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cli_support::{exit_within, leading_child, signal_and_wait, temp_dir, vvm_within};
+use rustix::process::{kill_process_group, Pid, Signal};
+
+/// Longest any one `vvm` of these tests may take.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// `vvm` with `args` on `store`, lease 2 s, warnings only: exit code and standard error.
+fn vvm(store: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["--log-level", "warn", "run", "--store", store, "--lease", "2s"];
+    all.extend_from_slice(args);
+    vvm_within(&all, WAIT, "vvm run")
+}
+
+/// A `sh -c` command line that writes `ran` into `dir`.
+fn mark(dir: &Path) -> String {
+    format!("echo ran > {}/ran", dir.display())
+}
+
+/// A `vvm run --semaphore NAME` holder (the demo service), once it holds.
+fn semaphore_holder(store: &str, name: &str) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", store])
+        .args(["--lease", "2s", "--semaphore", name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the vvm binary runs");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    assert!(first.starts_with("leading slot=0 "), "{first}");
+    child
+}
+
+// covers: Cli.TryOnce
+/// `--acquire 0` tries once (was: "must be above zero", exit 2); a slot or units held by someone
+/// else end it with the busy code, 3 by default or `--busy-code N` (was: exit 1, as for a store
+/// that fails), and the command never runs.
+#[test]
+fn try_once_exits_with_the_busy_code_the_script_chose() {
+    let dir = temp_dir("vvm-try");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let mark = mark(&dir);
+    let mut holder = leading_child(&store, "holder", Stdio::null());
+
+    let (code, _, stderr) = vvm(&store, &["--acquire", "0", "--", "sh", "-c", &mark]);
+    assert_eq!(code, Some(3), "try once, slot held: {stderr}");
+    assert!(stderr.contains("held by holder"), "{stderr}");
+    let (code, _, stderr) = vvm(
+        &store,
+        &["--acquire", "0", "--busy-code", "75", "--", "sh", "-c", &mark],
+    );
+    assert_eq!(code, Some(75), "--busy-code 75: {stderr}");
+    let (code, _, stderr) = vvm(&store, &["--acquire", "300ms", "--", "sh", "-c", &mark]);
+    assert_eq!(code, Some(3), "a window that ends while held: {stderr}");
+    assert!(!dir.join("ran").exists(), "the command ran while busy");
+
+    assert_eq!(signal_and_wait(&mut holder, Signal::TERM, WAIT), Some(0));
+    let (code, _, stderr) = vvm(&store, &["--acquire", "0", "--", "sh", "-c", &mark]);
+    assert_eq!(code, Some(0), "try once, slot free: {stderr}");
+    assert!(dir.join("ran").exists(), "the command did not run");
+
+    // The same for units of a semaphore.
+    let (code, _, stderr) = vvm_within(
+        &["semaphore", "--store", &store, "create", "one", "--limit", "1"],
+        WAIT,
+        "create",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut holder = semaphore_holder(&store, "one");
+    let (code, _, stderr) = vvm(
+        &store,
+        &["--semaphore", "one", "--acquire", "0", "--", "true"],
+    );
+    assert_eq!(code, Some(3), "try once, units held: {stderr}");
+    assert!(
+        stderr.contains("1 unit of semaphore one was not granted"),
+        "{stderr}"
+    );
+    assert_eq!(signal_and_wait(&mut holder, Signal::TERM, WAIT), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `bash -c LINE` in a process group of its own, as a terminal's job: Ctrl-C is SIGINT to the
+/// whole group.
+fn script(line: &str) -> Child {
+    Command::new("bash")
+        .args(["-c", line])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("bash runs")
+}
+
+/// Ctrl-C on `child`'s group; the script's status and standard output.
+fn ctrl_c(mut child: Child) -> (std::process::ExitStatus, String) {
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    kill_process_group(pid, Signal::INT).unwrap();
+    if exit_within(&mut child, WAIT).is_none() {
+        let _ = child.kill();
+        panic!("the script did not end within {WAIT:?} of Ctrl-C");
+    }
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    (status, out)
+}
+
+/// Waits up to [`WAIT`] for `path` to exist.
+fn wait_for(path: &Path) {
+    let until = std::time::Instant::now() + WAIT;
+    while !path.exists() {
+        assert!(std::time::Instant::now() < until, "{} never came", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// covers: Cli.CtrlC
+/// Ctrl-C on a script that waits in `vvm run`, and on one whose command runs: `vvm` ends by
+/// SIGINT, so bash stops the script (was: `vvm` exited 0 and the script went on, printing
+/// CONTINUED, although the waiting command never ran).
+#[test]
+fn ctrl_c_stops_the_calling_script() {
+    let dir = temp_dir("vvm-ctrlc");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let vvm = env!("CARGO_BIN_EXE_vvm");
+    let mut holder = leading_child(&store, "holder", Stdio::null());
+
+    // Waiting: the command never runs.
+    let waiting = script(&format!(
+        "{vvm} --log-level warn run --store {store} --lease 2s -- true; echo CONTINUED $?"
+    ));
+    std::thread::sleep(Duration::from_millis(800));
+    let (status, out) = ctrl_c(waiting);
+    assert_eq!(status.signal(), Some(2), "waiting: {status:?}, stdout {out:?}");
+    assert!(!out.contains("CONTINUED"), "waiting: the script went on: {out}");
+
+    // Holding: the command runs, and is stopped gracefully.
+    assert_eq!(signal_and_wait(&mut holder, Signal::TERM, WAIT), Some(0));
+    let started = dir.join("started");
+    let holding = script(&format!(
+        "{vvm} --log-level warn run --store {store} --lease 2s -- sh -c 'touch {}; exec sleep 30'; echo CONTINUED $?",
+        started.display()
+    ));
+    wait_for(&started);
+    let (status, out) = ctrl_c(holding);
+    assert_eq!(status.signal(), Some(2), "holding: {status:?}, stdout {out:?}");
+    assert!(!out.contains("CONTINUED"), "holding: the script went on: {out}");
+
+    // SIGTERM (a service manager's stop) is still a clean stop.
+    let mut waiting = Command::new(vvm)
+        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(signal_and_wait(&mut waiting, Signal::TERM, WAIT), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.Hold
+/// `vvm run --hold`: no command; one line `VVM_SLOT=1 VVM_REVISION=T` once held, then the slot
+/// stays held (a try-once elsewhere is busy) until a signal, which releases it at once (was:
+/// no such flag, exit 2).
+#[test]
+fn hold_prints_the_token_and_holds_until_a_signal() {
+    let dir = temp_dir("vvm-hold");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", &store])
+        .args(["--lease", "2s", "--hold"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = cli_support::drain(hold.stderr.take().unwrap());
+    let mut lines = BufReader::new(hold.stdout.take().unwrap()).lines();
+    let first = match lines.next() {
+        Some(Ok(line)) => line,
+        other => {
+            let _ = hold.kill();
+            let _ = hold.wait();
+            panic!("no token line: {other:?}; {}", stderr.join().unwrap());
+        }
+    };
+    let revision = first
+        .strip_prefix("VVM_SLOT=1 VVM_REVISION=")
+        .unwrap_or_else(|| panic!("{first}"));
+    assert!(revision.parse::<u64>().is_ok(), "{first}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, _, err) = vvm(&store, &["--acquire", "0", "--", "true"]);
+    assert_eq!(code, Some(3), "held: {err}");
+    assert_eq!(signal_and_wait(&mut hold, Signal::TERM, WAIT), Some(0));
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(rest.is_empty(), "more than the token line: {rest:?}");
+    let (code, _, err) = vvm(&store, &["--acquire", "0", "--", "true"]);
+    assert_eq!(code, Some(0), "released: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
