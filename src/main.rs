@@ -239,13 +239,23 @@ pub struct RunArgs {
     containment: cli::exec::ContainmentMode,
     /// Run under a grant of `--count` units of this semaphore instead of a slot: at most its
     /// limit in units run at once across every `vvm` on the store, granted in order of arrival.
-    /// Create it first (`vvm semaphore create NAME --limit N`); the command gets `VVM_SLOT=0`
-    /// and `VVM_REVISION=<the grant's token>`.
+    /// It must exist (`vvm semaphore create NAME --limit N`) unless `--limit` or `--ephemeral`
+    /// makes it; the command gets `VVM_SLOT=0` and `VVM_REVISION=<the grant's token>`. Not with
+    /// `--metrics-addr`, whose `/leader` and slot metrics describe a slot.
     #[arg(long, env = "VVM_SEMAPHORE", value_name = "NAME", conflicts_with_all = ["slots", "metrics_addr"])]
     semaphore: Option<String>,
     /// Units of `--semaphore` this run takes (1 to the semaphore's limit).
     #[arg(long, env = "VVM_COUNT", default_value_t = 1, requires = "semaphore")]
     count: u64,
+    /// Create `--semaphore` with this limit when it does not exist (`consul lock -n N`), and
+    /// say so; an existing one keeps its own limit (a different one is warned about: change a
+    /// limit with `vvm semaphore delete` and `create` while nobody holds or waits).
+    #[arg(long, env = "VVM_LIMIT", requires = "semaphore", conflicts_with = "ephemeral")]
+    limit: Option<u64>,
+    /// Make `--semaphore`, when it does not exist, an ephemeral one: no limit, deleted when its
+    /// last holder or waiter leaves (service discovery: `vvm semaphore describe` lists who runs).
+    #[arg(long, env = "VVM_EPHEMERAL", requires = "semaphore", value_parser = BoolishValueParser::new())]
+    ephemeral: bool,
     /// Serve `/metrics` (Prometheus), `/healthz` and `/leader` over HTTP on this address:
     /// `PORT` or `:PORT` listen on loopback (127.0.0.1), `IP:PORT` as given (`0.0.0.0:PORT`
     /// exposes them on every interface, without authentication). Off when not set.

@@ -213,3 +213,138 @@ fn hold_prints_the_token_and_holds_until_a_signal() {
     assert_eq!(code, Some(0), "released: {err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// covers: Cli.SemaphoreOneStep
+/// `vvm run --semaphore NAME --limit N` makes the semaphore when it is missing and says so (was:
+/// "does not exist: create it first", exit 1; `--limit` unknown, exit 2); an existing one keeps
+/// its limit, with a warning when another was asked. `--ephemeral` makes one that goes with its
+/// last holder.
+#[test]
+fn a_semaphore_is_made_in_one_step() {
+    let dir = temp_dir("vvm-sem1");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let info = |args: &[&str]| {
+        let mut all = vec!["run", "--store", &store, "--lease", "2s"];
+        all.extend_from_slice(args);
+        vvm_within(&all, WAIT, "vvm run")
+    };
+    let (code, _, stderr) = info(&["--semaphore", "pool", "--limit", "2", "--", "true"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("created the semaphore"), "{stderr}");
+    let (code, _, stderr) = info(&["--semaphore", "pool", "--limit", "3", "--", "true"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("created the semaphore"), "{stderr}");
+    assert!(stderr.contains("exists with another limit"), "{stderr}");
+    let describe = |name: &str| {
+        vvm_within(
+            &["semaphore", "--store", &store, "describe", name],
+            WAIT,
+            "describe",
+        )
+    };
+    let (code, out, stderr) = describe("pool");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(out.starts_with("semaphore pool count=0/2 "), "{out}");
+
+    let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s"])
+        .args(["--semaphore", "web", "--ephemeral", "--hold"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = BufReader::new(hold.stdout.take().unwrap())
+        .lines()
+        .next()
+        .expect("a token line")
+        .unwrap();
+    assert!(first.starts_with("VVM_SLOT=0 VVM_REVISION="), "{first}");
+    let (code, out, stderr) = describe("web");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(out.contains(" ephemeral "), "{out}");
+    assert!(out.contains("count=1/unlimited"), "{out}");
+    assert_eq!(signal_and_wait(&mut hold, Signal::TERM, WAIT), Some(0));
+    let (code, _, stderr) = describe("web");
+    assert_eq!(code, Some(1), "the ephemeral semaphore outlived its holder: {stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Reads `child`'s standard error until a line contains every one of `words`; that line.
+fn stderr_line(child: &mut Child, words: &[&str]) -> String {
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if words.iter().all(|w| line.contains(w)) => {
+                // Keep draining, so that the child never blocks on a full pipe.
+                std::thread::spawn(move || for _ in lines.by_ref() {});
+                return line;
+            }
+            Some(Ok(line)) => seen.push_str(&(line + "\n")),
+            _ => panic!("no line with {words:?}:\n{seen}"),
+        }
+    }
+}
+
+// covers: Cli.WaitingQueue
+/// A `vvm run --semaphore` that waits says its place in the queue and who holds the units (was:
+/// only "waiting for units"); `describe` says `timeout_ms=forever` for a waiter that waits as
+/// long as it lives (was: 18446744073709551615), and `describe --watch` stamps each snapshot with
+/// the time (was: no stamp).
+#[test]
+fn a_waiting_run_says_where_it_stands() {
+    let dir = temp_dir("vvm-queue");
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+    let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s"])
+        .args(["--semaphore", "q", "--limit", "1", "--hold", "--address", "first"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(hold.stdout.take().unwrap()).lines();
+    let first = out.next().expect("a token line").unwrap();
+    assert!(first.starts_with("VVM_SLOT=0 "), "{first}");
+    let mut waiter = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["run", "--store", &store, "--lease", "2s"])
+        .args(["--semaphore", "q", "--address", "second", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = stderr_line(&mut waiter, &["place=1", "queued=1"]);
+    assert!(line.contains("holders=first (1 unit)"), "{line}");
+
+    let (code, text, stderr) = vvm_within(
+        &["semaphore", "--store", &store, "describe", "q"],
+        WAIT,
+        "describe",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(text.contains("timeout_ms=forever"), "{text}");
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["semaphore", "--store", &store, "describe", "q", "--watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stamped = BufReader::new(watch.stdout.take().unwrap())
+        .lines()
+        .next()
+        .expect("a snapshot")
+        .unwrap();
+    let _ = signal_and_wait(&mut watch, Signal::TERM, WAIT);
+    let stamp = stamped.split(' ').next().unwrap_or_default();
+    assert!(
+        humantime::parse_rfc3339(stamp).is_ok() && stamped.contains(" semaphore q "),
+        "{stamped}"
+    );
+
+    assert_eq!(signal_and_wait(&mut hold, Signal::TERM, WAIT), Some(0));
+    assert_eq!(exit_within(&mut waiter, WAIT), Some(Some(0)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -192,9 +192,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(store) => store,
         Err(code) => return code,
     };
+    if args.limit == Some(0) {
+        return usage_error("--limit must be at least 1");
+    }
     let units = args.semaphore.clone().map(|name| Units {
         name,
         count: args.count,
+        limit: args.limit,
+        ephemeral: args.ephemeral,
     });
     let ops = match args.metrics_addr {
         Some(addr) => match super::ops::start(addr, args.lease, args.slots).await {

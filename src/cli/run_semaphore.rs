@@ -19,6 +19,8 @@ use vvm::{
     ServeError, ServeTimeouts, Service, Services, SessionError, SessionHandle, VvmConfig,
 };
 
+use vvm::vvm_core::semaphore::SemaphoreError;
+
 use super::host::{listen_for_signals, Host};
 use super::store::AnyStore;
 use super::systemd::Notifier;
@@ -33,6 +35,10 @@ pub(super) struct Units {
     pub(super) name: String,
     /// Units of it.
     pub(super) count: u64,
+    /// Create it with this limit when it does not exist (`--limit`).
+    pub(super) limit: Option<u64>,
+    /// Make it an ephemeral one when it does not exist (`--ephemeral`).
+    pub(super) ephemeral: bool,
 }
 
 /// Runs `service` under a grant of `units`; the exit code follows `vvm run`'s.
@@ -73,13 +79,31 @@ pub(super) async fn run_semaphore(
         "waiting for units of the semaphore"
     );
     notifier.status(format!("Waiting for {} of {name}", units_text(units.count)));
-    let options = AcquireOptions::new(units.count)
+    if let Some(limit) = units.limit {
+        if let Err(e) = create_if_missing(&coordination, name, limit).await {
+            close(&coordination, config.lease()).await;
+            return fail(&format!("cannot create semaphore {name}: {}", error_chain(&e)));
+        }
+    }
+    let mut options = AcquireOptions::new(units.count)
         .data(address.into_bytes())
         .timeout(config.acquisition());
-    let acquired = tokio::select! {
-        acquired = coordination.acquire(name, options) => Some(acquired),
-        // Dropping the acquire withdraws the request; nothing was started.
-        _ = &mut signalled => None,
+    if units.ephemeral {
+        options = options.ephemeral();
+    }
+    let acquired = {
+        let waiting = super::waiting::report_queue(
+            coordination.clone(),
+            name.to_owned(),
+            coordination.session().key(),
+            &notifier,
+        );
+        tokio::select! {
+            acquired = coordination.acquire(name, options) => Some(acquired),
+            // Dropping the acquire withdraws the request; nothing was started.
+            _ = &mut signalled => None,
+            () = waiting => None,
+        }
     };
     let Some(acquired) = acquired else {
         close(&coordination, config.lease()).await;
@@ -99,8 +123,8 @@ pub(super) async fn run_semaphore(
         Err(CoordinationError::NotFound(_)) => {
             close(&coordination, config.lease()).await;
             return fail(&format!(
-                "semaphore {name} does not exist: create it first, e.g. `vvm semaphore create \
-                 {name} --limit 2`"
+                "semaphore {name} does not exist: give --limit N to create it, or create it \
+                 first, e.g. `vvm semaphore create {name} --limit 2`"
             ));
         }
         Err(e) => {
@@ -175,6 +199,35 @@ pub(super) async fn run_semaphore(
                 None => code,
             }
         }
+    }
+}
+
+/// Creates `name` with `limit` units unless it exists; says which. Two runs that both find it
+/// missing both try: one creates it, the other finds it made (the store decides, in one
+/// transaction each), so no limit is ever changed under a holder.
+async fn create_if_missing(
+    coordination: &Coordination<Arc<AnyStore>>,
+    name: &str,
+    limit: u64,
+) -> Result<(), CoordinationError> {
+    match coordination.create(name, limit, Vec::new()).await {
+        Ok(()) => {
+            tracing::info!(semaphore = name, limit, "created the semaphore: it did not exist");
+            Ok(())
+        }
+        Err(CoordinationError::Refused(SemaphoreError::AlreadyExists(_))) => {
+            let existing = coordination.describe(name).await?;
+            if existing.limit != limit {
+                tracing::warn!(
+                    semaphore = name,
+                    limit = existing.limit,
+                    asked = limit,
+                    "the semaphore exists with another limit, which stays (--limit only creates)"
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -110,7 +110,7 @@ async fn act(
             loop {
                 tokio::select! {
                     next = watch.next() => {
-                        if !print(&next?, *json) {
+                        if !print_stamped(&next?, *json) {
                             // Standard output closed (`| head -1`): the watch is over.
                             return Ok(());
                         }
@@ -135,6 +135,44 @@ fn print(description: &Description, json: bool) -> bool {
         .is_ok()
 }
 
+/// One snapshot of a watch, stamped with the time (UTC) as `vvm status --watch` stamps its
+/// lines: before the header line, or as `"time"` in the JSON object; `false` when standard
+/// output is closed.
+fn print_stamped(description: &Description, json: bool) -> bool {
+    let time = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    let text = if json {
+        let mut object = json_snapshot(description);
+        if let Some(map) = object.as_object_mut() {
+            map.insert("time".into(), time.into());
+        }
+        object.to_string()
+    } else {
+        format!("{time} {}", text_snapshot(description))
+    };
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .is_ok()
+}
+
+/// A limit as a person reads it: `unlimited` for an ephemeral semaphore's.
+fn shown_limit(limit: u64) -> String {
+    if limit == vvm::vvm_core::semaphore::EPHEMERAL_LIMIT {
+        "unlimited".to_owned()
+    } else {
+        limit.to_string()
+    }
+}
+
+/// A waiter's timeout as a person reads it: `forever` for one that waits as long as it lives.
+fn shown_timeout(timeout_ms: u64) -> String {
+    if timeout_ms == u64::MAX {
+        "forever".to_owned()
+    } else {
+        timeout_ms.to_string()
+    }
+}
+
 /// `data` as text when it is UTF-8, else as hexadecimal digits after `0x`.
 fn shown_data(data: &[u8]) -> String {
     match std::str::from_utf8(data) {
@@ -153,7 +191,7 @@ fn text_snapshot(d: &Description) -> String {
         "semaphore {} count={}/{} token={}{}{} data={:?}",
         d.name,
         d.count,
-        d.limit,
+        shown_limit(d.limit),
         d.generation.0,
         if d.ephemeral { " ephemeral" } else { "" },
         if d.deleting { " being-deleted" } else { "" },
@@ -175,7 +213,7 @@ fn text_snapshot(d: &Description) -> String {
             waiter.order_id.0,
             waiter.session,
             waiter.count,
-            waiter.timeout_ms,
+            shown_timeout(waiter.timeout_ms),
             shown_data(&waiter.data)
         ));
     }
