@@ -5,7 +5,6 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -20,7 +19,8 @@ use cli::ops::parse_metrics_addr;
 /// The exit codes, shown at the end of the help of `vvm` and of each subcommand.
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
-  0   clean shutdown (a signal, or the command of `run -- CMD` exited with status 0)
+  0   clean shutdown (SIGTERM or SIGHUP, or the command of `run -- CMD` exited with status 0);
+      after Ctrl-C (SIGINT) `run` ends by SIGINT once stopped (the shell says 130)
   1   a problem: no slot acquired, store refused (or unavailable past --acquire), leadership
       lost, a service failed, the command's supervisor ended by someone else
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
@@ -75,9 +75,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Launch a VVM that runs `CMD ARGS…` (after `--`) while it leads, or, without a command, a
-    /// demo service that prints its fencing token every second.
-    /// SIGINT or SIGTERM shut it down gracefully: services, monitor, release.
+    /// Launch a VVM that runs `CMD ARGS…` (after `--`) while it leads; with `--hold`, hold the
+    /// slot and print its token; without either, a demo service that prints its fencing token
+    /// every second. SIGINT or SIGTERM shut it down gracefully: services, monitor, release.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Show who holds each slot: holder, incarnation, fencing revision, time left.
@@ -87,9 +87,10 @@ enum Command {
     /// discovery and configuration from a shell (see the README's coordination recipes).
     #[command(after_help = EXIT_CODES_HELP)]
     Semaphore(SemaphoreArgs),
-    /// Start 3 `vvm run` processes on a temporary SQLite file (or a 3-member etcd cluster it starts),
-    /// SIGKILL the leader, measure the
-    /// failover, stop the next leader gracefully, measure the hand-off, and clean up.
+    /// Start 4 `vvm run` processes on a temporary SQLite file (or a 3-member etcd cluster it
+    /// starts): SIGKILL the leader and measure the failover, SIGSTOP the next and check that
+    /// nobody takes over before its lease expired, stop the third gracefully and measure the
+    /// hand-off, and clean up.
     #[command(after_help = EXIT_CODES_HELP)]
     Demo(DemoArgs),
     /// Print a shell completion script: `vvm completions bash > /etc/bash_completion.d/vvm`,
@@ -210,16 +211,11 @@ pub struct RunArgs {
         default_value = "wait"
     )]
     store_unavailable: cli::store::Unavailable,
-    /// Append `<host monotonic ns> <pid> <slot> <revision>` to this file every 20 ms while the
-    /// demo service runs, so that a checker can verify that no two processes acted at once
-    /// (hidden: for the demo and the tests).
-    #[arg(long, env = "VVM_ACTING_LOG", conflicts_with = "command", hide = true)]
-    acting_log: Option<PathBuf>,
     /// Hold the slot (or the units) without a command, as `etcdctl lock NAME` does: print
     /// `VVM_SLOT=N VVM_REVISION=T` (the fencing token) on one line of standard output once held,
     /// and keep holding until SIGINT, SIGTERM or SIGHUP — a script's lock around several
     /// commands (see the README).
-    #[arg(long, env = "VVM_HOLD", conflicts_with_all = ["command", "acting_log"], value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "VVM_HOLD", conflicts_with = "command", value_parser = BoolishValueParser::new())]
     hold: bool,
     /// Time the command has to exit after SIGTERM before its process tree gets SIGKILL.
     #[arg(short, long, env = "VVM_GRACE", default_value = "10s", value_parser = parse_duration)]
@@ -391,31 +387,12 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     write_out(&script)
 }
 
-/// Writes the manual page (roff) to standard output: `vvm` with a section per subcommand.
+/// Writes the manual page (roff) to standard output (see `cli::manual`).
 fn man_page() -> ExitCode {
-    let command = Cli::command();
-    let mut page = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(command.clone()).render(&mut page) {
-        return cli::fail(&format!("cannot render the manual page: {e}"));
+    match cli::manual::render(&Cli::command()) {
+        Ok(page) => write_out(&page),
+        Err(e) => cli::fail(&format!("cannot render the manual page: {e}")),
     }
-    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
-        let name = format!("vvm-{}", sub.get_name());
-        let sub = sub.clone().display_name(name.clone()).bin_name(name);
-        let mut section = Vec::new();
-        let man = clap_mangen::Man::new(sub);
-        if let Err(e) = man
-            .render_name_section(&mut section)
-            .and_then(|()| man.render_synopsis_section(&mut section))
-            .and_then(|()| man.render_description_section(&mut section))
-            .and_then(|()| man.render_options_section(&mut section))
-        {
-            return cli::fail(&format!("cannot render the manual page: {e}"));
-        }
-        // Each subcommand's sections, demoted under a heading of its own.
-        let section = String::from_utf8_lossy(&section).replace(".SH ", ".SS ");
-        page.extend_from_slice(section.as_bytes());
-    }
-    write_out(&page)
 }
 
 /// `bytes` to standard output; a closed pipe is not a panic.

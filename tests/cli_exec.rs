@@ -292,21 +292,14 @@ while :; do sleep 0.05; done"#;
 #[test]
 fn the_acting_log_is_refused_with_a_command() {
     let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args([
-            "run",
-            "--store",
-            "memory:",
-            "--acting-log",
-            "x",
-            "--",
-            "true",
-        ])
+        .args(["run", "--store", "memory:", "--", "true"])
+        .env("VVM_ACTING_LOG", "x")
         .stdin(Stdio::null())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--acting-log"), "{stderr}");
+    assert!(stderr.contains("VVM_ACTING_LOG"), "{stderr}");
 }
 
 // covers: Cli.ExecOrphan

@@ -348,3 +348,170 @@ fn a_waiting_run_says_where_it_stands() {
     assert_eq!(exit_within(&mut waiter, WAIT), Some(Some(0)));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The `vvm` column of the README's table of shell jobs, in its order.
+fn readme_vvm_column() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|line| !line.starts_with("| job | flock | etcdctl lock | consul lock | vvm |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    table
+        .iter()
+        .map(|row| {
+            let cell = row.trim_end_matches('|').rsplit('|').next().unwrap().trim();
+            cell.trim_matches('`').to_owned()
+        })
+        .collect()
+}
+
+/// Runs one line of the table in `bash`, in `dir`, with `vvm` and `cmd` first on the `PATH`:
+/// its exit code.
+fn run_row(line: &str, dir: &Path, store: &str) -> Option<i32> {
+    let path = format!(
+        "{}:{}",
+        dir.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = Command::new("bash")
+        .args(["-c", line])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("VVM_STORE", store)
+        .env("VVM_LEASE", "2s")
+        .env("VVM_LOG_LEVEL", "error")
+        // `cmd` reaches the store through a variable of its own: no `VVM_` one reaches a command.
+        .env("STORE", store)
+        .env("LOG", dir.join("log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    match exit_within(&mut child, WAIT) {
+        Some(code) => code,
+        None => {
+            let _ = child.kill();
+            panic!("`{line}` still runs after {WAIT:?}");
+        }
+    }
+}
+
+/// The lines `cmd` wrote since the last call, emptied.
+fn cmd_log(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+    let _ = std::fs::remove_file(dir.join("log"));
+    text.lines().map(str::to_owned).collect()
+}
+
+/// Waits until slot 1 of `store` is free (a try-once takes it and exits 0).
+fn wait_free(store: &str) {
+    let until = std::time::Instant::now() + WAIT;
+    while vvm(store, &["--acquire", "0", "--", "true"]).0 != Some(0) {
+        assert!(std::time::Instant::now() < until, "slot 1 stays held");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// covers: Cli.ScriptTable
+/// Every line of the README's `vvm` column runs as written, and does the job its row names:
+/// `cmd` writes whether slot 1 was held while it ran (a try-once of its own says busy, 3).
+#[test]
+fn the_readme_table_of_shell_jobs_runs_as_written() {
+    let rows = readme_vvm_column();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let dir = temp_dir("vvm-table");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_vvm"), bin.join("vvm")).unwrap();
+    let cmd = bin.join("cmd");
+    std::fs::write(
+        &cmd,
+        "#!/bin/sh\nvvm --log-level error run --store \"$STORE\" --lease 2s --acquire 0 -- true\necho \"held=$?\" >> \"$LOG\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cmd, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
+
+    // Run `cmd` alone: it ran, holding the slot.
+    assert_eq!(run_row(&rows[0], &dir, &store), Some(0), "{}", rows[0]);
+    assert_eq!(cmd_log(&dir), ["held=3"], "{}", rows[0]);
+
+    // Try once: busy (75, `cmd` never ran) while another holds the slot, runs once it is free.
+    let mut holder = leading_child(&store, "holder", Stdio::null());
+    assert_eq!(run_row(&rows[1], &dir, &store), Some(75), "{}", rows[1]);
+    assert!(cmd_log(&dir).is_empty(), "{}: cmd ran while busy", rows[1]);
+    assert_eq!(signal_and_wait(&mut holder, Signal::TERM, WAIT), Some(0));
+    assert_eq!(run_row(&rows[1], &dir, &store), Some(0), "{}", rows[1]);
+    assert_eq!(cmd_log(&dir), ["held=3"], "{}", rows[1]);
+
+    // Give up after a while: free here, so it runs.
+    assert_eq!(run_row(&rows[2], &dir, &store), Some(0), "{}", rows[2]);
+    assert_eq!(cmd_log(&dir), ["held=3"], "{}", rows[2]);
+
+    // At most 3 at once: the semaphore is made, with limit 3.
+    assert_eq!(run_row(&rows[3], &dir, &store), Some(0), "{}", rows[3]);
+    assert_eq!(cmd_log(&dir).len(), 1, "{}", rows[3]);
+    let (code, out, err) = vvm_within(
+        &["semaphore", "--store", &store, "describe", "L"],
+        WAIT,
+        "describe",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("semaphore L count=0/3 "), "{out}");
+
+    // Hold around several commands: both ran while the slot was held, and it is free after.
+    assert_eq!(run_row(&rows[4], &dir, &store), Some(0), "{}", rows[4]);
+    assert_eq!(cmd_log(&dir), ["held=3", "held=3"], "{}", rows[4]);
+    wait_free(&store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Cli.HelpTruth
+/// What the help, the manual page and the completions say is so: the demo starts 4 processes
+/// (was: "3"); the page has EXAMPLES and ENVIRONMENT with every flag's variable and points to
+/// no `vvm-run(1)` page that is never installed (was: no such sections, six dangling pages); no
+/// completion offers the test-only acting log (was: `--acting-log` in all five); `run --help`
+/// says why `--semaphore` and `--metrics-addr` do not go together; the README's singleton
+/// paragraph agrees with the exit-code table (was: "anything else a failure (exit 1)").
+#[test]
+fn help_manual_and_completions_tell_the_truth() {
+    let (code, help, _) = vvm_within(&["demo", "--help"], WAIT, "demo --help");
+    assert_eq!(code, Some(0));
+    assert!(help.contains("Start 4 `vvm run` processes"), "{help}");
+
+    let (code, page, err) = vvm_within(&["man"], WAIT, "man");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(page.contains("\n.SH EXAMPLES\n"), "no EXAMPLES");
+    assert!(page.contains("\n.SH ENVIRONMENT\n"), "no ENVIRONMENT");
+    assert!(!page.contains("(1)"), "a reference to a page of its own");
+    let environment = page.split("\n.SH ENVIRONMENT\n").nth(1).unwrap();
+    let (_, run_help, _) = vvm_within(&["run", "--help"], WAIT, "run --help");
+    for variable in run_help
+        .split("[env: ")
+        .skip(1)
+        .map(|rest| rest.split('=').next().unwrap())
+    {
+        assert!(
+            environment.contains(&format!("\\fB{variable}\\fR")),
+            "{variable} is not in ENVIRONMENT"
+        );
+    }
+    let words = run_help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("Not with `--metrics-addr`"), "{run_help}");
+
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let (code, script, _) = vvm_within(&["completions", shell], WAIT, "completions");
+        assert_eq!(code, Some(0));
+        assert!(script.contains("--hold"), "{shell}: not a completion script");
+        assert!(!script.contains("acting"), "{shell} completes the acting log");
+    }
+
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        !readme.contains("anything else a failure (exit 1)"),
+        "the singleton paragraph contradicts the exit-code table"
+    );
+}

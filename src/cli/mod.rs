@@ -11,6 +11,7 @@ pub mod exec;
 mod hold;
 pub mod host;
 pub mod log;
+pub mod manual;
 pub mod ops;
 pub mod program;
 pub mod run;

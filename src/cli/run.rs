@@ -19,6 +19,10 @@ use super::store::{open_store_waiting, AnyStore};
 use super::systemd::Notifier;
 use super::{fail, usage_error, RunArgs};
 
+/// The file the demo service appends its acting lines to (see [`DemoService`]): for the tests
+/// and checkers that prove no two processes acted at once.
+pub const ACTING_LOG_VARIABLE: &str = "VVM_ACTING_LOG";
+
 /// How often the demo service says it leads.
 const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the demo service appends to the acting log.
@@ -208,6 +212,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
         },
         None => None,
     };
+    // Test-only, so in no help, completion or manual page: a variable, not a flag.
+    let acting_log = std::env::var_os(ACTING_LOG_VARIABLE)
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from);
+    if acting_log.is_some() && (args.hold || !args.command.is_empty()) {
+        return usage_error(&format!(
+            "{ACTING_LOG_VARIABLE} is for the demo service only (no command, no --hold): unset it"
+        ));
+    }
     if args.hold {
         let host = Host {
             ops,
@@ -222,7 +235,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     if args.command.is_empty() {
         let service = DemoService {
             address,
-            acting_log: args.acting_log.clone(),
+            acting_log,
         };
         let host = Host {
             ops,
