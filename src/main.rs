@@ -147,6 +147,9 @@ pub struct GuardArgs {
     /// Arm no kernel watchdog (a debug build's fault hook for tests only).
     #[arg(long)]
     no_kernel_watchdogs: bool,
+    /// Write its own lines as JSON objects (`vvm run --log-format json`).
+    #[arg(long)]
+    json_log: bool,
     /// The command to start.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -413,8 +416,16 @@ fn main() -> ExitCode {
     {
         // Before anything else starts: this process is about to become the command.
         let words = std::iter::once(OsString::from("vvm")).chain(argv);
+        // A name a person recognises in `ps -e`, `top` and `/proc/PID/comm` (its program is
+        // `/proc/self/exe`, which would show as `exe`); the command gets its own at exec.
+        let _ = rustix::thread::set_name(cli::exec::SUPERVISOR_NAME);
         return match GuardCli::try_parse_from(words) {
-            Ok(guard) => cli::supervise::supervise(guard.args.into()),
+            Ok(guard) => {
+                if guard.args.json_log {
+                    cli::log::use_json_lines();
+                }
+                cli::supervise::supervise(guard.args.into())
+            }
             Err(e) => cli::usage_error(&format!("supervisor: {}", e.kind())),
         };
     }
