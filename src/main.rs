@@ -249,7 +249,12 @@ pub struct RunArgs {
     /// Create `--semaphore` with this limit when it does not exist (`consul lock -n N`), and
     /// say so; an existing one keeps its own limit (a different one is warned about: change a
     /// limit with `vvm semaphore delete` and `create` while nobody holds or waits).
-    #[arg(long, env = "VVM_LIMIT", requires = "semaphore", conflicts_with = "ephemeral")]
+    #[arg(
+        long,
+        env = "VVM_LIMIT",
+        requires = "semaphore",
+        conflicts_with = "ephemeral"
+    )]
     limit: Option<u64>,
     /// Make `--semaphore`, when it does not exist, an ephemeral one: no limit, deleted when its
     /// last holder or waiter leaves (service discovery: `vvm semaphore describe` lists who runs).

@@ -27,5 +27,8 @@ fn the_demo_passes_its_own_checks() {
         assert!(stdout.contains(figure), "no {figure:?} line:\n{stdout}");
     }
     // A share of the lease is shown with the digits it needs.
-    assert!(!stdout.contains(" 0.00·L"), "a figure reads as nothing:\n{stdout}");
+    assert!(
+        !stdout.contains(" 0.00·L"),
+        "a figure reads as nothing:\n{stdout}"
+    );
 }

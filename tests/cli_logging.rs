@@ -200,7 +200,11 @@ fn the_supervisor_has_a_name_speaks_json_and_names_what_it_ends() {
     let mut vvm = Command::new(env!("CARGO_BIN_EXE_vvm"))
         .args(["--log-format", "json", "--log-level", "warn"])
         .args(["run", "--store", "memory:", "--lease", "2s", "--"])
-        .args(["sh", "-c", &format!("touch {}; exec sleep 30", started.display())])
+        .args([
+            "sh",
+            "-c",
+            &format!("touch {}; exec sleep 30", started.display()),
+        ])
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -210,7 +214,10 @@ fn the_supervisor_has_a_name_speaks_json_and_names_what_it_ends() {
     let stderr = cli_support::drain(vvm.stderr.take().unwrap());
     let until = std::time::Instant::now() + WAIT_MAX;
     while !started.exists() {
-        assert!(std::time::Instant::now() < until, "the command never started");
+        assert!(
+            std::time::Instant::now() < until,
+            "the command never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let supervisor = cli_support::tree::supervisor_of(&vvm).as_raw_pid();
@@ -238,7 +245,9 @@ fn the_supervisor_has_a_name_speaks_json_and_names_what_it_ends() {
     }
     let named = format!("vvm-tree-{orphan}-1 (sleep {})", sleeper.id());
     assert!(
-        stderr.lines().any(|line| line.contains(&named) && line.contains("\"WARN\"")),
+        stderr
+            .lines()
+            .any(|line| line.contains(&named) && line.contains("\"WARN\"")),
         "no line names the orphaned tree {named}:\n{stderr}"
     );
     assert!(
@@ -281,6 +290,9 @@ fn the_embed_example_writes_no_colour_into_a_pipe() {
     let _ = signal_and_wait(&mut child, Signal::INT, WAIT_MAX);
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     for line in std::iter::once(&first).chain(&rest) {
-        assert!(!line.contains('\u{1b}'), "a colour code in a pipe: {line:?}");
+        assert!(
+            !line.contains('\u{1b}'),
+            "a colour code in a pipe: {line:?}"
+        );
     }
 }

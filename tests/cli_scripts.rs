@@ -18,7 +18,15 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// `vvm` with `args` on `store`, lease 2 s, warnings only: exit code and standard error.
 fn vvm(store: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut all = vec!["--log-level", "warn", "run", "--store", store, "--lease", "2s"];
+    let mut all = vec![
+        "--log-level",
+        "warn",
+        "run",
+        "--store",
+        store,
+        "--lease",
+        "2s",
+    ];
     all.extend_from_slice(args);
     vvm_within(&all, WAIT, "vvm run")
 }
@@ -60,7 +68,16 @@ fn try_once_exits_with_the_busy_code_the_script_chose() {
     assert!(stderr.contains("held by holder"), "{stderr}");
     let (code, _, stderr) = vvm(
         &store,
-        &["--acquire", "0", "--busy-code", "75", "--", "sh", "-c", &mark],
+        &[
+            "--acquire",
+            "0",
+            "--busy-code",
+            "75",
+            "--",
+            "sh",
+            "-c",
+            &mark,
+        ],
     );
     assert_eq!(code, Some(75), "--busy-code 75: {stderr}");
     let (code, _, stderr) = vvm(&store, &["--acquire", "300ms", "--", "sh", "-c", &mark]);
@@ -74,7 +91,15 @@ fn try_once_exits_with_the_busy_code_the_script_chose() {
 
     // The same for units of a semaphore.
     let (code, _, stderr) = vvm_within(
-        &["semaphore", "--store", &store, "create", "one", "--limit", "1"],
+        &[
+            "semaphore",
+            "--store",
+            &store,
+            "create",
+            "one",
+            "--limit",
+            "1",
+        ],
         WAIT,
         "create",
     );
@@ -124,7 +149,11 @@ fn ctrl_c(mut child: Child) -> (std::process::ExitStatus, String) {
 fn wait_for(path: &Path) {
     let until = std::time::Instant::now() + WAIT;
     while !path.exists() {
-        assert!(std::time::Instant::now() < until, "{} never came", path.display());
+        assert!(
+            std::time::Instant::now() < until,
+            "{} never came",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -146,8 +175,15 @@ fn ctrl_c_stops_the_calling_script() {
     ));
     std::thread::sleep(Duration::from_millis(800));
     let (status, out) = ctrl_c(waiting);
-    assert_eq!(status.signal(), Some(2), "waiting: {status:?}, stdout {out:?}");
-    assert!(!out.contains("CONTINUED"), "waiting: the script went on: {out}");
+    assert_eq!(
+        status.signal(),
+        Some(2),
+        "waiting: {status:?}, stdout {out:?}"
+    );
+    assert!(
+        !out.contains("CONTINUED"),
+        "waiting: the script went on: {out}"
+    );
 
     // Holding: the command runs, and is stopped gracefully.
     assert_eq!(signal_and_wait(&mut holder, Signal::TERM, WAIT), Some(0));
@@ -158,12 +194,27 @@ fn ctrl_c_stops_the_calling_script() {
     ));
     wait_for(&started);
     let (status, out) = ctrl_c(holding);
-    assert_eq!(status.signal(), Some(2), "holding: {status:?}, stdout {out:?}");
-    assert!(!out.contains("CONTINUED"), "holding: the script went on: {out}");
+    assert_eq!(
+        status.signal(),
+        Some(2),
+        "holding: {status:?}, stdout {out:?}"
+    );
+    assert!(
+        !out.contains("CONTINUED"),
+        "holding: the script went on: {out}"
+    );
 
     // SIGTERM (a service manager's stop) is still a clean stop.
     let mut waiting = Command::new(vvm)
-        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s"])
+        .args([
+            "--log-level",
+            "warn",
+            "run",
+            "--store",
+            &store,
+            "--lease",
+            "2s",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -247,7 +298,15 @@ fn a_semaphore_is_made_in_one_step() {
     assert!(out.starts_with("semaphore pool count=0/2 "), "{out}");
 
     let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s"])
+        .args([
+            "--log-level",
+            "warn",
+            "run",
+            "--store",
+            &store,
+            "--lease",
+            "2s",
+        ])
         .args(["--semaphore", "web", "--ephemeral", "--hold"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -266,7 +325,11 @@ fn a_semaphore_is_made_in_one_step() {
     assert!(out.contains("count=1/unlimited"), "{out}");
     assert_eq!(signal_and_wait(&mut hold, Signal::TERM, WAIT), Some(0));
     let (code, _, stderr) = describe("web");
-    assert_eq!(code, Some(1), "the ephemeral semaphore outlived its holder: {stderr}");
+    assert_eq!(
+        code,
+        Some(1),
+        "the ephemeral semaphore outlived its holder: {stderr}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -297,8 +360,24 @@ fn a_waiting_run_says_where_it_stands() {
     let dir = temp_dir("vvm-queue");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", &store, "--lease", "2s"])
-        .args(["--semaphore", "q", "--limit", "1", "--hold", "--address", "first"])
+        .args([
+            "--log-level",
+            "warn",
+            "run",
+            "--store",
+            &store,
+            "--lease",
+            "2s",
+        ])
+        .args([
+            "--semaphore",
+            "q",
+            "--limit",
+            "1",
+            "--hold",
+            "--address",
+            "first",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -351,7 +430,8 @@ fn a_waiting_run_says_where_it_stands() {
 
 /// The `vvm` column of the README's table of shell jobs, in its order.
 fn readme_vvm_column() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let table: Vec<&str> = readme
         .lines()
         .skip_while(|line| !line.starts_with("| job | flock | etcdctl lock | consul lock | vvm |"))
@@ -505,11 +585,18 @@ fn help_manual_and_completions_tell_the_truth() {
     for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
         let (code, script, _) = vvm_within(&["completions", shell], WAIT, "completions");
         assert_eq!(code, Some(0));
-        assert!(script.contains("--hold"), "{shell}: not a completion script");
-        assert!(!script.contains("acting"), "{shell} completes the acting log");
+        assert!(
+            script.contains("--hold"),
+            "{shell}: not a completion script"
+        );
+        assert!(
+            !script.contains("acting"),
+            "{shell} completes the acting log"
+        );
     }
 
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     assert!(
         !readme.contains("anything else a failure (exit 1)"),
         "the singleton paragraph contradicts the exit-code table"

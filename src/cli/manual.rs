@@ -55,10 +55,7 @@ pub fn render(command: &clap::Command) -> std::io::Result<Vec<u8>> {
     let mut page = String::from_utf8_lossy(&page).into_owned();
     for sub in command.get_subcommands() {
         let name = sub.get_name().replace('-', "\\-");
-        page = page.replace(
-            &format!("vvm\\-{name}(1)"),
-            &format!("\\fBvvm {name}\\fR"),
-        );
+        page = page.replace(&format!("vvm\\-{name}(1)"), &format!("\\fBvvm {name}\\fR"));
     }
     page = page.replace("vvm\\-help(1)", "\\fBvvm help\\fR");
     let mut page = page.into_bytes();
@@ -107,14 +104,13 @@ fn examples() -> String {
 fn environment(command: &clap::Command) -> String {
     let mut variables = BTreeMap::new();
     collect(command, &mut variables);
-    let mut text = String::from(
-        ".SH ENVIRONMENT\nEach flag's variable; a flag on the command line wins.\n",
-    );
-    for (name, help) in variables.iter().map(|(n, h)| (n.as_str(), h.as_str())).chain(
-        OTHER_VARIABLES
-            .iter()
-            .map(|(name, help)| (*name, *help)),
-    ) {
+    let mut text =
+        String::from(".SH ENVIRONMENT\nEach flag's variable; a flag on the command line wins.\n");
+    for (name, help) in variables
+        .iter()
+        .map(|(n, h)| (n.as_str(), h.as_str()))
+        .chain(OTHER_VARIABLES.iter().map(|(name, help)| (*name, *help)))
+    {
         text.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(name), roff(help)));
     }
     text
@@ -127,7 +123,10 @@ fn collect(command: &clap::Command, variables: &mut BTreeMap<String, String>) {
         };
         let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
         let help = help.trim_end_matches('.');
-        let flag = arg.get_long().map(|long| format!("--{long}")).unwrap_or_default();
+        let flag = arg
+            .get_long()
+            .map(|long| format!("--{long}"))
+            .unwrap_or_default();
         variables
             .entry(variable.to_string_lossy().into_owned())
             .or_insert_with(|| format!("{flag}: {help}."));

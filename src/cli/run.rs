@@ -228,7 +228,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
             ..Host::default()
         };
         return match units {
-            Some(units) => run_semaphore(units, config, store, super::hold::HoldService, host).await,
+            Some(units) => {
+                run_semaphore(units, config, store, super::hold::HoldService, host).await
+            }
             None => run_vvm(config, store, super::hold::HoldService, host).await,
         };
     }

@@ -82,7 +82,10 @@ pub(super) async fn run_semaphore(
     if let Some(limit) = units.limit {
         if let Err(e) = create_if_missing(&coordination, name, limit).await {
             close(&coordination, config.lease()).await;
-            return fail(&format!("cannot create semaphore {name}: {}", error_chain(&e)));
+            return fail(&format!(
+                "cannot create semaphore {name}: {}",
+                error_chain(&e)
+            ));
         }
     }
     let mut options = AcquireOptions::new(units.count)
@@ -212,7 +215,11 @@ async fn create_if_missing(
 ) -> Result<(), CoordinationError> {
     match coordination.create(name, limit, Vec::new()).await {
         Ok(()) => {
-            tracing::info!(semaphore = name, limit, "created the semaphore: it did not exist");
+            tracing::info!(
+                semaphore = name,
+                limit,
+                "created the semaphore: it did not exist"
+            );
             Ok(())
         }
         Err(CoordinationError::Refused(SemaphoreError::AlreadyExists(_))) => {
