@@ -299,7 +299,8 @@ pub struct SemaphoreArgs {
 /// What `vvm semaphore` does.
 #[derive(Subcommand, Debug, Clone)]
 pub enum SemaphoreAction {
-    /// Create a semaphore of `--limit` units (refused when the name exists).
+    /// Create a semaphore of `--limit` units (refused when the name exists, unless
+    /// `--if-missing`).
     Create {
         /// Its name: 1 to 255 bytes of UTF-8, no control characters.
         name: String,
@@ -309,6 +310,10 @@ pub enum SemaphoreAction {
         /// Its own data (a configuration, a version), at most 16 KiB.
         #[arg(long, default_value = "")]
         data: String,
+        /// An existing semaphore of that name is success, left as it is (a different limit is
+        /// warned about): for scripts that run again.
+        #[arg(long)]
+        if_missing: bool,
     },
     /// Print a semaphore: data, count and limit, the last token, its owners and waiters;
     /// `--watch` prints it again at every change of its data or owners, until SIGINT or SIGTERM.

@@ -493,13 +493,15 @@ while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-f", &["--grace", "30s"], script);
     let written = wait_for_file(&dir.join("pids"), &mut exec);
     let pids = pids(&exec, &written);
-    signal(&exec, Signal::INT);
+    // SIGTERM: after Ctrl-C (SIGINT) `vvm` would end by SIGINT, which hides the exit code this
+    // test reads (`Cli.CtrlC`).
+    signal(&exec, Signal::TERM);
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         exec.try_wait().unwrap().is_none(),
         "vvm did not wait for the grace"
     );
-    signal(&exec, Signal::INT);
+    signal(&exec, Signal::TERM);
     let (code, took) = wait_exit(&mut exec);
     let stderr = stderr_of(&dir, "exec-f");
     let ended = pids

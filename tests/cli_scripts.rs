@@ -204,6 +204,27 @@ fn ctrl_c_stops_the_calling_script() {
         "holding: the script went on: {out}"
     );
 
+    // Ctrl-C twice on a command that ignores SIGTERM: the grace is cut short, and the script
+    // stops all the same (was: exit 1, and the script went on).
+    let stubborn = script(&format!(
+        "{vvm} --log-level warn run --store {store} --lease 2s --grace 30s -- sh -c \"trap '' TERM; touch {}; while :; do sleep 0.05; done\"; echo CONTINUED $?",
+        dir.join("stubborn").display()
+    ));
+    wait_for(&dir.join("stubborn"));
+    let pid = Pid::from_raw(i32::try_from(stubborn.id()).unwrap()).unwrap();
+    kill_process_group(pid, Signal::INT).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let (status, out) = ctrl_c(stubborn);
+    assert_eq!(
+        status.signal(),
+        Some(2),
+        "twice: {status:?}, stdout {out:?}"
+    );
+    assert!(
+        !out.contains("CONTINUED"),
+        "twice: the script went on: {out}"
+    );
+
     // SIGTERM (a service manager's stop) is still a clean stop.
     let mut waiting = Command::new(vvm)
         .args([
@@ -296,6 +317,22 @@ fn a_semaphore_is_made_in_one_step() {
     let (code, out, stderr) = describe("pool");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(out.starts_with("semaphore pool count=0/2 "), "{out}");
+    // `vvm semaphore create` again: refused, unless `--if-missing`.
+    let create = |extra: &[&str]| {
+        let mut all = vec![
+            "semaphore",
+            "--store",
+            &store,
+            "create",
+            "pool",
+            "--limit",
+            "2",
+        ];
+        all.extend_from_slice(extra);
+        vvm_within(&all, WAIT, "create").0
+    };
+    assert_eq!(create(&[]), Some(1));
+    assert_eq!(create(&["--if-missing"]), Some(0));
 
     let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
         .args([

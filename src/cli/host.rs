@@ -115,7 +115,7 @@ pub(super) fn listen_for_signals(
 
 /// The first stop signal was SIGINT (Ctrl-C): a clean end is then an end by SIGINT.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-/// [`clean_exit`] chose to end by SIGINT: [`end_by_interrupt`] raises it.
+/// [`interrupted_or`] chose to end by SIGINT: [`end_by_interrupt`] raises it.
 static RAISE_INTERRUPT: AtomicBool = AtomicBool::new(false);
 
 /// Notes that the first stop signal was SIGINT.
@@ -126,22 +126,28 @@ pub(super) fn note_interrupt() {
 /// Exit status of a shell for a process that SIGINT ended (128 + 2).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
-/// The exit code of a `vvm run` whose shutdown was clean: 0, unless Ctrl-C (SIGINT) asked for
-/// it. Then `vvm` ends by SIGINT itself once everything is stopped and released
-/// ([`end_by_interrupt`]), as `flock` or `sleep` would: the shell reports 130, and a script that
-/// called `vvm` stops too (bash goes on after a child that *exited*, even with 130, and stops
-/// only after one that SIGINT ended). SIGTERM and SIGHUP still end with 0: a service manager's
-/// stop is a clean stop.
+/// The exit code of a `vvm run` whose shutdown was clean: 0, unless Ctrl-C asked for it (see
+/// [`interrupted_or`]).
 pub(super) fn clean_exit() -> ExitCode {
+    interrupted_or(ExitCode::SUCCESS)
+}
+
+/// `code`, unless Ctrl-C (SIGINT) asked for the stop: then `vvm` ends by SIGINT itself once
+/// everything is stopped and released ([`end_by_interrupt`]), as `flock` or `sleep` would — the
+/// shell reports 130, and a script that called it stops too (bash goes on after a child that
+/// *exited*, even with 130, and stops only after one that SIGINT ended). Also after a second
+/// Ctrl-C that cut the grace short. Not for a command's own failing status, which passes on;
+/// SIGTERM and SIGHUP keep `code` (a service manager's stop is a clean stop).
+pub(super) fn interrupted_or(code: ExitCode) -> ExitCode {
     if INTERRUPTED.load(Ordering::Acquire) {
         RAISE_INTERRUPT.store(true, Ordering::Release);
         return ExitCode::from(EXIT_INTERRUPTED);
     }
-    ExitCode::SUCCESS
+    code
 }
 
-/// Ends this process by SIGINT when [`clean_exit`] chose to; returns otherwise (and if the
-/// signal could not be raised: the caller then exits with the 130 `clean_exit` returned).
+/// Ends this process by SIGINT when [`interrupted_or`] chose to; returns otherwise (and if the
+/// signal could not be raised: the caller then exits with the 130 it returned).
 /// Called last, after the runtime and its signal handlers are gone and the log is flushed.
 pub fn end_by_interrupt() {
     if !RAISE_INTERRUPT.load(Ordering::Acquire) {

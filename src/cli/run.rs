@@ -414,7 +414,7 @@ async fn run_vvm(
             // The command's own failing status is passed on, as `flock` or `timeout` do.
             match host.status.as_ref().and_then(CommandStatus::code) {
                 Some(status) => ExitCode::from(status),
-                None => code,
+                None => super::host::interrupted_or(code),
             }
         }
     }

@@ -19,8 +19,6 @@ use vvm::{
     ServeError, ServeTimeouts, Service, Services, SessionError, SessionHandle, VvmConfig,
 };
 
-use vvm::vvm_core::semaphore::SemaphoreError;
-
 use super::host::{listen_for_signals, Host};
 use super::store::AnyStore;
 use super::systemd::Notifier;
@@ -80,7 +78,7 @@ pub(super) async fn run_semaphore(
     );
     notifier.status(format!("Waiting for {} of {name}", units_text(units.count)));
     if let Some(limit) = units.limit {
-        if let Err(e) = create_if_missing(&coordination, name, limit).await {
+        if let Err(e) = super::semaphore::create_if_missing(&coordination, name, limit, b"").await {
             close(&coordination, config.lease()).await;
             return fail(&format!(
                 "cannot create semaphore {name}: {}",
@@ -199,42 +197,9 @@ pub(super) async fn run_semaphore(
                 .and_then(super::exec::CommandStatus::code)
             {
                 Some(status) => ExitCode::from(status),
-                None => code,
+                None => super::host::interrupted_or(code),
             }
         }
-    }
-}
-
-/// Creates `name` with `limit` units unless it exists; says which. Two runs that both find it
-/// missing both try: one creates it, the other finds it made (the store decides, in one
-/// transaction each), so no limit is ever changed under a holder.
-async fn create_if_missing(
-    coordination: &Coordination<Arc<AnyStore>>,
-    name: &str,
-    limit: u64,
-) -> Result<(), CoordinationError> {
-    match coordination.create(name, limit, Vec::new()).await {
-        Ok(()) => {
-            tracing::info!(
-                semaphore = name,
-                limit,
-                "created the semaphore: it did not exist"
-            );
-            Ok(())
-        }
-        Err(CoordinationError::Refused(SemaphoreError::AlreadyExists(_))) => {
-            let existing = coordination.describe(name).await?;
-            if existing.limit != limit {
-                tracing::warn!(
-                    semaphore = name,
-                    limit = existing.limit,
-                    asked = limit,
-                    "the semaphore exists with another limit, which stays (--limit only creates)"
-                );
-            }
-            Ok(())
-        }
-        Err(e) => Err(e),
     }
 }
 

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use vvm::semaphore::{Description, DATA_BYTES_MAX};
+use vvm::vvm_core::semaphore::SemaphoreError;
 use vvm::{
     Coordination, CoordinationError, KillerThread, LeaseConfig, LeaseValue, SessionHandle,
     WatchKind,
@@ -89,9 +90,15 @@ async fn act(
     action: &SemaphoreAction,
 ) -> Result<(), CoordinationError> {
     match action {
-        SemaphoreAction::Create { name, limit, data } => {
-            coordination.create(name, *limit, data.as_bytes()).await
-        }
+        SemaphoreAction::Create {
+            name,
+            limit,
+            data,
+            if_missing: true,
+        } => create_if_missing(coordination, name, *limit, data.as_bytes()).await,
+        SemaphoreAction::Create {
+            name, limit, data, ..
+        } => coordination.create(name, *limit, data.as_bytes()).await,
         SemaphoreAction::Update { name, data } => {
             if !coordination.update_data(name, data.as_bytes()).await? {
                 tracing::info!(semaphore = %name, "the data was already that: nothing changed");
@@ -119,6 +126,41 @@ async fn act(
                 }
             }
         }
+    }
+}
+
+/// Creates `name` with `limit` units and `data` unless it exists; says which (an existing one
+/// is left as it is). Two runs that both find it
+/// missing both try: one creates it, the other finds it made (the store decides, in one
+/// transaction each), so no limit is ever changed under a holder.
+pub(super) async fn create_if_missing(
+    coordination: &Coordination<Arc<AnyStore>>,
+    name: &str,
+    limit: u64,
+    data: &[u8],
+) -> Result<(), CoordinationError> {
+    match coordination.create(name, limit, data).await {
+        Ok(()) => {
+            tracing::info!(
+                semaphore = name,
+                limit,
+                "created the semaphore: it did not exist"
+            );
+            Ok(())
+        }
+        Err(CoordinationError::Refused(SemaphoreError::AlreadyExists(_))) => {
+            let existing = coordination.describe(name).await?;
+            if existing.limit != limit {
+                tracing::warn!(
+                    semaphore = name,
+                    limit = existing.limit,
+                    asked = limit,
+                    "the semaphore exists with another limit, which stays (--limit only creates)"
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 
