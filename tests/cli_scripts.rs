@@ -13,6 +13,30 @@ use std::time::Duration;
 use cli_support::{exit_within, leading_child, signal_and_wait, temp_dir, vvm_within};
 use rustix::process::{kill_process_group, Pid, Signal};
 
+/// A child that is killed when the test ends, also by a failed assertion: a holder must not
+/// outlive its test.
+struct Killed(Child);
+
+impl std::ops::Deref for Killed {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Longest any one `vvm` of these tests may take.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -61,7 +85,7 @@ fn try_once_exits_with_the_busy_code_the_script_chose() {
     let dir = temp_dir("vvm-try");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let mark = mark(&dir);
-    let mut holder = leading_child(&store, "holder", Stdio::null());
+    let mut holder = Killed(leading_child(&store, "holder", Stdio::null()));
 
     let (code, _, stderr) = vvm(&store, &["--acquire", "0", "--", "sh", "-c", &mark]);
     assert_eq!(code, Some(3), "try once, slot held: {stderr}");
@@ -104,7 +128,7 @@ fn try_once_exits_with_the_busy_code_the_script_chose() {
         "create",
     );
     assert_eq!(code, Some(0), "{stderr}");
-    let mut holder = semaphore_holder(&store, "one");
+    let mut holder = Killed(semaphore_holder(&store, "one"));
     let (code, _, stderr) = vvm(
         &store,
         &["--semaphore", "one", "--acquire", "0", "--", "true"],
@@ -167,7 +191,7 @@ fn ctrl_c_stops_the_calling_script() {
     let dir = temp_dir("vvm-ctrlc");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let vvm = env!("CARGO_BIN_EXE_vvm");
-    let mut holder = leading_child(&store, "holder", Stdio::null());
+    let mut holder = Killed(leading_child(&store, "holder", Stdio::null()));
 
     // Waiting: the command never runs.
     let waiting = script(&format!(
@@ -226,20 +250,22 @@ fn ctrl_c_stops_the_calling_script() {
     );
 
     // SIGTERM (a service manager's stop) is still a clean stop.
-    let mut waiting = Command::new(vvm)
-        .args([
-            "--log-level",
-            "warn",
-            "run",
-            "--store",
-            &store,
-            "--lease",
-            "2s",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut waiting = Killed(
+        Command::new(vvm)
+            .args([
+                "--log-level",
+                "warn",
+                "run",
+                "--store",
+                &store,
+                "--lease",
+                "2s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(signal_and_wait(&mut waiting, Signal::TERM, WAIT), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -253,14 +279,16 @@ fn ctrl_c_stops_the_calling_script() {
 fn hold_prints_the_token_and_holds_until_a_signal() {
     let dir = temp_dir("vvm-hold");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
-    let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", &store])
-        .args(["--lease", "2s", "--hold"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut hold = Killed(
+        Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args(["--log-level", "warn", "run", "--store", &store])
+            .args(["--lease", "2s", "--hold"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let stderr = cli_support::drain(hold.stderr.take().unwrap());
     let mut lines = BufReader::new(hold.stdout.take().unwrap()).lines();
     let first = match lines.next() {
@@ -334,22 +362,24 @@ fn a_semaphore_is_made_in_one_step() {
     assert_eq!(create(&[]), Some(1));
     assert_eq!(create(&["--if-missing"]), Some(0));
 
-    let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args([
-            "--log-level",
-            "warn",
-            "run",
-            "--store",
-            &store,
-            "--lease",
-            "2s",
-        ])
-        .args(["--semaphore", "web", "--ephemeral", "--hold"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut hold = Killed(
+        Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args([
+                "--log-level",
+                "warn",
+                "run",
+                "--store",
+                &store,
+                "--lease",
+                "2s",
+            ])
+            .args(["--semaphore", "web", "--ephemeral", "--hold"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let first = BufReader::new(hold.stdout.take().unwrap())
         .lines()
         .next()
@@ -396,41 +426,45 @@ fn stderr_line(child: &mut Child, words: &[&str]) -> String {
 fn a_waiting_run_says_where_it_stands() {
     let dir = temp_dir("vvm-queue");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
-    let mut hold = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args([
-            "--log-level",
-            "warn",
-            "run",
-            "--store",
-            &store,
-            "--lease",
-            "2s",
-        ])
-        .args([
-            "--semaphore",
-            "q",
-            "--limit",
-            "1",
-            "--hold",
-            "--address",
-            "first",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut hold = Killed(
+        Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args([
+                "--log-level",
+                "warn",
+                "run",
+                "--store",
+                &store,
+                "--lease",
+                "2s",
+            ])
+            .args([
+                "--semaphore",
+                "q",
+                "--limit",
+                "1",
+                "--hold",
+                "--address",
+                "first",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut out = BufReader::new(hold.stdout.take().unwrap()).lines();
     let first = out.next().expect("a token line").unwrap();
     assert!(first.starts_with("VVM_SLOT=0 "), "{first}");
-    let mut waiter = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["run", "--store", &store, "--lease", "2s"])
-        .args(["--semaphore", "q", "--address", "second", "--", "true"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut waiter = Killed(
+        Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args(["run", "--store", &store, "--lease", "2s"])
+            .args(["--semaphore", "q", "--address", "second", "--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let line = stderr_line(&mut waiter, &["place=1", "queued=1"]);
     assert!(line.contains("holders=first (1 unit)"), "{line}");
 
@@ -441,13 +475,15 @@ fn a_waiting_run_says_where_it_stands() {
     );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(text.contains("timeout_ms=forever"), "{text}");
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["semaphore", "--store", &store, "describe", "q", "--watch"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut watch = Killed(
+        Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args(["semaphore", "--store", &store, "describe", "q", "--watch"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let stamped = BufReader::new(watch.stdout.take().unwrap())
         .lines()
         .next()
@@ -557,7 +593,7 @@ fn the_readme_table_of_shell_jobs_runs_as_written() {
     assert_eq!(cmd_log(&dir), ["held=3"], "{}", rows[0]);
 
     // Try once: busy (75, `cmd` never ran) while another holds the slot, runs once it is free.
-    let mut holder = leading_child(&store, "holder", Stdio::null());
+    let mut holder = Killed(leading_child(&store, "holder", Stdio::null()));
     assert_eq!(run_row(&rows[1], &dir, &store), Some(75), "{}", rows[1]);
     assert!(cmd_log(&dir).is_empty(), "{}: cmd ran while busy", rows[1]);
     assert_eq!(signal_and_wait(&mut holder, Signal::TERM, WAIT), Some(0));
