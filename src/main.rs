@@ -21,8 +21,9 @@ const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0   clean shutdown (SIGTERM or SIGHUP, or the command of `run -- CMD` exited with status 0);
       after Ctrl-C (SIGINT) `run` ends by SIGINT once stopped (the shell says 130)
-  1   a problem: no slot acquired, store refused (or unavailable past --acquire), leadership
-      lost, a service failed, the command's supervisor ended by someone else
+  1   a problem: no slot acquired for a reason other than busy (3), store refused (or
+      unavailable past --acquire), leadership lost, a service failed, the command's supervisor
+      ended by someone else
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
   3   `run`: busy — --acquire ended with every slot (or the units) held by someone else, the
       command never ran (`--busy-code` chooses another)

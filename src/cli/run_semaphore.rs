@@ -103,6 +103,7 @@ pub(super) async fn run_semaphore(
             acquired = coordination.acquire(name, options) => Some(acquired),
             // Dropping the acquire withdraws the request; nothing was started.
             _ = &mut signalled => None,
+            // Never resolves: it only logs while the acquire waits.
             () = waiting => None,
         }
     };
