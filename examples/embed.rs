@@ -28,8 +28,13 @@ impl Service for Heartbeat {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Colours only for a person at a terminal: a pipe or a file gets plain text, and `NO_COLOR`
+    // turns them off everywhere (https://no-color.org).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
+        .with_ansi(colour)
         .init();
     let config = VvmConfig::builder("127.0.0.1:7000").lease(Duration::from_secs(10));
     let services = Services::new().with(Heartbeat)?;

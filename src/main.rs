@@ -5,7 +5,6 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -20,10 +19,14 @@ use cli::ops::parse_metrics_addr;
 /// The exit codes, shown at the end of the help of `vvm` and of each subcommand.
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
-  0   clean shutdown (a signal, or the command of `run -- CMD` exited with status 0)
-  1   a problem: no slot acquired, store refused (or unavailable past --acquire), leadership
-      lost, a service failed, the command's supervisor ended by someone else
+  0   clean shutdown (SIGTERM or SIGHUP, or the command of `run -- CMD` exited with status 0);
+      after Ctrl-C (SIGINT) `run` ends by SIGINT once stopped (the shell says 130)
+  1   a problem: no slot acquired for a reason other than busy (3), store refused (or
+      unavailable past --acquire), leadership lost, a service failed, the command's supervisor
+      ended by someone else
   2   usage error: bad flag or value, unknown store scheme, no subcommand (help on standard error)
+  3   `run`: busy — --acquire ended with every slot (or the units) held by someone else, the
+      command never ran (`--busy-code` chooses another)
   75  ended by the killer: the kill deadline passed without a confirmed renewal
   `run -- CMD`: the command's own status when it ends by itself (128+N when signal N ended
   it; its own 75 too: the last line says whose); 126 when CMD cannot be run, 127 when it is not
@@ -73,9 +76,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Launch a VVM that runs `CMD ARGS…` (after `--`) while it leads, or, without a command, a
-    /// demo service that prints its fencing token every second.
-    /// SIGINT or SIGTERM shut it down gracefully: services, monitor, release.
+    /// Launch a VVM that runs `CMD ARGS…` (after `--`) while it leads; with `--hold`, hold the
+    /// slot and print its token; without either, a demo service that prints its fencing token
+    /// every second. SIGINT or SIGTERM shut it down gracefully: services, monitor, release.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Show who holds each slot: holder, incarnation, fencing revision, time left.
@@ -85,9 +88,10 @@ enum Command {
     /// discovery and configuration from a shell (see the README's coordination recipes).
     #[command(after_help = EXIT_CODES_HELP)]
     Semaphore(SemaphoreArgs),
-    /// Start 3 `vvm run` processes on a temporary SQLite file (or a 3-member etcd cluster it starts),
-    /// SIGKILL the leader, measure the
-    /// failover, stop the next leader gracefully, measure the hand-off, and clean up.
+    /// Start 4 `vvm run` processes on a temporary SQLite file (or a 3-member etcd cluster it
+    /// starts): SIGKILL the leader and measure the failover, SIGSTOP the next and check that
+    /// nobody takes over before its lease expired, stop the third gracefully and measure the
+    /// hand-off, and clean up.
     #[command(after_help = EXIT_CODES_HELP)]
     Demo(DemoArgs),
     /// Print a shell completion script: `vvm completions bash > /etc/bash_completion.d/vvm`,
@@ -144,6 +148,9 @@ pub struct GuardArgs {
     /// Arm no kernel watchdog (a debug build's fault hook for tests only).
     #[arg(long)]
     no_kernel_watchdogs: bool,
+    /// Write its own lines as JSON objects (`vvm run --log-format json`).
+    #[arg(long)]
+    json_log: bool,
     /// The command to start.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -184,10 +191,16 @@ pub struct RunArgs {
     /// write.
     #[arg(short, long, env = "VVM_LEASE", default_value = "20s", value_parser = parse_duration)]
     lease: Duration,
-    /// How long to keep trying to acquire a slot before giving up; `forever` (the default) for a
-    /// standby that waits as long as it runs (SIGINT or SIGTERM still stop it at once).
+    /// How long to keep trying to acquire a slot (or the units) before giving up: `0` tries once
+    /// (`flock -n`, `consul lock -try`); `forever` (the default) for a standby that waits as long
+    /// as it runs (SIGINT or SIGTERM still stop it at once).
     #[arg(long, env = "VVM_ACQUIRE", default_value = "forever", value_parser = parse_acquire)]
     acquire: Duration,
+    /// Exit status when `--acquire` ends because every slot (or the units) is held by someone
+    /// else: the command never ran (`flock -E`; e.g. `--busy-code 0` for a cron job that may
+    /// skip a turn quietly). A store that fails is still 1.
+    #[arg(long, env = "VVM_BUSY_CODE", value_name = "CODE", default_value_t = cli::EXIT_BUSY)]
+    busy_code: u8,
     /// Pause between two acquisition rounds over all slots.
     #[arg(long, env = "VVM_ROUND", default_value = "1s", value_parser = parse_duration)]
     round: Duration,
@@ -202,11 +215,12 @@ pub struct RunArgs {
         default_value = "wait"
     )]
     store_unavailable: cli::store::Unavailable,
-    /// Append `<host monotonic ns> <pid> <slot> <revision>` to this file every 20 ms while the
-    /// demo service runs, so that a checker can verify that no two processes acted at once
-    /// (hidden: for the demo and the tests).
-    #[arg(long, env = "VVM_ACTING_LOG", conflicts_with = "command", hide = true)]
-    acting_log: Option<PathBuf>,
+    /// Hold the slot (or the units) without a command, as `etcdctl lock NAME` does: print
+    /// `VVM_SLOT=N VVM_REVISION=T` (the fencing token) on one line of standard output once held,
+    /// and keep holding until SIGINT, SIGTERM or SIGHUP — a script's lock around several
+    /// commands (see the README).
+    #[arg(long, env = "VVM_HOLD", conflicts_with = "command", value_parser = BoolishValueParser::new())]
+    hold: bool,
     /// Time the command has to exit after SIGTERM before its process tree gets SIGKILL.
     #[arg(short, long, env = "VVM_GRACE", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
@@ -225,13 +239,28 @@ pub struct RunArgs {
     containment: cli::exec::ContainmentMode,
     /// Run under a grant of `--count` units of this semaphore instead of a slot: at most its
     /// limit in units run at once across every `vvm` on the store, granted in order of arrival.
-    /// Create it first (`vvm semaphore create NAME --limit N`); the command gets `VVM_SLOT=0`
-    /// and `VVM_REVISION=<the grant's token>`.
+    /// It must exist (`vvm semaphore create NAME --limit N`) unless `--limit` or `--ephemeral`
+    /// makes it; the command gets `VVM_SLOT=0` and `VVM_REVISION=<the grant's token>`. Not with
+    /// `--metrics-addr`, whose `/leader` and slot metrics describe a slot.
     #[arg(long, env = "VVM_SEMAPHORE", value_name = "NAME", conflicts_with_all = ["slots", "metrics_addr"])]
     semaphore: Option<String>,
     /// Units of `--semaphore` this run takes (1 to the semaphore's limit).
     #[arg(long, env = "VVM_COUNT", default_value_t = 1, requires = "semaphore")]
     count: u64,
+    /// Create `--semaphore` with this limit when it does not exist (`consul lock -n N`), and
+    /// say so; an existing one keeps its own limit (a different one is warned about: change a
+    /// limit with `vvm semaphore delete` and `create` while nobody holds or waits).
+    #[arg(
+        long,
+        env = "VVM_LIMIT",
+        requires = "semaphore",
+        conflicts_with = "ephemeral"
+    )]
+    limit: Option<u64>,
+    /// Make `--semaphore`, when it does not exist, an ephemeral one: no limit, deleted when its
+    /// last holder or waiter leaves (service discovery: `vvm semaphore describe` lists who runs).
+    #[arg(long, env = "VVM_EPHEMERAL", requires = "semaphore", value_parser = BoolishValueParser::new())]
+    ephemeral: bool,
     /// Serve `/metrics` (Prometheus), `/healthz` and `/leader` over HTTP on this address:
     /// `PORT` or `:PORT` listen on loopback (127.0.0.1), `IP:PORT` as given (`0.0.0.0:PORT`
     /// exposes them on every interface, without authentication). Off when not set.
@@ -271,7 +300,8 @@ pub struct SemaphoreArgs {
 /// What `vvm semaphore` does.
 #[derive(Subcommand, Debug, Clone)]
 pub enum SemaphoreAction {
-    /// Create a semaphore of `--limit` units (refused when the name exists).
+    /// Create a semaphore of `--limit` units (refused when the name exists, unless
+    /// `--if-missing`).
     Create {
         /// Its name: 1 to 255 bytes of UTF-8, no control characters.
         name: String,
@@ -281,6 +311,10 @@ pub enum SemaphoreAction {
         /// Its own data (a configuration, a version), at most 16 KiB.
         #[arg(long, default_value = "")]
         data: String,
+        /// An existing semaphore of that name is success, left as it is (a different limit is
+        /// warned about): for scripts that run again.
+        #[arg(long)]
+        if_missing: bool,
     },
     /// Print a semaphore: data, count and limit, the last token, its owners and waiters;
     /// `--watch` prints it again at every change of its data or owners, until SIGINT or SIGTERM.
@@ -367,31 +401,12 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     write_out(&script)
 }
 
-/// Writes the manual page (roff) to standard output: `vvm` with a section per subcommand.
+/// Writes the manual page (roff) to standard output (see `cli::manual`).
 fn man_page() -> ExitCode {
-    let command = Cli::command();
-    let mut page = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(command.clone()).render(&mut page) {
-        return cli::fail(&format!("cannot render the manual page: {e}"));
+    match cli::manual::render(&Cli::command()) {
+        Ok(page) => write_out(&page),
+        Err(e) => cli::fail(&format!("cannot render the manual page: {e}")),
     }
-    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
-        let name = format!("vvm-{}", sub.get_name());
-        let sub = sub.clone().display_name(name.clone()).bin_name(name);
-        let mut section = Vec::new();
-        let man = clap_mangen::Man::new(sub);
-        if let Err(e) = man
-            .render_name_section(&mut section)
-            .and_then(|()| man.render_synopsis_section(&mut section))
-            .and_then(|()| man.render_description_section(&mut section))
-            .and_then(|()| man.render_options_section(&mut section))
-        {
-            return cli::fail(&format!("cannot render the manual page: {e}"));
-        }
-        // Each subcommand's sections, demoted under a heading of its own.
-        let section = String::from_utf8_lossy(&section).replace(".SH ", ".SS ");
-        page.extend_from_slice(section.as_bytes());
-    }
-    write_out(&page)
 }
 
 /// `bytes` to standard output; a closed pipe is not a panic.
@@ -412,8 +427,16 @@ fn main() -> ExitCode {
     {
         // Before anything else starts: this process is about to become the command.
         let words = std::iter::once(OsString::from("vvm")).chain(argv);
+        // A name a person recognises in `ps -e`, `top` and `/proc/PID/comm` (its program is
+        // `/proc/self/exe`, which would show as `exe`); the command gets its own at exec.
+        let _ = rustix::thread::set_name(cli::exec::SUPERVISOR_NAME);
         return match GuardCli::try_parse_from(words) {
-            Ok(guard) => cli::supervise::supervise(guard.args.into()),
+            Ok(guard) => {
+                if guard.args.json_log {
+                    cli::log::use_json_lines();
+                }
+                cli::supervise::supervise(guard.args.into())
+            }
             Err(e) => cli::usage_error(&format!("supervisor: {}", e.kind())),
         };
     }
@@ -451,5 +474,7 @@ fn main() -> ExitCode {
     };
     // The last lines (e.g. "shut down cleanly") are still queued; wait a bounded time for them.
     cli::log::flush();
+    // Ctrl-C ends `vvm run` the way it ends other programs: by SIGINT (see `clean_exit`).
+    cli::host::end_by_interrupt();
     code
 }

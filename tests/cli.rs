@@ -108,7 +108,7 @@ fn sigterm_shuts_down_cleanly_with_exit_code_0_and_releases_the_slot() {
 
 // covers: Cli.Errors, Rt.AcquisitionWhy
 #[test]
-fn a_failed_acquisition_is_printed_and_exits_1() {
+fn a_failed_acquisition_is_printed_and_exits_with_the_busy_code() {
     let dir = temp_dir("vvm-cli-busy");
     let store = format!("sqlite:{}", dir.join("vvm.sqlite").display());
     let mut holder = leading_child(&store, "holder", Stdio::null());
@@ -127,7 +127,8 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
         "100ms",
     ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // Held by someone else: busy (3), not a problem (1).
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("no slot out of 1 was acquired"), "{stderr}");
     // Which slot, and why: who holds it.
     assert!(stderr.contains("slot 1: held by holder"), "{stderr}");
@@ -138,9 +139,9 @@ fn a_failed_acquisition_is_printed_and_exits_1() {
 }
 
 // covers: Cli.BrokenStderr
-/// `vvm run … 2>&1 >/dev/null | head -2`, then SIGINT. The reader of
+/// `vvm run … 2>&1 >/dev/null | head -2`, then SIGTERM. The reader of
 /// standard error goes away after two lines; every later log line meets a closed pipe. The
-/// process must neither panic nor wedge: it shuts down on SIGINT with the clean exit code.
+/// process must neither panic nor wedge: it shuts down on SIGTERM with the clean exit code.
 #[test]
 fn a_closed_stderr_neither_panics_nor_wedges_vvm_run() {
     const RUNS: usize = 3;
@@ -161,15 +162,15 @@ fn a_closed_stderr_neither_panics_nor_wedges_vvm_run() {
         drop(lines);
         // Let the launch go on logging into the closed pipe for a while.
         std::thread::sleep(Duration::from_millis(300));
-        let code = signal_and_wait(&mut child, Signal::INT, Duration::from_secs(10));
-        assert_eq!(code, Some(0), "run {run}: exit code after SIGINT");
+        let code = signal_and_wait(&mut child, Signal::TERM, Duration::from_secs(10));
+        assert_eq!(code, Some(0), "run {run}: exit code after SIGTERM");
     }
 }
 
 // covers: Cli.BrokenStderr
 /// The other half of finding 4: standard error is a pipe that is full before `vvm run` starts
 /// and that nobody reads (a stalled log collector). Log lines must be dropped, not waited for:
-/// the VVM leads, and SIGINT ends it cleanly within the bounded wait for the last lines.
+/// the VVM leads, and SIGTERM ends it cleanly within the bounded wait for the last lines.
 #[test]
 fn a_stalled_stderr_does_not_block_vvm_run() {
     use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
@@ -205,7 +206,7 @@ fn a_stalled_stderr_does_not_block_vvm_run() {
         }
     };
     assert!(first.starts_with("leading slot=1 "), "{first}");
-    let code = signal_and_wait(&mut child, Signal::INT, Duration::from_secs(5));
+    let code = signal_and_wait(&mut child, Signal::TERM, Duration::from_secs(5));
     assert_eq!(code, Some(0));
     drop(reader);
 }

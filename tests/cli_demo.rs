@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-// covers: Cli.Demo
+// covers: Cli.Demo, Cli.DemoFigures
 #[test]
 fn the_demo_passes_its_own_checks() {
     let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
@@ -26,4 +26,9 @@ fn the_demo_passes_its_own_checks() {
     ] {
         assert!(stdout.contains(figure), "no {figure:?} line:\n{stdout}");
     }
+    // A share of the lease is shown with the digits it needs.
+    assert!(
+        !stdout.contains(" 0.00·L"),
+        "a figure reads as nothing:\n{stdout}"
+    );
 }

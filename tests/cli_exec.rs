@@ -292,21 +292,14 @@ while :; do sleep 0.05; done"#;
 #[test]
 fn the_acting_log_is_refused_with_a_command() {
     let output = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args([
-            "run",
-            "--store",
-            "memory:",
-            "--acting-log",
-            "x",
-            "--",
-            "true",
-        ])
+        .args(["run", "--store", "memory:", "--", "true"])
+        .env("VVM_ACTING_LOG", "x")
         .stdin(Stdio::null())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--acting-log"), "{stderr}");
+    assert!(stderr.contains("VVM_ACTING_LOG"), "{stderr}");
 }
 
 // covers: Cli.ExecOrphan
@@ -500,13 +493,15 @@ while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-f", &["--grace", "30s"], script);
     let written = wait_for_file(&dir.join("pids"), &mut exec);
     let pids = pids(&exec, &written);
-    signal(&exec, Signal::INT);
+    // SIGTERM: after Ctrl-C (SIGINT) `vvm` would end by SIGINT, which hides the exit code this
+    // test reads (`Cli.CtrlC`).
+    signal(&exec, Signal::TERM);
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         exec.try_wait().unwrap().is_none(),
         "vvm did not wait for the grace"
     );
-    signal(&exec, Signal::INT);
+    signal(&exec, Signal::TERM);
     let (code, took) = wait_exit(&mut exec);
     let stderr = stderr_of(&dir, "exec-f");
     let ended = pids

@@ -402,10 +402,10 @@ fn a_stopped_command_is_reported_and_a_shutdown_continues_it() {
             break;
         }
     }
-    // SIGINT: SIGTERM and SIGCONT to the tree; the command's trap runs at once, not after the
-    // grace.
+    // SIGTERM to `vvm`: SIGTERM and SIGCONT to the tree; the command's trap runs at once, not
+    // after the grace.
     let started = Instant::now();
-    let code = signal_and_wait(&mut node.child, Signal::INT, WAIT_MAX);
+    let code = signal_and_wait(&mut node.child, Signal::TERM, WAIT_MAX);
     assert!(
         started.elapsed() < GRACE / 3,
         "the stopped command waited out the grace: {:?}",

@@ -120,9 +120,6 @@ pub enum ConfigError {
     /// The address contains a control character (it is shown in logs and status tables).
     #[error("the address contains a control character")]
     AddressHasControlCharacter,
-    /// The acquisition duration is zero.
-    #[error("the acquisition duration must be above zero")]
-    AcquisitionZero,
     /// The acquisition duration is above [`ACQUISITION_MAX`].
     #[error("acquisition duration of {acquisition:?} is longer than the maximum of {max:?}")]
     AcquisitionTooLong {
@@ -424,7 +421,9 @@ impl VvmConfigBuilder {
         self
     }
 
-    /// Acquisition duration (default 120 s).
+    /// Acquisition duration (default 120 s): acquisition always completes the round over every
+    /// slot it is in before it looks at the window, so zero tries each slot once and gives up
+    /// (a try-lock, `flock -n`).
     pub fn acquisition(mut self, acquisition: Duration) -> Self {
         self.acquisition = acquisition;
         self
@@ -459,9 +458,6 @@ impl VvmConfigBuilder {
         let mut lease = LeaseConfig::new(self.lease)?;
         if let Some(timeout) = self.store_timeout {
             lease = lease.with_store_timeout(timeout)?;
-        }
-        if self.acquisition.is_zero() {
-            return Err(ConfigError::AcquisitionZero);
         }
         if self.acquisition > ACQUISITION_MAX && self.acquisition != ACQUISITION_FOREVER {
             return Err(ConfigError::AcquisitionTooLong {

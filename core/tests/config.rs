@@ -71,10 +71,6 @@ fn each_bad_input_is_its_own_error() {
             },
         ),
         (
-            ok().acquisition(Duration::ZERO),
-            ConfigError::AcquisitionZero,
-        ),
-        (
             ok().acquisition(Duration::from_secs(7 * 86_400 + 1)),
             ConfigError::AcquisitionTooLong {
                 acquisition: Duration::from_secs(7 * 86_400 + 1),

@@ -143,8 +143,8 @@ pub fn config_error(error: &ConfigError, name: impl Fn(&str) -> String) -> Strin
                 name("address")
             )
         }
-        ConfigError::AcquisitionZero | ConfigError::AcquisitionTooLong { .. } => format!(
-            "{}: {error}; give a duration up to 7 days, or `forever`",
+        ConfigError::AcquisitionTooLong { .. } => format!(
+            "{}: {error}; give a duration up to 7 days, 0 to try once, or `forever`",
             name("acquire")
         ),
         ConfigError::RoundIntervalZero => format!("{}: {error}; give e.g. 1s", name("round")),

@@ -38,13 +38,21 @@ fn store_slack(store: DemoStore) -> Duration {
     }
 }
 
-/// `12 ms = 0.00·L` or `3.04s = 1.01·L`.
+/// `12.0 ms = 0.004·L`, `0.3 ms < 0.001·L` or `3.04s = 1.01·L`: the share of the lease with
+/// the digits it needs, never a "0.00·L" that reads as nothing.
 fn figure(took: Duration, lease: Duration) -> String {
     let share = took.as_secs_f64() / lease.as_secs_f64();
-    if took < Duration::from_secs(1) {
-        format!("{:.1} ms = {share:.2}·L", took.as_secs_f64() * 1e3)
+    let share = if share >= 0.1 {
+        format!("= {share:.2}·L")
+    } else if share >= 0.001 {
+        format!("= {share:.3}·L")
     } else {
-        format!("{:.2}s = {share:.2}·L", took.as_secs_f64())
+        "< 0.001·L".to_owned()
+    };
+    if took < Duration::from_secs(1) {
+        format!("{:.1} ms {share}", took.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.2}s {share}", took.as_secs_f64())
     }
 }
 

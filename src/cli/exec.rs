@@ -61,6 +61,8 @@ pub enum ContainmentMode {
 
 /// This binary, also after it was replaced on disk: the supervisor is the same program.
 const SELF_EXE: &str = "/proc/self/exe";
+/// The supervisor's name: its `argv[0]` (`ps`'s command line) and its `comm` (`ps -e`, `top`).
+pub const SUPERVISOR_NAME: &std::ffi::CStr = c"vvm-supervisor";
 /// The hidden subcommand that runs the supervisor (see [`super::supervise`]).
 pub const GUARD_SUBCOMMAND: &str = "__exec-guard";
 
@@ -564,6 +566,7 @@ impl Service for ExecService {
         })?;
         let control = Control { fd: control };
         let mut supervisor = Command::new(SELF_EXE);
+        supervisor.arg0(SUPERVISOR_NAME.to_string_lossy().as_ref());
         // Only the documented variables reach the command: `vvm`'s own settings (the store URL
         // with its credential file, the lease, the metrics address, ...) are not its business,
         // and a nested `vvm` must not pick them up as its own.
@@ -587,6 +590,9 @@ impl Service for ExecService {
         }
         if no_kernel_watchdogs() {
             supervisor.arg("--no-kernel-watchdogs");
+        }
+        if super::log::json_lines() {
+            supervisor.arg("--json-log");
         }
         match self.containment {
             ContainmentMode::Auto => {}

@@ -3,6 +3,7 @@
 //! command's hooks, and the signals.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +30,8 @@ pub(super) struct Host {
     pub(super) status: Option<CommandStatus>,
     /// The state `--metrics-addr` answers `/healthz` and `/leader` from.
     pub(super) ops: Option<Arc<OpsState>>,
+    /// Exit code when the acquisition ended with everything held by others (`--busy-code`).
+    pub(super) busy_code: u8,
 }
 
 impl Default for Host {
@@ -40,6 +43,7 @@ impl Default for Host {
             force: None,
             status: None,
             ops: None,
+            busy_code: super::EXIT_BUSY,
         }
     }
 }
@@ -87,6 +91,9 @@ pub(super) fn listen_for_signals(
                 Some(first) => {
                     tracing::info!("{name}: shutting down (a second signal skips the grace)");
                     first_at = Some(now);
+                    if name == "SIGINT" {
+                        note_interrupt();
+                    }
                     stop();
                     let _ = first.send(());
                 }
@@ -104,4 +111,54 @@ pub(super) fn listen_for_signals(
         }
     });
     Ok((signals, signalled))
+}
+
+/// The first stop signal was SIGINT (Ctrl-C): a clean end is then an end by SIGINT.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// [`interrupted_or`] chose to end by SIGINT: [`end_by_interrupt`] raises it.
+static RAISE_INTERRUPT: AtomicBool = AtomicBool::new(false);
+
+/// Notes that the first stop signal was SIGINT.
+pub(super) fn note_interrupt() {
+    INTERRUPTED.store(true, Ordering::Release);
+}
+
+/// Exit status of a shell for a process that SIGINT ended (128 + 2).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// The exit code of a `vvm run` whose shutdown was clean: 0, unless Ctrl-C asked for it (see
+/// [`interrupted_or`]).
+pub(super) fn clean_exit() -> ExitCode {
+    interrupted_or(ExitCode::SUCCESS)
+}
+
+/// `code`, unless Ctrl-C (SIGINT) asked for the stop: then `vvm` ends by SIGINT itself once
+/// everything is stopped and released ([`end_by_interrupt`]), as `flock` or `sleep` would — the
+/// shell reports 130, and a script that called it stops too (bash goes on after a child that
+/// *exited*, even with 130, and stops only after one that SIGINT ended). Also after a second
+/// Ctrl-C that cut the grace short. Not for a command's own failing status, which passes on;
+/// SIGTERM and SIGHUP keep `code` (a service manager's stop is a clean stop).
+pub(super) fn interrupted_or(code: ExitCode) -> ExitCode {
+    if INTERRUPTED.load(Ordering::Acquire) {
+        RAISE_INTERRUPT.store(true, Ordering::Release);
+        return ExitCode::from(EXIT_INTERRUPTED);
+    }
+    code
+}
+
+/// Ends this process by SIGINT when [`interrupted_or`] chose to; returns otherwise (and if the
+/// signal could not be raised: the caller then exits with the 130 it returned).
+/// Called last, after the runtime and its signal handlers are gone and the log is flushed.
+pub fn end_by_interrupt() {
+    if !RAISE_INTERRUPT.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: `signal` with `SIG_DFL` installs no handler of ours, and `raise` only sends a
+    // signal to this thread; no Rust state is touched. Tokio's handler must be replaced by the
+    // default action, or the raised signal would only be recorded.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::raise(libc::SIGINT);
+    }
 }

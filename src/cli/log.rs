@@ -255,7 +255,12 @@ pub fn init(filter: tracing_subscriber::EnvFilter, format: LogFormat) {
 /// it to be written. Never panics; the line is lost when standard error is closed or stays
 /// stalled.
 pub fn line(message: &str) {
-    let text = own_line(message, "ERROR");
+    line_at(message, "ERROR");
+}
+
+/// [`line`] at `level` (`"WARN"`, `"ERROR"`) in JSON.
+pub fn line_at(message: &str, level: &str) {
+    let text = own_line(message, level);
     match QUEUE.get().and_then(Option::as_ref) {
         Some(queue) => {
             queue.push(text.into_bytes());
@@ -266,6 +271,17 @@ pub fn line(message: &str) {
             let _ = std::io::stderr().write_all(text.as_bytes());
         }
     }
+}
+
+/// Whether this process writes its log lines as JSON (`--log-format json`).
+pub fn json_lines() -> bool {
+    JSON_LINES.load(Ordering::Relaxed)
+}
+
+/// Makes this process's own lines JSON objects: the supervisor's, which sets up no logging of
+/// its own but follows `vvm`'s `--log-format json` (told by `--json-log`).
+pub fn use_json_lines() {
+    JSON_LINES.store(true, Ordering::Relaxed);
 }
 
 /// Waits up to [`FLUSH_WAIT_MAX`] for the queued log lines, before the process exits.

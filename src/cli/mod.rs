@@ -8,8 +8,10 @@ pub mod clock;
 pub mod demo;
 pub mod duration;
 pub mod exec;
-mod host;
+mod hold;
+pub mod host;
 pub mod log;
+pub mod manual;
 pub mod ops;
 pub mod program;
 pub mod run;
@@ -25,6 +27,12 @@ pub use super::{DemoArgs, DemoStore, RunArgs, SemaphoreAction, SemaphoreArgs, St
 
 /// Exit code of a usage error: bad flag, bad value, unknown store scheme.
 pub const EXIT_USAGE: u8 = 2;
+
+/// Default exit code of a `vvm run` whose `--acquire` ended with every slot (or the units) held
+/// by someone else (`--busy-code`): apart from 1 (a problem, a store that failed) and 2 (usage),
+/// so that a cron job can tell "someone else runs it" from "something is wrong". Not 75
+/// (`EX_TEMPFAIL`, `flock -E 75`'s usual choice): that is the killer's.
+pub const EXIT_BUSY: u8 = 3;
 
 /// Prints a one-line usage error and returns exit code 2. Never panics (see [`log::line`]).
 pub fn usage_error(message: &str) -> ExitCode {

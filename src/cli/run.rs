@@ -19,6 +19,10 @@ use super::store::{open_store_waiting, AnyStore};
 use super::systemd::Notifier;
 use super::{fail, usage_error, RunArgs};
 
+/// The file the demo service appends its acting lines to (see [`DemoService`]): for the tests
+/// and checkers that prove no two processes acted at once.
+pub const ACTING_LOG_VARIABLE: &str = "VVM_ACTING_LOG";
+
 /// How often the demo service says it leads.
 const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the demo service appends to the acting log.
@@ -192,9 +196,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(store) => store,
         Err(code) => return code,
     };
+    if args.limit == Some(0) {
+        return usage_error("--limit must be at least 1");
+    }
     let units = args.semaphore.clone().map(|name| Units {
         name,
         count: args.count,
+        limit: args.limit,
+        ephemeral: args.ephemeral,
     });
     let ops = match args.metrics_addr {
         Some(addr) => match super::ops::start(addr, args.lease, args.slots).await {
@@ -203,13 +212,36 @@ pub async fn run(args: RunArgs) -> ExitCode {
         },
         None => None,
     };
+    // Test-only, so in no help, completion or manual page: a variable, not a flag.
+    let acting_log = std::env::var_os(ACTING_LOG_VARIABLE)
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from);
+    if acting_log.is_some() && (args.hold || !args.command.is_empty()) {
+        return usage_error(&format!(
+            "{ACTING_LOG_VARIABLE} is for the demo service only (no command, no --hold): unset it"
+        ));
+    }
+    if args.hold {
+        let host = Host {
+            ops,
+            busy_code: args.busy_code,
+            ..Host::default()
+        };
+        return match units {
+            Some(units) => {
+                run_semaphore(units, config, store, super::hold::HoldService, host).await
+            }
+            None => run_vvm(config, store, super::hold::HoldService, host).await,
+        };
+    }
     if args.command.is_empty() {
         let service = DemoService {
             address,
-            acting_log: args.acting_log.clone(),
+            acting_log,
         };
         let host = Host {
             ops,
+            busy_code: args.busy_code,
             ..Host::default()
         };
         return match units {
@@ -235,10 +267,28 @@ pub async fn run(args: RunArgs) -> ExitCode {
         force: Some(hooks.force),
         status: Some(hooks.status),
         ops,
+        busy_code: args.busy_code,
     };
     match units {
         Some(units) => run_semaphore(units, config, store, service, host).await,
         None => run_vvm(config, store, service, host).await,
+    }
+}
+
+/// The acquisition ended with every slot held by another live record: someone else runs, and
+/// nothing failed (a store that failed, or a slot won too late, is a problem instead).
+fn is_busy(problem: &vvm::VvmError) -> bool {
+    match problem {
+        vvm::VvmError::AcquisitionFailed { refusals, .. } => {
+            !refusals.is_empty()
+                && refusals.iter().all(|refusal| {
+                    matches!(
+                        refusal.reason,
+                        vvm::RefusalReason::Held | vvm::RefusalReason::HeldBy(_)
+                    )
+                })
+        }
+        _ => false,
     }
 }
 
@@ -353,14 +403,18 @@ async fn run_vvm(
     match outcome {
         Ok(()) => {
             tracing::info!("shut down cleanly");
-            ExitCode::SUCCESS
+            super::host::clean_exit()
+        }
+        Err(problem) if is_busy(&problem) => {
+            super::log::line(&super::error_chain(&problem));
+            ExitCode::from(host.busy_code)
         }
         Err(problem) => {
             let code = fail(&super::error_chain(&problem));
             // The command's own failing status is passed on, as `flock` or `timeout` do.
             match host.status.as_ref().and_then(CommandStatus::code) {
                 Some(status) => ExitCode::from(status),
-                None => code,
+                None => super::host::interrupted_or(code),
             }
         }
     }

@@ -33,6 +33,10 @@ pub(super) struct Units {
     pub(super) name: String,
     /// Units of it.
     pub(super) count: u64,
+    /// Create it with this limit when it does not exist (`--limit`).
+    pub(super) limit: Option<u64>,
+    /// Make it an ephemeral one when it does not exist (`--ephemeral`).
+    pub(super) ephemeral: bool,
 }
 
 /// Runs `service` under a grant of `units`; the exit code follows `vvm run`'s.
@@ -62,7 +66,7 @@ pub(super) async fn run_semaphore(
             Ok(session) => session,
             Err(e) => return fail(&format!("cannot open a session: {}", error_chain(&e))),
         },
-        _ = &mut signalled => return ExitCode::SUCCESS,
+        _ = &mut signalled => return super::host::clean_exit(),
     };
     let coordination = Coordination::new(session);
     let notifier = Arc::new(Notifier::from_env());
@@ -72,33 +76,57 @@ pub(super) async fn run_semaphore(
         count = units.count,
         "waiting for units of the semaphore"
     );
-    notifier.status(format!("Waiting for {} units of {name}", units.count));
-    let options = AcquireOptions::new(units.count)
+    notifier.status(format!("Waiting for {} of {name}", units_text(units.count)));
+    if let Some(limit) = units.limit {
+        if let Err(e) = super::semaphore::create_if_missing(&coordination, name, limit, b"").await {
+            close(&coordination, config.lease()).await;
+            return fail(&format!(
+                "cannot create semaphore {name}: {}",
+                error_chain(&e)
+            ));
+        }
+    }
+    let mut options = AcquireOptions::new(units.count)
         .data(address.into_bytes())
         .timeout(config.acquisition());
-    let acquired = tokio::select! {
-        acquired = coordination.acquire(name, options) => Some(acquired),
-        // Dropping the acquire withdraws the request; nothing was started.
-        _ = &mut signalled => None,
+    if units.ephemeral {
+        options = options.ephemeral();
+    }
+    let acquired = {
+        let waiting = super::waiting::report_queue(
+            coordination.clone(),
+            name.to_owned(),
+            coordination.session().key(),
+            &notifier,
+        );
+        tokio::select! {
+            acquired = coordination.acquire(name, options) => Some(acquired),
+            // Dropping the acquire withdraws the request; nothing was started.
+            _ = &mut signalled => None,
+            // Never resolves: it only logs while the acquire waits.
+            () = waiting => None,
+        }
     };
     let Some(acquired) = acquired else {
         close(&coordination, config.lease()).await;
-        return ExitCode::SUCCESS;
+        return super::host::clean_exit();
     };
     let grant = match acquired {
         Ok(Some(grant)) => grant,
         Ok(None) => {
             close(&coordination, config.lease()).await;
-            return fail(&format!(
-                "no {} units of semaphore {name} were granted within --acquire",
-                units.count
+            super::log::line(&format!(
+                "{} of semaphore {name} {} not granted within --acquire: held by others",
+                units_text(units.count),
+                if units.count == 1 { "was" } else { "were" }
             ));
+            return ExitCode::from(host.busy_code);
         }
         Err(CoordinationError::NotFound(_)) => {
             close(&coordination, config.lease()).await;
             return fail(&format!(
-                "semaphore {name} does not exist: create it first, e.g. `vvm semaphore create \
-                 {name} --limit 2`"
+                "semaphore {name} does not exist: give --limit N to create it, or create it \
+                 first, e.g. `vvm semaphore create {name} --limit 2`"
             ));
         }
         Err(e) => {
@@ -116,8 +144,8 @@ pub(super) async fn run_semaphore(
         "granted"
     );
     notifier.ready(format!(
-        "Holding {} units of {name} (token {})",
-        units.count,
+        "Holding {} of {name} (token {})",
+        units_text(units.count),
         grant.token().0
     ));
     let watchdog = notifier.watchdog_enabled().then(|| {
@@ -155,7 +183,7 @@ pub(super) async fn run_semaphore(
         Ok(()) => {
             close(&coordination, config.lease()).await;
             tracing::info!("shut down cleanly");
-            ExitCode::SUCCESS
+            super::host::clean_exit()
         }
         Err(problem) => {
             // After an unclean stop the session must not close cleanly (its deadline stays
@@ -170,9 +198,18 @@ pub(super) async fn run_semaphore(
                 .and_then(super::exec::CommandStatus::code)
             {
                 Some(status) => ExitCode::from(status),
-                None => code,
+                None => super::host::interrupted_or(code),
             }
         }
+    }
+}
+
+/// `1 unit`, `3 units`.
+pub(super) fn units_text(count: u64) -> String {
+    if count == 1 {
+        "1 unit".to_owned()
+    } else {
+        format!("{count} units")
     }
 }
 

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use vvm::semaphore::{Description, DATA_BYTES_MAX};
+use vvm::vvm_core::semaphore::SemaphoreError;
 use vvm::{
     Coordination, CoordinationError, KillerThread, LeaseConfig, LeaseValue, SessionHandle,
     WatchKind,
@@ -89,9 +90,15 @@ async fn act(
     action: &SemaphoreAction,
 ) -> Result<(), CoordinationError> {
     match action {
-        SemaphoreAction::Create { name, limit, data } => {
-            coordination.create(name, *limit, data.as_bytes()).await
-        }
+        SemaphoreAction::Create {
+            name,
+            limit,
+            data,
+            if_missing: true,
+        } => create_if_missing(coordination, name, *limit, data.as_bytes()).await,
+        SemaphoreAction::Create {
+            name, limit, data, ..
+        } => coordination.create(name, *limit, data.as_bytes()).await,
         SemaphoreAction::Update { name, data } => {
             if !coordination.update_data(name, data.as_bytes()).await? {
                 tracing::info!(semaphore = %name, "the data was already that: nothing changed");
@@ -110,7 +117,7 @@ async fn act(
             loop {
                 tokio::select! {
                     next = watch.next() => {
-                        if !print(&next?, *json) {
+                        if !print_stamped(&next?, *json) {
                             // Standard output closed (`| head -1`): the watch is over.
                             return Ok(());
                         }
@@ -119,6 +126,41 @@ async fn act(
                 }
             }
         }
+    }
+}
+
+/// Creates `name` with `limit` units and `data` unless it exists; says which (an existing one
+/// is left as it is). Two runs that both find it
+/// missing both try: one creates it, the other finds it made (the store decides, in one
+/// transaction each), so no limit is ever changed under a holder.
+pub(super) async fn create_if_missing(
+    coordination: &Coordination<Arc<AnyStore>>,
+    name: &str,
+    limit: u64,
+    data: &[u8],
+) -> Result<(), CoordinationError> {
+    match coordination.create(name, limit, data).await {
+        Ok(()) => {
+            tracing::info!(
+                semaphore = name,
+                limit,
+                "created the semaphore: it did not exist"
+            );
+            Ok(())
+        }
+        Err(CoordinationError::Refused(SemaphoreError::AlreadyExists(_))) => {
+            let existing = coordination.describe(name).await?;
+            if existing.limit != limit {
+                tracing::warn!(
+                    semaphore = name,
+                    limit = existing.limit,
+                    asked = limit,
+                    "the semaphore exists with another limit, which stays (--limit only creates)"
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -133,6 +175,44 @@ fn print(description: &Description, json: bool) -> bool {
     writeln!(stdout, "{text}")
         .and_then(|()| stdout.flush())
         .is_ok()
+}
+
+/// One snapshot of a watch, stamped with the time (UTC) as `vvm status --watch` stamps its
+/// lines: before the header line, or as `"time"` in the JSON object; `false` when standard
+/// output is closed.
+fn print_stamped(description: &Description, json: bool) -> bool {
+    let time = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    let text = if json {
+        let mut object = json_snapshot(description);
+        if let Some(map) = object.as_object_mut() {
+            map.insert("time".into(), time.into());
+        }
+        object.to_string()
+    } else {
+        format!("{time} {}", text_snapshot(description))
+    };
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .is_ok()
+}
+
+/// A limit as a person reads it: `unlimited` for an ephemeral semaphore's.
+fn shown_limit(limit: u64) -> String {
+    if limit == vvm::vvm_core::semaphore::EPHEMERAL_LIMIT {
+        "unlimited".to_owned()
+    } else {
+        limit.to_string()
+    }
+}
+
+/// A waiter's timeout as a person reads it: `forever` for one that waits as long as it lives.
+fn shown_timeout(timeout_ms: u64) -> String {
+    if timeout_ms == u64::MAX {
+        "forever".to_owned()
+    } else {
+        timeout_ms.to_string()
+    }
 }
 
 /// `data` as text when it is UTF-8, else as hexadecimal digits after `0x`.
@@ -153,7 +233,7 @@ fn text_snapshot(d: &Description) -> String {
         "semaphore {} count={}/{} token={}{}{} data={:?}",
         d.name,
         d.count,
-        d.limit,
+        shown_limit(d.limit),
         d.generation.0,
         if d.ephemeral { " ephemeral" } else { "" },
         if d.deleting { " being-deleted" } else { "" },
@@ -175,7 +255,7 @@ fn text_snapshot(d: &Description) -> String {
             waiter.order_id.0,
             waiter.session,
             waiter.count,
-            waiter.timeout_ms,
+            shown_timeout(waiter.timeout_ms),
             shown_data(&waiter.data)
         ));
     }

@@ -135,7 +135,7 @@ const REOPEN_FIRST: Duration = Duration::from_millis(100);
 /// ([`OpenError::is_unavailable`]) and `policy` says wait, opens it again after jittered pauses
 /// from [`REOPEN_FIRST`] up to `round`, for at most `window` (`--acquire`). Says once that it
 /// waits. Every other failure, and the last one when the window ends, is the exit code; so is
-/// SIGINT or SIGTERM during the wait (0: nothing was held, nothing started).
+/// SIGINT or SIGTERM during the wait (a clean stop: nothing was held, nothing started).
 pub async fn open_store_waiting(
     url: &str,
     lease: &LeaseConfig,
@@ -201,10 +201,14 @@ pub async fn open_store_waiting(
     }
 }
 
-/// A signal ended the wait for the store: nothing was held or started, so it is a clean stop.
+/// A signal ended the wait for the store: nothing was held or started, so it is a clean stop
+/// (one by SIGINT ends `vvm` by SIGINT, see [`super::host::clean_exit`]).
 fn stopped(name: &str) -> ExitCode {
     tracing::info!("{name} while waiting for the store: stopping");
-    ExitCode::SUCCESS
+    if name == "SIGINT" {
+        super::host::note_interrupt();
+    }
+    super::host::clean_exit()
 }
 
 /// Opens the store named by `url` for reading only (see [`vvm_adapters::open::open_read_only`]).

@@ -1,6 +1,7 @@
 //! What a waiting `vvm run` says while it campaigns: who holds each slot it wants and how long
-//! that holder's record has left, once at the start and again at every change of holder — so
-//! that a standby's log shows what it waits for, not only that it waits.
+//! that holder's record has left (or, for `--semaphore`, its place in the queue and who holds
+//! the units), once at the start and again at every change — so that a standby's log shows
+//! what it waits for, not only that it waits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,8 @@ use super::systemd::Notifier;
 /// Longest wait between two looks when the store's feed says nothing: a log line, not a
 /// decision, depends on it, so a slow look costs little.
 const RESYNC: Duration = Duration::from_secs(5);
+/// Pause between two looks for this run's own request in a semaphore's queue.
+const QUEUE_LOOK: Duration = Duration::from_millis(100);
 /// Longest a look may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -80,4 +83,82 @@ fn log_change(change: &HolderChange, own_address: &str) -> Option<String> {
         ),
         None => format!("Slot {} is free: taking it", change.slot.0),
     })
+}
+
+/// Logs this run's place in the queue of semaphore `name` and who holds its units, at the start
+/// and at every change of owners; never resolves (the acquire it runs beside drops it). Its own
+/// request is the waiter of `session`.
+pub async fn report_queue(
+    coordination: vvm::Coordination<Arc<AnyStore>>,
+    name: String,
+    session: vvm::vvm_core::SessionKey,
+    notifier: &Notifier,
+) {
+    let Ok(mut watch) = coordination.watch(&name, vvm::WatchKind::ALL) else {
+        return std::future::pending().await;
+    };
+    let mut said = String::new();
+    let mut queued = false;
+    loop {
+        // A watch wakes on changes of the owners, not of the queue: until this run's request
+        // is seen queued, and every RESYNC after (a waiter ahead may have left), look again.
+        let look = if queued { RESYNC } else { QUEUE_LOOK };
+        let next = tokio::select! {
+            next = watch.next() => next,
+            () = tokio::time::sleep(look) => coordination.describe(&name).await,
+        };
+        let description = match next {
+            Ok(description) => description,
+            Err(e) => {
+                tracing::debug!(error = %vvm::ErrorChain(&e), "cannot tell who holds the units");
+                tokio::time::sleep(RESYNC).await;
+                continue;
+            }
+        };
+        let Some(place) = description
+            .waiters
+            .iter()
+            .position(|waiter| waiter.session == session)
+        else {
+            // Not queued yet (or granted already): nothing to say.
+            continue;
+        };
+        queued = true;
+        let holders: Vec<String> = description
+            .owners
+            .iter()
+            .map(|owner| {
+                format!(
+                    "{} ({})",
+                    String::from_utf8_lossy(&owner.data),
+                    super::run_semaphore::units_text(owner.count)
+                )
+            })
+            .collect();
+        let holders = if holders.is_empty() {
+            "nobody".to_owned()
+        } else {
+            holders.join(", ")
+        };
+        let line = format!(
+            "{}/{} in use, held by {holders}; place {} of {} in the queue",
+            description.count,
+            description.limit,
+            place + 1,
+            description.waiters.len()
+        );
+        if line != said {
+            tracing::info!(
+                semaphore = %name,
+                place = place + 1,
+                queued = description.waiters.len(),
+                in_use = description.count,
+                limit = description.limit,
+                holders = %holders,
+                "waiting: the units are held; they pass on in order of arrival"
+            );
+            notifier.status(format!("Waiting for {name}: {line}"));
+            said = line;
+        }
+    }
 }

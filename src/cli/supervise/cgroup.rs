@@ -146,15 +146,16 @@ fn supervisor_lives(pid: i32, started: u64) -> bool {
 
 /// Ends the trees in `origin` whose supervisor is gone — `vvm` and its supervisor killed
 /// together (an OOM kill of both) leave the tree running in its cgroup, with nothing to end
-/// it — and removes their directories. Returns how many held processes; an error when one is
-/// still populated after [`ORPHAN_WAIT`]: the command must not start beside it. Run by every
-/// supervisor before it starts its command, so a successor on this host never runs beside such
-/// a tree.
-pub fn end_orphaned_trees(origin: &Path) -> Result<usize, String> {
+/// it — and removes their directories. Returns one description per tree that held a process
+/// (its directory and processes; an empty leftover directory, or one whose last process was
+/// already exiting, is removed without a word); an error when one is still populated after
+/// [`ORPHAN_WAIT`]: the command must not start beside it. Run by every supervisor before it
+/// starts its command, so a successor on this host never runs beside such a tree.
+pub fn end_orphaned_trees(origin: &Path) -> Result<Vec<String>, String> {
     let Ok(entries) = std::fs::read_dir(origin) else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
-    let mut ended = 0;
+    let mut ended = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some((pid, started)) = name.to_str().and_then(owner_of) else {
@@ -165,8 +166,15 @@ pub fn end_orphaned_trees(origin: &Path) -> Result<usize, String> {
         }
         let dir = entry.path();
         if is_populated(&dir) {
+            let processes = processes_in(&dir);
             kill_dir(&dir);
-            ended += 1;
+            if !processes.is_empty() {
+                ended.push(format!(
+                    "{} ({})",
+                    name.to_string_lossy(),
+                    processes.join(", ")
+                ));
+            }
         }
         let until = std::time::Instant::now() + ORPHAN_WAIT;
         while is_populated(&dir) && std::time::Instant::now() < until {
@@ -183,6 +191,28 @@ pub fn end_orphaned_trees(origin: &Path) -> Result<usize, String> {
     Ok(ended)
 }
 
+/// The processes `cgroup.procs` lists in `dir`, as `name pid`, at most [`NAMED_MAX`] of them
+/// named and the rest counted.
+fn processes_in(dir: &Path) -> Vec<String> {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let pids: Vec<&str> = procs.split_whitespace().collect();
+    let mut named: Vec<String> = pids
+        .iter()
+        .take(NAMED_MAX)
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{} {pid}", comm.trim())
+        })
+        .collect();
+    if pids.len() > NAMED_MAX {
+        named.push(format!("{} more", pids.len() - NAMED_MAX));
+    }
+    named
+}
+
+/// Processes named in the line about an orphaned tree.
+const NAMED_MAX: usize = 4;
+
 /// `populated 1` in the cgroup's `cgroup.events`: a process (or a zombie) is still counted.
 fn is_populated(dir: &Path) -> bool {
     std::fs::read_to_string(dir.join("cgroup.events"))
@@ -194,11 +224,14 @@ impl TreeCgroup {
     /// by supervisors that are gone are ended first ([`end_orphaned_trees`]).
     pub fn make() -> Result<TreeCgroup, String> {
         let origin = own_dir()?;
-        let orphans = end_orphaned_trees(&origin)?;
-        if orphans > 0 {
-            super::super::log::line(&format!(
-                "supervisor: ended {orphans} process tree(s) whose vvm and supervisor were gone"
-            ));
+        for tree in end_orphaned_trees(&origin)? {
+            super::super::log::line_at(
+                &format!(
+                    "supervisor: ended the process tree {tree} of an earlier vvm run whose vvm \
+                     and supervisor were gone"
+                ),
+                "WARN",
+            );
         }
         let me = std::process::id().try_into().unwrap_or(i32::MAX);
         let started = start_time(me).ok_or("cannot read this process's start time")?;
