@@ -76,7 +76,10 @@ pub(super) async fn run_semaphore(
         count = units.count,
         "waiting for units of the semaphore"
     );
-    notifier.status(format!("Waiting for {} of {name}", units_text(units.count)));
+    notifier.status(format!(
+        "Waiting for {} of {name}",
+        super::waiting::units_text(units.count)
+    ));
     if let Some(limit) = units.limit {
         if let Err(e) = super::semaphore::create_if_missing(&coordination, name, limit, b"").await {
             close(&coordination, config.lease()).await;
@@ -117,7 +120,7 @@ pub(super) async fn run_semaphore(
             close(&coordination, config.lease()).await;
             super::log::line(&format!(
                 "{} of semaphore {name} {} not granted within --acquire: held by others",
-                units_text(units.count),
+                super::waiting::units_text(units.count),
                 if units.count == 1 { "was" } else { "were" }
             ));
             return ExitCode::from(host.busy_code);
@@ -145,7 +148,7 @@ pub(super) async fn run_semaphore(
     );
     notifier.ready(format!(
         "Holding {} of {name} (token {})",
-        units_text(units.count),
+        super::waiting::units_text(units.count),
         grant.token().0
     ));
     let watchdog = notifier.watchdog_enabled().then(|| {
@@ -201,15 +204,6 @@ pub(super) async fn run_semaphore(
                 None => super::host::interrupted_or(code),
             }
         }
-    }
-}
-
-/// `1 unit`, `3 units`.
-pub(super) fn units_text(count: u64) -> String {
-    if count == 1 {
-        "1 unit".to_owned()
-    } else {
-        format!("{count} units")
     }
 }
 

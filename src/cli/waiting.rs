@@ -131,7 +131,7 @@ pub async fn report_queue(
                 format!(
                     "{} ({})",
                     String::from_utf8_lossy(&owner.data),
-                    super::run_semaphore::units_text(owner.count)
+                    units_text(owner.count)
                 )
             })
             .collect();
@@ -160,5 +160,14 @@ pub async fn report_queue(
             notifier.status(format!("Waiting for {name}: {line}"));
             said = line;
         }
+    }
+}
+
+/// `1 unit`, `3 units`.
+pub(super) fn units_text(count: u64) -> String {
+    if count == 1 {
+        "1 unit".to_owned()
+    } else {
+        format!("{count} units")
     }
 }
