@@ -143,10 +143,12 @@ fn try_once_exits_with_the_busy_code_the_script_chose() {
 }
 
 /// `bash -c LINE` in a process group of its own, as a terminal's job: Ctrl-C is SIGINT to the
-/// whole group.
+/// whole group. With SIGINT's default action, as in a terminal: a test run started in the
+/// background of a non-interactive shell inherits SIGINT ignored, and a bash that cannot be
+/// interrupted itself goes on after a child that Ctrl-C ended.
 fn script(line: &str) -> Child {
-    Command::new("bash")
-        .args(["-c", line])
+    Command::new("env")
+        .args(["--default-signal=INT", "bash", "-c", line])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
