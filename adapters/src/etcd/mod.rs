@@ -387,16 +387,17 @@ impl EtcdStore {
         let response = self.write(txn, lease, Resend::Broken).await?;
         let found = reads(&response);
         if response.succeeded() || found.first().is_some_and(Option::is_some) {
-            return self.judge_written(&name, &response, &found, lease);
+            return self.judge_written(&name, &response, &found, lease, ttl);
         }
-        let found_state =
-            vanished::State::read(found.get(1).and_then(|kv| kv.as_ref()).map(|kv| kv.value()));
-        match self.vanished.verdict(&name, found_state, ttl) {
+        let state_record = found.get(1).and_then(Option::as_ref);
+        let found_state = vanished::State::read(state_record.map(|kv| kv.value()));
+        let begun = state_record.map(etcd_client::KeyValue::mod_revision);
+        match self.vanished.verdict(&name, found_state, begun, ttl) {
             vanished::Verdict::Free => {
                 let txn = slot_insert_txn(name.clone(), state, None, value, lease, ttl);
                 let response = self.write(txn, lease, Resend::Broken).await?;
                 let found = reads(&response);
-                self.judge_written(&name, &response, &found, lease)
+                self.judge_written(&name, &response, &found, lease, ttl)
             }
             vanished::Verdict::Wait { left, first } => {
                 self.revoke_later(lease);
@@ -421,10 +422,11 @@ impl EtcdStore {
         response: &etcd_client::TxnResponse,
         found: &[Option<etcd_client::KeyValue>],
         lease: i64,
+        ttl: Duration,
     ) -> Result<Judged, StoreError> {
         match self.written(response, lease)? {
             Some(revision) => {
-                self.vanished.taken(name);
+                self.vanished.wrote(name, revision_number(revision), ttl);
                 Ok(Judged::Written(revision))
             }
             None => {
@@ -575,6 +577,11 @@ fn revision_from(revision: i64) -> Result<Revision, StoreError> {
         .filter(|revision| *revision > 0)
         .map(Revision)
         .ok_or_else(|| StoreError::unknown(EtcdError::BadRevision { revision }))
+}
+
+/// `revision` as etcd's number (revisions come from etcd, so they fit).
+fn revision_number(revision: Revision) -> i64 {
+    i64::try_from(revision.0).unwrap_or(i64::MAX)
 }
 
 fn expected_revision(expected: &Lease) -> Option<i64> {
@@ -929,9 +936,15 @@ impl LeaseStore for EtcdStore {
             return Ok(None);
         };
         let lease = self.grant(ttl).await?;
-        let txn = swap_txn(self.key(key), expected, revision, new_value, lease);
+        let name = self.key(key);
+        let txn = swap_txn(name.clone(), expected, revision, new_value, lease);
         let response = self.write(txn, lease, Resend::Broken).await?;
-        self.written(&response, lease)
+        let written = self.written(&response, lease)?;
+        if let Some(revision) = written {
+            // Its lease runs out by now plus its TTL (see `vanished`).
+            self.vanished.wrote(&name, revision_number(revision), ttl);
+        }
+        Ok(written)
     }
 
     async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {

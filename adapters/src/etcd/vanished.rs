@@ -118,6 +118,8 @@ struct Seen {
     at: Instant,
     /// The feed reported the key's deletion right after that write.
     deleted: bool,
+    /// That write was this handle's own: it saw every renewal after it too.
+    own: bool,
     /// The record's holder's TTL, as its state key said.
     ttl: Option<Duration>,
     /// When the key was first found absent without a release since that write.
@@ -151,6 +153,7 @@ impl Vanished {
                     revision,
                     at: Instant::now(),
                     deleted: false,
+                    own: false,
                     ttl: entry.ttl,
                     gone_since: None,
                 };
@@ -162,6 +165,7 @@ impl Vanished {
                 revision,
                 at: Instant::now(),
                 deleted: false,
+                own: false,
                 ttl: None,
                 gone_since: None,
             };
@@ -201,10 +205,17 @@ impl Vanished {
         entry.deleted = true;
     }
 
-    /// `key` is absent and its state key says `state`: whether a candidate whose own TTL is
+    /// `key` is absent and its state key says `state`, written at `state_revision` (the
+    /// insert that began the last tenure, for `held`): whether a candidate whose own TTL is
     /// `own_ttl` may insert now. The holder's TTL is the state key's, else the one it said
     /// while the record lived, else `own_ttl`.
-    pub(super) fn verdict(&self, key: &[u8], state: State, own_ttl: Duration) -> Verdict {
+    pub(super) fn verdict(
+        &self,
+        key: &[u8],
+        state: State,
+        state_revision: Option<i64>,
+        own_ttl: Duration,
+    ) -> Verdict {
         let now = Instant::now();
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = seen.get_mut(key) {
@@ -218,7 +229,14 @@ impl Vanished {
             };
             let first = entry.gone_since.is_none();
             let gone_since = *entry.gone_since.get_or_insert(now);
-            let from = if entry.deleted { entry.at } else { gone_since };
+            // This handle's own record, and no tenure begun since: it wrote the last renewal.
+            let last_is_own =
+                entry.own && state_revision.is_none_or(|begun| begun <= entry.revision);
+            let from = if entry.deleted || last_is_own {
+                entry.at
+            } else {
+                gone_since
+            };
             return match (from + ttl).checked_duration_since(now) {
                 Some(left) if !left.is_zero() => Verdict::Wait { left, first },
                 _ => {
@@ -254,12 +272,23 @@ impl Vanished {
         }
     }
 
-    /// This handle wrote a record on `key`: nothing of an earlier one is waited for.
-    pub(super) fn taken(&self, key: &[u8]) {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
+    /// This handle wrote a record on `key` at `revision` with `ttl` (an insert or a renewal),
+    /// answered now: that record's lease runs out by now plus `ttl`, and nothing of an earlier
+    /// one is waited for.
+    pub(super) fn wrote(&self, key: &[u8], revision: i64, ttl: Duration) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() < KEYS_MAX || seen.contains_key(key) {
+            let entry = Seen {
+                revision,
+                at: Instant::now(),
+                deleted: false,
+                own: true,
+                ttl: Some(ttl),
+                gone_since: None,
+            };
+            seen.insert(key.to_vec(), entry);
+        }
+        drop(seen);
         self.unseen_gone
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -292,13 +321,13 @@ mod tests {
         vanished.put(KEY, 7);
         std::thread::sleep(Duration::from_millis(30));
         vanished.deleted(KEY, 8, Some(7));
-        let Verdict::Wait { left, first } = vanished.verdict(KEY, State::Absent, TTL) else {
+        let Verdict::Wait { left, first } = vanished.verdict(KEY, State::Absent, None, TTL) else {
             panic!("a removed record is waited for");
         };
         assert!(first && left <= TTL - Duration::from_millis(30), "{left:?}");
         // Released by its holder: free at once.
         assert_eq!(
-            vanished.verdict(KEY, State::Released(7), TTL),
+            vanished.verdict(KEY, State::Released(7), None, TTL),
             Verdict::Free
         );
     }
@@ -309,7 +338,7 @@ mod tests {
         vanished.put(KEY, 9);
         vanished.deleted(KEY, 10, Some(9));
         assert!(matches!(
-            vanished.verdict(KEY, State::Released(5), TTL),
+            vanished.verdict(KEY, State::Released(5), None, TTL),
             Verdict::Wait { .. }
         ));
     }
@@ -320,23 +349,24 @@ mod tests {
         vanished.put(KEY, 3);
         std::thread::sleep(Duration::from_millis(50));
         vanished.deleted(KEY, 6, Some(5));
-        let Verdict::Wait { left, .. } = vanished.verdict(KEY, State::Absent, TTL) else {
+        let Verdict::Wait { left, .. } = vanished.verdict(KEY, State::Absent, None, TTL) else {
             panic!("waited");
         };
         assert!(left > TTL - Duration::from_millis(40), "{left:?}");
         let other = b"vvm/2";
         vanished.put(other, 3);
-        let Verdict::Wait { left, first } = vanished.verdict(other, State::Absent, TTL) else {
+        let Verdict::Wait { left, first } = vanished.verdict(other, State::Absent, None, TTL)
+        else {
             panic!("waited");
         };
         assert!(first && left > TTL - Duration::from_millis(40));
-        let Verdict::Wait { first, .. } = vanished.verdict(other, State::Absent, TTL) else {
+        let Verdict::Wait { first, .. } = vanished.verdict(other, State::Absent, None, TTL) else {
             panic!("waited");
         };
         assert!(!first, "first sight is kept");
         // The wait ends: a zero TTL has passed.
         assert_eq!(
-            vanished.verdict(other, State::Held(Some(Duration::ZERO)), TTL),
+            vanished.verdict(other, State::Held(Some(Duration::ZERO)), None, TTL),
             Verdict::Free
         );
     }
@@ -344,13 +374,17 @@ mod tests {
     #[test]
     fn a_newcomer_waits_only_on_a_held_state() {
         let vanished = Vanished::default();
-        assert_eq!(vanished.verdict(KEY, State::Absent, TTL), Verdict::Free);
         assert_eq!(
-            vanished.verdict(KEY, State::Released(3), TTL),
+            vanished.verdict(KEY, State::Absent, None, TTL),
+            Verdict::Free
+        );
+        assert_eq!(
+            vanished.verdict(KEY, State::Released(3), None, TTL),
             Verdict::Free
         );
         let long = Duration::from_secs(9);
-        let Verdict::Wait { left, first } = vanished.verdict(KEY, State::Held(Some(long)), TTL)
+        let Verdict::Wait { left, first } =
+            vanished.verdict(KEY, State::Held(Some(long)), None, TTL)
         else {
             panic!("waited");
         };
@@ -358,10 +392,25 @@ mod tests {
             first && left > TTL,
             "the holder's TTL, not its own: {left:?}"
         );
-        vanished.taken(KEY);
-        let Verdict::Wait { first, .. } = vanished.verdict(KEY, State::Held(None), TTL) else {
-            panic!("waited");
-        };
-        assert!(first, "forgotten once taken");
+    }
+
+    #[test]
+    fn an_own_record_counts_from_its_last_write_unless_a_tenure_began_since() {
+        let vanished = Vanished::default();
+        let short = Duration::from_millis(30);
+        vanished.wrote(KEY, 4, short);
+        std::thread::sleep(Duration::from_millis(40));
+        // Expired: its last renewal was this handle's, a lease ago.
+        assert_eq!(
+            vanished.verdict(KEY, State::Held(Some(short)), Some(4), TTL),
+            Verdict::Free
+        );
+        vanished.wrote(KEY, 6, Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(40));
+        // Another holder's insert came after (its state key is newer), its writes unseen.
+        assert!(matches!(
+            vanished.verdict(KEY, State::Held(Some(TTL)), Some(8), TTL),
+            Verdict::Wait { .. }
+        ));
     }
 }
