@@ -2,9 +2,9 @@
 //!
 //! | operation | one etcd transaction |
 //! |---|---|
-//! | insert | grant a lease of the TTL; `if create_revision(key) == 0 then put(key, value, lease)` |
+//! | insert | grant a lease of the TTL; `if create_revision(key) == 0 && value(state) > "released <last revision seen - 1>" then put(key, value, lease), put(state, "held <ttl>")`; else a vanished record is judged (see below) |
 //! | compare-and-swap | grant a lease; `if value(key) == expected && mod_revision(key) == rev then put(key, new, lease)` |
-//! | compare-and-delete | `if value(key) == expected && mod_revision(key) == rev then delete(key)` |
+//! | compare-and-delete | `if value(key) == expected && mod_revision(key) == rev then delete(key), put(state, "released <rev>")` |
 //! | get | range read of the key |
 //!
 //! Sessions and their holdings: see [Sessions](#sessions) below. Semaphores
@@ -31,6 +31,14 @@
 //! the request timeout. One that fails, is skipped, or is lost because the caller dropped the
 //! operation mid-way leaves a lease without keys that etcd removes when its TTL ends. So at any
 //! time the leases this store left behind are at most those granted during the last TTL.
+//!
+//! # Records removed from outside
+//!
+//! etcd deletes a key alike for a release, an expiry, `etcdctl del` and `etcdctl lease
+//! revoke`. Each slot has a state key (`<prefix>\0slot/<slot>`, no lease) that an insert sets
+//! to `held` and the holder's own release to `released`: a candidate that finds the slot key
+//! gone without a release waits until the lease its holder renewed last would have run out
+//! (`Et.RecordRemoved`; details in the `vanished` module source).
 //!
 //! # Sessions
 //!
