@@ -1021,8 +1021,12 @@ impl LeaseStore for EtcdStore {
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
         let name = self.key(key);
         let response = self.read_key(name.clone()).await?;
-        if let Some(record) = response.kvs().first() {
-            self.vanished.put(&name, record.mod_revision());
+        let revision = response
+            .kvs()
+            .first()
+            .map(etcd_client::KeyValue::mod_revision);
+        if let Some(revision) = revision {
+            self.vanished.put(&name, revision);
         }
         let Some(lease) = response
             .kvs()
@@ -1040,9 +1044,16 @@ impl LeaseStore for EtcdStore {
             .await
             .map_err(read_failed)?;
         // Negative: expired more than a second ago and not yet removed, nothing to tell.
-        Ok(u64::try_from(left.ttl())
+        let left = u64::try_from(left.ttl())
             .ok()
-            .map(|secs| Duration::from_secs(secs).saturating_add(TIME_LEFT_ROUNDING)))
+            .map(|secs| Duration::from_secs(secs).saturating_add(TIME_LEFT_ROUNDING));
+        if let (Some(left), Some(revision)) = (left, revision) {
+            // Rounded up and counted from after the answer: that record's lease ends by then.
+            if let Some(ends) = std::time::Instant::now().checked_add(left) {
+                self.vanished.lease_ends(&name, revision, ends);
+            }
+        }
+        Ok(left)
     }
 
     /// One etcd watch over the keys of `keys`, from the highest revision this store has seen;

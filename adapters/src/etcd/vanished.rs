@@ -25,7 +25,9 @@
 //! local time it first saw it: that write, and so its lease, began before. When the feed then
 //! reports the key's deletion right after that write (its previous value has that revision),
 //! the record's lease would have run out by that time plus the holder's TTL (read from the
-//! state key): the candidate waits until then unless the state key says the record was
+//! state key), and by the end its time left said when asked for that write (rounded up; this
+//! matters for a record first seen long after its last renewal, as by a `vvm run` restarted
+//! after a crash): the candidate waits until then unless the state key says the record was
 //! released. A deletion it did not see (the key found absent), or one that followed a write it
 //! missed, counts from the moment it learnt of it.
 //!
@@ -124,6 +126,8 @@ struct Seen {
     ttl: Option<Duration>,
     /// When the key was first found absent without a release since that write.
     gone_since: Option<Instant>,
+    /// When that write's lease ends at the latest, as its time left said.
+    ends: Option<Instant>,
 }
 
 /// What the candidates of one store handle (and its clones) saw of their slots' records.
@@ -156,6 +160,7 @@ impl Vanished {
                     own: false,
                     ttl: entry.ttl,
                     gone_since: None,
+                    ends: None,
                 };
             }
             return;
@@ -168,6 +173,7 @@ impl Vanished {
                 own: false,
                 ttl: None,
                 gone_since: None,
+                ends: None,
             };
             seen.insert(key.to_vec(), entry);
         }
@@ -177,6 +183,14 @@ impl Vanished {
     pub(super) fn revision(&self, key: &[u8]) -> Option<i64> {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         seen.get(key).map(|entry| entry.revision)
+    }
+
+    /// The lease of the write at `revision` on `key` ends by `ends` (its time left, asked).
+    pub(super) fn lease_ends(&self, key: &[u8], revision: i64, ends: Instant) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = seen.get_mut(key).filter(|entry| entry.revision == revision) {
+            entry.ends = Some(entry.ends.map_or(ends, |known| known.min(ends)));
+        }
     }
 
     /// The state key of a live record on `key` says its holder's TTL is `ttl`.
@@ -201,6 +215,7 @@ impl Vanished {
             // It followed a write this handle did not see, which began before now.
             entry.revision = previous.unwrap_or(entry.revision);
             entry.at = Instant::now();
+            entry.ends = None;
         }
         entry.deleted = true;
     }
@@ -232,12 +247,15 @@ impl Vanished {
             // This handle's own record, and no tenure begun since: it wrote the last renewal.
             let last_is_own =
                 entry.own && state_revision.is_none_or(|begun| begun <= entry.revision);
-            let from = if entry.deleted || last_is_own {
-                entry.at
+            let until = if entry.deleted || last_is_own {
+                // That write's lease ends by its sight plus the TTL, and by what its time
+                // left said (a record first seen long after its last renewal).
+                let until = entry.at + ttl;
+                entry.ends.map_or(until, |ends| ends.min(until))
             } else {
-                gone_since
+                gone_since + ttl
             };
-            return match (from + ttl).checked_duration_since(now) {
+            return match until.checked_duration_since(now) {
                 Some(left) if !left.is_zero() => Verdict::Wait { left, first },
                 _ => {
                     seen.remove(key);
@@ -285,6 +303,7 @@ impl Vanished {
                 own: true,
                 ttl: Some(ttl),
                 gone_since: None,
+                ends: None,
             };
             seen.insert(key.to_vec(), entry);
         }
@@ -330,6 +349,32 @@ mod tests {
             vanished.verdict(KEY, State::Released(7), None, TTL),
             Verdict::Free
         );
+    }
+
+    #[test]
+    fn a_time_left_shortens_the_wait_on_a_write_seen_late() {
+        let vanished = Vanished::default();
+        vanished.put(KEY, 7);
+        vanished.lease_ends(KEY, 7, Instant::now() + Duration::from_millis(20));
+        // Of another write: not this one's.
+        vanished.lease_ends(KEY, 6, Instant::now());
+        vanished.deleted(KEY, 8, Some(7));
+        let Verdict::Wait { left, .. } = vanished.verdict(KEY, State::Absent, None, TTL) else {
+            panic!("waited");
+        };
+        assert!(left <= Duration::from_millis(20), "{left:?}");
+        std::thread::sleep(Duration::from_millis(25));
+        assert_eq!(
+            vanished.verdict(KEY, State::Absent, None, TTL),
+            Verdict::Free
+        );
+        // A deletion not seen right after it: the time left tells nothing.
+        vanished.put(KEY, 9);
+        vanished.lease_ends(KEY, 9, Instant::now());
+        assert!(matches!(
+            vanished.verdict(KEY, State::Absent, None, TTL),
+            Verdict::Wait { .. }
+        ));
     }
 
     #[test]
