@@ -165,12 +165,16 @@ enum Fault {
     Hangup,
     /// The store's write lock held past the kill deadline (SQLite only): renewals fail.
     StallStore,
-    /// The holder's record deleted from outside (SQLite only): the usual way to "unstick" it.
+    /// The holder's record deleted from outside (a `DELETE` in the SQLite file, `etcdctl del`
+    /// of its key): the usual way to "unstick" it.
     DeleteRecord,
+    /// The lease of the holder's record revoked from outside (`etcdctl lease revoke`; etcd
+    /// only): the other usual way.
+    RevokeLease,
 }
 
 /// Every fault, in the order of their counts in the final line.
-const FAULTS: [Fault; 13] = [
+const FAULTS: [Fault; 14] = [
     Fault::StopVvm,
     Fault::KillVvm,
     Fault::KillSupervisor,
@@ -184,6 +188,7 @@ const FAULTS: [Fault; 13] = [
     Fault::Hangup,
     Fault::StallStore,
     Fault::DeleteRecord,
+    Fault::RevokeLease,
 ];
 
 /// Whether `fault` can be done to a store named `store`, to a leader contained by
@@ -191,7 +196,8 @@ const FAULTS: [Fault; 13] = [
 /// ends it only through a PID namespace: not with `--containment cgroup`.
 fn applies(fault: Fault, store: &str, containment: &str) -> bool {
     match fault {
-        Fault::StallStore | Fault::DeleteRecord => store == "sqlite",
+        Fault::StallStore => store == "sqlite",
+        Fault::RevokeLease => store == "etcd",
         Fault::StopBoth => containment != "cgroup",
         _ => true,
     }
@@ -205,8 +211,9 @@ fn unit_of(vvm: &Child) -> Vec<rustix::process::Pid> {
         .collect()
 }
 
-/// Does `fault` to `leader`, on the SQLite file in `dir` where the fault needs it.
-fn hit(fault: Fault, leader: &Child, dir: &Path) {
+/// Does `fault` to `leader`, on the SQLite file in `dir` or the etcd at `endpoints` (none for
+/// SQLite) where the fault needs it.
+fn hit(fault: Fault, leader: &Child, dir: &Path, endpoints: &[String]) {
     let kill = rustix::process::kill_process;
     match fault {
         Fault::StopVvm => signal(leader, Signal::STOP),
@@ -245,6 +252,12 @@ fn hit(fault: Fault, leader: &Child, dir: &Path) {
             // Past the kill deadline (0.8 · 2 s after the last confirmed renewal).
             std::thread::sleep(LEASE + LEASE / 4);
             database.execute_batch("ROLLBACK").unwrap();
+        }
+        Fault::DeleteRecord if !endpoints.is_empty() => {
+            assert!(remove_etcd_records(endpoints, Removal::Delete) > 0);
+        }
+        Fault::RevokeLease => {
+            assert!(remove_etcd_records(endpoints, Removal::Revoke) > 0);
         }
         Fault::DeleteRecord => {
             let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
@@ -296,13 +309,13 @@ fn chaos_settings(rounds: usize) -> (usize, u64) {
 fn chaos_never_lets_two_trees_act_at_once() {
     let dir = temp_dir("vvm-tree-chaos");
     let (rounds, seed) = chaos_settings(50);
-    chaos("sqlite", &store_of(&dir), &dir, rounds, seed);
+    chaos("sqlite", &store_of(&dir), &[], &dir, rounds, seed);
 }
 
 #[path = "support/etcd.rs"]
 mod etcd;
 
-// covers: Cli.ExecTree, Cli.ExecChaos, Cli.ExecUnwind
+// covers: Cli.ExecTree, Cli.ExecChaos, Cli.ExecUnwind, Et.RecordRemoved
 #[test]
 fn chaos_on_etcd_never_lets_two_trees_act_at_once() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -316,12 +329,19 @@ fn chaos_on_etcd_never_lets_two_trees_act_at_once() {
     // Fewer by default: a killed or stopped holder's record leaves etcd only at its expiry
     // (about 2.5 s a round), where SQLite's lock tells at once.
     let (rounds, seed) = chaos_settings(25);
-    chaos("etcd", &cluster.store_url(), &dir, rounds, seed);
+    chaos(
+        "etcd",
+        &cluster.store_url(),
+        &cluster.endpoints(),
+        &dir,
+        rounds,
+        seed,
+    );
     drop(cluster);
 }
 
-/// Random rounds on `store` (see `Cli.ExecChaos`).
-fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
+/// Random rounds on `store` (see `Cli.ExecChaos`), an etcd one at `endpoints`.
+fn chaos(name: &str, store: &str, endpoints: &[String], dir: &Path, rounds: usize, seed: u64) {
     become_a_careless_reaper();
     eprintln!("chaos on {name}: {rounds} rounds, VVM_CHAOS_SEED={seed}");
     let mut state = seed;
@@ -367,7 +387,7 @@ fn chaos(name: &str, store: &str, dir: &Path, rounds: usize, seed: u64) {
         };
         counts[fault as usize] += 1;
         eprintln!("chaos on {name}: round {round}: {fault:?}");
-        hit(fault, &leader, dir);
+        hit(fault, &leader, dir, endpoints);
         wait_until(&log, "the successor acts", |seen| seen.len() == round + 2);
         if matches!(fault, Fault::StopVvm | Fault::StopBoth) {
             signal(&leader, Signal::CONT);

@@ -427,3 +427,75 @@ fn a_record_without_a_lock_deleted_before_a_newcomer_came_does_not_let_it_lead_b
     // says that the slot was in use (found by the chaos test in CI, round 7).
     unlocked_record_deleted("vvm-fault-unlocked-new", false);
 }
+
+#[path = "support/etcd.rs"]
+mod etcd;
+
+/// `one` leads on etcd with a command that ignores SIGTERM and a grace beyond the lease; its
+/// record is removed as `how` says while `two` waits (`two_met_the_record`) or before `two`
+/// starts: `two` must not lead beside `one`'s tree.
+fn etcd_record_removed(test: &str, how: Removal, two_met_the_record: bool) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(cluster) = runtime.block_on(etcd::single(test)) else {
+        return;
+    };
+    become_a_careless_reaper();
+    let script = format!("trap '' TERM\n{SCRIPT}");
+    let dir = temp_dir("vvm-fault-etcd");
+    let store = cluster.store_url();
+    let mut one = spawn_with(&store, &dir, "one", "5s", &script, &[]);
+    wait_until(&dir.join("acts"), "the first tree acts", both_act);
+    let remove = || {
+        let removed = remove_etcd_records(&cluster.endpoints(), how);
+        assert!(removed > 0, "no record to remove");
+    };
+    let two = if two_met_the_record {
+        let two = spawn_with(&store, &dir, "two", "1s", SCRIPT, &[]);
+        // The candidate has met the record and waits.
+        std::thread::sleep(Duration::from_millis(700));
+        remove();
+        two
+    } else {
+        remove();
+        spawn_with(&store, &dir, "two", "1s", SCRIPT, &[])
+    };
+    second_tenure_alone(&dir);
+    let code = exit_within(&mut one, WAIT_MAX);
+    assert!(matches!(code, Some(Some(c)) if c != 0), "{code:?}");
+    stop(two);
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Et.RecordRemoved
+#[test]
+fn an_etcd_record_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder() {
+    etcd_record_removed(
+        "an_etcd_record_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder",
+        Removal::Delete,
+        true,
+    );
+}
+
+// covers: Et.RecordRemoved
+#[test]
+fn an_etcd_lease_revoked_from_outside_does_not_let_a_candidate_lead_beside_the_holder() {
+    etcd_record_removed(
+        "an_etcd_lease_revoked_from_outside_does_not_let_a_candidate_lead_beside_the_holder",
+        Removal::Revoke,
+        true,
+    );
+}
+
+// covers: Et.RecordRemoved
+#[test]
+fn an_etcd_lease_revoked_before_a_newcomer_came_does_not_let_it_lead_beside_the_holder() {
+    etcd_record_removed(
+        "an_etcd_lease_revoked_before_a_newcomer_came_does_not_let_it_lead_beside_the_holder",
+        Removal::Revoke,
+        false,
+    );
+}

@@ -255,3 +255,65 @@ pub fn host_pid(under: u32, pid: i32) -> i32 {
     }
     pid
 }
+
+/// How a holder's record is removed from etcd behind its back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// `etcdctl del KEY`: the key goes, its lease stays.
+    Delete,
+    /// `etcdctl lease revoke LEASE`: the lease goes, and the key with it.
+    Revoke,
+}
+
+/// Removes every slot record under `vvm run`'s default prefix on the etcd at `endpoints`, the
+/// way an operator "unsticks" a lock (see [`Removal`]); the slots' other keys stay. Returns how
+/// many records it removed.
+pub fn remove_etcd_records(endpoints: &[String], how: Removal) -> usize {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut raw = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        let prefix = "vvm/slot/";
+        let mut removed = 0;
+        // A renewal that replaced (and revoked) the lease just read leaves nothing to revoke:
+        // read again.
+        for _ in 0..50 {
+            if removed > 0 {
+                break;
+            }
+            let options = etcd_client::GetOptions::new().with_prefix();
+            let records = raw.get(prefix, Some(options)).await.unwrap();
+            removed += remove_records(&mut raw, records.kvs(), how).await;
+        }
+        removed
+    })
+}
+
+async fn remove_records(
+    raw: &mut etcd_client::Client,
+    records: &[etcd_client::KeyValue],
+    how: Removal,
+) -> usize {
+    let mut removed = 0;
+    for record in records {
+        // A slot record's key ends in its slot number; the slot's other keys hold a NUL.
+        if record.key().contains(&0) {
+            continue;
+        }
+        match how {
+            Removal::Delete => {
+                raw.delete(record.key(), None).await.unwrap();
+            }
+            Removal::Revoke => {
+                // Gone already when a renewal replaced and revoked it: nothing was removed.
+                if raw.lease_revoke(record.lease()).await.is_err() {
+                    continue;
+                }
+            }
+        }
+        removed += 1;
+    }
+    removed
+}

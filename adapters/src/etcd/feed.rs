@@ -47,6 +47,7 @@ use etcd_client::{Event, EventType, GetOptions, KvClient, WatchClient, WatchOpti
 use vvm_core::Slot;
 use vvm_runtime::SlotChange;
 
+use super::vanished::Vanished;
 use super::EtcdClientError;
 
 /// The client's error and its causes, for the feed's diagnostic (logged, never returned).
@@ -95,6 +96,7 @@ enum Wake {
 pub(super) fn changed(
     watch: WatchClient,
     seen: &Arc<SeenRevision>,
+    vanished: &Arc<Vanished>,
     names: Vec<Vec<u8>>,
     slots: &[Slot],
 ) -> SlotChange {
@@ -104,13 +106,14 @@ pub(super) fn changed(
     // Read at the call, not at the first poll: see the module documentation.
     let after = seen.get();
     let seen = Arc::clone(seen);
+    let vanished = Arc::clone(vanished);
     let slots: Vec<u32> = slots.iter().map(|slot| slot.0).collect();
     Box::pin(async move {
         if names.is_empty() {
             return std::future::pending().await;
         }
         let began = tokio::time::Instant::now();
-        let wake = watch_until_change(watch, &seen, &names, after).await;
+        let wake = watch_until_change(watch, &seen, &vanished, &names, after).await;
         tracing::debug!(?slots, ?wake, "etcd change feed resolved");
         if matches!(wake, Wake::Unknown(_)) {
             tokio::time::sleep_until(began + UNKNOWN_PAUSE).await;
@@ -121,6 +124,7 @@ pub(super) fn changed(
 async fn watch_until_change(
     mut watch: WatchClient,
     seen: &SeenRevision,
+    vanished: &Vanished,
     names: &[Vec<u8>],
     after: i64,
 ) -> Wake {
@@ -156,6 +160,9 @@ async fn watch_until_change(
         if response.canceled() {
             return Wake::Unknown(format!("watch cancelled: {}", response.cancel_reason()));
         }
+        for event in response.events() {
+            note(vanished, names, event);
+        }
         if let Some((wake, revision)) = response
             .events()
             .iter()
@@ -166,6 +173,27 @@ async fn watch_until_change(
             // same event again and again.
             seen.note_revision(revision);
             return wake;
+        }
+    }
+}
+
+/// Notes a write or a deletion of a key of `names` (sorted) for the judgement of records
+/// removed from outside: every renewal is seen here, though none wakes (see `vanished`).
+fn note(vanished: &Vanished, names: &[Vec<u8>], event: &Event) {
+    let Some(kv) = event.kv() else {
+        return;
+    };
+    if names
+        .binary_search_by(|name| name.as_slice().cmp(kv.key()))
+        .is_err()
+    {
+        return;
+    }
+    match event.event_type() {
+        EventType::Put => vanished.put(kv.key(), kv.mod_revision()),
+        EventType::Delete => {
+            let previous = event.prev_kv().map(|previous| previous.mod_revision());
+            vanished.deleted(kv.key(), kv.mod_revision(), previous);
         }
     }
 }

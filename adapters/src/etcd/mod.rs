@@ -2,9 +2,9 @@
 //!
 //! | operation | one etcd transaction |
 //! |---|---|
-//! | insert | grant a lease of the TTL; `if create_revision(key) == 0 then put(key, value, lease)` |
+//! | insert | grant a lease of the TTL; `if create_revision(key) == 0 && value(state) > "released <last revision seen - 1>" then put(key, value, lease), put(state, "held <ttl>")`; else a vanished record is judged (see below) |
 //! | compare-and-swap | grant a lease; `if value(key) == expected && mod_revision(key) == rev then put(key, new, lease)` |
-//! | compare-and-delete | `if value(key) == expected && mod_revision(key) == rev then delete(key)` |
+//! | compare-and-delete | `if value(key) == expected && mod_revision(key) == rev then delete(key), put(state, "released <rev>")` |
 //! | get | range read of the key |
 //!
 //! Sessions and their holdings: see [Sessions](#sessions) below. Semaphores
@@ -31,6 +31,14 @@
 //! the request timeout. One that fails, is skipped, or is lost because the caller dropped the
 //! operation mid-way leaves a lease without keys that etcd removes when its TTL ends. So at any
 //! time the leases this store left behind are at most those granted during the last TTL.
+//!
+//! # Records removed from outside
+//!
+//! etcd deletes a key alike for a release, an expiry, `etcdctl del` and `etcdctl lease
+//! revoke`. Each slot has a state key (`<prefix>\0slot/<slot>`, no lease) that an insert sets
+//! to `held` and the holder's own release to `released`: a candidate that finds the slot key
+//! gone without a release waits until the lease its holder renewed last would have run out
+//! (`Et.RecordRemoved`; details in the `vanished` module source).
 //!
 //! # Sessions
 //!
@@ -77,6 +85,7 @@ mod options;
 mod semaphore;
 mod session;
 mod shared_feed;
+mod vanished;
 
 #[cfg(feature = "etcd-cluster")]
 pub mod cluster;
@@ -92,7 +101,7 @@ use etcd_client::{
 use tokio::sync::Semaphore;
 use vvm_core::{LeaseConfig, Revision, Slot};
 use vvm_runtime::{
-    Cause, ErrorChain, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,
+    Cause, ErrorChain, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,
 };
 
 use feed::SeenRevision;
@@ -137,6 +146,8 @@ pub struct EtcdStore {
     /// The lease, value and revision of the sessions this store created or read (see the
     /// `session` module).
     sessions: Arc<std::sync::Mutex<Sessions>>,
+    /// What this store's candidates saw of their slots' records (see the `vanished` module).
+    vanished: Arc<vanished::Vanished>,
     /// Sends of one request at most while members refuse or break the connection: twice the endpoints
     /// plus one, at most [`SENDS_MAX`].
     sends_max: usize,
@@ -202,6 +213,7 @@ impl EtcdStore {
             seen: Arc::default(),
             feeds: Arc::default(),
             sessions: Arc::default(),
+            vanished: Arc::default(),
             sends_max,
         })
     }
@@ -357,6 +369,87 @@ impl EtcdStore {
         Ok(response)
     }
 
+    /// A candidate's insert (see the `vanished` module). One transaction inserts when the slot
+    /// is free and its state key says released (by the holder of the last record this store
+    /// saw there, or later); otherwise it reads both keys. A live record is noted and refuses;
+    /// an absent one is judged: free (never taken, or its wait is over) inserts in a second
+    /// transaction with the same lease, else the candidate waits.
+    async fn insert_judged(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Judged, StoreError> {
+        let (name, state) = (self.key(key), vanished::state_key(&self.prefix, key));
+        let since = vanished::released_since(self.vanished.revision(&name));
+        let released = Compare::value(state.clone(), CompareOp::Greater, since);
+        let lease = self.grant(ttl).await?;
+        let txn = slot_insert_txn(
+            name.clone(),
+            state.clone(),
+            Some(released),
+            value,
+            lease,
+            ttl,
+        );
+        let response = self.write(txn, lease, Resend::Broken).await?;
+        let found = reads(&response);
+        if response.succeeded() || found.first().is_some_and(Option::is_some) {
+            return self.judge_written(&name, &response, &found, lease, ttl);
+        }
+        let state_record = found.get(1).and_then(Option::as_ref);
+        let found_state = vanished::State::read(state_record.map(|kv| kv.value()));
+        let begun = state_record.map(etcd_client::KeyValue::mod_revision);
+        match self.vanished.verdict(&name, found_state, begun, ttl) {
+            vanished::Verdict::Free => {
+                let txn = slot_insert_txn(name.clone(), state, None, value, lease, ttl);
+                let response = self.write(txn, lease, Resend::Broken).await?;
+                let found = reads(&response);
+                self.judge_written(&name, &response, &found, lease, ttl)
+            }
+            vanished::Verdict::Wait { left, first } => {
+                self.revoke_later(lease);
+                if first {
+                    tracing::warn!(
+                        slot = key.0,
+                        wait_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                        "the slot's record is gone without its holder's release (removed from \
+                         outside, or expired): that holder may act until its lease would have \
+                         run out; waiting until then"
+                    );
+                }
+                Ok(Judged::Wait(left))
+            }
+        }
+    }
+
+    /// The outcome of a slot insert whose transaction answered `response` (reads `found`).
+    fn judge_written(
+        &self,
+        name: &[u8],
+        response: &etcd_client::TxnResponse,
+        found: &[Option<etcd_client::KeyValue>],
+        lease: i64,
+        ttl: Duration,
+    ) -> Result<Judged, StoreError> {
+        match self.written(response, lease)? {
+            Some(revision) => {
+                self.vanished.wrote(name, revision_number(revision), ttl);
+                Ok(Judged::Written(revision))
+            }
+            None => {
+                if let Some(Some(record)) = found.first() {
+                    self.vanished.put(name, record.mod_revision());
+                    let state = found.get(1).and_then(|kv| kv.as_ref()).map(|kv| kv.value());
+                    if let vanished::State::Held(Some(ttl)) = vanished::State::read(state) {
+                        self.vanished.holder_ttl(name, ttl);
+                    }
+                }
+                Ok(Judged::Held)
+            }
+        }
+    }
+
     /// Revokes `lease` in the background, best effort (see the module documentation).
     fn revoke_later(&self, lease: i64) {
         if lease == 0 {
@@ -492,6 +585,11 @@ fn revision_from(revision: i64) -> Result<Revision, StoreError> {
         .filter(|revision| *revision > 0)
         .map(Revision)
         .ok_or_else(|| StoreError::unknown(EtcdError::BadRevision { revision }))
+}
+
+/// `revision` as etcd's number (revisions come from etcd, so they fit).
+fn revision_number(revision: Revision) -> i64 {
+    i64::try_from(revision.0).unwrap_or(i64::MAX)
 }
 
 fn expected_revision(expected: &Lease) -> Option<i64> {
@@ -722,6 +820,55 @@ fn insert_txn(name: Vec<u8>, value: &LeaseValue, lease: i64) -> Txn {
         .or_else([TxnOp::get(name, None)])
 }
 
+/// The insert of `value` bound to `lease` under the slot key `name` if it is free and `also`
+/// holds, writing the slot's state key `state` (`held` for `ttl`) with it; reads both keys
+/// otherwise, the slot key first (see [`EtcdStore::written`] and the `vanished` module).
+fn slot_insert_txn(
+    name: Vec<u8>,
+    state: Vec<u8>,
+    also: Option<Compare>,
+    value: &LeaseValue,
+    lease: i64,
+    ttl: Duration,
+) -> Txn {
+    let mut when = vec![Compare::create_revision(name.clone(), CompareOp::Equal, 0)];
+    when.extend(also);
+    Txn::new()
+        .when(when)
+        .and_then([
+            TxnOp::put(
+                name.clone(),
+                value.encode(),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+            TxnOp::put(state.clone(), vanished::held(ttl), None),
+        ])
+        .or_else([TxnOp::get(name, None), TxnOp::get(state, None)])
+}
+
+/// The records of a transaction's reads, in order (`None` for a key not found).
+fn reads(response: &etcd_client::TxnResponse) -> Vec<Option<etcd_client::KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a candidate's insert found (see [`EtcdStore::insert_judged`]).
+enum Judged {
+    /// Our record was written with this revision.
+    Written(Revision),
+    /// A live record refused it.
+    Held,
+    /// The slot's record vanished without its holder's release: the candidate waits this much
+    /// longer before it inserts.
+    Wait(Duration),
+}
+
 /// The swap of `expected` (at `revision`) for `new_value` bound to `lease`, reading the key when
 /// the comparison is false (see [`EtcdStore::written`]).
 fn swap_txn(
@@ -749,16 +896,41 @@ fn same_record(key: &[u8], expected: &Lease, revision: i64) -> [Compare; 2] {
 }
 
 impl LeaseStore for EtcdStore {
+    /// The insert of [`insert_or_time_left`](Self::insert_or_time_left), without the time left.
     async fn insert_if_not_exists(
         &self,
         key: Slot,
         value: &LeaseValue,
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
-        let lease = self.grant(ttl).await?;
-        let txn = insert_txn(self.key(key), value, lease);
-        let response = self.write(txn, lease, Resend::Broken).await?;
-        self.written(&response, lease)
+        Ok(match self.insert_judged(key, value, ttl).await? {
+            Judged::Written(revision) => Some(revision),
+            Judged::Held | Judged::Wait(_) => None,
+        })
+    }
+
+    /// An insert that waits out a record removed from outside (see the `vanished` module),
+    /// then, when a live record refuses it, asks its time left.
+    async fn insert_or_time_left(
+        &self,
+        key: Slot,
+        value: &LeaseValue,
+        ttl: Duration,
+    ) -> Result<Inserted, StoreError> {
+        match self.insert_judged(key, value, ttl).await? {
+            Judged::Written(revision) => Ok(Inserted::Written(revision)),
+            Judged::Wait(left) => Ok(Inserted::Held { left: Some(left) }),
+            Judged::Held => {
+                let left = match self.time_left(key).await {
+                    Ok(left) => left,
+                    Err(error) => {
+                        tracing::debug!(slot = key.0, error = %ErrorChain(&error), "time left of a refusing record unknown");
+                        None
+                    }
+                };
+                Ok(Inserted::Held { left })
+            }
+        }
     }
 
     async fn compare_and_swap(
@@ -772,9 +944,15 @@ impl LeaseStore for EtcdStore {
             return Ok(None);
         };
         let lease = self.grant(ttl).await?;
-        let txn = swap_txn(self.key(key), expected, revision, new_value, lease);
+        let name = self.key(key);
+        let txn = swap_txn(name.clone(), expected, revision, new_value, lease);
         let response = self.write(txn, lease, Resend::Broken).await?;
-        self.written(&response, lease)
+        let written = self.written(&response, lease)?;
+        if let Some(revision) = written {
+            // Its lease runs out by now plus its TTL (see `vanished`).
+            self.vanished.wrote(&name, revision_number(revision), ttl);
+        }
+        Ok(written)
     }
 
     async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
@@ -782,12 +960,17 @@ impl LeaseStore for EtcdStore {
             return Ok(false);
         };
         let name = self.key(key);
+        // The state key says the holder released this record itself (see `vanished`).
         let txn = Txn::new()
             .when(same_record(&name, expected, revision))
-            .and_then([TxnOp::delete(
-                name,
-                Some(DeleteOptions::new().with_prev_key()),
-            )]);
+            .and_then([
+                TxnOp::delete(name, Some(DeleteOptions::new().with_prev_key())),
+                TxnOp::put(
+                    vanished::state_key(&self.prefix, key),
+                    vanished::released(revision),
+                    None,
+                ),
+            ]);
         let response = self.write(txn, 0, Resend::Unsent).await?;
         if !response.succeeded() {
             return Ok(false);
@@ -836,7 +1019,15 @@ impl LeaseStore for EtcdStore {
     /// and again, while told the rounding it waits for the deletion on its change feed, or
     /// the rounding at most.
     async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
-        let response = self.read_key(self.key(key)).await?;
+        let name = self.key(key);
+        let response = self.read_key(name.clone()).await?;
+        let revision = response
+            .kvs()
+            .first()
+            .map(etcd_client::KeyValue::mod_revision);
+        if let Some(revision) = revision {
+            self.vanished.put(&name, revision);
+        }
         let Some(lease) = response
             .kvs()
             .first()
@@ -853,16 +1044,23 @@ impl LeaseStore for EtcdStore {
             .await
             .map_err(read_failed)?;
         // Negative: expired more than a second ago and not yet removed, nothing to tell.
-        Ok(u64::try_from(left.ttl())
+        let left = u64::try_from(left.ttl())
             .ok()
-            .map(|secs| Duration::from_secs(secs).saturating_add(TIME_LEFT_ROUNDING)))
+            .map(|secs| Duration::from_secs(secs).saturating_add(TIME_LEFT_ROUNDING));
+        if let (Some(left), Some(revision)) = (left, revision) {
+            // Rounded up and counted from after the answer: that record's lease ends by then.
+            if let Some(ends) = std::time::Instant::now().checked_add(left) {
+                self.vanished.lease_ends(&name, revision, ends);
+            }
+        }
+        Ok(left)
     }
 
     /// One etcd watch over the keys of `keys`, from the highest revision this store has seen;
     /// see the module documentation (change feed).
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         let names = keys.iter().map(|slot| self.key(*slot)).collect();
-        feed::changed(self.watch.clone(), &self.seen, names, keys)
+        feed::changed(self.watch.clone(), &self.seen, &self.vanished, names, keys)
     }
 
     /// The watch reports deletions (a release, or etcd revoking an expired lease) and holder
