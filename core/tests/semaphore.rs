@@ -42,21 +42,25 @@ fn grant(n: u64, order_id: u64, token: u64) -> Grant {
 
 const NONE: Changes = Changes {
     data: false,
+    limit: false,
     owners: false,
     waiters: false,
 };
 const OWNERS: Changes = Changes {
     data: false,
+    limit: false,
     owners: true,
     waiters: false,
 };
 const WAITERS: Changes = Changes {
     data: false,
+    limit: false,
     owners: false,
     waiters: true,
 };
 const BOTH: Changes = Changes {
     data: false,
+    limit: false,
     owners: true,
     waiters: true,
 };
@@ -1059,4 +1063,100 @@ fn every_state_reached_here_obeys_the_rules() {
     ] {
         assert_eq!(state.check_invariants(), Ok(()));
     }
+}
+
+// covers: Sem.SetLimit
+#[test]
+fn raising_the_limit_grants_the_queue_from_its_head_as_a_release_does() {
+    let mut lock = sem(2);
+    lock.acquire(s(1), R, 2, Vec::new(), T).unwrap();
+    for (n, count) in [(2, 1), (3, 2), (4, 1)] {
+        lock.acquire(s(n), R, count, Vec::new(), T).unwrap();
+    }
+    // 3 units: s2 fits beside s1; s3 (2 units) does not and blocks s4 (strict FIFO).
+    let both = Changes { limit: true, ..BOTH };
+    assert_eq!(
+        lock.set_limit(3),
+        Ok(outcome(
+            Status::LimitSet { previous: 2 },
+            both,
+            vec![grant(2, 2, 2)]
+        ))
+    );
+    assert_eq!((lock.limit(), lock.count()), (3, 3));
+    assert_eq!(waiting(&lock), [s(3), s(4)]);
+    // 6 units: s3 and s4 fit; tokens continue in grant order.
+    assert_eq!(
+        lock.set_limit(6),
+        Ok(outcome(
+            Status::LimitSet { previous: 3 },
+            both,
+            vec![grant(3, 3, 3), grant(4, 4, 4)]
+        ))
+    );
+    assert_eq!(sessions_of(lock.owners()), [s(1), s(2), s(3), s(4)]);
+    assert!(waiting(&lock).is_empty());
+    assert_eq!((lock.count(), lock.generation()), (6, Generation(4)));
+    // The same limit changes nothing.
+    assert_eq!(
+        lock.set_limit(6),
+        Ok(outcome(Status::LimitSet { previous: 6 }, NONE, vec![]))
+    );
+}
+
+// covers: Sem.SetLimit
+#[test]
+fn the_limit_comes_down_to_the_units_in_use_and_no_lower() {
+    let mut lock = sem(5);
+    lock.acquire(s(1), R, 2, Vec::new(), T).unwrap();
+    lock.acquire(s(2), R, 1, Vec::new(), T).unwrap();
+    let before = lock.clone();
+    assert_eq!(
+        lock.set_limit(2),
+        Err(SemaphoreError::LimitBelowUse {
+            in_use: 3,
+            wanted: 2
+        })
+    );
+    assert_eq!(lock, before, "a refused change changed something");
+    let limit = Changes { limit: true, ..NONE };
+    assert_eq!(
+        lock.set_limit(3),
+        Ok(outcome(Status::LimitSet { previous: 5 }, limit, vec![]))
+    );
+    assert_eq!((lock.limit(), lock.count()), (3, 3));
+    // A queued request of 3 units keeps the limit at 3 at least, even once the owners left.
+    lock.acquire(s(3), R, 3, Vec::new(), T).unwrap();
+    lock.release(s(2), R);
+    assert_eq!(
+        lock.set_limit(2),
+        Err(SemaphoreError::LimitBelowRequest {
+            count: 3,
+            wanted: 2
+        })
+    );
+    assert_eq!(lock.limit(), 3);
+    assert_eq!(lock.set_limit(0), Err(SemaphoreError::LimitZero));
+    assert_eq!(lock.check_invariants(), Ok(()));
+}
+
+// covers: Sem.SetLimit
+#[test]
+fn an_ephemeral_semaphore_or_one_being_deleted_keeps_its_limit() {
+    let mut ephemeral = Semaphore::ephemeral("e").unwrap();
+    ephemeral.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    assert_eq!(ephemeral.set_limit(3), Err(SemaphoreError::EphemeralLimit));
+    assert_eq!(ephemeral.limit(), EPHEMERAL_LIMIT);
+
+    let mut lock = sem(1);
+    lock.acquire(s(1), R, 1, Vec::new(), T).unwrap();
+    lock.delete(true).unwrap();
+    assert_eq!(
+        lock.set_limit(2),
+        Err(SemaphoreError::BeingDeleted {
+            name: SemaphoreName::new("lock").unwrap(),
+            owners: 1
+        })
+    );
+    assert_eq!(lock.limit(), 1);
 }

@@ -24,6 +24,8 @@ enum Op {
     Timeout(u8, Late),
     Update(u8),
     Delete(bool),
+    /// A new limit (an index into the interesting counts).
+    SetLimit(u8),
 }
 
 fn late() -> impl Strategy<Value = Late> {
@@ -40,6 +42,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (session, late()).prop_map(|(s, l)| Op::Timeout(s, l)),
         1 => (0u8..4).prop_map(Op::Update),
         1 => any::<bool>().prop_map(Op::Delete),
+        1 => any::<u8>().prop_map(Op::SetLimit),
     ]
 }
 
@@ -135,6 +138,7 @@ fn judge(
     let deleted = matches!(out.status, Status::Deleted { .. });
     // Changes are exactly the differences.
     prop_assert_eq!(out.changes.data, before.data() != after.data());
+    prop_assert_eq!(out.changes.limit, before.limit() != after.limit());
     // A semaphore newly being deleted ended its owners' grants: a change of the owners.
     let ended = before.is_deleting() != after.is_deleting();
     prop_assert_eq!(
@@ -193,6 +197,12 @@ fn judge(
             prop_assert!(was_owner.is_some() || was_waiter.is_some());
         }
         Status::Updated => {}
+        Status::LimitSet { previous } => {
+            prop_assert_eq!(previous, before.limit());
+            // Never below the units in use, nor below a queued request.
+            prop_assert!(after.count() <= after.limit());
+            prop_assert!(after.waiters().iter().all(|w| w.count <= after.limit()));
+        }
         Status::Deleted {
             ref owners,
             ref waiters,
@@ -290,6 +300,17 @@ fn run(limit: Option<u64>, ops: Vec<Op>) -> Result<Vec<Vec<u8>>, TestCaseError> 
             }
             Op::Update(d) => (None, sem.update_data(data(d, DATA_BYTES_MAX, fill))),
             Op::Delete(force) => (None, sem.delete(force)),
+            Op::SetLimit(pick) => {
+                // Counts around the limit and the units in use: 0, 1, 2, in use, limit + 1.
+                let limit = match pick % 5 {
+                    0 => 0,
+                    1 => 1,
+                    2 => 2,
+                    3 => sem.count(),
+                    _ => sem.limit().saturating_add(1),
+                };
+                (None, sem.set_limit(limit))
+            }
         };
         judge(&before, &sem, caller, &result, &mut history)?;
         if matches!(op, Op::Timeout(..)) {

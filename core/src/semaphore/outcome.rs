@@ -70,6 +70,29 @@ pub enum SemaphoreError {
         /// Former owners still holding units.
         owners: usize,
     },
+    /// A limit change below the units the owners hold now: their grants cannot be taken back,
+    /// so the limit may come down to `in_use` at the lowest
+    /// ([`Semaphore::set_limit`](super::Semaphore::set_limit)).
+    #[error("cannot set the limit to {wanted}: {in_use} units are in use now")]
+    LimitBelowUse {
+        /// Units the owners hold together.
+        in_use: u64,
+        /// The limit asked for.
+        wanted: u64,
+    },
+    /// A limit change below the count a queued request asks for, which could then never be
+    /// granted.
+    #[error("cannot set the limit to {wanted}: a queued request asks for {count} units")]
+    LimitBelowRequest {
+        /// The largest count a waiter asks for.
+        count: u64,
+        /// The limit asked for.
+        wanted: u64,
+    },
+    /// A limit change of an ephemeral semaphore: it has no limit (any count fits), and is
+    /// deleted when its last party leaves.
+    #[error("an ephemeral semaphore has no limit to change")]
+    EphemeralLimit,
     /// A delete without `force` of a semaphore that has owners or waiters.
     #[error("the semaphore has {owners} owners and {waiters} waiters")]
     Busy {
@@ -116,6 +139,12 @@ pub enum Status {
     Superseded,
     /// The semaphore's data was set.
     Updated,
+    /// The semaphore's limit was set ([`Semaphore::set_limit`](super::Semaphore::set_limit));
+    /// a raise may have granted waiters ([`Outcome::granted`]).
+    LimitSet {
+        /// The limit before (the same as now when nothing changed).
+        previous: u64,
+    },
     /// The semaphore was deleted. Its owners' grants and its waiters' requests ended: the
     /// runtime tells each session. Owners' units stay counted until they leave: the semaphore
     /// is being deleted meanwhile ([`Semaphore::delete`](super::Semaphore::delete)).
@@ -133,6 +162,8 @@ pub enum Status {
 pub struct Changes {
     /// The semaphore's own data.
     pub data: bool,
+    /// The limit.
+    pub limit: bool,
     /// The owners: who, how many units, their data.
     pub owners: bool,
     /// The queue, or the counters (a try that failed changes neither).
@@ -142,7 +173,7 @@ pub struct Changes {
 impl Changes {
     /// Whether anything changed: the state must be written back.
     pub const fn any(&self) -> bool {
-        self.data || self.owners || self.waiters
+        self.data || self.limit || self.owners || self.waiters
     }
 }
 

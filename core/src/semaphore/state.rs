@@ -323,6 +323,57 @@ impl Semaphore {
         Ok(self.finish(Status::Updated, changes, Vec::new()))
     }
 
+    /// Changes the limit in place, keeping every owner and waiter. The promise stays: the units
+    /// in use never exceed the limit.
+    ///
+    /// - Raising it grants queued waiters from the head of the queue while they fit, exactly as a
+    ///   release does ([`Outcome::granted`], each with the next token).
+    /// - Lowering it is allowed down to the units in use now
+    ///   ([`SemaphoreError::LimitBelowUse`] below that) and to the count of the largest queued
+    ///   request, which could otherwise never be granted
+    ///   ([`SemaphoreError::LimitBelowRequest`]). Nobody's grant is taken away.
+    /// - The same limit changes nothing. A limit of 0 is refused as by [`create`](Self::create)
+    ///   ([`SemaphoreError::LimitZero`]); so is any change of an ephemeral semaphore, which has no
+    ///   limit ([`SemaphoreError::EphemeralLimit`]), and of one being deleted
+    ///   ([`SemaphoreError::BeingDeleted`]).
+    ///
+    /// The status is [`Status::LimitSet`] with the limit before.
+    pub fn set_limit(&mut self, limit: u64) -> Result<Outcome, SemaphoreError> {
+        if self.deleting {
+            return Err(self.being_deleted());
+        }
+        if self.ephemeral {
+            return Err(SemaphoreError::EphemeralLimit);
+        }
+        if limit == 0 {
+            return Err(SemaphoreError::LimitZero);
+        }
+        let in_use = self.count();
+        if limit < in_use {
+            return Err(SemaphoreError::LimitBelowUse {
+                in_use,
+                wanted: limit,
+            });
+        }
+        if let Some(count) = self.waiters.iter().map(|w| w.count).filter(|&c| c > limit).max() {
+            return Err(SemaphoreError::LimitBelowRequest {
+                count,
+                wanted: limit,
+            });
+        }
+        let previous = self.limit;
+        let mut changes = Changes::default();
+        let mut granted = Vec::new();
+        if limit != previous {
+            self.limit = limit;
+            changes.limit = true;
+            // A raise frees units the head of the queue may be waiting for; a lowering cannot
+            // make anyone fit.
+            self.grant_waiters(&mut granted, &mut changes);
+        }
+        Ok(self.finish(Status::LimitSet { previous }, changes, granted))
+    }
+
     /// Deletes the semaphore: refused while it has owners or waiters, unless `force`, which ends
     /// them all ([`Status::Deleted`] lists them). Without owners the state left behind is empty
     /// and the store deletes the record ([`Outcome::delete`]).
@@ -341,6 +392,7 @@ impl Semaphore {
         }
         let changes = Changes {
             data: false,
+            limit: false,
             // A semaphore newly being deleted changed what its owners hold: a grant no more.
             owners: owners > 0 && !self.deleting,
             waiters: waiters > 0,
