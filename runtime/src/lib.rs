@@ -89,8 +89,8 @@ pub use lease_elections::LeaseElections;
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
 pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use semaphore::{
-    AcquireOptions, Coordination, CoordinationError, GrantEnd, SemaphoreGrant, ServeError,
-    ServeTimeouts, Watch, WatchKind,
+    AcquireOptions, Coordination, CoordinationError, GrantEnd, LimitSet, SemaphoreGrant,
+    ServeError, ServeTimeouts, Watch, WatchKind,
 };
 pub use semaphore_store::{
     next_request_id, Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore,

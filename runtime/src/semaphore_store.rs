@@ -102,6 +102,11 @@ pub enum SemaphoreRequest {
         /// The new data.
         data: Vec<u8>,
     },
+    /// [`Semaphore::set_limit`]: the limit changed in place; a raise grants waiters.
+    SetLimit {
+        /// The new limit.
+        limit: u64,
+    },
     /// [`Semaphore::delete`].
     Delete {
         /// End every party instead of refusing while there are some.
@@ -394,6 +399,9 @@ fn apply(
             .map(|s| s.cancel_waiter_timeout(session, request)),
         SemaphoreRequest::UpdateData { data } => {
             Some(state.as_mut().ok_or_else(not_found)?.update_data(data)?)
+        }
+        SemaphoreRequest::SetLimit { limit } => {
+            Some(state.as_mut().ok_or_else(not_found)?.set_limit(limit)?)
         }
         SemaphoreRequest::Delete { force } => {
             Some(state.as_mut().ok_or_else(not_found)?.delete(force)?)

@@ -260,6 +260,7 @@ macro_rules! semaphore_cases {
             semaphore_refusals_are_typed_and_write_nothing,
             semaphore_feed_wakes_on_a_write,
             coordination_queued_acquire_waits_for_its_grant,
+            coordination_set_limit_grants_waiters_and_never_goes_below_use,
             coordination_forced_delete_ends_grants_and_keeps_their_units,
             coordination_watch_ends_at_the_latest_state,
             coordination_errors_are_typed,

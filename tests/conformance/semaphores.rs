@@ -739,6 +739,68 @@ where
     assert!(token > first, "tokens rise with every grant");
 }
 
+/// A limit raised under an owner grants the queued acquire at once (it returns its grant); a
+/// limit below the units in use is refused and changes nothing; an unknown name is not found.
+// covers: Sem.SetLimit, Sem.Store.Wait
+pub async fn coordination_set_limit_grants_waiters_and_never_goes_below_use<H: Harness>(
+    harness: &H,
+) where
+    H::Store: SemaphoreStore,
+{
+    let store = harness.store().await;
+    let a = coordination(harness, store.clone(), 1).await;
+    let b = coordination(harness, harness.client(&store).await, 2).await;
+    a.create("lock", 1, Vec::new()).await.expect("created");
+    let held = a
+        .acquire("lock", AcquireOptions::new(1))
+        .await
+        .expect("runs")
+        .expect("free");
+    let waiting = tokio::spawn(async move {
+        b.acquire("lock", AcquireOptions::new(1))
+            .await
+            .expect("runs")
+            .expect("granted")
+    });
+    // Queued behind the owner first.
+    let queued = async {
+        while a.describe("lock").await.expect("runs").waiters.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("queued");
+    let raised = a.set_limit("lock", 2).await.expect("raised");
+    assert_eq!(
+        raised,
+        vvm::LimitSet {
+            previous: 1,
+            granted: 1
+        }
+    );
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("granted by the raise, while the first owner holds")
+        .expect("the task ran");
+    assert!(granted.token() > held.token(), "the next token");
+    match a.set_limit("lock", 1).await {
+        Err(CoordinationError::Refused(SemaphoreError::LimitBelowUse {
+            in_use: 2,
+            wanted: 1,
+        })) => {}
+        other => panic!("a limit below the units in use: {other:?}"),
+    }
+    let described = a.describe("lock").await.expect("runs");
+    assert_eq!((described.limit, described.count), (2, 2));
+    assert!(matches!(
+        a.set_limit("missing", 2).await,
+        Err(CoordinationError::NotFound(_))
+    ));
+    assert!(granted.release().await.expect("runs"));
+    assert!(held.release().await.expect("runs"));
+}
+
 /// A watch answers the state now, then the latest state after changes: a slow reader skips
 /// the snapshots in between but ends at the last one, and then waits.
 // covers: Sem.Store.Watch

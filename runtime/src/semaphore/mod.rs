@@ -59,7 +59,7 @@ mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vvm_core::semaphore::{Description, SemaphoreName, Status};
+use vvm_core::semaphore::{Description, Outcome, SemaphoreName, Status};
 
 use crate::semaphore_store::{Applied, SemaphoreRequest, SemaphoreStore};
 use crate::session::{SessionError, SessionHandle, SessionStatus};
@@ -124,6 +124,15 @@ impl AcquireOptions {
         };
         u64::try_from(rounded).unwrap_or(u64::MAX)
     }
+}
+
+/// What [`Coordination::set_limit`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitSet {
+    /// The limit before the change (the same as the one asked when nothing changed).
+    pub previous: u64,
+    /// Waiters the raise granted.
+    pub granted: usize,
 }
 
 /// What a [`Coordination`] and its grants and watches share.
@@ -243,6 +252,45 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
             .call(&name, SemaphoreRequest::UpdateData { data })
             .await?;
         Ok(applied.outcome.is_some_and(|o| o.changes.data))
+    }
+
+    /// Changes the limit of `name` in place, under its owners and waiters: a raise grants
+    /// waiters from the head of the queue while they fit, as a release does (their acquires
+    /// return their grants); a lowering goes down to the units in use at the lowest, and to the
+    /// largest queued request. Returns the limit before and how many waiters were granted; the
+    /// same limit changes nothing.
+    ///
+    /// Refused ([`CoordinationError::Refused`], nothing changed) below the units in use
+    /// ([`LimitBelowUse`](vvm_core::semaphore::SemaphoreError::LimitBelowUse)) or a queued
+    /// request ([`LimitBelowRequest`](vvm_core::semaphore::SemaphoreError::LimitBelowRequest)),
+    /// for 0 ([`LimitZero`](vvm_core::semaphore::SemaphoreError::LimitZero)), for an ephemeral
+    /// semaphore ([`EphemeralLimit`](vvm_core::semaphore::SemaphoreError::EphemeralLimit)) and
+    /// for one being deleted
+    /// ([`BeingDeleted`](vvm_core::semaphore::SemaphoreError::BeingDeleted));
+    /// [`CoordinationError::NotFound`] when there is no such semaphore.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store transaction: dropping the future while it runs leaves it applied or not
+    /// (as an answer lost to a timeout would); nothing else is left behind.
+    pub async fn set_limit(&self, name: &str, limit: u64) -> Result<LimitSet, CoordinationError> {
+        let name = SemaphoreName::new(name)?;
+        let applied = self
+            .inner
+            .call(&name, SemaphoreRequest::SetLimit { limit })
+            .await?;
+        match applied.outcome {
+            Some(Outcome {
+                status: Status::LimitSet { previous },
+                granted,
+                ..
+            }) => Ok(LimitSet {
+                previous,
+                granted: granted.len(),
+            }),
+            // The store answers every applied limit change with its outcome.
+            _ => Err(CoordinationError::NotFound(name)),
+        }
     }
 
     /// Deletes `name`: refused while it has owners or waiters unless `force`, which ends them

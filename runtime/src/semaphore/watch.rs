@@ -12,7 +12,7 @@ use crate::semaphore_store::{SemaphoreChange, SemaphoreRequest, SemaphoreStore};
 pub struct WatchKind {
     /// The semaphore's own data.
     pub data: bool,
-    /// Its owners: who, how many units, their data.
+    /// Its owners: who, how many units, their data; and the limit they share.
     pub owners: bool,
 }
 
@@ -35,10 +35,13 @@ impl WatchKind {
 
     /// Whether `after` differs from `before` in what this kind watches (with neither set:
     /// in anything). A semaphore being deleted has no owner any more, whatever units its
-    /// former owners still hold.
+    /// former owners still hold; a new limit changes what the owners may hold, so it counts as
+    /// a change of the owners.
     fn differs(self, before: &Description, after: &Description) -> bool {
         let data = before.data != after.data;
-        let owners = (before.owners != after.owners) || (before.deleting != after.deleting);
+        let owners = (before.owners != after.owners)
+            || (before.deleting != after.deleting)
+            || (before.limit != after.limit);
         match (self.data, self.owners) {
             (false, false) => before != after,
             _ => (self.data && data) || (self.owners && owners),
