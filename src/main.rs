@@ -336,6 +336,14 @@ pub enum SemaphoreAction {
         #[arg(long)]
         data: String,
     },
+    /// Change a semaphore's limit in place, under its holders: a raise grants waiters at once;
+    /// a limit below the units in use (or below a queued request) is refused.
+    SetLimit {
+        /// Its name.
+        name: String,
+        /// The new limit, at least 1 and at least the units in use.
+        limit: u64,
+    },
     /// Delete a semaphore; refused while it has owners or waiters unless `--force`.
     Delete {
         /// Its name.

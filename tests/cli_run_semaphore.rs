@@ -186,6 +186,56 @@ fn refusals(store: &str, dir: &Path) {
     assert!(!marker.exists(), "no command ran");
 }
 
+/// `vvm semaphore set-limit` under a running holder of limit 1 and a queued run: raised to 2,
+/// the queued command starts at once, beside the first; lowered to 1 while both run, it is
+/// refused with the units in use named, exit 1, and the limit stays 2.
+// covers: Cli.SemaphoreSetLimit, Sem.SetLimit
+#[test]
+fn a_raised_limit_starts_a_queued_command_and_a_limit_below_use_is_refused_on_sqlite() {
+    let dir = temp_dir("vvm-set-limit");
+    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
+    let log = dir.join("commands.log");
+    let created = semaphore(&store, &["create", "work", "--limit", "1"]);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let mut first = runner(&store, &log, 1);
+    wait_until(&dir, "the first command started", || starts(&log) == 1);
+    let mut second = runner(&store, &log, 2);
+    wait_until(&dir, "the second run queued", || waiters(&store) == 1);
+    assert_eq!(starts(&log), 1, "a second command ran under limit 1");
+
+    let raised = semaphore(&store, &["set-limit", "work", "2"]);
+    let said = String::from_utf8_lossy(&raised.stderr);
+    assert_eq!(raised.status.code(), Some(0), "{said}");
+    assert!(said.contains("the limit changed"), "{said}");
+    assert!(
+        said.contains("previous=1") && said.contains("granted=1"),
+        "{said}"
+    );
+    wait_until(&dir, "the second command started", || starts(&log) == 2);
+
+    let lowered = semaphore(&store, &["set-limit", "work", "1"]);
+    let said = String::from_utf8_lossy(&lowered.stderr);
+    assert_eq!(lowered.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("cannot set the limit to 1: 2 units are in use now"),
+        "{said}"
+    );
+    let described = semaphore(&store, &["describe", "work", "--json"]);
+    let text = String::from_utf8_lossy(&described.stdout);
+    let snapshot: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
+    assert_eq!(
+        (&snapshot["limit"], &snapshot["count"]),
+        (&2.into(), &2.into())
+    );
+
+    let zero = semaphore(&store, &["set-limit", "work", "0"]);
+    assert_eq!(zero.status.code(), Some(2), "{zero:?}");
+    for runner in [&mut first, &mut second] {
+        assert_eq!(signal_and_wait(&mut runner.0, Signal::TERM, WAIT), Some(0));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 // covers: Cli.RunSemaphore
 #[test]
 fn at_most_the_limit_of_commands_run_under_a_semaphore_on_sqlite() {

@@ -1074,7 +1074,10 @@ fn raising_the_limit_grants_the_queue_from_its_head_as_a_release_does() {
         lock.acquire(s(n), R, count, Vec::new(), T).unwrap();
     }
     // 3 units: s2 fits beside s1; s3 (2 units) does not and blocks s4 (strict FIFO).
-    let both = Changes { limit: true, ..BOTH };
+    let both = Changes {
+        limit: true,
+        ..BOTH
+    };
     assert_eq!(
         lock.set_limit(3),
         Ok(outcome(
@@ -1119,7 +1122,10 @@ fn the_limit_comes_down_to_the_units_in_use_and_no_lower() {
         })
     );
     assert_eq!(lock, before, "a refused change changed something");
-    let limit = Changes { limit: true, ..NONE };
+    let limit = Changes {
+        limit: true,
+        ..NONE
+    };
     assert_eq!(
         lock.set_limit(3),
         Ok(outcome(Status::LimitSet { previous: 5 }, limit, vec![]))

@@ -67,12 +67,16 @@ fn check(action: &SemaphoreAction) -> Result<(), String> {
         SemaphoreAction::Create { name, .. }
         | SemaphoreAction::Describe { name, .. }
         | SemaphoreAction::Update { name, .. }
-        | SemaphoreAction::Delete { name, .. } => name,
+        | SemaphoreAction::Delete { name, .. }
+        | SemaphoreAction::SetLimit { name, .. } => name,
     };
     vvm::semaphore::SemaphoreName::new(name)
         .map_err(|e| format!("invalid semaphore name: {}", super::error_chain(&e)))?;
     match action {
         SemaphoreAction::Create { limit: 0, .. } => Err("--limit must be at least 1".to_owned()),
+        SemaphoreAction::SetLimit { limit: 0, .. } => {
+            Err("the limit must be at least 1".to_owned())
+        }
         SemaphoreAction::Create { data, .. } | SemaphoreAction::Update { data, .. }
             if data.len() > DATA_BYTES_MAX =>
         {
@@ -106,6 +110,22 @@ async fn act(
             Ok(())
         }
         SemaphoreAction::Delete { name, force } => coordination.delete(name, *force).await,
+        SemaphoreAction::SetLimit { name, limit } => {
+            let set = coordination.set_limit(name, *limit).await?;
+            tracing::info!(
+                semaphore = %name,
+                previous = set.previous,
+                limit = *limit,
+                granted = set.granted,
+                "{}",
+                if set.previous == *limit {
+                    "the limit was already that: nothing changed"
+                } else {
+                    "the limit changed"
+                }
+            );
+            Ok(())
+        }
         SemaphoreAction::Describe { name, watch, json } => {
             if !*watch {
                 let description = coordination.describe(name).await?;

@@ -742,9 +742,8 @@ where
 /// A limit raised under an owner grants the queued acquire at once (it returns its grant); a
 /// limit below the units in use is refused and changes nothing; an unknown name is not found.
 // covers: Sem.SetLimit, Sem.Store.Wait
-pub async fn coordination_set_limit_grants_waiters_and_never_goes_below_use<H: Harness>(
-    harness: &H,
-) where
+pub async fn coordination_set_limit_grants_waiters_and_never_goes_below_use<H: Harness>(harness: &H)
+where
     H::Store: SemaphoreStore,
 {
     let store = harness.store().await;

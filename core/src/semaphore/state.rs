@@ -355,7 +355,13 @@ impl Semaphore {
                 wanted: limit,
             });
         }
-        if let Some(count) = self.waiters.iter().map(|w| w.count).filter(|&c| c > limit).max() {
+        if let Some(count) = self
+            .waiters
+            .iter()
+            .map(|w| w.count)
+            .filter(|&c| c > limit)
+            .max()
+        {
             return Err(SemaphoreError::LimitBelowRequest {
                 count,
                 wanted: limit,
