@@ -30,8 +30,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use foundationdb::api::NetworkAutoStop;
-use foundationdb::options::TransactionOption;
-use foundationdb::{Database, FdbError, Transaction};
+use foundationdb::options::{StreamingMode, TransactionOption};
+use foundationdb::{Database, FdbError, RangeOption, Transaction};
 
 use crate::txkv::{KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
 
@@ -133,6 +133,32 @@ impl KvTx for FdbTx {
             .await
             .map_err(|error| map_error(&error))?;
         Ok(value.map(|slice| slice.to_vec()))
+    }
+
+    async fn range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TxError> {
+        if begin >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        // `Exact`: every one of the `limit` first pairs in one answer.
+        let option = RangeOption {
+            limit: Some(limit),
+            mode: StreamingMode::Exact,
+            ..RangeOption::from((begin, end))
+        };
+        let values = self
+            .0
+            .get_range(&option, 1, true)
+            .await
+            .map_err(|error| map_error(&error))?;
+        Ok(values
+            .iter()
+            .map(|pair| (pair.key().to_vec(), pair.value().to_vec()))
+            .collect())
     }
 
     fn set(&mut self, key: &[u8], value: &[u8]) {

@@ -240,6 +240,44 @@ impl KvTx for MemoryTx {
         Ok(value)
     }
 
+    async fn range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TxError> {
+        if begin >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let fault =
+            lock(&self.inner).take_fault(|f| matches!(f, KvFault::HangRead | KvFault::FailRead));
+        match fault {
+            Some(KvFault::HangRead) => std::future::pending().await,
+            Some(_) => return Err(TxError::failed(MemoryKvError::Injected(KvFault::FailRead))),
+            None => {}
+        }
+        let bounds = (
+            std::ops::Bound::Included(begin.to_vec()),
+            std::ops::Bound::Excluded(end.to_vec()),
+        );
+        let inner = lock(&self.inner);
+        // The stored keys and this transaction's writes, merged in order; a write overrides.
+        // The whole range is merged: the model store is small (`KEYS_MAX`).
+        let mut seen: BTreeMap<&[u8], Option<&[u8]>> = inner
+            .data
+            .range(bounds.clone())
+            .map(|(key, value)| (key.as_slice(), Some(value.as_slice())))
+            .collect();
+        for (key, value) in self.writes.range(bounds) {
+            seen.insert(key.as_slice(), value.as_deref());
+        }
+        Ok(seen
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_vec(), value?.to_vec())))
+            .take(limit)
+            .collect())
+    }
+
     fn set(&mut self, key: &[u8], value: &[u8]) {
         self.writes.insert(key.to_vec(), Some(value.to_vec()));
     }
