@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use vvm::semaphore::{Description, DATA_BYTES_MAX};
 use vvm::vvm_core::semaphore::SemaphoreError;
+use vvm::NamesPage;
 use vvm::{
     Coordination, CoordinationError, KillerThread, LeaseConfig, LeaseValue, SessionHandle,
     WatchKind,
 };
-use vvm::NamesPage;
 
 use super::status::StopSignals;
 use super::store::{open_store, AnyStore};

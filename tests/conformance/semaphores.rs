@@ -885,10 +885,8 @@ where
     }
     assert_eq!(
         pages,
-        [vec!["a", "a b"], vec!["b2", "pool"], vec!["é"]].map(|p| p
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>())
+        [vec!["a", "a b"], vec!["b2", "pool"], vec!["é"]]
+            .map(|p| p.into_iter().map(str::to_owned).collect::<Vec<_>>())
     );
     // After a name that is not a semaphore (the deleted "b"), and after the last one.
     let after_b = NamesPage::new(Some(name("b")), 1).expect("a valid page");
