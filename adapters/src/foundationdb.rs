@@ -33,7 +33,7 @@ pub use foundationdb::api::NetworkAutoStop;
 use foundationdb::options::{StreamingMode, TransactionOption};
 use foundationdb::{Database, FdbError, RangeOption, Transaction};
 
-use crate::txkv::{KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
+use crate::txkv::{KeyValue, KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
 
 /// Starts FoundationDB's network thread (`unsafe`: at most once per process, and the returned
 /// guard must be dropped before the process exits). Re-exported so that hosts need no direct
@@ -140,7 +140,7 @@ impl KvTx for FdbTx {
         begin: &[u8],
         end: &[u8],
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TxError> {
+    ) -> Result<Vec<KeyValue>, TxError> {
         if begin >= end || limit == 0 {
             return Ok(Vec::new());
         }

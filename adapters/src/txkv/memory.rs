@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::{KvTx, TxError, TxKv};
+use super::{KeyValue, KvTx, TxError, TxKv};
 
 /// Most keys the store holds: 2^21, room for a session holding `vvm_core::HOLDINGS_MAX` (2^20)
 /// slots beside as many other records.
@@ -245,7 +245,7 @@ impl KvTx for MemoryTx {
         begin: &[u8],
         end: &[u8],
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TxError> {
+    ) -> Result<Vec<KeyValue>, TxError> {
         if begin >= end || limit == 0 {
             return Ok(Vec::new());
         }

@@ -79,6 +79,9 @@ impl TxError {
     }
 }
 
+/// A key and its value, as a range read ([`KvTx::range`]) answers them.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// A transactional key-value store: serializable transactions of reads and writes.
 pub trait TxKv: Send + Sync + 'static {
     /// One transaction.
@@ -106,7 +109,7 @@ pub trait KvTx: Send + 'static {
         begin: &[u8],
         end: &[u8],
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<(Vec<u8>, Vec<u8>)>, TxError>> + Send;
+    ) -> impl Future<Output = Result<Vec<KeyValue>, TxError>> + Send;
 
     /// Writes `value` under `key` when committed.
     fn set(&mut self, key: &[u8], value: &[u8]);
