@@ -389,6 +389,36 @@ impl KvTx for MemoryTx {
 mod tests {
     use super::*;
 
+    /// A range read answers the keys of `[begin, end)` in order, the transaction's own writes
+    /// over the stored ones (a clear hides a key), the first `limit` of them.
+    // covers: Sem.Store.List
+    #[tokio::test]
+    async fn a_range_read_sees_the_transactions_writes_in_order() {
+        let kv = MemoryKv::new();
+        for key in [b"a", b"c", b"e", b"g"] {
+            assert!(kv.put(key, b"stored"));
+        }
+        let mut tx = kv.begin().unwrap();
+        tx.set(b"b", b"written");
+        tx.clear(b"c");
+        tx.set(b"e", b"rewritten");
+        let pair = |key: &[u8], value: &[u8]| (key.to_vec(), value.to_vec());
+        assert_eq!(
+            tx.range(b"a", b"g", 10).await.unwrap(),
+            [
+                pair(b"a", b"stored"),
+                pair(b"b", b"written"),
+                pair(b"e", b"rewritten")
+            ]
+        );
+        assert_eq!(
+            tx.range(b"b", b"z", 2).await.unwrap(),
+            [pair(b"b", b"written"), pair(b"e", b"rewritten")]
+        );
+        assert!(tx.range(b"g", b"a", 10).await.unwrap().is_empty());
+        assert!(tx.range(b"a", b"z", 0).await.unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn a_commit_conflicts_when_a_key_it_read_changed() {
         let kv = MemoryKv::new();
