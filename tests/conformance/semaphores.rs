@@ -888,6 +888,19 @@ where
         [vec!["a", "a b"], vec!["b2", "pool"], vec!["é"]]
             .map(|p| p.into_iter().map(str::to_owned).collect::<Vec<_>>())
     );
+    // Pages of one name (on etcd a read then ends on the ephemeral one's party key).
+    let mut page = Some(NamesPage::new(None, 1).expect("a valid page"));
+    let mut one_by_one = Vec::new();
+    while let Some(this) = page {
+        let names = store.semaphore_names(&this).await.expect("listed");
+        one_by_one.extend(listed(&names));
+        page = this.next(&names);
+        assert!(
+            one_by_one.len() <= 5,
+            "the listing must end: {one_by_one:?}"
+        );
+    }
+    assert_eq!(one_by_one, ["a", "a b", "b2", "pool", "é"]);
     // After a name that is not a semaphore (the deleted "b"), and after the last one.
     let after_b = NamesPage::new(Some(name("b")), 1).expect("a valid page");
     let names = store.semaphore_names(&after_b).await.expect("listed");
