@@ -84,7 +84,7 @@ enum Command {
     /// Show who holds each slot: holder, incarnation, fencing revision, time left.
     #[command(after_help = EXIT_CODES_HELP)]
     Status(StatusArgs),
-    /// Create, describe (`--watch`, `--json`), update or delete a counted semaphore: service
+    /// Create, list, describe (`--watch`, `--json`), update or delete a counted semaphore: service
     /// discovery and configuration from a shell (see the README's coordination recipes).
     #[command(after_help = EXIT_CODES_HELP)]
     Semaphore(SemaphoreArgs),
@@ -300,6 +300,13 @@ pub struct SemaphoreArgs {
 /// What `vvm semaphore` does.
 #[derive(Subcommand, Debug, Clone)]
 pub enum SemaphoreAction {
+    /// Print the names of the semaphores the store holds, one per line, sorted by their bytes
+    /// (nothing when there are none).
+    List {
+        /// One JSON object per semaphore and line: `{"name": …}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Create a semaphore of `--limit` units (refused when the name exists, unless
     /// `--if-missing`).
     Create {

@@ -202,3 +202,36 @@ fn a_watch_prints_every_change_of_the_data_until_sigterm() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// covers: Cli.SemaphoreList
+#[test]
+fn the_semaphores_of_a_store_are_listed_from_a_shell() {
+    let dir = temp_dir("vvm-cli-semaphore-list");
+    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
+    let stdout = |output: &Output| String::from_utf8_lossy(&output.stdout).into_owned();
+
+    let empty = vvm(&store, &["list"]);
+    assert_eq!(empty.status.code(), Some(0), "{}", stderr(&empty));
+    assert_eq!(stdout(&empty), "");
+    for name in ["web", "batch", "cron jobs", "old"] {
+        let created = vvm(&store, &["create", name, "--limit", "2"]);
+        assert_eq!(created.status.code(), Some(0), "{}", stderr(&created));
+    }
+    let deleted = vvm(&store, &["delete", "old"]);
+    assert_eq!(deleted.status.code(), Some(0), "{}", stderr(&deleted));
+
+    let listed = vvm(&store, &["list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert_eq!(stdout(&listed), "batch\ncron jobs\nweb\n");
+    let listed = vvm(&store, &["list", "--json"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let objects: Vec<serde_json::Value> = stdout(&listed)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    assert_eq!(
+        objects,
+        ["batch", "cron jobs", "web"].map(|name| serde_json::json!({ "name": name }))
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -30,10 +30,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use foundationdb::api::NetworkAutoStop;
-use foundationdb::options::TransactionOption;
-use foundationdb::{Database, FdbError, Transaction};
+use foundationdb::options::{StreamingMode, TransactionOption};
+use foundationdb::{Database, FdbError, RangeOption, Transaction};
 
-use crate::txkv::{KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
+use crate::txkv::{KeyValue, KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
 
 /// Starts FoundationDB's network thread (`unsafe`: at most once per process, and the returned
 /// guard must be dropped before the process exits). Re-exported so that hosts need no direct
@@ -133,6 +133,32 @@ impl KvTx for FdbTx {
             .await
             .map_err(|error| map_error(&error))?;
         Ok(value.map(|slice| slice.to_vec()))
+    }
+
+    async fn range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, TxError> {
+        if begin >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        // `Exact`: every one of the `limit` first pairs in one answer.
+        let option = RangeOption {
+            limit: Some(limit),
+            mode: StreamingMode::Exact,
+            ..RangeOption::from((begin, end))
+        };
+        let values = self
+            .0
+            .get_range(&option, 1, true)
+            .await
+            .map_err(|error| map_error(&error))?;
+        Ok(values
+            .iter()
+            .map(|pair| (pair.key().to_vec(), pair.value().to_vec()))
+            .collect())
     }
 
     fn set(&mut self, key: &[u8], value: &[u8]) {

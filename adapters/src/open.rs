@@ -530,6 +530,13 @@ impl vvm_runtime::SemaphoreStore for AnyStore {
     ) -> vvm_runtime::SemaphoreChange {
         each_store!(self, s => s.semaphore_changed(name))
     }
+
+    async fn semaphore_names(
+        &self,
+        page: &vvm_runtime::NamesPage,
+    ) -> Result<vvm_runtime::SemaphoreNames, StoreError> {
+        each_store!(self, s => s.semaphore_names(page).await)
+    }
 }
 
 #[cfg(test)]

@@ -65,6 +65,7 @@ mod pacing;
 mod pipeline;
 mod refusals;
 mod semaphore;
+pub mod semaphore_names;
 pub mod semaphore_store;
 pub mod sequencer;
 pub mod services;
@@ -91,6 +92,9 @@ pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use semaphore::{
     AcquireOptions, Coordination, CoordinationError, GrantEnd, LimitSet, SemaphoreGrant,
     ServeError, ServeTimeouts, Watch, WatchKind,
+};
+pub use semaphore_names::{
+    NamesPage, NamesPageError, SemaphoreNames, UnreadableName, NAMES_PAGE_MAX,
 };
 pub use semaphore_store::{
     next_request_id, Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore,

@@ -49,6 +49,7 @@ use vvm_core::semaphore::{
     SemaphoreName, SessionKey,
 };
 
+use crate::semaphore_names::{NamesPage, SemaphoreNames};
 use crate::session_store::SessionStore;
 use crate::store::StoreError;
 
@@ -189,6 +190,15 @@ pub trait SemaphoreStore: SessionStore {
     /// without a change now and then (the caller reads again); it never resolves in a loop.
     /// Not a store call.
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange;
+
+    /// One page of the names of the semaphores that exist (created and not deleted, ephemeral
+    /// ones included), sorted by their bytes ([`NamesPage`]): one read, which writes nothing
+    /// and removes no dead party. A stored name that is not valid fails the call
+    /// ([`UnreadableName`](crate::UnreadableName)).
+    fn semaphore_names(
+        &self,
+        page: &NamesPage,
+    ) -> impl Future<Output = Result<SemaphoreNames, StoreError>> + Send;
 }
 
 /// What a store does with the record after [`transact`].
@@ -422,5 +432,12 @@ impl<S: SemaphoreStore> SemaphoreStore for std::sync::Arc<S> {
 
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
         S::semaphore_changed(self, name)
+    }
+
+    fn semaphore_names(
+        &self,
+        page: &NamesPage,
+    ) -> impl Future<Output = Result<SemaphoreNames, StoreError>> + Send {
+        S::semaphore_names(self, page)
     }
 }

@@ -1,4 +1,4 @@
-//! `vvm semaphore …`: create, describe (once or `--watch`), update and delete a semaphore from a
+//! `vvm semaphore …`: create, list, describe (once or `--watch`), update and delete semaphores from a
 //! shell, so that service discovery and configuration work without a program of one's own.
 //!
 //! Each command opens a session of its own (every semaphore operation is one transaction of a
@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use vvm::semaphore::{Description, DATA_BYTES_MAX};
 use vvm::vvm_core::semaphore::SemaphoreError;
+use vvm::NamesPage;
 use vvm::{
     Coordination, CoordinationError, KillerThread, LeaseConfig, LeaseValue, SessionHandle,
     WatchKind,
@@ -64,6 +65,7 @@ pub async fn semaphore(args: SemaphoreArgs) -> ExitCode {
 /// zero limit, data over the bound.
 fn check(action: &SemaphoreAction) -> Result<(), String> {
     let name = match action {
+        SemaphoreAction::List { .. } => return Ok(()),
         SemaphoreAction::Create { name, .. }
         | SemaphoreAction::Describe { name, .. }
         | SemaphoreAction::Update { name, .. }
@@ -94,6 +96,7 @@ async fn act(
     action: &SemaphoreAction,
 ) -> Result<(), CoordinationError> {
     match action {
+        SemaphoreAction::List { json } => list(coordination, *json).await,
         SemaphoreAction::Create {
             name,
             limit,
@@ -147,6 +150,35 @@ async fn act(
             }
         }
     }
+}
+
+/// Prints the names of every semaphore, a page of the store at a time as it is read (so the
+/// memory used is one page's, however many there are); stops quietly when standard output is
+/// closed (`| head -1`).
+async fn list(
+    coordination: &Coordination<Arc<AnyStore>>,
+    json: bool,
+) -> Result<(), CoordinationError> {
+    let mut page = Some(NamesPage::first());
+    while let Some(this) = page {
+        let names = coordination.semaphore_names(&this).await?;
+        let mut stdout = std::io::stdout().lock();
+        for name in &names.names {
+            let written = if json {
+                writeln!(stdout, "{}", serde_json::json!({ "name": name.as_str() }))
+            } else {
+                writeln!(stdout, "{name}")
+            };
+            if written.is_err() {
+                return Ok(());
+            }
+        }
+        if stdout.flush().is_err() {
+            return Ok(());
+        }
+        page = this.next(&names);
+    }
+    Ok(())
 }
 
 /// Creates `name` with `limit` units and `data` unless it exists; says which (an existing one

@@ -183,4 +183,12 @@ impl<H: Hook> SemaphoreStore for Faulty<H> {
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
         self.store.semaphore_changed(name)
     }
+
+    /// Passed on as it is: no test injects faults into a listing.
+    async fn semaphore_names(
+        &self,
+        page: &vvm_runtime::NamesPage,
+    ) -> Result<vvm_runtime::SemaphoreNames, StoreError> {
+        self.store.semaphore_names(page).await
+    }
 }

@@ -264,6 +264,7 @@ macro_rules! semaphore_cases {
             coordination_forced_delete_ends_grants_and_keeps_their_units,
             coordination_watch_ends_at_the_latest_state,
             coordination_errors_are_typed,
+            semaphore_names_are_listed_in_pages,
         );
     };
     (@cases #[$test:meta] $harness:expr; $($case:ident),+ $(,)?) => {

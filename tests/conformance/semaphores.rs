@@ -893,3 +893,97 @@ where
         Err(CoordinationError::NotFound(_))
     ));
 }
+
+/// The names of the semaphores a store holds, listed a bounded page at a time: sorted by their
+/// bytes, a deleted one gone (although the store keeps its counters), an ephemeral one listed
+/// while it lives, each page continuing after the last name of the one before; a page of no
+/// names or above the bound is refused before any store call. The listing writes nothing.
+// covers: Sem.Store.List
+pub async fn semaphore_names_are_listed_in_pages<H: Harness>(harness: &H)
+where
+    H::Store: SemaphoreStore,
+{
+    use vvm::{NamesPage, NamesPageError, NAMES_PAGE_MAX};
+
+    let store = harness.store().await;
+    let other = harness.client(&store).await;
+    let a = coordination(harness, store.clone(), 1).await;
+    let everything = || NamesPage::new(None, NAMES_PAGE_MAX).expect("a valid page");
+    let empty = a.semaphore_names(&everything()).await.expect("listed");
+    assert!(empty.names.is_empty());
+    assert!(!empty.more);
+    // Created out of order. By bytes: "a" < "a b" < "b" < "b2" < "pool" < "é" (0xC3 comes
+    // after every ASCII byte).
+    for created in ["b2", "é", "a b", "b", "a"] {
+        a.create(created, 2, Vec::new()).await.expect("created");
+    }
+    a.delete("b", false).await.expect("deleted");
+    // An ephemeral one, made by an acquire, is listed while its party lives.
+    let grant = a
+        .acquire("pool", AcquireOptions::new(1).ephemeral())
+        .await
+        .expect("runs")
+        .expect("granted");
+    let listed = |names: &vvm::SemaphoreNames| -> Vec<String> {
+        names.names.iter().map(|n| n.as_str().to_owned()).collect()
+    };
+    let all = store.semaphore_names(&everything()).await.expect("listed");
+    assert_eq!(listed(&all), ["a", "a b", "b2", "pool", "é"]);
+    assert!(!all.more);
+    // Another client of the store sees the same.
+    let seen = other.semaphore_names(&everything()).await.expect("listed");
+    assert_eq!(seen, all);
+
+    // Pages of two: each continues after the last name of the one before.
+    let mut page = Some(NamesPage::new(None, 2).expect("a valid page"));
+    let mut pages = Vec::new();
+    while let Some(this) = page {
+        let names = a.semaphore_names(&this).await.expect("listed");
+        assert!(names.names.len() <= 2);
+        pages.push(listed(&names));
+        page = this.next(&names);
+        assert!(pages.len() <= 3, "the listing must end: {pages:?}");
+    }
+    assert_eq!(
+        pages,
+        [vec!["a", "a b"], vec!["b2", "pool"], vec!["é"]]
+            .map(|p| p.into_iter().map(str::to_owned).collect::<Vec<_>>())
+    );
+    // Pages of one name (on etcd a read then ends on the ephemeral one's party key).
+    let mut page = Some(NamesPage::new(None, 1).expect("a valid page"));
+    let mut one_by_one = Vec::new();
+    while let Some(this) = page {
+        let names = store.semaphore_names(&this).await.expect("listed");
+        one_by_one.extend(listed(&names));
+        page = this.next(&names);
+        assert!(
+            one_by_one.len() <= 5,
+            "the listing must end: {one_by_one:?}"
+        );
+    }
+    assert_eq!(one_by_one, ["a", "a b", "b2", "pool", "é"]);
+    // After a name that is not a semaphore (the deleted "b"), and after the last one.
+    let after_b = NamesPage::new(Some(name("b")), 1).expect("a valid page");
+    let names = store.semaphore_names(&after_b).await.expect("listed");
+    assert_eq!(listed(&names), ["b2"]);
+    assert!(names.more);
+    let after_last = NamesPage::new(Some(name("é")), 5).expect("a valid page");
+    let names = store.semaphore_names(&after_last).await.expect("listed");
+    assert!(names.names.is_empty());
+    assert!(!names.more);
+
+    // The ephemeral semaphore goes with its last party, and leaves the listing.
+    assert!(grant.release().await.expect("released"));
+    let all = store.semaphore_names(&everything()).await.expect("listed");
+    assert_eq!(listed(&all), ["a", "a b", "b2", "é"]);
+
+    for limit in [0, NAMES_PAGE_MAX + 1] {
+        assert_eq!(
+            NamesPage::new(None, limit),
+            Err(NamesPageError::Limit {
+                limit,
+                max: NAMES_PAGE_MAX
+            })
+        );
+    }
+}

@@ -79,6 +79,7 @@ use vvm_runtime::{
     Applied, ErrorChain, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
     StoreError,
 };
+use vvm_runtime::{NamesPage, SemaphoreNames, UnreadableName};
 
 use super::{read_failed, EtcdClientError, EtcdStore, Resend};
 
@@ -455,7 +456,79 @@ impl EtcdStore {
     }
 }
 
+impl EtcdStore {
+    /// One range read of the semaphore keys from `start`, at `revision` (the latest when 0):
+    /// up to `limit` keys with their values.
+    async fn names_round(
+        &self,
+        start: Vec<u8>,
+        end: &[u8],
+        limit: usize,
+        revision: i64,
+    ) -> Result<etcd_client::GetResponse, StoreError> {
+        let options = GetOptions::new()
+            .with_range(end.to_vec())
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX))
+            .with_revision(revision);
+        let response = self
+            .resend(Resend::Broken, || {
+                let (mut kv, start, options) = (self.kv.clone(), start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await
+            .map_err(read_failed)?;
+        self.seen.note(response.header());
+        Ok(response)
+    }
+}
+
 impl SemaphoreStore for EtcdStore {
+    /// Range reads over the semaphore keys, at the revision of the first: a state key whose
+    /// value is not a deleted semaphore's counters is a name. Each read asks for as many keys
+    /// as names are still wanted and goes on after the semaphore of the last key it saw, so
+    /// the party keys of a semaphore are read at most once per page and a read never repeats
+    /// a key: O(names + their parties + deleted names among them) keys, in a few reads.
+    async fn semaphore_names(&self, page: &NamesPage) -> Result<SemaphoreNames, StoreError> {
+        let part = format!("{}{SEMAPHORE_PART}", self.prefix).into_bytes();
+        // The end of the semaphore keys: the part with its last byte ('/') raised.
+        let mut end = part.clone();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let mut start = match page.after() {
+            Some(after) => Self::range_end(&self.semaphore_key(after)),
+            None => part.clone(),
+        };
+        let wanted = page.limit().saturating_add(1);
+        let mut names = Vec::new();
+        let mut revision = 0;
+        while names.len() < wanted {
+            let response = self
+                .names_round(start.clone(), &end, wanted - names.len(), revision)
+                .await?;
+            if revision == 0 {
+                revision = response.header().map_or(0, |header| header.revision());
+            }
+            let mut last_state_key = None;
+            for kv in response.kvs() {
+                let Some(rest) = kv.key().strip_prefix(part.as_slice()) else {
+                    continue;
+                };
+                // A party key is the state key, a NUL byte, a session key.
+                let name = rest.split(|byte| *byte == 0).next().unwrap_or(rest);
+                last_state_key = Some(&kv.key()[..part.len() + name.len()]);
+                if name.len() == rest.len() && !kv.value().starts_with(&[VERSION, DELETED]) {
+                    names.push(UnreadableName::check(name).map_err(StoreError::failed)?);
+                }
+            }
+            match last_state_key {
+                Some(key) if response.more() => start = Self::range_end(key),
+                _ => break,
+            }
+        }
+        Ok(page.take(names))
+    }
+
     async fn semaphore(
         &self,
         session: SessionKey,

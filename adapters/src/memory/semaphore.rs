@@ -21,6 +21,7 @@ use vvm_runtime::semaphore_store::{transact, Write};
 use vvm_runtime::{
     Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
 };
+use vvm_runtime::{NamesPage, SemaphoreNames, StoreError};
 
 use super::{Inner, MemoryStore};
 
@@ -132,6 +133,24 @@ impl SemaphoreStore for MemoryStore {
                 Err(error)
             }
         }
+    }
+
+    /// The map's names, sorted here: O(semaphores · log) under the lock (the memory store is
+    /// for tests and one process).
+    async fn semaphore_names(&self, page: &NamesPage) -> Result<SemaphoreNames, StoreError> {
+        let mut names: Vec<SemaphoreName> = {
+            let inner = self.lock();
+            let after = page.after();
+            inner
+                .semaphores
+                .states
+                .keys()
+                .filter(|name| after.is_none_or(|after| *name > after))
+                .cloned()
+                .collect()
+        };
+        names.sort_unstable();
+        Ok(page.take(names))
     }
 
     /// In-process: every write of `name` (and its delete) wakes the wait.

@@ -40,6 +40,7 @@ use vvm_runtime::semaphore_store::{transact, undecodable, Write};
 use vvm_runtime::{
     Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
 };
+use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 
 use super::feed::FEED_POLL_INTERVAL;
 use super::parties::{index, parties};
@@ -234,6 +235,31 @@ impl SemaphoreStore for SqliteStore {
             }
         })
         .await?
+    }
+
+    /// One read transaction: the names of the rows with a state, by the table's primary key,
+    /// after the page's name, `limit + 1` of them (to tell whether more follow).
+    async fn semaphore_names(&self, page: &NamesPage) -> Result<SemaphoreNames, StoreError> {
+        let page = page.clone();
+        self.transact(TransactionBehavior::Deferred, move |tx, _| {
+            let after = page.after().map(SemaphoreName::as_str);
+            let limit = i64::try_from(page.limit().saturating_add(1)).unwrap_or(i64::MAX);
+            let mut statement = tx.prepare_cached(
+                "SELECT CAST(name AS BLOB) FROM vvm_semaphores \
+                 WHERE state IS NOT NULL AND (?1 IS NULL OR name > ?1) \
+                 ORDER BY name LIMIT ?2",
+            )?;
+            let rows = statement.query_map((after, limit), |row| row.get::<_, Vec<u8>>(0))?;
+            let mut names = Vec::new();
+            for row in rows {
+                match UnreadableName::check(&row?) {
+                    Ok(name) => names.push(name),
+                    Err(error) => return Err(TxError::Store(StoreError::failed(error))),
+                }
+            }
+            Ok(Step::read(page.take(names)))
+        })
+        .await
     }
 
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {

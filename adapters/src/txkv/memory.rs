@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::{KvTx, TxError, TxKv};
+use super::{KeyValue, KvTx, TxError, TxKv};
 
 /// Most keys the store holds: 2^21, room for a session holding `vvm_core::HOLDINGS_MAX` (2^20)
 /// slots beside as many other records.
@@ -240,6 +240,44 @@ impl KvTx for MemoryTx {
         Ok(value)
     }
 
+    async fn range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, TxError> {
+        if begin >= end || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let fault =
+            lock(&self.inner).take_fault(|f| matches!(f, KvFault::HangRead | KvFault::FailRead));
+        match fault {
+            Some(KvFault::HangRead) => std::future::pending().await,
+            Some(_) => return Err(TxError::failed(MemoryKvError::Injected(KvFault::FailRead))),
+            None => {}
+        }
+        let bounds = (
+            std::ops::Bound::Included(begin.to_vec()),
+            std::ops::Bound::Excluded(end.to_vec()),
+        );
+        let inner = lock(&self.inner);
+        // The stored keys and this transaction's writes, merged in order; a write overrides.
+        // The whole range is merged: the model store is small (`KEYS_MAX`).
+        let mut seen: BTreeMap<&[u8], Option<&[u8]>> = inner
+            .data
+            .range(bounds.clone())
+            .map(|(key, value)| (key.as_slice(), Some(value.as_slice())))
+            .collect();
+        for (key, value) in self.writes.range(bounds) {
+            seen.insert(key.as_slice(), value.as_deref());
+        }
+        Ok(seen
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_vec(), value?.to_vec())))
+            .take(limit)
+            .collect())
+    }
+
     fn set(&mut self, key: &[u8], value: &[u8]) {
         self.writes.insert(key.to_vec(), Some(value.to_vec()));
     }
@@ -350,6 +388,36 @@ impl KvTx for MemoryTx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A range read answers the keys of `[begin, end)` in order, the transaction's own writes
+    /// over the stored ones (a clear hides a key), the first `limit` of them.
+    // covers: Sem.Store.List
+    #[tokio::test]
+    async fn a_range_read_sees_the_transactions_writes_in_order() {
+        let kv = MemoryKv::new();
+        for key in [b"a", b"c", b"e", b"g"] {
+            assert!(kv.put(key, b"stored"));
+        }
+        let mut tx = kv.begin().unwrap();
+        tx.set(b"b", b"written");
+        tx.clear(b"c");
+        tx.set(b"e", b"rewritten");
+        let pair = |key: &[u8], value: &[u8]| (key.to_vec(), value.to_vec());
+        assert_eq!(
+            tx.range(b"a", b"g", 10).await.unwrap(),
+            [
+                pair(b"a", b"stored"),
+                pair(b"b", b"written"),
+                pair(b"e", b"rewritten")
+            ]
+        );
+        assert_eq!(
+            tx.range(b"b", b"z", 2).await.unwrap(),
+            [pair(b"b", b"written"), pair(b"e", b"rewritten")]
+        );
+        assert!(tx.range(b"g", b"a", 10).await.unwrap().is_empty());
+        assert!(tx.range(b"a", b"z", 0).await.unwrap().is_empty());
+    }
 
     #[tokio::test]
     async fn a_commit_conflicts_when_a_key_it_read_changed() {

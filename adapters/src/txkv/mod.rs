@@ -79,6 +79,9 @@ impl TxError {
     }
 }
 
+/// A key and its value, as a range read ([`KvTx::range`]) answers them.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// A transactional key-value store: serializable transactions of reads and writes.
 pub trait TxKv: Send + Sync + 'static {
     /// One transaction.
@@ -95,6 +98,18 @@ pub trait TxKv: Send + Sync + 'static {
 pub trait KvTx: Send + 'static {
     /// The value under `key`, if any.
     fn get(&mut self, key: &[u8]) -> impl Future<Output = Result<Option<Vec<u8>>, TxError>> + Send;
+
+    /// The keys in `[begin, end)` with their values, in the order of their bytes, at most
+    /// `limit` of them (the first ones), as this transaction sees them (its own writes
+    /// included). A snapshot read (FoundationDB's `snapshot` range read): it adds nothing to
+    /// the keys whose change makes the commit conflict, so use it to look, not to decide a
+    /// write.
+    fn range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<KeyValue>, TxError>> + Send;
 
     /// Writes `value` under `key` when committed.
     fn set(&mut self, key: &[u8], value: &[u8]);

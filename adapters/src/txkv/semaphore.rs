@@ -58,6 +58,7 @@ use vvm_runtime::{
     Applied, CallTimedOut, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
     StoreError,
 };
+use vvm_runtime::{NamesPage, SemaphoreNames, UnreadableName};
 
 use super::lease::{
     conflict_backoff, failed, read_in, SemaphoreVersions, State, Target, TxLeaseError,
@@ -623,6 +624,73 @@ impl<K: TxKv> SemaphoreStore for TxLeaseStore<K> {
     }
 
     /// A watch of the semaphore's key; see the module documentation (change feed).
+    /// Snapshot range reads over the semaphore keys in one read-only transaction (retried as
+    /// every operation is): each asks for as many keys as names are still wanted and goes on
+    /// after the last key read; a deleted semaphore's counters are not a name.
+    async fn semaphore_names(&self, page: &NamesPage) -> Result<SemaphoreNames, StoreError> {
+        let mut part = self.options.prefix.clone();
+        part.extend_from_slice(SEMAPHORE_PART);
+        // The end of the semaphore keys: the part with its last byte ('/') raised.
+        let mut end = part.clone();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let first = match page.after() {
+            // The key right after the name's.
+            Some(after) => {
+                let mut key = self.semaphore_key(after);
+                key.push(0);
+                key
+            }
+            None => part.clone(),
+        };
+        let wanted = page.limit().saturating_add(1);
+        let timeout = self.options.timeout;
+        let (part, end) = (&part, &end);
+        self.retrying("semaphore names", |mut tx, _| {
+            let mut start = first.clone();
+            async move {
+                let mut names = Vec::new();
+                while names.len() < wanted {
+                    let asked = wanted - names.len();
+                    let far = tokio::time::Instant::now() + timeout;
+                    let read = tokio::time::timeout_at(far, tx.range(&start, end, asked)).await;
+                    let pairs = match read {
+                        Err(_) => {
+                            return Err(StoreError::failed(CallTimedOut {
+                                call: "reading",
+                                slot: 0,
+                                timeout,
+                            }))
+                        }
+                        Ok(Err(error @ TxError::Retryable { .. })) => {
+                            return Ok(Step::Retry(error))
+                        }
+                        Ok(Err(error)) => return Err(failed(&error)),
+                        Ok(Ok(pairs)) => pairs,
+                    };
+                    for (key, value) in &pairs {
+                        let Some(name) = key.strip_prefix(part.as_slice()) else {
+                            continue;
+                        };
+                        if !value.starts_with(&[VERSION, DELETED]) {
+                            names.push(UnreadableName::check(name).map_err(StoreError::failed)?);
+                        }
+                    }
+                    match pairs.last() {
+                        Some((key, _)) if pairs.len() == asked => {
+                            start = key.clone();
+                            start.push(0);
+                        }
+                        _ => break,
+                    }
+                }
+                Ok(Step::Read(page.take(names)))
+            }
+        })
+        .await
+    }
+
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
         // Taken at the call: a write after it differs from this.
         let mut baseline = self.seen().get(name).copied();

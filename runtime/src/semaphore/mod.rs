@@ -61,6 +61,7 @@ use std::time::Duration;
 
 use vvm_core::semaphore::{Description, Outcome, SemaphoreName, Status};
 
+use crate::semaphore_names::{NamesPage, SemaphoreNames};
 use crate::semaphore_store::{Applied, SemaphoreRequest, SemaphoreStore};
 use crate::session::{SessionError, SessionHandle, SessionStatus};
 
@@ -321,6 +322,30 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
         let name = SemaphoreName::new(name)?;
         let applied = self.inner.call(&name, SemaphoreRequest::Describe).await?;
         applied.description.ok_or(CoordinationError::NotFound(name))
+    }
+
+    /// One page of the names of the semaphores the store holds (created and not deleted),
+    /// sorted by their bytes: the first page is [`NamesPage::first`], the next one
+    /// [`NamesPage::next`]. One read under the store-call timeout; it needs no live session
+    /// record, only a session that is not over. A semaphore whose last parties' sessions
+    /// ended unseen is listed until the next operation on it removes them (an ephemeral one is
+    /// then deleted).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn semaphore_names(
+        &self,
+        page: &NamesPage,
+    ) -> Result<SemaphoreNames, CoordinationError> {
+        self.inner.check_session()?;
+        let timeout = self.inner.session.lease().store_timeout();
+        match tokio::time::timeout(timeout, self.inner.session.store().semaphore_names(page)).await
+        {
+            Ok(Ok(names)) => Ok(names),
+            Ok(Err(error)) => Err(CoordinationError::Store(error)),
+            Err(_) => Err(CoordinationError::TimedOut),
+        }
     }
 
     /// Snapshots of `name` whenever what `kind` names changes; the first
