@@ -1,5 +1,6 @@
-//! `vvm semaphore …`: create, list, describe (once or `--watch`), update and delete semaphores from a
-//! shell, so that service discovery and configuration work without a program of one's own.
+//! `vvm semaphore …`: create, list, describe (once or `--watch`), update, change the limit of and
+//! delete semaphores from a shell, so that service discovery and configuration work without a
+//! program of one's own.
 //!
 //! Each command opens a session of its own (every semaphore operation is one transaction of a
 //! live session), does its one operation, and closes the session; a watch keeps its session
