@@ -171,6 +171,19 @@ fn ctrl_c(mut child: Child) -> (std::process::ExitStatus, String) {
     (status, out)
 }
 
+/// The script ended by SIGINT, as bash does when Ctrl-C ended its child, and went no further.
+fn assert_script_stopped(what: &str, status: std::process::ExitStatus, out: &str) {
+    assert_eq!(
+        status.signal(),
+        Some(2),
+        "{what}: {status:?}, stdout {out:?}"
+    );
+    assert!(
+        !out.contains("CONTINUED"),
+        "{what}: the script went on: {out}"
+    );
+}
+
 /// Waits up to [`WAIT`] for `path` to exist.
 fn wait_for(path: &Path) {
     let until = std::time::Instant::now() + WAIT;
@@ -201,15 +214,7 @@ fn ctrl_c_stops_the_calling_script() {
     ));
     std::thread::sleep(Duration::from_millis(800));
     let (status, out) = ctrl_c(waiting);
-    assert_eq!(
-        status.signal(),
-        Some(2),
-        "waiting: {status:?}, stdout {out:?}"
-    );
-    assert!(
-        !out.contains("CONTINUED"),
-        "waiting: the script went on: {out}"
-    );
+    assert_script_stopped("waiting", status, &out);
 
     // Holding: the command runs, and is stopped gracefully.
     assert_eq!(signal_and_wait(&mut holder, Signal::TERM, WAIT), Some(0));
@@ -220,15 +225,7 @@ fn ctrl_c_stops_the_calling_script() {
     ));
     wait_for(&started);
     let (status, out) = ctrl_c(holding);
-    assert_eq!(
-        status.signal(),
-        Some(2),
-        "holding: {status:?}, stdout {out:?}"
-    );
-    assert!(
-        !out.contains("CONTINUED"),
-        "holding: the script went on: {out}"
-    );
+    assert_script_stopped("holding", status, &out);
 
     // Ctrl-C twice on a command that ignores SIGTERM: the grace is cut short, and the script
     // stops all the same (was: exit 1, and the script went on).
@@ -241,15 +238,7 @@ fn ctrl_c_stops_the_calling_script() {
     kill_process_group(pid, Signal::INT).unwrap();
     std::thread::sleep(Duration::from_millis(700));
     let (status, out) = ctrl_c(stubborn);
-    assert_eq!(
-        status.signal(),
-        Some(2),
-        "twice: {status:?}, stdout {out:?}"
-    );
-    assert!(
-        !out.contains("CONTINUED"),
-        "twice: the script went on: {out}"
-    );
+    assert_script_stopped("twice", status, &out);
 
     // SIGTERM (a service manager's stop) is still a clean stop.
     let mut waiting = Killed(

@@ -211,6 +211,11 @@ impl EtcdStore {
         key
     }
 
+    /// The start of every semaphore key of this store.
+    fn semaphores_part(&self) -> Vec<u8> {
+        format!("{}{SEMAPHORE_PART}", self.prefix).into_bytes()
+    }
+
     /// The end of the key range of the semaphore whose key is `state_key`.
     fn range_end(state_key: &[u8]) -> Vec<u8> {
         let mut end = state_key.to_vec();
@@ -388,7 +393,7 @@ impl EtcdStore {
                 return Vec::new();
             }
         };
-        let start = format!("{}{SEMAPHORE_PART}", self.prefix).into_bytes();
+        let start = self.semaphores_part();
         let end = format!("\0{session}").into_bytes();
         keys.iter()
             .filter_map(|key| {
@@ -489,7 +494,7 @@ impl SemaphoreStore for EtcdStore {
     /// the party keys of a semaphore are read at most once per page and a read never repeats
     /// a key: O(names + their parties + deleted names among them) keys, in a few reads.
     async fn semaphore_names(&self, page: &NamesPage) -> Result<SemaphoreNames, StoreError> {
-        let part = format!("{}{SEMAPHORE_PART}", self.prefix).into_bytes();
+        let part = self.semaphores_part();
         // The end of the semaphore keys: the part with its last byte ('/') raised.
         let mut end = part.clone();
         if let Some(last) = end.last_mut() {

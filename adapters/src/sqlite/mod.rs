@@ -263,10 +263,9 @@ struct Shared {
     /// The database file this store opened: a transaction on a file no longer linked at `path`
     /// (removed, replaced) fails, so a holder cannot go on renewing where nobody else looks.
     file: Option<lock::FileId>,
-    /// Slots where this process met another holder's live record (`None`), or found no row
-    /// where it met one or while another process held the slot's lock, and when (boot-clock
-    /// nanoseconds) it first saw that (`Some`); see `insert`.
-    unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, Unclaimed>>,
+    /// Slots where this process met another holder's live record (`None`), or found no row on
+    /// a used slot, and when (boot-clock nanoseconds) it first saw that (`Some`); see `insert`.
+    unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, Option<i64>>>,
     /// The change feed's own connection; see [`feed`].
     feed: Arc<feed::Feed>,
     /// The semaphores' change feed and its connection; see `semaphore.rs`.
@@ -274,35 +273,25 @@ struct Shared {
 }
 
 impl Shared {
-    /// This process met another holder's live record under `key`, naming the lock file `named`.
-    fn met(&self, key: Slot, named: Option<lock::FileId>) {
+    /// This process met another holder's live record under `key`.
+    fn met(&self, key: Slot) {
         let mut unclaimed = self
             .unclaimed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if unclaimed.len() < lock::SLOT_LOCKS_MAX || unclaimed.contains_key(&key) {
-            let gone_since_ns = None;
-            unclaimed.insert(
-                key,
-                Unclaimed {
-                    named,
-                    gone_since_ns,
-                },
-            );
+            unclaimed.insert(key, None);
         }
     }
 
-    /// Whether this process met a live record under `key` that it has not seen go since, and
-    /// that named no lock file or another one than `free` (a lock found free proves that the
-    /// holder of a record naming it is gone).
-    fn met_live(&self, key: Slot, free: Option<lock::FileId>) -> bool {
+    /// Whether this process met a live record under `key` that it has not seen go since: the
+    /// evidence of a holder that is left where the slot's lock file was removed with the rows.
+    fn met_live(&self, key: Slot) -> bool {
         let unclaimed = self
             .unclaimed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        unclaimed
-            .get(&key)
-            .is_some_and(|met| met.named.is_none() || met.named != free)
+        unclaimed.contains_key(&key)
     }
 
     /// This process wrote its own record under `key`: nothing is waited for there.
@@ -324,12 +313,9 @@ impl Shared {
             .unclaimed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let first = unclaimed.entry(key).or_insert(Unclaimed {
-            named: None,
-            gone_since_ns: None,
-        });
-        let first_sight = first.gone_since_ns.is_none();
-        let first_ns = *first.gone_since_ns.get_or_insert(now_ns);
+        let gone_since_ns = unclaimed.entry(key).or_insert(None);
+        let first_sight = gone_since_ns.is_none();
+        let first_ns = *gone_since_ns.get_or_insert(now_ns);
         let waited = Duration::from_nanos(u64::try_from(now_ns - first_ns).unwrap_or(0));
         match ttl.checked_sub(waited) {
             Some(left) if !left.is_zero() => {
@@ -364,15 +350,6 @@ impl Shared {
             _ => Ok(()),
         }
     }
-}
-
-/// What this process knows of a slot another holder's record was met on (see `insert`).
-#[derive(Clone, Copy, Debug)]
-struct Unclaimed {
-    /// The lock file that record named.
-    named: Option<lock::FileId>,
-    /// When (boot-clock nanoseconds) this process first found no row there.
-    gone_since_ns: Option<i64>,
 }
 
 /// How soon a candidate waiting on a slot whose record vanished under a live lock looks again.
@@ -544,7 +521,7 @@ fn insert(
                 // lease from first sight.
                 let lock_held = refused == Some(lock::NotTaken::HeldElsewhere);
                 if held.is_none()
-                    && (lock_held || used_before || shared.met_live(key, fresh_id))
+                    && (lock_held || used_before || shared.met_live(key))
                     && !record::row_exists(tx, key)?
                 {
                     if let Some(left) = shared.unclaimed_left(key, now.ns, ttl) {
@@ -562,7 +539,7 @@ fn insert(
                     Ok(Step::wrote(Taken::FromDead(revision)))
                 }
                 _ => {
-                    shared.met(key, record::lock_of(tx, key)?);
+                    shared.met(key);
                     Ok(Step::read(Taken::Held(left)))
                 }
             },

@@ -623,7 +623,6 @@ impl<K: TxKv> SemaphoreStore for TxLeaseStore<K> {
         Ok(applied)
     }
 
-    /// A watch of the semaphore's key; see the module documentation (change feed).
     /// Snapshot range reads over the semaphore keys in one read-only transaction (retried as
     /// every operation is): each asks for as many keys as names are still wanted and goes on
     /// after the last key read; a deleted semaphore's counters are not a name.
@@ -691,6 +690,7 @@ impl<K: TxKv> SemaphoreStore for TxLeaseStore<K> {
         .await
     }
 
+    /// A watch of the semaphore's key; see the module documentation (change feed).
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
         // Taken at the call: a write after it differs from this.
         let mut baseline = self.seen().get(name).copied();
