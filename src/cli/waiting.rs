@@ -15,8 +15,6 @@ use super::systemd::Notifier;
 /// Longest wait between two looks when the store's feed says nothing: a log line, not a
 /// decision, depends on it, so a slow look costs little.
 const RESYNC: Duration = Duration::from_secs(5);
-/// Pause between two looks for this run's own request in a semaphore's queue.
-const QUEUE_LOOK: Duration = Duration::from_millis(100);
 /// Longest a look may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -94,20 +92,14 @@ pub async fn report_queue(
     session: vvm::vvm_core::SessionKey,
     notifier: &Notifier,
 ) {
-    let Ok(mut watch) = coordination.watch(&name, vvm::WatchKind::ALL) else {
+    // Every change, the queue's included (neither kind set): this run's own request queued, a
+    // waiter ahead gone, the owners changed — woken by the store's feed, never by looking.
+    let Ok(mut watch) = coordination.watch(&name, vvm::WatchKind::default()) else {
         return std::future::pending().await;
     };
     let mut said = String::new();
-    let mut queued = false;
     loop {
-        // A watch wakes on changes of the owners, not of the queue: until this run's request
-        // is seen queued, and every RESYNC after (a waiter ahead may have left), look again.
-        let look = if queued { RESYNC } else { QUEUE_LOOK };
-        let next = tokio::select! {
-            next = watch.next() => next,
-            () = tokio::time::sleep(look) => coordination.describe(&name).await,
-        };
-        let description = match next {
+        let description = match watch.next().await {
             Ok(description) => description,
             Err(e) => {
                 tracing::debug!(error = %vvm::ErrorChain(&e), "cannot tell who holds the units");
@@ -123,7 +115,6 @@ pub async fn report_queue(
             // Not queued yet (or granted already): nothing to say.
             continue;
         };
-        queued = true;
         let holders: Vec<String> = description
             .owners
             .iter()
