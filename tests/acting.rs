@@ -262,6 +262,40 @@ async fn a_store_hiccup_shorter_than_the_margin_costs_nothing() {
     let _ = b.await.unwrap().shutdown().await;
 }
 
+// covers: Rt.StoreTimeout
+/// A renewal that fails, then two calls that hang (its retry and the read-back of that retry's
+/// unknown outcome): each hanging call is given up at its own timeout, never waited for longer,
+/// and the next retry renews. The holder keeps its slot and its service never stops.
+#[tokio::test(start_paused = true)]
+async fn hanging_store_calls_time_out_and_the_next_retry_keeps_the_slot() {
+    let (store, killer, lives) = (MemoryStore::new(), TestKiller::new(), Lives::default());
+    let lease = vvm::LeaseConfig::new(common::LEASE).unwrap();
+    let a = provided("a", &lives, &store, &killer).launch().await;
+    let first = a.token().unwrap();
+    store.inject(
+        SLOT,
+        Injection::new(Fault::Fail).on(Op::CompareAndSwap).times(1),
+    );
+    pass(lease.renew_interval() + STEP).await;
+    store.inject(SLOT, Injection::new(Fault::Hang).times(2));
+    pass(lease.retry_interval() + lease.store_timeout() * 2 + STEP).await;
+    pass(lease.retry_backoff(2) + STEP).await;
+    killer.catch_up();
+    assert!(
+        a.token().unwrap().revision > first.revision,
+        "renewed by the retry after the timeouts"
+    );
+    assert_eq!(
+        store.calls(SLOT, Op::CompareAndSwap),
+        3,
+        "fail, hang, success"
+    );
+    assert_eq!(a.current_problem(), None);
+    assert_eq!(lives.of("a")[0].stopped, None, "the service never stopped");
+    assert!(kills(&killer, "a").is_none());
+    assert_eq!(a.shutdown().await, Ok(()));
+}
+
 // covers: Verify.Scenarios, VVM.DisarmAfterCleanRelease, Rt.KillerDisarm
 /// A host that shut its VVM down cleanly (service stopped by itself, record deleted) lives on
 /// past the old deadline, and launches a new VVM in the same process, which leads again.

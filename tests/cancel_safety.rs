@@ -309,47 +309,6 @@ async fn two_handles_on_one_session_share_one_view() {
     assert!(granted.is_some());
 }
 
-/// The same for a `LeaseElections` handle (one slot on a store without sessions): an acquire
-/// whose caller gave up while the store was busy leaves the slot to the next candidate.
-// covers: Rt.ElectionsAbandoned
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_abandoned_lease_elections_acquire_keeps_no_slot() {
-    let store = Store::default();
-    let killer = TestKiller::new();
-    let lease = vvm::LeaseConfig::new(common::LEASE).expect("valid");
-    let first = vvm::LeaseElections::start(store.clone(), "10.0.0.1:7000", lease, &killer.thread)
-        .expect("started");
-    let second = vvm::LeaseElections::start(store.clone(), "10.0.0.2:7000", lease, &killer.thread)
-        .expect("started");
-
-    store
-        .hook
-        .set(Call::Insert, Fault::Delay(Duration::from_millis(400)));
-    let abandoned =
-        tokio::time::timeout(Duration::from_millis(150), first.acquire(vvm::Slot(1))).await;
-    assert!(abandoned.is_err(), "the store was busy: {abandoned:?}");
-    store.hook.clear();
-    // The task's store call is applied after 400 ms; what it won is given back then.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let give_up = tokio::time::Instant::now() + PROMPT;
-    loop {
-        match second.acquire(vvm::Slot(1)).await {
-            Ok(_) => break,
-            Err(vvm::ElectionsError::Held(_)) => {}
-            Err(error) => panic!("{error:?}"),
-        }
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "the abandoned acquire keeps slot 1: {:?}",
-            first.tenure()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(first.tenure(), vvm::Tenure::Idle);
-    second.cleanup().await;
-    first.cleanup().await;
-}
-
 /// Applies the next semaphore transaction and reports its outcome as unknown, once.
 #[derive(Clone, Default)]
 struct LoseNextAnswer(Arc<Mutex<bool>>);

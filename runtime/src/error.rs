@@ -166,8 +166,7 @@ pub enum ServicesError {
     },
 }
 
-/// Why an [`Elections`](crate::Elections) or [`LeaseElections`](crate::LeaseElections) call did
-/// not win, hold or release a slot.
+/// Why an [`Elections`](crate::Elections) call did not win, hold or release a slot.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ElectionsError {
@@ -181,10 +180,6 @@ pub enum ElectionsError {
     /// paused); the record is left to expire.
     #[error("slot {} was won too late to be used (the process was paused)", .0 .0)]
     TooLate(Slot),
-    /// A slot is already held or being acquired by this handle (a
-    /// [`LeaseElections`](crate::LeaseElections) holds one slot at a time).
-    #[error("this handle already holds or is acquiring a slot")]
-    Busy,
     /// This handle holds the slot already (or held it and lost it, and it was not released
     /// yet): a slot is held at most once per handle.
     #[error("slot {} is held by this handle already", .0 .0)]

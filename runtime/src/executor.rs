@@ -181,11 +181,6 @@ impl<S: LeaseStore> Executor<S> {
         }
     }
 
-    /// Whether a store call is in flight.
-    pub(crate) fn busy(&self) -> bool {
-        !self.calls.is_empty()
-    }
-
     /// Performs `effect` if it is a store call, a timer or a kill deadline; `false` otherwise.
     pub(crate) fn execute(&mut self, effect: &Effect) -> bool {
         match *effect {

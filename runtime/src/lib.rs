@@ -13,8 +13,7 @@
 //!   ([`Killer`]) and, for paused-time tests, driven by a manual clock ([`KillerThread::manual`]).
 //! - [`services`]: the [`Service`] trait; services start in order once leadership is held and
 //!   stop in reverse order.
-//! - [`Elections`]: slots held on one session without a VVM around them ([`LeaseElections`]:
-//!   one slot on a store without sessions); [`leaders`]: who holds what;
+//! - [`Elections`]: slots held on one session without a VVM around them; [`leaders`]: who holds what;
 //!   [`observe()`]: every change of who holds what, pushed by the store's change feed;
 //!   [`Vvm::subscribe`]: a VVM's own state as it changes.
 //! - [`Clock`]: tokio's clock from one process-wide origin plus the host's suspended time
@@ -56,7 +55,6 @@ pub mod elections;
 mod error;
 mod executor;
 pub mod killer;
-pub mod lease_elections;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod observe;
@@ -86,7 +84,6 @@ pub use killer::{
     ExitKiller, KillReport, Killer, KillerEntry, KillerThread, ManualKillerTime, RecordingKiller,
     KILL_EXIT_CODE,
 };
-pub use lease_elections::LeaseElections;
 pub use observe::{observe, HolderChange, ObserveError, ObserveOptions, Observer};
 pub use pacing::FAILING_PAUSE_ROUNDS_MAX;
 pub use semaphore::{

@@ -26,9 +26,7 @@
 //!   every earlier tenure of the slot; keepalives do not change it.
 //!
 //! Commands are served one at a time, in order, by one task per handle; the session has its own
-//! task (the keepalive and the kill deadline). A store without sessions (one that implements
-//! [`LeaseStore`](crate::LeaseStore) only) uses [`LeaseElections`](crate::LeaseElections): one
-//! slot, renewed by its own writes, with its own deadline.
+//! task (the keepalive and the kill deadline).
 
 mod task;
 
@@ -124,24 +122,22 @@ impl Tenures {
     }
 }
 
-/// Asks a handle's task for an acquire (`ask`) and waits for its answer, watching it until it
-/// is read: a caller that gives up (drops the future) refuses the answer, so that the task
-/// releases what it wins afterwards, and a token already sent is handed back to the task
-/// (`abandoned`) to release. The one way both kinds of elections handles acquire.
-pub(crate) async fn acquire_through<C: Send + 'static>(
-    commands: &mpsc::Sender<C>,
-    ask: impl FnOnce(oneshot::Sender<Result<FencingToken, ElectionsError>>) -> C,
-    abandoned: fn(FencingToken) -> C,
+/// Asks the handle's task to acquire `slot` and waits for its answer, watching it until it is
+/// read: a caller that gives up (drops the future) refuses the answer, so that the task releases
+/// what it wins afterwards, and a token already sent is handed back to the task
+/// ([`Command::Abandoned`]) to release.
+async fn acquire_through(
+    commands: &mpsc::Sender<Command>,
+    slot: Slot,
 ) -> Result<FencingToken, ElectionsError> {
     let (reply, receiver) = oneshot::channel();
     commands
-        .send(ask(reply))
+        .send(Command::Acquire(slot, reply))
         .await
         .map_err(|_| ElectionsError::Closed)?;
     let mut answer = AcquireAnswer {
         receiver,
         commands,
-        abandoned,
         read: false,
     };
     let result = (&mut answer.receiver)
@@ -153,14 +149,13 @@ pub(crate) async fn acquire_through<C: Send + 'static>(
 
 /// The answer to one acquire, watched until it is read: dropped unread (its caller gave up),
 /// it refuses the answer, and a slot already won is given back to the task to release.
-struct AcquireAnswer<'a, C: Send + 'static> {
+struct AcquireAnswer<'a> {
     receiver: oneshot::Receiver<Result<FencingToken, ElectionsError>>,
-    commands: &'a mpsc::Sender<C>,
-    abandoned: fn(FencingToken) -> C,
+    commands: &'a mpsc::Sender<Command>,
     read: bool,
 }
 
-impl<C: Send + 'static> Drop for AcquireAnswer<'_, C> {
+impl Drop for AcquireAnswer<'_> {
     fn drop(&mut self) {
         if self.read {
             return;
@@ -171,7 +166,7 @@ impl<C: Send + 'static> Drop for AcquireAnswer<'_, C> {
         let Ok(Ok(token)) = self.receiver.try_recv() else {
             return;
         };
-        match self.commands.try_send((self.abandoned)(token)) {
+        match self.commands.try_send(Command::Abandoned(token)) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(command)) => {
                 // The queue is full of callers waiting for their answers: wait for room, in
@@ -273,8 +268,7 @@ impl Elections {
     /// not yet begun is not made; one under way whose slot is won after the caller gave up is
     /// released by the handle's task as soon as the store answers.
     pub async fn acquire(&self, slot: Slot) -> Result<FencingToken, ElectionsError> {
-        let ask = |reply| Command::Acquire(slot, reply);
-        acquire_through(&self.commands, ask, Command::Abandoned).await
+        acquire_through(&self.commands, slot).await
     }
 
     /// Releases `slot`: its record is deleted (with the session itself when it was the last
