@@ -24,6 +24,8 @@ struct Seen {
     /// release follows the stop.
     owners_at_stop: Arc<Mutex<Option<usize>>>,
     lost: Arc<Mutex<bool>>,
+    /// The sessions owning the semaphore when the service returned, after lingering.
+    owners_at_end: Arc<Mutex<Option<Vec<vvm::SessionKey>>>>,
 }
 
 struct Worker<S> {
@@ -31,6 +33,8 @@ struct Worker<S> {
     coordination: Coordination<S>,
     /// Ignore the stop: an unclean stop.
     stubborn: bool,
+    /// How long it takes to stop once asked (and the semaphore's owners were read).
+    linger: Duration,
 }
 
 impl Service for Worker<MemoryStore> {
@@ -62,6 +66,14 @@ impl Service for Worker<MemoryStore> {
         if self.stubborn {
             std::future::pending::<()>().await;
         }
+        tokio::time::sleep(self.linger).await;
+        let owners = self
+            .coordination
+            .describe("work")
+            .await
+            .map(|d| d.owners.iter().map(|owner| owner.session).collect())
+            .ok();
+        *self.seen.owners_at_end.lock().unwrap() = owners;
         Ok(())
     }
 }
@@ -72,6 +84,7 @@ fn worker(coordination: &Coordination<MemoryStore>, seen: &Seen, stubborn: bool)
             seen: seen.clone(),
             coordination: coordination.clone(),
             stubborn,
+            linger: Duration::ZERO,
         })
         .expect("one service")
 }
@@ -210,4 +223,48 @@ async fn an_unclean_stop_leaves_the_grant_held() {
         1,
         "the killer fired at the deadline"
     );
+}
+
+/// Dropping `serve` (its caller's `select!` or timeout) does not release the grant beside a
+/// service that is still stopping: the service is asked to stop, and the units go back only
+/// once it returned; no waiter is granted them before.
+// covers: Sem.ServeOrder
+#[tokio::test(start_paused = true)]
+async fn a_dropped_serve_releases_the_grant_only_after_its_services_stopped() {
+    let store = MemoryStore::new();
+    let killer = TestKiller::new();
+    let coordination = common::coordination(&store, 1, &killer).await;
+    let other = common::coordination(&store, 2, &killer).await;
+    coordination.create("work", 1, Vec::new()).await.unwrap();
+    let grant = coordination
+        .acquire("work", AcquireOptions::new(1))
+        .await
+        .unwrap()
+        .expect("fits");
+    let seen = Seen::default();
+    let services = Services::new()
+        .with(Worker {
+            seen: seen.clone(),
+            coordination: coordination.clone(),
+            stubborn: false,
+            linger: Duration::from_secs(1),
+        })
+        .expect("one service");
+    let serve = grant.serve(services, ServeTimeouts::default(), std::future::pending());
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), serve).await;
+    assert!(gave_up.is_err(), "still serving when dropped");
+    let waiter = other
+        .acquire(
+            "work",
+            AcquireOptions::new(1).timeout(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap()
+        .expect("granted once the units are back");
+    assert_eq!(
+        *seen.owners_at_end.lock().unwrap(),
+        Some(vec![coordination.session().key()]),
+        "the units were still ours alone when the service returned"
+    );
+    drop(waiter);
 }

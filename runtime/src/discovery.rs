@@ -18,6 +18,10 @@ pub struct SlotHolder {
 /// Reads slots `1..=slots` one by one, each call under `timeout`. A slot whose read fails ends
 /// the walk with that error: a partial table would look like free slots. At most
 /// [`SLOTS_MAX`] slots are read.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only reads; dropping the future leaves nothing behind.
 pub async fn leaders<S: LeaseStore>(
     store: &S,
     slots: u32,

@@ -357,7 +357,7 @@ impl<S: LeaseStore> Driver<S> {
                 VvmEvent::ServiceFailed { now, index }
             }
             Some(Report::Stopped { clean }) => {
-                if let Some(pipeline) = self.pipeline.take() {
+                if let Some(mut pipeline) = self.pipeline.take() {
                     pipeline.join().await;
                 }
                 // Published with the transition it causes (see `feed`).
@@ -367,7 +367,7 @@ impl<S: LeaseStore> Driver<S> {
             // without that report means its task vanished (a panic). Its services were
             // aborted as it unwound; nothing of that stop can be vouched for.
             None => {
-                if let Some(pipeline) = self.pipeline.take() {
+                if let Some(mut pipeline) = self.pipeline.take() {
                     pipeline.join().await;
                 }
                 tracing::error!("the service pipeline ended without reporting; services aborted");

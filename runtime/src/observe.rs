@@ -241,7 +241,9 @@ impl<S: LeaseStore> Observer<S> {
     /// leaves the observer usable: the next call looks again (and reports what changed since
     /// the last successful look).
     ///
-    /// Cancel-safe: dropping the future (a `select!` or a timeout) loses no change; the next
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future (a `select!` or a timeout) loses no change; the next
     /// call reports it.
     pub async fn next(&mut self) -> Result<HolderChange, StoreError> {
         loop {

@@ -76,10 +76,17 @@ impl Pipeline {
         self.reports.recv().await
     }
 
+    /// Takes the reports to come, for whoever waits for the services after the pipeline's
+    /// owner is gone; this pipeline reports nothing more.
+    pub(crate) fn take_reports(&mut self) -> mpsc::Receiver<Report> {
+        let (_, none) = mpsc::channel(1);
+        std::mem::replace(&mut self.reports, none)
+    }
+
     /// Waits for the pipeline task itself, after [`Report::Stopped`].
-    pub(crate) async fn join(self) {
+    pub(crate) async fn join(&mut self) {
         // The task only sends and returns after `Stopped`; a panic there is already logged.
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
     }
 }
 

@@ -108,6 +108,11 @@ impl KillDeadlines {
     /// Waits until another deadline is armed and returns it; `None` once the VVM is gone. A
     /// disarmed deadline (after the release) is not reported: the last armed one stays the
     /// bound for whatever still runs.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the reader moves on only when a deadline is returned; a deadline armed while no
+    /// call waited is returned by the next call.
     pub async fn changed(&mut self) -> Option<Instant> {
         let last = self.last;
         let status = self
@@ -128,6 +133,10 @@ pub struct ShutdownSignal {
 
 impl ShutdownSignal {
     /// Waits until the stop is asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a stop asked stays asked; the next call resolves at once.
     pub async fn requested(&mut self) {
         // The pipeline cancels the token when it asks, and when it is dropped.
         self.token.cancelled().await;
@@ -148,6 +157,10 @@ pub struct LossSignal {
 impl LossSignal {
     /// Waits until leadership is lost. Pending forever for a VVM that shuts down without a
     /// loss, until the VVM is gone.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a loss stays a loss; the next call resolves at once.
     pub async fn occurred(&mut self) {
         // An error means the driver is gone: nothing will lead for these services any more.
         let _ = self.rx.wait_for(|status| status.lost).await;

@@ -76,6 +76,11 @@ impl VvmSubscription {
     /// Waits for the next change and returns the state after it; `None` once the VVM's driver
     /// is gone and nothing will change any more (its last state stays readable by
     /// [`current`](Self::current)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a change made while no call waited is not lost; the next call returns the state
+    /// after it.
     pub async fn changed(&mut self) -> Option<VvmSnapshot> {
         self.status.changed().await.ok()?;
         Some(VvmSnapshot::of(&self.status.borrow_and_update()))

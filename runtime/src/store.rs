@@ -262,6 +262,14 @@ pub type SlotChange = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// Each operation is atomic in the store (one transaction; no check-then-write across calls).
 /// Implementations do not time out by themselves necessarily: the runtime puts every call under
 /// its own timeout and treats expiry as [`StoreError::Unknown`].
+///
+/// # Cancel safety
+///
+/// A call's future dropped before it answered may or may not have applied its write (the same
+/// for [`SessionStore`](crate::SessionStore) and [`SemaphoreStore`](crate::SemaphoreStore)
+/// calls): a caller treats it exactly as [`StoreError::Unknown`] and learns the outcome by a
+/// read or by sending the same (idempotent) call again, as the runtime does. Implementations
+/// never leave a store half-written by a drop: each call is one transaction.
 pub trait LeaseStore: Send + Sync + 'static {
     /// Writes `value` under `key` with time-to-live `ttl` if no live record exists.
     /// `Ok(Some(revision))` when written, `Ok(None)` when a live record exists.

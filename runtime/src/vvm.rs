@@ -405,6 +405,12 @@ impl Vvm<Provided> {
     /// [`StopHandle`] asked to stop (then [`Vvm::shutdown`] awaits the end). Must run inside a
     /// tokio runtime; outside one the VVM is launched with [`VvmError::NoRuntime`] as its
     /// problem.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the VVM's handle, which asks its driver to shut down: the services
+    /// stop in order and the slot is released in the background, exactly as by
+    /// [`shutdown`](Vvm::shutdown).
     pub async fn launch(self) -> Vvm<Launched> {
         let Provided {
             config,
@@ -500,6 +506,11 @@ impl Vvm<Launched> {
 
     /// Stops the services (last first), the leadership monitor, releases the lease and returns
     /// the first problem, if any.
+    ///
+    /// # Cancel safety
+    ///
+    /// The shutdown is asked before the first await: dropping the future loses only its result; the
+    /// driver carries the shutdown through in order in the background.
     pub async fn shutdown(self) -> Result<(), VvmError> {
         let Launched {
             shutdown,

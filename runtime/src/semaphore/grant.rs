@@ -60,7 +60,7 @@ fn give_back<S>(inner: &Inner<S>, name: &SemaphoreName, holding: Option<HoldingI
 /// tried again, after pauses growing from [`RETRY_PAUSE_FIRST`] to [`RETRY_PAUSE_MAX`], until
 /// it is done or the session ends (which ends the request too). Without a runtime the
 /// request is left to end with the session.
-fn withdraw<S: SemaphoreStore + Clone>(
+pub(super) fn withdraw<S: SemaphoreStore + Clone>(
     inner: &Arc<Inner<S>>,
     name: &SemaphoreName,
     holding: Option<HoldingId>,
@@ -326,7 +326,7 @@ pub struct SemaphoreGrant<S: SemaphoreStore + Clone> {
     order_id: OrderId,
     pub(super) token: Generation,
     timeout_ms: u64,
-    holding: HoldingId,
+    pub(super) holding: HoldingId,
     /// Released, or left on purpose: the drop does nothing more.
     pub(super) done: bool,
 }
@@ -453,6 +453,12 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     /// Cancel safe: dropping the future releases the grant in the background, as dropping the
     /// grant does.
     pub async fn release(mut self) -> Result<bool, CoordinationError> {
+        self.release_in_place().await
+    }
+
+    /// [`release`](Self::release) of a grant owned by something else: marked done once the
+    /// store applied it; else the grant's drop releases it.
+    pub(super) async fn release_in_place(&mut self) -> Result<bool, CoordinationError> {
         // Not marked done before the answer: a release dropped or failed on the way leaves the
         // grant's drop to release it.
         let applied = self

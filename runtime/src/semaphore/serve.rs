@@ -21,11 +21,13 @@
 //! other holding of the session sees it lost) — see [`ServeError::UncleanStop`].
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use vvm_core::{FencingToken, Phase, Revision, Slot};
 
+use super::grant::withdraw;
 use super::{CoordinationError, GrantEnd, SemaphoreGrant};
 use crate::clock::{Clock, TimeSource};
 use crate::error::ServiceError;
@@ -130,8 +132,15 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     /// assert!(coordination.describe("workers").await?.owners.is_empty()); // released
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future (a `select!`, a timeout) before it returned does not release the
+    /// grant beside running services: they are asked to stop, and the grant is released in the
+    /// background once each returned by itself (after an unclean stop the session is
+    /// abandoned, as `serve` would). No other owner is granted these units meanwhile.
     pub async fn serve(
-        mut self,
+        self,
         services: Services,
         timeouts: ServeTimeouts,
         stop: impl Future<Output = ()>,
@@ -162,13 +171,27 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
             stop: timeouts.stop,
         };
         tracing::info!(semaphore = %self.name, token = self.token.0, "starting services under the grant");
-        let mut pipeline = Pipeline::start(services, tenure_rx, timeouts);
+        let pipeline = Pipeline::start(services, tenure_rx, timeouts);
+        // From here the grant is released only once the services stopped, even if this future
+        // is dropped on the way (see `Serving`).
+        let mut serving = Serving {
+            grant: self,
+            pipeline,
+            tenure,
+            finished: false,
+        };
         let mut problem: Option<ServeError> = None;
         let mut stopping = false;
         // The deadline stream ends with the session's task; then the last one stays the bound.
         let mut deadlines_open = true;
         let clean = {
-            let ended = self.ended();
+            let Serving {
+                grant,
+                pipeline,
+                tenure,
+                ..
+            } = &mut serving;
+            let ended = grant.ended();
             tokio::pin!(ended, stop);
             let mut grant_over = false;
             loop {
@@ -192,7 +215,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
                     },
                     end = &mut ended, if !grant_over => {
                         grant_over = true;
-                        tracing::warn!(semaphore = %self.name, ?end, "the grant ended: stopping the services");
+                        tracing::warn!(semaphore = %grant.name, ?end, "the grant ended: stopping the services");
                         // First the token goes (services see the loss), then the stop.
                         tenure.send_modify(|status| {
                             status.lost = true;
@@ -203,7 +226,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
                         pipeline.stop();
                     }
                     () = &mut stop, if !stopping => {
-                        tracing::info!(semaphore = %self.name, "stopping the services under the grant");
+                        tracing::info!(semaphore = %grant.name, "stopping the services under the grant");
                         tenure.send_modify(|status| status.stopping = true);
                         stopping = true;
                         pipeline.stop();
@@ -222,21 +245,23 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
                 }
             }
         };
-        pipeline.join().await;
-        tenure.send_modify(|status| {
+        serving.pipeline.join().await;
+        serving.finished = true;
+        serving.tenure.send_modify(|status| {
             status.services_running = false;
             status.running = false;
         });
+        let grant = &mut serving.grant;
         if !clean {
-            tracing::error!(semaphore = %self.name, "a service did not stop cleanly: the grant is left to end with the session");
+            tracing::error!(semaphore = %grant.name, "a service did not stop cleanly: the grant is left to end with the session");
             // Not released and not detached: the units stay taken. The session is abandoned —
             // no keepalive any more, not closed — so its kill deadline stays where it is and
             // ends the process, as a VVM's unclean stop does.
-            self.done = true;
-            self.inner.session.abandon();
+            grant.done = true;
+            grant.inner.session.abandon();
             return Err(ServeError::UncleanStop);
         }
-        match self.release().await {
+        match grant.release_in_place().await {
             Ok(released) => {
                 tracing::info!(released, "grant released after the services stopped");
             }
@@ -250,5 +275,58 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
             // problem, and the first one is what the caller learns.
             Some(problem) => Err(problem),
         }
+    }
+}
+
+/// A grant whose services run. Dropped before they stopped — the caller of
+/// [`SemaphoreGrant::serve`] gave up on it (a `select!`, a timeout) — it finishes in the
+/// background what `serve` would have done: the services are asked to stop and, only once each
+/// returned by itself, the grant is released; after an unclean stop the session is abandoned
+/// (as `serve` does). So no other owner is granted these units while a service of ours may act.
+struct Serving<S: SemaphoreStore + Clone> {
+    grant: SemaphoreGrant<S>,
+    pipeline: Pipeline,
+    tenure: watch::Sender<Status>,
+    /// The services have stopped: what is left is `serve`'s to do.
+    finished: bool,
+}
+
+impl<S: SemaphoreStore + Clone> Drop for Serving<S> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        tracing::info!(semaphore = %self.grant.name, "serve was dropped: stopping the services before the grant is released");
+        self.tenure.send_modify(|status| status.stopping = true);
+        self.pipeline.stop();
+        // The grant's own drop would withdraw it now, beside services that may still act.
+        self.grant.done = true;
+        let inner = Arc::clone(&self.grant.inner);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Nobody can wait for the services: the units stay taken until the session ends,
+            // and its kill deadline ends the process.
+            inner.session.abandon();
+            return;
+        };
+        let (name, holding) = (self.grant.name.clone(), self.grant.holding);
+        let mut reports = self.pipeline.take_reports();
+        // Kept until the services stopped: they read the token and the deadline from it.
+        let tenure = std::mem::replace(&mut self.tenure, watch::channel(Status::default()).0);
+        runtime.spawn(async move {
+            let clean = loop {
+                match reports.recv().await {
+                    Some(Report::Stopped { clean }) => break clean,
+                    Some(_) => {}
+                    None => break false,
+                }
+            };
+            drop(tenure);
+            if clean {
+                withdraw(&inner, &name, Some(holding));
+            } else {
+                tracing::error!(semaphore = %name, "a service did not stop cleanly: the grant is left to end with the session");
+                inner.session.abandon();
+            }
+        });
     }
 }

@@ -143,6 +143,11 @@ impl<St: SeqStorage> Sequencer<Actualizing, St> {
     }
 
     /// Waits until the actualization ended (successfully or not; `start` tells which).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the sequencer it owns: its background task is stopped (an
+    /// unfinished actualization is simply redone by the next sequencer).
     pub async fn ready(self) -> Sequencer<Idle, St> {
         self.inner.actualization_ended().await;
         self.idle()
@@ -168,6 +173,11 @@ impl<St: SeqStorage> Sequencer<Idle, St> {
     /// What a caller refused with [`StartRefusal::ActualizationFailed`] or
     /// [`StartRefusal::Actualizing`] awaits before it tries again, instead of polling `start`:
     /// `busy.into_idle().ready().await`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the sequencer it owns: its background task is stopped (an
+    /// unfinished actualization is simply redone by the next sequencer).
     pub async fn ready(mut self) -> Sequencer<Idle, St> {
         let phase = self.inner.shared.backlog().phase();
         let failed = phase == Phase::Failed || (actualizing(phase) && self.inner.task_gone());
@@ -238,6 +248,11 @@ impl<St: SeqStorage> Sequencer<InTx, St> {
     /// The future is small and its cached path a plain function of the issuer; the path that
     /// reads storage is boxed (it allocates anyway), so that callers embedding this future in
     /// their own do not carry the storage read's state along.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a number is taken only when the future returns it; dropping it during its storage
+    /// read issues nothing, and the next call reads again.
     #[inline]
     pub fn next(&mut self, seq_id: SeqId) -> impl Future<Output = Result<Number, NextError>> + '_ {
         let mut this = Some(self);
@@ -371,6 +386,12 @@ impl<S: SeqState, St: SeqStorage> Sequencer<S, St> {
     /// [`ShutdownError::NotActualized`] when the sequencer had not caught up with the PLog
     /// (unfinished or failed actualization), [`ShutdownError::Unflushed`] when committed
     /// numbers stay unstored.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future aborts the background task and gives up the last write: numbers committed
+    /// and not yet stored are not persisted (what [`ShutdownError::Unflushed`] reports when awaited);
+    /// they are recovered from the PLog by the next sequencer's actualization.
     pub async fn shutdown(mut self) -> Result<(), ShutdownError> {
         let inner = &mut *self.inner;
         inner.issuer.abort();

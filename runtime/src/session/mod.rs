@@ -159,6 +159,11 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
     /// Opens a session of the process `value` names on `store`, with the lease, store-call
     /// timeout and keepalive timing of `lease`, and its kill deadline on `killer`. Returns once
     /// the session record is created.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the only handle of the session being opened; its task
+    /// closes the session (deleting the record it may have created) and removes its kill deadline.
     pub async fn open(
         store: S,
         lease: LeaseConfig,
@@ -237,6 +242,10 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
 
     /// Resolves when the session is lost (with why) or closed (`None`): from then on no
     /// service may act under any of its holdings.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches the session's status; an end stays an end.
     pub async fn lost(&self) -> Option<LossReason> {
         let mut status = self.shared.status.clone();
         let ended = status
@@ -260,6 +269,13 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
     /// idempotent), at most [`ACQUIRE_SENDS_MAX`] times. The record of an earlier holding of
     /// the slot that was dropped without a release is deleted first, so that the new holding's
     /// revision (its fencing token) is above it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the store answered detaches the holding being made and gives the
+    /// slot back to the handle; a record the store may still write for it is left to the session
+    /// (deleted with it), as a dropped [`Holding`]'s is. [`Elections`](crate::Elections) releases such
+    /// a slot at once; use it unless the session's lifetime bounds the leftover.
     pub async fn acquire(&self, slot: Slot) -> Result<Option<Holding<S>>, SessionError> {
         if !self.lock_slots().insert(slot) {
             return Err(SessionError::AlreadyHeld { slot: slot.0 });
@@ -346,6 +362,11 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
     /// is attached. `Ok(true)` when our record was deleted; refused with
     /// [`SessionError::HoldingsRemain`] while holdings are attached, and then the session goes
     /// on as before.
+    ///
+    /// # Cancel safety
+    ///
+    /// A close asked of the session's task is carried out whether or not the caller waits for the
+    /// answer.
     pub async fn close(&self) -> Result<bool, SessionError> {
         let (reply, answer) = oneshot::channel();
         self.shared
@@ -454,6 +475,11 @@ impl<S: SessionStore> Holding<S> {
     /// Deletes the holding's record, then detaches it. `Ok(true)` when the record was ours and
     /// deleted; `Ok(false)` when it had gone already (with its session). On an error the record
     /// is left to the session, as by a drop.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the store answered detaches the holding as a drop does: its record
+    /// is left to the session (deleted with it, or by the session's next acquire of the slot).
     pub async fn release(mut self) -> Result<bool, SessionError> {
         let expected = Lease {
             value: self.shared.value.clone(),
