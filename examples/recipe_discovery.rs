@@ -3,25 +3,29 @@
 //! (a release, or its session's end) leaves the list.
 //!
 //! ```text
-//! cargo run --example recipe_discovery
+//! cargo run --features open --example recipe_discovery [STORE-URL]    # default: memory:
+//! cargo run --features open --example recipe_discovery sqlite:/tmp/recipe_discovery.sqlite
 //! ```
 
 use std::error::Error;
 
-use vvm::adapters::MemoryStore;
+use vvm::adapters::open::open;
 use vvm::semaphore::Description;
 use vvm::{
-    AcquireOptions, Coordination, CoordinationError, Incarnation, KillerThread, LeaseConfig,
-    LeaseValue, RecordingKiller, SemaphoreError, SemaphoreStore, SessionHandle, WatchKind,
+    new_incarnation, AcquireOptions, Coordination, CoordinationError, KillerThread, LeaseConfig,
+    LeaseValue, SemaphoreError, SemaphoreStore, SessionHandle, WatchKind,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
-async fn member<S: SemaphoreStore + Clone>(store: S, n: u64) -> Result<Coordination<S>, BoxError> {
-    // A service uses `KillerThread::global()`.
-    let killer = KillerThread::new(RecordingKiller::new());
-    let value = LeaseValue::new(format!("10.0.1.{n}:8080"), Incarnation(n));
-    let session = SessionHandle::open(store, LeaseConfig::default(), value, &killer).await?;
+async fn member<S: SemaphoreStore + Clone>(
+    store: S,
+    n: u64,
+    killer: &KillerThread,
+) -> Result<Coordination<S>, BoxError> {
+    // A fresh incarnation per session: a restarted process is never mistaken for its former self.
+    let value = LeaseValue::new(format!("10.0.1.{n}:8080"), new_incarnation());
+    let session = SessionHandle::open(store, LeaseConfig::default(), value, killer).await?;
     Ok(Coordination::new(session))
 }
 
@@ -36,8 +40,11 @@ fn endpoints(description: &Description) -> Vec<String> {
 }
 
 /// Three instances register, one leaves; returns the lists a client saw.
-pub async fn run<S: SemaphoreStore + Clone>(store: S) -> Result<Vec<Vec<String>>, BoxError> {
-    let client = member(store.clone(), 9).await?;
+pub async fn run<S: SemaphoreStore + Clone>(
+    store: S,
+    killer: &KillerThread,
+) -> Result<Vec<Vec<String>>, BoxError> {
+    let client = member(store.clone(), 9, killer).await?;
     match client.create("service/api", u64::MAX, Vec::new()).await {
         Ok(()) | Err(CoordinationError::Refused(SemaphoreError::AlreadyExists(_))) => {}
         Err(error) => return Err(error.into()),
@@ -47,7 +54,7 @@ pub async fn run<S: SemaphoreStore + Clone>(store: S) -> Result<Vec<Vec<String>>
 
     let mut registrations = Vec::new();
     for n in 1..=3 {
-        let instance = member(store.clone(), n).await?;
+        let instance = member(store.clone(), n, killer).await?;
         let register = AcquireOptions::new(1)
             .data(format!("10.0.1.{n}:8080"))
             .timeout(std::time::Duration::ZERO); // granted at once: the limit never runs out
@@ -69,6 +76,13 @@ pub async fn run<S: SemaphoreStore + Clone>(store: S) -> Result<Vec<Vec<String>>
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    run(MemoryStore::new()).await?;
+    // The process-wide killer: this process ends before a session it cannot keep could let
+    // another leader act beside it.
+    let killer = KillerThread::global();
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "memory:".to_owned());
+    let store = open(&url, &LeaseConfig::default()).await?;
+    run(store, &killer).await?;
     Ok(())
 }

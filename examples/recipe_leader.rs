@@ -3,32 +3,39 @@
 //! watching its owners learns the new leader the moment it is granted.
 //!
 //! ```text
-//! cargo run --example recipe_leader
+//! cargo run --features open --example recipe_leader [STORE-URL]    # default: memory:
+//! cargo run --features open --example recipe_leader sqlite:/tmp/recipe_leader.sqlite
 //! ```
 
 use std::error::Error;
 use std::time::Duration;
 
-use vvm::adapters::MemoryStore;
+use vvm::adapters::open::open;
 use vvm::{
-    AcquireOptions, Coordination, CoordinationError, Incarnation, KillerThread, LeaseConfig,
-    LeaseValue, RecordingKiller, SemaphoreError, SemaphoreStore, SessionHandle, WatchKind,
+    new_incarnation, AcquireOptions, Coordination, CoordinationError, KillerThread, LeaseConfig,
+    LeaseValue, SemaphoreError, SemaphoreStore, SessionHandle, WatchKind,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
 /// One process's coordination: its own session on the shared store.
-async fn member<S: SemaphoreStore + Clone>(store: S, n: u64) -> Result<Coordination<S>, BoxError> {
-    // A service uses `KillerThread::global()`: its process ends if its session cannot be kept.
-    let killer = KillerThread::new(RecordingKiller::new());
-    let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
-    let session = SessionHandle::open(store, LeaseConfig::default(), value, &killer).await?;
+async fn member<S: SemaphoreStore + Clone>(
+    store: S,
+    n: u64,
+    killer: &KillerThread,
+) -> Result<Coordination<S>, BoxError> {
+    // A fresh incarnation per session: a restarted process is never mistaken for its former self.
+    let value = LeaseValue::new(format!("10.0.0.{n}:7000"), new_incarnation());
+    let session = SessionHandle::open(store, LeaseConfig::default(), value, killer).await?;
     Ok(Coordination::new(session))
 }
 
 /// Three candidates take turns leading; returns the leaders an observer saw, in order.
-pub async fn run<S: SemaphoreStore + Clone>(store: S) -> Result<Vec<String>, BoxError> {
-    let observer = member(store.clone(), 9).await?;
+pub async fn run<S: SemaphoreStore + Clone>(
+    store: S,
+    killer: &KillerThread,
+) -> Result<Vec<String>, BoxError> {
+    let observer = member(store.clone(), 9, killer).await?;
     match observer.create("leader", 1, Vec::new()).await {
         Ok(()) | Err(CoordinationError::Refused(SemaphoreError::AlreadyExists(_))) => {}
         Err(error) => return Err(error.into()),
@@ -38,7 +45,7 @@ pub async fn run<S: SemaphoreStore + Clone>(store: S) -> Result<Vec<String>, Box
 
     let mut candidates = Vec::new();
     for n in 1..=3 {
-        let coordination = member(store.clone(), n).await?;
+        let coordination = member(store.clone(), n, killer).await?;
         let (step_down, asked) = tokio::sync::oneshot::channel::<()>();
         candidates.push(step_down);
         tokio::spawn(async move {
@@ -74,6 +81,13 @@ pub async fn run<S: SemaphoreStore + Clone>(store: S) -> Result<Vec<String>, Box
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    run(MemoryStore::new()).await?;
+    // The process-wide killer: this process ends before a session it cannot keep could let
+    // another leader act beside it.
+    let killer = KillerThread::global();
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "memory:".to_owned());
+    let store = open(&url, &LeaseConfig::default()).await?;
+    run(store, &killer).await?;
     Ok(())
 }

@@ -22,6 +22,48 @@
 //! vvm.shutdown().await?; // services, monitor, then the release of the key
 //! # Ok(()) }
 //! ```
+//!
+//! **A store from a URL, for every API.** With the `open` feature, one call turns a URL
+//! (`memory:`, `sqlite:PATH`, `etcd://HOST:PORT`, `fdb:`) into a store that a [`Vvm`],
+//! [`Elections`] and [`Coordination`] all accept; clones share it:
+//!
+//! ```
+//! # #[cfg(feature = "open")]
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use vvm::adapters::open::open;
+//! use vvm::{AcquireOptions, Coordination, Elections, KillerThread, LeaseConfig, LeaseValue};
+//! use vvm::{new_incarnation, Services, SessionHandle, Slot, Vvm, VvmConfig};
+//!
+//! let lease = LeaseConfig::default();
+//! let store = open("memory:", &lease).await?; // or "sqlite:/var/lib/app/vvm.sqlite", "etcd://10.0.0.1:2379"
+//! let killer = KillerThread::global(); // ends this process before a lost lease could pass on
+//!
+//! // Services that run only while this process leads slot 1.
+//! let config = VvmConfig::builder("10.0.0.7:7000");
+//! let vvm = Vvm::provide(config, store.clone(), Services::new())?.launch().await;
+//!
+//! // A slot held without services around it.
+//! let elections = Elections::start(store.clone(), "10.0.0.7:7000", lease, &killer)?;
+//! let token = elections.acquire(Slot(2)).await?;
+//! assert_eq!(token.slot, Slot(2));
+//!
+//! // Units of a counted semaphore, held on a session.
+//! let me = LeaseValue::new("10.0.0.7:7000", new_incarnation());
+//! let session = SessionHandle::open(store.clone(), lease, me, &killer).await?;
+//! let coordination = Coordination::new(session);
+//! coordination.create("workers", 2, Vec::new()).await?;
+//! let grant = coordination.acquire("workers", AcquireOptions::new(1)).await?;
+//! assert!(grant.is_some(), "1 of 2 units");
+//!
+//! // Everything given back: the process may live on.
+//! grant.expect("granted").release().await?;
+//! coordination.session().close().await?;
+//! elections.release_all().await?;
+//! vvm.shutdown().await?;
+//! # Ok(()) }
+//! # #[cfg(not(feature = "open"))]
+//! # fn main() {}
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -16,6 +16,13 @@ mod recipe_config;
 
 use conformance::ScratchDir;
 use vvm::adapters::{MemoryStore, SqliteStore};
+use vvm::{KillerThread, RecordingKiller};
+
+/// A killer that records instead of ending the test process (the recipes' `main` uses
+/// `KillerThread::global()`).
+fn killer() -> KillerThread {
+    KillerThread::new(RecordingKiller::new())
+}
 
 fn sqlite(dir: &ScratchDir) -> SqliteStore {
     SqliteStore::open(dir.file("store.sqlite")).expect("the store opens")
@@ -27,10 +34,14 @@ const LEADERS: [&str; 3] = ["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"];
 // covers: Sem.Store.Wait, Sem.Store.Watch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_election_on_memory_and_sqlite() {
-    let seen = recipe_leader::run(MemoryStore::new()).await.expect("runs");
+    let seen = recipe_leader::run(MemoryStore::new(), &killer())
+        .await
+        .expect("runs");
     assert_eq!(seen, LEADERS);
     let dir = ScratchDir::new("vvm-recipe-leader");
-    let seen = recipe_leader::run(sqlite(&dir)).await.expect("runs");
+    let seen = recipe_leader::run(sqlite(&dir), &killer())
+        .await
+        .expect("runs");
     assert_eq!(seen, LEADERS);
 }
 
@@ -42,8 +53,8 @@ async fn service_discovery_on_memory_and_sqlite() {
     for store in ["memory", "sqlite"] {
         let dir = ScratchDir::new("vvm-recipe-discovery");
         let seen = match store {
-            "memory" => recipe_discovery::run(MemoryStore::new()).await,
-            _ => recipe_discovery::run(sqlite(&dir)).await,
+            "memory" => recipe_discovery::run(MemoryStore::new(), &killer()).await,
+            _ => recipe_discovery::run(sqlite(&dir), &killer()).await,
         }
         .expect("runs");
         assert_eq!(
@@ -64,9 +75,13 @@ async fn service_discovery_on_memory_and_sqlite() {
 // covers: Sem.Store.Watch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configuration_on_memory_and_sqlite() {
-    let ended = recipe_config::run(MemoryStore::new()).await.expect("runs");
+    let ended = recipe_config::run(MemoryStore::new(), &killer())
+        .await
+        .expect("runs");
     assert_eq!(ended, ["v3", "v3", "v3"]);
     let dir = ScratchDir::new("vvm-recipe-config");
-    let ended = recipe_config::run(sqlite(&dir)).await.expect("runs");
+    let ended = recipe_config::run(sqlite(&dir), &killer())
+        .await
+        .expect("runs");
     assert_eq!(ended, ["v3", "v3", "v3"]);
 }

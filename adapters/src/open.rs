@@ -29,7 +29,10 @@ pub use files::{ParameterFile, PemKind};
 /// Largest secret or certificate file read for a store URL, in bytes.
 pub const FILE_MAX_BYTES: u64 = 1024 * 1024;
 
-/// Any store this build can open; a [`LeaseStore`] by delegation to the one inside.
+/// Any store this build can open; a [`LeaseStore`] by delegation to the one inside. Cloning
+/// shares the store (its connection, file or client), as cloning the store inside does, so one
+/// `AnyStore` serves a `Vvm`, `Elections`, `Coordination` and a `SessionHandle` alike.
+#[derive(Clone)]
 #[non_exhaustive]
 pub enum AnyStore {
     /// `memory:` — this process only.
@@ -364,11 +367,12 @@ fn refuse_special_file(path: &std::path::Path) -> Result<(), OpenError> {
 }
 
 /// A FoundationDB store and the network thread it runs on. Fields drop in order: the store
-/// first, then the guard that stops the network.
+/// first, then the guard that stops the network (shared by clones: the last one stops it).
 #[cfg(feature = "foundationdb")]
+#[derive(Clone)]
 pub struct FdbHandle {
     store: crate::foundationdb::FdbStore,
-    _network: crate::foundationdb::NetworkAutoStop,
+    _network: std::sync::Arc<crate::foundationdb::NetworkAutoStop>,
 }
 
 /// Opens the `fdb:` store `url` names on the network thread that `network` guards (started
@@ -393,7 +397,7 @@ pub fn open_fdb(
     .map_err(OpenError::Fdb)?;
     Ok(AnyStore::Fdb(Box::new(FdbHandle {
         store,
-        _network: network,
+        _network: std::sync::Arc::new(network),
     })))
 }
 
