@@ -65,6 +65,7 @@
 //! # fn main() {}
 //! ```
 #![forbid(unsafe_code)]
+#![deny(missing_debug_implementations)]
 #![deny(missing_docs)]
 
 pub use vvm_core;

@@ -227,3 +227,54 @@ async fn observers_see_the_holder_stopping_from_the_request_to_stop_until_the_re
     assert_eq!(journal.entries(), ["asked to stop", "stopped"]);
     assert_eq!(shutdown.await.unwrap(), Ok(()));
 }
+
+/// The next item of any change feed, through its `Stream` implementation alone.
+async fn next_item<T: vvm::Stream + Unpin>(feed: &mut T) -> Option<T::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *feed).poll_next(cx)).await
+}
+
+// covers: Rt.Streams
+/// Every change feed a user reads is a `Stream` with the same answers as its own `next`: a
+/// VVM's subscription (which ends with the driver), an observer of slots and a semaphore's watch.
+#[tokio::test(start_paused = true)]
+async fn every_change_feed_is_a_stream() {
+    let (store, killer, journal) = (MemoryStore::new(), TestKiller::new(), Journal::default());
+    let vvm = Vvm::provide(config("a", 1), store.clone(), services(&journal))
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    let token = vvm.token().expect("leads");
+
+    let mut observer = observe(Arc::new(store.clone()), &[SLOT], ObserveOptions::default())
+        .expect("valid options");
+    let first = next_item(&mut observer).await.expect("never ends").unwrap();
+    assert_eq!(first.holder.map(|holder| holder.token), Some(token));
+
+    let coordination = common::coordination(&store, 2, &killer).await;
+    coordination
+        .create("config", 1, b"v1".to_vec())
+        .await
+        .unwrap();
+    let mut watch = coordination.watch("config", vvm::WatchKind::DATA).unwrap();
+    let now = next_item(&mut watch).await.expect("never ends").unwrap();
+    assert_eq!(now.data, b"v1");
+    coordination
+        .update_data("config", b"v2".to_vec())
+        .await
+        .unwrap();
+    let changed = next_item(&mut watch).await.expect("never ends").unwrap();
+    assert_eq!(changed.data, b"v2");
+
+    let mut states = vvm.subscribe();
+    let shutdown = tokio::spawn(vvm.shutdown());
+    let mut last = None;
+    while let Some(state) = tokio::time::timeout(HANG_GUARD, next_item(&mut states))
+        .await
+        .expect("the subscription ends with the driver")
+    {
+        last = Some(state);
+    }
+    assert!(last.expect("states after the shutdown began").finished);
+    assert_eq!(shutdown.await.unwrap(), Ok(()));
+}

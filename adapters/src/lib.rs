@@ -29,6 +29,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![deny(missing_debug_implementations)]
 #![deny(missing_docs)]
 
 #[cfg(feature = "memory")]

@@ -53,6 +53,7 @@
 //! assert!(out.iter().any(|e| matches!(e, Effect::StartServices { .. })));
 //! ```
 #![forbid(unsafe_code)]
+#![deny(missing_debug_implementations)]
 #![deny(missing_docs)]
 
 mod config;

@@ -44,6 +44,7 @@
 //! assert_eq!(services.len(), 2); // started in this order, stopped in reverse
 //! ```
 #![forbid(unsafe_code)]
+#![deny(missing_debug_implementations)]
 #![deny(missing_docs)]
 
 mod backoff;
@@ -72,6 +73,7 @@ pub mod session_store;
 mod snapshot;
 mod status;
 pub mod store;
+mod stream;
 mod vvm;
 
 pub use backoff::jittered_backoff;
@@ -107,6 +109,7 @@ pub use snapshot::{VvmSnapshot, VvmSubscription};
 pub use store::{
     CallTimedOut, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,
 };
+pub use stream::Stream;
 pub use vvm::{
     new_incarnation, IntoVvmConfig, Launched, ProblemFuture, Provided, StopHandle, Vvm, VvmState,
 };

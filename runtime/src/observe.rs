@@ -48,12 +48,15 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use vvm_core::{FencingToken, Slot, SLOTS_MAX};
 
 use crate::store::{CallTimedOut, LeaseStore, LeaseValue, SlotChange, StoreError};
+use crate::stream::{Pump, Stream};
 
 /// Shortest resync interval accepted: a shorter one would turn observing into busy polling.
 pub const RESYNC_MIN: Duration = Duration::from_millis(10);
@@ -133,8 +136,23 @@ pub struct HolderChange {
     pub holder: Option<Holder>,
 }
 
-/// A stream of [`HolderChange`]s for a set of slots; see the [module docs](self).
+/// A stream of [`HolderChange`]s for a set of slots (a [`Stream`] that never ends: a failed look
+/// is answered with its error and the next one looks again); see the [module docs](self).
 pub struct Observer<S: LeaseStore> {
+    slots: Vec<Slot>,
+    pump: Pump<Looking<S>, Result<HolderChange, StoreError>>,
+}
+
+impl<S: LeaseStore> std::fmt::Debug for Observer<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("slots", &self.slots)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an observer knows between two answers.
+struct Looking<S: LeaseStore> {
     store: Arc<S>,
     slots: Vec<Slot>,
     options: ObserveOptions,
@@ -203,7 +221,7 @@ pub fn observe<S: LeaseStore>(
     if options.call_timeout.is_zero() {
         return Err(ObserveError::ZeroCallTimeout);
     }
-    Ok(Observer {
+    let looking = Looking {
         store,
         slots: slots.to_vec(),
         options,
@@ -214,6 +232,15 @@ pub fn observe<S: LeaseStore>(
         feed: None,
         next_expiry: None,
         last_look: None,
+    };
+    Ok(Observer {
+        slots: slots.to_vec(),
+        pump: Pump::new(looking, |mut looking| {
+            Box::pin(async move {
+                let answer = looking.next().await;
+                (looking, Some(answer))
+            })
+        }),
     })
 }
 
@@ -224,8 +251,47 @@ impl<S: LeaseStore> Observer<S> {
     }
 
     /// How the holder last seen on `slot` went away, judged when a look found it gone: meant
-    /// for right after [`next`](Self::next) reported `slot` free.
+    /// for right after [`next`](Self::next) reported `slot` free. [`Departure::Unknown`] while
+    /// a look is under way (one whose `next` was dropped before it answered).
     pub fn departure(&self, slot: Slot) -> Departure {
+        self.pump
+            .state()
+            .map_or(Departure::Unknown, |looking| looking.departure(slot))
+    }
+
+    /// The next change. The first answers are the state of every slot, in the order given to
+    /// [`observe`]; then one answer per change of holder. A failed look returns its error and
+    /// leaves the observer usable: the next call looks again (and reports what changed since
+    /// the last successful look). The same answers as the observer's [`Stream`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future (a `select!` or a timeout) loses no change; the look it
+    /// began goes on with the next call, which answers it.
+    pub async fn next(&mut self) -> Result<HolderChange, StoreError> {
+        match self.pump.next().await {
+            Some(answer) => answer,
+            // The step always answers: an observer never ends by itself.
+            None => Err(StoreError::unknown(ObserverEnded)),
+        }
+    }
+}
+
+impl<S: LeaseStore> Stream for Observer<S> {
+    type Item = Result<HolderChange, StoreError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().pump.poll_next(cx)
+    }
+}
+
+/// An observer asked for an answer after it ended (which it never does by itself).
+#[derive(Debug, thiserror::Error)]
+#[error("the observer ended")]
+struct ObserverEnded;
+
+impl<S: LeaseStore> Looking<S> {
+    fn departure(&self, slot: Slot) -> Departure {
         let Some(index) = self.slots.iter().position(|&s| s == slot) else {
             return Departure::Unknown;
         };
@@ -236,16 +302,8 @@ impl<S: LeaseStore> Observer<S> {
         }
     }
 
-    /// The next change. The first answers are the state of every slot, in the order given to
-    /// [`observe`]; then one answer per change of holder. A failed look returns its error and
-    /// leaves the observer usable: the next call looks again (and reports what changed since
-    /// the last successful look).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future (a `select!` or a timeout) loses no change; the next
-    /// call reports it.
-    pub async fn next(&mut self) -> Result<HolderChange, StoreError> {
+    /// One answer of the observer.
+    async fn next(&mut self) -> Result<HolderChange, StoreError> {
         loop {
             if let Some(change) = self.pending.pop_front() {
                 return Ok(change);
@@ -289,7 +347,7 @@ impl<S: LeaseStore> Observer<S> {
         let mut next_expiry: Option<Duration> = None;
         let started = tokio::time::Instant::now();
         for (index, &slot) in self.slots.iter().enumerate() {
-            let holder = self.read(slot).await?;
+            let holder = read(&*self.store, self.options.call_timeout, slot).await?;
             match holder.as_ref().map(|holder| holder.time_left) {
                 Some(Some(left)) => {
                     let wake = left.saturating_add(EXPIRY_MARGIN);
@@ -325,34 +383,39 @@ impl<S: LeaseStore> Observer<S> {
         }
         Ok(())
     }
+}
 
-    async fn read(&self, slot: Slot) -> Result<Option<Holder>, StoreError> {
-        let timeout = self.options.call_timeout;
-        let late = |call: &'static str| {
-            StoreError::unknown(CallTimedOut {
-                call,
-                slot: slot.0,
-                timeout,
-            })
-        };
-        let lease = tokio::time::timeout(timeout, self.store.get(slot))
-            .await
-            .map_err(|_| late("reading"))??;
-        let Some(lease) = lease else {
-            return Ok(None);
-        };
-        let time_left = tokio::time::timeout(timeout, self.store.time_left(slot))
-            .await
-            .map_err(|_| late("reading the time left"))??;
-        Ok(Some(Holder {
-            token: FencingToken {
-                slot,
-                revision: lease.revision,
-            },
-            value: lease.value,
-            time_left,
-        }))
-    }
+/// Reads `slot`'s holder and its time left, each call under `timeout`. (A function of its own:
+/// the observer's state, which holds the feed's future, need not be shared across the await.)
+async fn read<S: LeaseStore>(
+    store: &S,
+    timeout: Duration,
+    slot: Slot,
+) -> Result<Option<Holder>, StoreError> {
+    let late = |call: &'static str| {
+        StoreError::unknown(CallTimedOut {
+            call,
+            slot: slot.0,
+            timeout,
+        })
+    };
+    let lease = tokio::time::timeout(timeout, store.get(slot))
+        .await
+        .map_err(|_| late("reading"))??;
+    let Some(lease) = lease else {
+        return Ok(None);
+    };
+    let time_left = tokio::time::timeout(timeout, store.time_left(slot))
+        .await
+        .map_err(|_| late("reading the time left"))??;
+    Ok(Some(Holder {
+        token: FencingToken {
+            slot,
+            revision: lease.revision,
+        },
+        value: lease.value,
+        time_left,
+    }))
 }
 
 #[cfg(test)]

@@ -1,11 +1,15 @@
 //! A launched VVM's own state as a stream: [`Vvm::subscribe`](crate::Vvm::subscribe).
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use tokio::sync::watch;
 use vvm_core::{FencingToken, Instant, Phase};
 
 use crate::error::VvmError;
 use crate::services::valid_token;
 use crate::status::Status;
+use crate::stream::{Pump, Stream};
 
 /// A VVM's state at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,14 +62,43 @@ impl VvmSnapshot {
 /// }
 /// # }
 /// ```
-#[derive(Clone, Debug)]
 pub struct VvmSubscription {
+    /// For [`current`](VvmSubscription::current), which reads and never marks.
     status: watch::Receiver<Status>,
+    pump: Pump<watch::Receiver<Status>, VvmSnapshot>,
+}
+
+impl std::fmt::Debug for VvmSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VvmSubscription")
+            .field("current", &self.current())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Another subscriber, from the state now.
+impl Clone for VvmSubscription {
+    fn clone(&self) -> Self {
+        VvmSubscription::new(self.status.clone())
+    }
 }
 
 impl VvmSubscription {
     pub(crate) fn new(status: watch::Receiver<Status>) -> Self {
-        VvmSubscription { status }
+        let mut changes = status.clone();
+        changes.mark_unchanged();
+        VvmSubscription {
+            status,
+            pump: Pump::new(changes, |mut changes| {
+                Box::pin(async move {
+                    let snapshot = match changes.changed().await {
+                        Ok(()) => Some(VvmSnapshot::of(&changes.borrow_and_update())),
+                        Err(_) => None,
+                    };
+                    (changes, snapshot)
+                })
+            }),
+        }
     }
 
     /// The state now.
@@ -75,14 +108,22 @@ impl VvmSubscription {
 
     /// Waits for the next change and returns the state after it; `None` once the VVM's driver
     /// is gone and nothing will change any more (its last state stays readable by
-    /// [`current`](Self::current)).
+    /// [`current`](Self::current)). The same answers as the subscription's [`Stream`], which
+    /// ends then.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a change made while no call waited is not lost; the next call returns the state
-    /// after it.
+    /// Cancel safe: a change made while no call waited is not lost; the next call returns the
+    /// state after it.
     pub async fn changed(&mut self) -> Option<VvmSnapshot> {
-        self.status.changed().await.ok()?;
-        Some(VvmSnapshot::of(&self.status.borrow_and_update()))
+        self.pump.next().await
+    }
+}
+
+impl Stream for VvmSubscription {
+    type Item = VvmSnapshot;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().pump.poll_next(cx)
     }
 }

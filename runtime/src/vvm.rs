@@ -179,6 +179,32 @@ pub struct Vvm<S: VvmState> {
     state: S,
 }
 
+impl std::fmt::Debug for Provided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provided")
+            .field("address", &self.config.address())
+            .field("services", &self.services.names())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Launched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = self.status.borrow();
+        f.debug_struct("Launched")
+            .field("phase", &status.phase)
+            .field("token", &valid_token(&status))
+            .field("problem", &status.problem)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: VvmState + std::fmt::Debug> std::fmt::Debug for Vvm<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Vvm").field(&self.state).finish()
+    }
+}
+
 /// A configuration, or what builds one.
 pub trait IntoVvmConfig {
     /// The validated configuration.

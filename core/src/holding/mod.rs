@@ -106,6 +106,7 @@ pub struct Acquire {
 }
 
 /// The statig context: the caller's effect buffer and the notices of this event.
+#[derive(Debug)]
 pub struct Ctx<'a> {
     out: &'a mut Effects,
     notices: Notices,

@@ -145,6 +145,7 @@ pub(crate) struct Notices {
 }
 
 /// The statig context: the caller's effect buffer and the notices of this event.
+#[derive(Debug)]
 pub struct Ctx<'a> {
     out: &'a mut Effects,
     notices: Notices,

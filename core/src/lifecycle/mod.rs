@@ -260,6 +260,7 @@ pub struct Shared {
 /// The statig context: the caller's effect buffer, the embedded leadership machine, and the
 /// notices of an event the leadership already handled on the fast path (see
 /// [`Lifecycle::handle`]), which the state handler takes instead of forwarding the event again.
+#[derive(Debug)]
 pub struct Cx<'a> {
     out: &'a mut Effects,
     leadership: &'a mut Leadership,

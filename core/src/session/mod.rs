@@ -158,6 +158,7 @@ pub struct Liveness {
 }
 
 /// The statig context: the caller's effect buffer and the number of holdings attached.
+#[derive(Debug)]
 pub struct Ctx<'a> {
     out: &'a mut SessionEffects,
     holdings: u32,

@@ -1,11 +1,14 @@
 //! Watches: snapshots of a semaphore as its data or owners change, ending at the latest state.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use vvm_core::semaphore::{Description, SemaphoreName};
 
 use super::{expiry_look, CoordinationError, Inner};
 use crate::semaphore_store::{SemaphoreChange, SemaphoreRequest, SemaphoreStore};
+use crate::stream::{Pump, Stream};
 
 /// What a [`Watch`] reports a change of.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -66,6 +69,13 @@ impl WatchKind {
 /// ([`CoordinationError::NotFound`])
 /// or the session ends ([`CoordinationError::Session`]).
 pub struct Watch<S: SemaphoreStore + Clone> {
+    name: SemaphoreName,
+    kind: WatchKind,
+    pump: Pump<Looking<S>, Result<Description, CoordinationError>>,
+}
+
+/// What a watch knows between two answers.
+struct Looking<S: SemaphoreStore + Clone> {
     inner: Arc<Inner<S>>,
     name: SemaphoreName,
     kind: WatchKind,
@@ -85,13 +95,23 @@ impl<S: SemaphoreStore + Clone> std::fmt::Debug for Watch<S> {
 
 impl<S: SemaphoreStore + Clone> Watch<S> {
     pub(super) fn new(inner: Arc<Inner<S>>, name: SemaphoreName, kind: WatchKind) -> Self {
-        Watch {
+        let looking = Looking {
             inner,
-            name,
+            name: name.clone(),
             kind,
             last: None,
             change: None,
             look: None,
+        };
+        Watch {
+            name,
+            kind,
+            pump: Pump::new(looking, |mut looking| {
+                Box::pin(async move {
+                    let answer = looking.next().await;
+                    (looking, Some(answer))
+                })
+            }),
         }
     }
 
@@ -101,14 +121,34 @@ impl<S: SemaphoreStore + Clone> Watch<S> {
     }
 
     /// The next snapshot: the state now on the first call, then the latest state once it
-    /// differs from the last snapshot answered in what the kind watches.
+    /// differs from the last snapshot answered in what the kind watches. The same answers as
+    /// the watch's [`Stream`] (which never ends: an error is answered and the watch goes on).
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future (a `timeout`, a `select!`) loses no change. A wait
-    /// dropped keeps its subscription; a read dropped (or failed) leaves none, and the next
-    /// call reads at once.
+    /// Cancel safe: dropping the future (a `timeout`, a `select!`) loses no change. The look
+    /// it began goes on with the next call (or the stream), which answers it.
     pub async fn next(&mut self) -> Result<Description, CoordinationError> {
+        match self.pump.next().await {
+            Some(answer) => answer,
+            // The step always answers: the watch never ends by itself.
+            None => Err(CoordinationError::NotFound(self.name.clone())),
+        }
+    }
+}
+
+impl<S: SemaphoreStore + Clone> Stream for Watch<S> {
+    type Item = Result<Description, CoordinationError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().pump.poll_next(cx)
+    }
+}
+
+impl<S: SemaphoreStore + Clone> Looking<S> {
+    /// One answer of the watch. A read dropped (or failed) leaves no wait armed, so the next
+    /// call reads at once.
+    async fn next(&mut self) -> Result<Description, CoordinationError> {
         let store = self.inner.session.store();
         loop {
             if let (Some(change), Some(_)) = (self.change.as_mut(), self.last.as_ref()) {
