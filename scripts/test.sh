@@ -82,7 +82,7 @@ main() {
   # type-checked and linted (the store, its tests and the host binary's `fdb:` URLs); the live
   # conformance suite runs only against a cluster named by FDB_CLUSTER_FILE (with libfdb_c installed).
   # (etcd's TLS is built and tested with `cli`.)
-  cargo clippy -p vvm -p vvm-adapters --no-default-features --features vvm/cli,vvm/foundationdb,vvm-adapters/foundationdb --tests --bins -- -D warnings
+  cargo clippy -p vvm -p vvm-adapters -p vvm-sequencer --no-default-features --features vvm/cli,vvm/foundationdb,vvm-adapters/foundationdb,vvm-sequencer/foundationdb --lib --tests --bins -- -D warnings
   if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
     cargo test -p vvm --no-default-features --features foundationdb --test conformance_fdb
   else

@@ -18,7 +18,13 @@ use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
 /// Crates whose error types are checked.
-const ROOTS: [&str; 4] = ["core/src", "runtime/src", "adapters/src", "src"];
+const ROOTS: [&str; 5] = [
+    "core/src",
+    "runtime/src",
+    "adapters/src",
+    "sequencer/src",
+    "src",
+];
 /// Field names that hold why something failed.
 const CAUSE_NAMES: [&str; 4] = ["reason", "cause", "error", "message"];
 /// Fields allowed to hold text under a cause name, with why.

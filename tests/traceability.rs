@@ -8,7 +8,15 @@ use std::path::{Path, PathBuf};
 
 /// Folders whose `.rs` files may carry `covers:` lines.
 const CODE_ROOTS: &[&str] = &[
-    "core", "runtime", "adapters", "sim", "src", "tests", "benches", "examples",
+    "core",
+    "runtime",
+    "adapters",
+    "sim",
+    "sequencer",
+    "src",
+    "tests",
+    "benches",
+    "examples",
 ];
 /// The marker that opens a coverage line.
 const COVERS: &str = "covers:";

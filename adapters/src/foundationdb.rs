@@ -107,6 +107,12 @@ impl FdbKv {
 /// A transaction of [`FdbKv`].
 pub struct FdbTx(Transaction);
 
+impl std::fmt::Debug for FdbTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdbTx").finish_non_exhaustive()
+    }
+}
+
 impl TxKv for FdbKv {
     type Tx = FdbTx;
 

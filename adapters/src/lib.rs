@@ -38,11 +38,6 @@ pub mod memory;
 #[cfg(feature = "memory")]
 pub use memory::{MemoryStore, MemoryStoreError};
 
-#[cfg(feature = "memory")]
-pub mod seq_memory;
-#[cfg(feature = "sqlite")]
-pub mod seq_sqlite;
-
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "etcd")]
@@ -60,10 +55,6 @@ pub mod url;
 #[cfg(feature = "open")]
 pub mod open;
 
-#[cfg(feature = "txkv")]
-pub mod seq_txkv;
-#[cfg(feature = "txkv")]
-mod seq_txkv_codec;
 #[cfg(feature = "txkv")]
 pub mod txkv;
 

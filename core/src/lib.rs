@@ -63,7 +63,6 @@ pub mod leadership;
 pub mod lifecycle;
 mod renewal;
 pub mod semaphore;
-pub mod sequencer;
 pub mod session;
 mod time;
 

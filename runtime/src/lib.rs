@@ -66,7 +66,6 @@ mod refusals;
 mod semaphore;
 pub mod semaphore_names;
 pub mod semaphore_store;
-pub mod sequencer;
 pub mod services;
 pub mod session;
 pub mod session_store;

@@ -1,4 +1,4 @@
-use vvm_runtime::sequencer::SeqState;
+use vvm_sequencer::SeqState;
 
 struct Committed;
 

@@ -1,5 +1,5 @@
-use vvm_core::sequencer::SeqId;
-use vvm_runtime::sequencer::{Idle, SeqStorage, Sequencer};
+use vvm_sequencer::engine::SeqId;
+use vvm_sequencer::{Idle, SeqStorage, Sequencer};
 
 async fn misuse<St: SeqStorage>(mut seq: Sequencer<Idle, St>) {
     let _ = seq.next(SeqId(1)).await;

@@ -1,4 +1,4 @@
-use vvm_runtime::sequencer::{Idle, SeqStorage, Sequencer};
+use vvm_sequencer::{Idle, SeqStorage, Sequencer};
 
 async fn misuse<St: SeqStorage>(seq: Sequencer<Idle, St>) {
     let _ = seq.shutdown().await;

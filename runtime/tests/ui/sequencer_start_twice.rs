@@ -1,5 +1,5 @@
-use vvm_core::sequencer::{WsId, WsKind};
-use vvm_runtime::sequencer::{Idle, SeqStorage, Sequencer};
+use vvm_sequencer::engine::{WsId, WsKind};
+use vvm_sequencer::{Idle, SeqStorage, Sequencer};
 
 fn misuse<St: SeqStorage>(seq: Sequencer<Idle, St>) {
     let tx = seq.start(WsKind(1), WsId(1)).unwrap();

@@ -1,5 +1,5 @@
-use vvm_core::sequencer::{SeqId, WsId, WsKind};
-use vvm_runtime::sequencer::{Idle, SeqStorage, Sequencer};
+use vvm_sequencer::engine::{SeqId, WsId, WsKind};
+use vvm_sequencer::{Idle, SeqStorage, Sequencer};
 
 async fn misuse<St: SeqStorage>(seq: Sequencer<Idle, St>) {
     let mut tx = seq.start(WsKind(1), WsId(1)).unwrap();

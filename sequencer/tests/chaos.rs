@@ -11,17 +11,17 @@
 //! 0, 1, 2, … in order; the runs and operations done are printed, and a failure names its
 //! storage and seed (`SEQ_CHAOS_SEED` replays one).
 
-mod sequencer_support;
+mod support;
 
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use sequencer_support::storages::{Kind, Place, Storage, KINDS};
-use sequencer_support::{key, KIND};
-use vvm_core::sequencer::{Number, NumberKey, PLogOffset, Params, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::{Idle, InTx, NextError, SeqConfig, Sequencer};
+use support::storages::{Kind, Place, Storage, KINDS};
+use support::{key, KIND};
+use vvm_sequencer::engine::{Number, NumberKey, PLogOffset, Params, SeqId, SeqValue, WsId};
+use vvm_sequencer::{Idle, InTx, NextError, SeqConfig, Sequencer};
 
 const SEQS: [SeqId; 2] = [SeqId(1), SeqId(2)];
 const WORKSPACES: u64 = 3;

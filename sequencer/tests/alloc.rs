@@ -8,9 +8,9 @@
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::alloc::System;
 
-use vvm_adapters::seq_memory::MemorySeqStorage;
-use vvm_core::sequencer::{Number, Params, SeqId, WsId, WsKind, UNFLUSHED_EVENTS_LIMIT};
-use vvm_runtime::sequencer::{SeqConfig, Sequencer};
+use vvm_sequencer::engine::{Number, Params, SeqId, WsId, WsKind, UNFLUSHED_EVENTS_LIMIT};
+use vvm_sequencer::storages::memory::MemorySeqStorage;
+use vvm_sequencer::{SeqConfig, Sequencer};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;

@@ -23,9 +23,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::engine::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
+use crate::{ReplaySink, SeqStorage, SeqStorageError};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use vvm_core::sequencer::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::{ReplaySink, SeqStorage, SeqStorageError};
 
 /// Events read per query during a replay.
 pub const REPLAY_PAGE_EVENTS: u32 = 1_024;

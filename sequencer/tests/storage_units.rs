@@ -3,9 +3,9 @@
 
 use std::ops::ControlFlow;
 
-use vvm_adapters::seq_memory::MemorySeqStorage;
-use vvm_core::sequencer::{Number, NumberKey, PLogOffset, Params, SeqId, SeqValue, WsId, WsKind};
-use vvm_runtime::sequencer::{SeqConfig, SeqStorage, Sequencer};
+use vvm_sequencer::engine::{Number, NumberKey, PLogOffset, Params, SeqId, SeqValue, WsId, WsKind};
+use vvm_sequencer::storages::memory::MemorySeqStorage;
+use vvm_sequencer::{SeqConfig, SeqStorage, Sequencer};
 
 fn sv(ws: u64, seq: u16, n: u64) -> SeqValue {
     SeqValue {
@@ -132,9 +132,9 @@ async fn numbers_continue_across_restarts_on_the_memory_storage() {
 #[cfg(feature = "txkv")]
 mod txkv {
     use super::*;
-    use vvm_adapters::seq_txkv::{TxKvSeqStorage, TxSeqError};
     use vvm_adapters::txkv::{KvFault, MemoryKv};
-    use vvm_runtime::sequencer::SeqStorageError;
+    use vvm_sequencer::storages::txkv::{TxKvSeqStorage, TxSeqError};
+    use vvm_sequencer::SeqStorageError;
 
     type Storage = TxKvSeqStorage<MemoryKv>;
 
@@ -156,7 +156,7 @@ mod txkv {
             Err(TxSeqError::OffsetTaken(PLogOffset(1)))
         );
         // The same event again is another call, so another writer: refused as well (a call's
-        // own retry after an unknown outcome is inside the call; tests/sequencer_storages.rs).
+        // own retry after an unknown outcome is inside the call; tests/storages.rs).
         assert_eq!(
             s.append_event(PLogOffset(1), &[sv(1, 1, 1), sv(1, 1, 0)])
                 .await,
@@ -247,7 +247,7 @@ mod txkv {
 mod sqlite {
     use super::*;
     use std::path::PathBuf;
-    use vvm_adapters::seq_sqlite::{Durability, SqliteSeqError, SqliteSeqStorage};
+    use vvm_sequencer::storages::sqlite::{Durability, SqliteSeqError, SqliteSeqStorage};
 
     struct TempFile(PathBuf);
 
@@ -318,7 +318,7 @@ mod sqlite {
         // The SQLite error is kept whole below the storage error.
         let chain = vvm_runtime::ErrorChain(&err).to_string();
         assert!(chain.contains("offset refused"), "{chain}");
-        let vvm_runtime::sequencer::SeqStorageError::Failed { source } = &err else {
+        let vvm_sequencer::SeqStorageError::Failed { source } = &err else {
             panic!("{chain}")
         };
         assert!(source.find::<rusqlite::Error>().is_some(), "{chain}");

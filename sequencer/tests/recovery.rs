@@ -1,16 +1,14 @@
 //! The sequencer's bounded behaviour when storage misbehaves: timeouts, shutdown in bounded
 //! time, and recovery after crashes between a write's values and its offset.
 
-mod sequencer_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use sequencer_support::*;
-use vvm_adapters::seq_memory::{MemorySeqStorage, SeqFault, SeqOp};
-use vvm_core::sequencer::{Number, PLogOffset, Phase};
-use vvm_runtime::sequencer::{
-    ActualizeError, NextError, SeqStorageError, Sequencer, ShutdownError,
-};
+use support::*;
+use vvm_sequencer::engine::{Number, PLogOffset, Phase};
+use vvm_sequencer::storages::memory::{MemorySeqStorage, SeqFault, SeqOp};
+use vvm_sequencer::{ActualizeError, NextError, SeqStorageError, Sequencer, ShutdownError};
 
 // covers: Seq.Timeouts
 #[tokio::test]
@@ -116,8 +114,8 @@ async fn shutdown_during_an_unfinished_or_failed_actualization_says_not_actualiz
     assert_eq!(storage.stored_next_plog_offset(), PLogOffset(1));
 }
 
-fn sv(ws: u64, seq: vvm_core::sequencer::SeqId, n: u64) -> vvm_core::sequencer::SeqValue {
-    vvm_core::sequencer::SeqValue {
+fn sv(ws: u64, seq: vvm_sequencer::engine::SeqId, n: u64) -> vvm_sequencer::engine::SeqValue {
+    vvm_sequencer::engine::SeqValue {
         key: key(ws, seq),
         value: Number(n),
     }

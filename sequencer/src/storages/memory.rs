@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use vvm_core::sequencer::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::{ReplaySink, SeqStorage, SeqStorageError};
+use crate::engine::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
+use crate::{ReplaySink, SeqStorage, SeqStorageError};
 
 /// Most events the PLog holds.
 pub const PLOG_EVENTS_MAX: usize = 10_000_000;

@@ -28,7 +28,7 @@
 //! `u64::MAX` is exhausted, never wrapped. The transition tables are in `specs/sequencer.md`.
 //!
 //! ```
-//! use vvm_core::sequencer::*;
+//! use vvm_sequencer::engine::*;
 //!
 //! let params = Params::builder().sequence(WsKind(1), SeqId(1), Number(100)).build().unwrap();
 //! let mut issuer = Issuer::new(params.clone());

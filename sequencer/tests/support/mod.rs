@@ -6,9 +6,9 @@ pub mod storages;
 
 use std::time::Duration;
 
-use vvm_adapters::seq_memory::MemorySeqStorage;
-use vvm_core::sequencer::{Number, NumberKey, Params, SeqId, SeqValue, WsId, WsKind};
-use vvm_runtime::sequencer::{Idle, InTx, SeqConfig, Sequencer, StartRefusal};
+use vvm_sequencer::engine::{Number, NumberKey, Params, SeqId, SeqValue, WsId, WsKind};
+use vvm_sequencer::storages::memory::MemorySeqStorage;
+use vvm_sequencer::{Idle, InTx, SeqConfig, Sequencer, StartRefusal};
 
 pub const KIND: WsKind = WsKind(1);
 pub const A: SeqId = SeqId(1);
@@ -34,7 +34,7 @@ pub fn fast_config() -> SeqConfig {
     }
 }
 
-pub fn params(initial_a: u64, initial_b: u64) -> vvm_core::sequencer::ParamsBuilder {
+pub fn params(initial_a: u64, initial_b: u64) -> vvm_sequencer::engine::ParamsBuilder {
     Params::builder()
         .sequence(KIND, A, Number(initial_a))
         .sequence(KIND, B, Number(initial_b))

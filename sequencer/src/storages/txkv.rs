@@ -1,7 +1,7 @@
 //! A [`SeqStorage`] over a transactional key-value store (feature `txkv`): the [`TxKv`] trait the
 //! FoundationDB lease store is built on, so the sequencer keeps its numbers in FoundationDB too
-//! (`FdbSeqStorage`, feature `foundationdb`), and [`MemoryKv`](crate::txkv::MemoryKv) runs the
-//! very same code in memory for the tests.
+//! (`TxKvSeqStorage<FdbKv>`), and [`MemoryKv`](vvm_adapters::txkv::MemoryKv) runs the very same
+//! code in memory for the tests.
 //!
 //! Keys, under a prefix (default [`PREFIX_DEFAULT`]); integers big-endian, so that the byte order
 //! of keys is the numeric order:
@@ -24,11 +24,11 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use vvm_core::sequencer::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::{ReplaySink, SeqStorage, SeqStorageError};
+use crate::engine::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
+use crate::{ReplaySink, SeqStorage, SeqStorageError};
 
-use crate::seq_txkv_codec::{be_u64, decode_event, encode_event, Keys};
-use crate::txkv::{KvTx, TxError, TxKv};
+use crate::storages::txkv_codec::{be_u64, decode_event, encode_event, Keys};
+use vvm_adapters::txkv::{KvTx, TxError, TxKv};
 
 /// The default key prefix (distinct from the lease store's `vvm/slot/`).
 pub const PREFIX_DEFAULT: &[u8] = b"vvm/seq/";
@@ -84,7 +84,7 @@ pub struct TxKvSeqStorage<K> {
 /// The sequencer's storage on FoundationDB, sharing the lease store's database:
 /// `TxKvSeqStorage::new(lease_store.kv().clone(), first_offset)`.
 #[cfg(feature = "foundationdb")]
-pub type FdbSeqStorage = TxKvSeqStorage<crate::foundationdb::FdbKv>;
+pub type FdbSeqStorage = TxKvSeqStorage<vvm_adapters::foundationdb::FdbKv>;
 
 // The FoundationDB mapping is only type-checked where libfdb_c is missing: make sure it is a
 // storage (its futures are `Send`, its transaction fits the trait).

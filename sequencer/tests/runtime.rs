@@ -1,14 +1,16 @@
 //! The sequencer with its background task over the memory storage: the ported scenarios and
 //! the rules a careless design gets wrong.
 
-mod sequencer_support;
+mod support;
 
 use std::time::Duration;
 
-use sequencer_support::*;
-use vvm_adapters::seq_memory::{MemorySeqStorage, SeqFault, SeqOp};
-use vvm_core::sequencer::{Number, PLogOffset, Phase, SeqError, SeqId, StartRefusal, WsId, WsKind};
-use vvm_runtime::sequencer::{NextError, SeqStorage, Sequencer};
+use support::*;
+use vvm_sequencer::engine::{
+    Number, PLogOffset, Phase, SeqError, SeqId, StartRefusal, WsId, WsKind,
+};
+use vvm_sequencer::storages::memory::{MemorySeqStorage, SeqFault, SeqOp};
+use vvm_sequencer::{NextError, SeqStorage, Sequencer};
 
 // covers: Seq.Basic, Seq.Next
 #[tokio::test]
@@ -16,7 +18,7 @@ async fn basic_run_hands_out_consecutive_numbers_and_offsets() {
     let storage = MemorySeqStorage::new(PLogOffset(1));
     storage
         .write_values_and_next_plog_offset(
-            &[vvm_core::sequencer::SeqValue {
+            &[vvm_sequencer::engine::SeqValue {
                 key: key(1, A),
                 value: Number(100),
             }],
@@ -71,8 +73,8 @@ async fn a_new_sequencer_refuses_start_until_it_has_actualized() {
     assert_eq!(tx.next(1, A).await, Number(6));
 }
 
-fn sv(ws: u64, seq: SeqId, n: u64) -> vvm_core::sequencer::SeqValue {
-    vvm_core::sequencer::SeqValue {
+fn sv(ws: u64, seq: SeqId, n: u64) -> vvm_sequencer::engine::SeqValue {
+    vvm_sequencer::engine::SeqValue {
         key: key(ws, seq),
         value: Number(n),
     }
@@ -370,7 +372,7 @@ trait Flushed: Sized {
     async fn shutdown_flushed(self) -> Self;
 }
 
-impl Flushed for Seq<vvm_runtime::sequencer::Idle> {
+impl Flushed for Seq<vvm_sequencer::Idle> {
     async fn shutdown_flushed(self) -> Self {
         for _ in 0..1_000 {
             let s = self.status();

@@ -1,6 +1,6 @@
 //! What the handle's calls report besides success.
 
-use vvm_core::sequencer::{BacklogError, PLogOffset, Phase, SeqError};
+use crate::engine::{BacklogError, PLogOffset, Phase, SeqError};
 
 use super::config::SeqConfigError;
 use super::storage::SeqStorageError;
@@ -19,7 +19,7 @@ pub enum SetupError {
 }
 
 /// Why `next` failed. The transaction stays open; after a storage error the caller usually
-/// gives the event up with [`actualize`](crate::sequencer::Sequencer::actualize).
+/// gives the event up with [`actualize`](crate::Sequencer::actualize).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NextError {
@@ -32,7 +32,7 @@ pub enum NextError {
 }
 
 /// Why an actualization gave up. `start` then refuses with
-/// [`StartRefusal::ActualizationFailed`](vvm_core::sequencer::StartRefusal::ActualizationFailed) and begins a new one.
+/// [`StartRefusal::ActualizationFailed`](crate::engine::StartRefusal::ActualizationFailed) and begins a new one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ActualizeError {
@@ -106,7 +106,7 @@ pub struct SeqStatus {
     pub writes_ok: u64,
     /// Batch writes that failed.
     pub writes_failed: u64,
-    /// The last storage error with its causes, as [`ErrorChain`](crate::ErrorChain) prints it;
+    /// The last storage error with its causes, as [`ErrorChain`](vvm_runtime::ErrorChain) prints it;
     /// cleared by the next successful write.
     pub last_error: Option<String>,
 }

@@ -2,7 +2,7 @@
 //! (start + 2 × next + flush, storage excluded), and the replay rate of an actualization.
 //!
 //! Run: `cargo bench --bench sequencer`. Allocations per call are checked by
-//! `tests/sequencer_alloc.rs` (zero in the steady state).
+//! `sequencer/tests/alloc.rs` (zero in the steady state).
 //!
 //! Instructions per call: with `SEQ_CALLGRIND_ITERS=<n>` set, the binary skips criterion and
 //! runs `n` cached `next` calls, then `n` transactions, each loop in its own function, so that
@@ -17,12 +17,12 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion, Throughput};
-use vvm_adapters::seq_memory::MemorySeqStorage;
-use vvm_core::sequencer::{
+use vvm_sequencer::engine::{
     Number, NumberKey, PLogOffset, Params, SeqId, SeqValue, WsId, WsKind, UNFLUSHED_EVENTS_LIMIT,
     UNFLUSHED_KEYS_LIMIT,
 };
-use vvm_runtime::sequencer::{Idle, InTx, SeqConfig, Sequencer};
+use vvm_sequencer::storages::memory::MemorySeqStorage;
+use vvm_sequencer::{Idle, InTx, SeqConfig, Sequencer};
 
 const KIND: WsKind = WsKind(1);
 const WORKSPACES: u64 = 40_000; // × 2 sequences = 80 000 keys

@@ -218,7 +218,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sequencer::types::{SeqId, WsId};
+    use crate::engine::types::{SeqId, WsId};
 
     fn k(ws: u64) -> NumberKey {
         NumberKey {

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::ops::ControlFlow;
 
-use vvm_core::sequencer::{Number, PLogOffset, SeqId, SeqValue, WsId};
+use crate::engine::{Number, PLogOffset, SeqId, SeqValue, WsId};
 
 /// Why a storage call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -15,7 +15,7 @@ pub enum SeqStorageError {
     #[error("sequence storage call failed")]
     Failed {
         /// Why: the storage's own error, kept whole.
-        source: crate::Cause,
+        source: vvm_runtime::Cause,
     },
     /// The call did not finish within its timeout (set by the runtime).
     #[error("sequence storage call {op} timed out after {timeout_ms} ms")]
@@ -38,7 +38,7 @@ impl SeqStorageError {
     /// [`Failed`](SeqStorageError::Failed) because of `source`.
     pub fn failed(source: impl std::error::Error + Send + Sync + 'static) -> SeqStorageError {
         SeqStorageError::Failed {
-            source: crate::Cause::new(source),
+            source: vvm_runtime::Cause::new(source),
         }
     }
 }

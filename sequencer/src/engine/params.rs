@@ -74,7 +74,7 @@ pub(crate) struct KindSeqs {
 /// Validated sequencer parameters. Build with [`Params::builder`].
 ///
 /// ```
-/// use vvm_core::sequencer::{Number, Params, SeqId, WsKind};
+/// use vvm_sequencer::engine::{Number, Params, SeqId, WsKind};
 ///
 /// let params = Params::builder()
 ///     .sequence(WsKind(1), SeqId(1), Number(1))

@@ -1,9 +1,9 @@
-//! The bytes of [`TxKvSeqStorage`](crate::seq_txkv::TxKvSeqStorage): its keys under a prefix,
+//! The bytes of [`TxKvSeqStorage`](crate::storages::txkv::TxKvSeqStorage): its keys under a prefix,
 //! and its values, integers big-endian (so that the byte order of keys is the numeric order;
 //! the key table is in the storage's docs).
 
-use vvm_core::sequencer::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::SeqStorageError;
+use crate::engine::{Number, NumberKey, PLogOffset, SeqId, SeqValue, WsId};
+use crate::SeqStorageError;
 
 const NUMBER_TAG: u8 = b'n';
 const OFFSET_TAG: u8 = b'o';

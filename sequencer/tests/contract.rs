@@ -1,17 +1,17 @@
 //! The sequencer against storages that stretch or break the storage contract: a PLog delivered
 //! out of order, and a write that lands after its caller stopped waiting for it.
 
-mod sequencer_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use sequencer_support::*;
-use vvm_adapters::seq_memory::{MemorySeqStorage, SeqOp};
-use vvm_core::sequencer::{Number, PLogOffset, Params, Phase, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::{
+use support::*;
+use vvm_sequencer::engine::{Number, PLogOffset, Params, Phase, SeqId, SeqValue, WsId};
+use vvm_sequencer::storages::memory::{MemorySeqStorage, SeqOp};
+use vvm_sequencer::{
     ActualizeError, ReplaySink, SeqConfig, SeqStorage, SeqStorageError, Sequencer, ShutdownError,
     StartRefusal,
 };
@@ -102,16 +102,14 @@ fn four_sequences() -> Params {
         .unwrap()
 }
 
-async fn actualized<St: SeqStorage>(storage: St) -> Sequencer<vvm_runtime::sequencer::Idle, St> {
+async fn actualized<St: SeqStorage>(storage: St) -> Sequencer<vvm_sequencer::Idle, St> {
     Sequencer::new(four_sequences(), storage, fast_config())
         .unwrap()
         .ready()
         .await
 }
 
-async fn next_of_each<St: SeqStorage>(
-    tx: &mut Sequencer<vvm_runtime::sequencer::InTx, St>,
-) -> Vec<u64> {
+async fn next_of_each<St: SeqStorage>(tx: &mut Sequencer<vvm_sequencer::InTx, St>) -> Vec<u64> {
     let mut got = Vec::new();
     for s in [A, B, C, D] {
         got.push(tx.next(s).await.unwrap().0);

@@ -183,9 +183,9 @@ impl SeqConfig {
     /// runtime sleeps that no deadline or replay depends on, and many sequencers (one per
     /// leader, on every host) share one storage: an outage fails all of them at once, and
     /// identical doubling schedules would bring their retries back in waves at the same
-    /// instants. The random half spreads them ([`jittered_backoff`](crate::jittered_backoff)).
+    /// instants. The random half spreads them ([`jittered_backoff`](vvm_runtime::jittered_backoff)).
     pub fn backoff(&self) -> impl Iterator<Item = Duration> + Send + use<> {
-        crate::jittered_backoff(
+        vvm_runtime::jittered_backoff(
             Duration::from_millis(self.backoff_initial_ms),
             Duration::from_millis(self.backoff_max_ms),
         )

@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use vvm_adapters::seq_memory::{MemorySeqStorage, PLogError};
-use vvm_adapters::seq_sqlite::{Durability, SqliteSeqError, SqliteSeqStorage};
-use vvm_adapters::seq_txkv::{TxKvSeqStorage, TxSeqError};
 use vvm_adapters::txkv::MemoryKv;
-use vvm_core::sequencer::{Number, PLogOffset, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::{ReplaySink, SeqStorage, SeqStorageError};
+use vvm_sequencer::engine::{Number, PLogOffset, SeqId, SeqValue, WsId};
+use vvm_sequencer::storages::memory::{MemorySeqStorage, PLogError};
+use vvm_sequencer::storages::sqlite::{Durability, SqliteSeqError, SqliteSeqStorage};
+use vvm_sequencer::storages::txkv::{TxKvSeqStorage, TxSeqError};
+use vvm_sequencer::{ReplaySink, SeqStorage, SeqStorageError};
 
 /// Which storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use vvm_core::sequencer::*;
+use vvm_sequencer::engine::*;
 
 const KIND: WsKind = WsKind(1);
 const WORKSPACES: u64 = 4;

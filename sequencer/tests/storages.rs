@@ -1,14 +1,14 @@
 //! The sequencer over each of its storages (memory, SQLite on a file, the transactional-KV
 //! storage on `MemoryKv`): what must hold whatever the storage and its timing.
 
-mod sequencer_support;
+mod support;
 
 use std::time::Duration;
 
-use sequencer_support::storages::{AppendError, Kind, Place, Storage, KINDS};
-use sequencer_support::{key, KIND};
-use vvm_core::sequencer::{Number, PLogOffset, Params, SeqId, SeqValue, WsId};
-use vvm_runtime::sequencer::{Idle, SeqConfig, Sequencer};
+use support::storages::{AppendError, Kind, Place, Storage, KINDS};
+use support::{key, KIND};
+use vvm_sequencer::engine::{Number, PLogOffset, Params, SeqId, SeqValue, WsId};
+use vvm_sequencer::{Idle, SeqConfig, Sequencer};
 
 const A: SeqId = SeqId(1);
 
@@ -180,10 +180,10 @@ fn stored_workspaces(path: &std::path::Path, count: u64) -> usize {
 // covers: Seq.SqliteCallsBounded
 #[test]
 fn timed_out_sqlite_calls_leave_at_most_one_call_behind() {
-    use vvm_adapters::seq_sqlite::{Durability, SqliteSeqStorage};
-    use vvm_runtime::sequencer::SeqStorage;
+    use vvm_sequencer::storages::sqlite::{Durability, SqliteSeqStorage};
+    use vvm_sequencer::SeqStorage;
     const CALLS: u64 = 10;
-    let file = sequencer_support::storages::TempFile::new("held-lock");
+    let file = support::storages::TempFile::new("held-lock");
     // The default busy wait (1 s): longer than the 20 ms each caller below waits.
     let storage = SqliteSeqStorage::open(&file.0, PLogOffset(1), Durability::Normal).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -220,9 +220,9 @@ fn timed_out_sqlite_calls_leave_at_most_one_call_behind() {
 // covers: Seq.TimeoutsValid
 #[tokio::test]
 async fn a_call_timeout_not_longer_than_the_sqlite_busy_wait_is_refused() {
-    use vvm_adapters::seq_sqlite::{Durability, SqliteSeqStorage, BUSY_TIMEOUT_MS};
-    use vvm_runtime::sequencer::{SeqConfigError, SetupError};
-    let file = sequencer_support::storages::TempFile::new("timeouts");
+    use vvm_sequencer::storages::sqlite::{Durability, SqliteSeqStorage, BUSY_TIMEOUT_MS};
+    use vvm_sequencer::{SeqConfigError, SetupError};
+    let file = support::storages::TempFile::new("timeouts");
     let storage = SqliteSeqStorage::open(&file.0, PLogOffset(1), Durability::Normal).unwrap();
     let params = Params::builder()
         .sequence(KIND, A, Number(1))

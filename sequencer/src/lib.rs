@@ -1,6 +1,21 @@
-//! # The sequencer at run time
+//! # vvm-sequencer: gapless, duplicate-free numbers per workspace
 //!
-//! [`Sequencer`] wraps the pure [`vvm_core::sequencer`] parts with a background task and a
+//! A command processor numbers what it writes (record ids, log offsets) with one sequencing
+//! transaction per event; among the events committed to its event log (the PLog), numbers have
+//! no gaps and no duplicates, across crashes too: the PLog is the truth, and a restarted
+//! sequencer replays it. The crate has three parts:
+//!
+//! - [`engine`]: the pure rules (the issuer, its cache, the backlog of committed numbers), no
+//!   I/O and no clock;
+//! - [`Sequencer`]: the engine with a background task and a [`SeqStorage`], its states as
+//!   types;
+//! - [`storages`]: where the numbers are kept (in memory, SQLite, a transactional key-value
+//!   store such as FoundationDB), each behind the feature of its name.
+//!
+//! It is independent of leadership: a service that runs under a `vvm` VVM uses it to number
+//! its events, and so can any other.
+//!
+//! [`Sequencer`] wraps the pure [`engine`] parts with a background task and a
 //! [`SeqStorage`]. Its states are types, so misuse does not compile:
 //!
 //! ```text
@@ -29,11 +44,11 @@
 //! ([`SeqStorage::lock_wait_ms`]); `new` checks.
 //!
 //! ```
-//! use vvm_core::sequencer::{Number, PLogOffset, Params, SeqId, WsId, WsKind};
-//! use vvm_runtime::sequencer::{SeqConfig, Sequencer};
+//! use vvm_sequencer::engine::{Number, PLogOffset, Params, SeqId, WsId, WsKind};
+//! use vvm_sequencer::{SeqConfig, Sequencer};
 //! # use std::ops::ControlFlow;
-//! # use vvm_core::sequencer::SeqValue;
-//! # use vvm_runtime::sequencer::{ReplaySink, SeqStorage, SeqStorageError};
+//! # use vvm_sequencer::engine::SeqValue;
+//! # use vvm_sequencer::{ReplaySink, SeqStorage, SeqStorageError};
 //! # struct Empty;
 //! # impl SeqStorage for Empty {
 //! #     async fn read_numbers(&self, _: WsId, s: &[SeqId]) -> Result<Vec<Number>, SeqStorageError> {
@@ -56,6 +71,13 @@
 //! # });
 //! ```
 
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
+
+pub mod engine;
+pub mod storages;
+
 mod config;
 mod errors;
 mod handle;
@@ -63,10 +85,10 @@ mod storage;
 mod task;
 mod worker;
 
+pub use crate::engine::StartRefusal;
 pub use config::{
     SeqConfig, SeqConfigError, REPLAY_PAGE_EVENTS_MAX, SEQ_DURATION_MAX_MS, SEQ_RETRIES_LIMIT,
 };
 pub use errors::{ActualizeError, NextError, SeqStatus, SetupError, ShutdownError};
 pub use handle::{Actualizing, Busy, Idle, InTx, SeqState, Sequencer};
 pub use storage::{ReplaySink, SeqStorage, SeqStorageError};
-pub use vvm_core::sequencer::StartRefusal;

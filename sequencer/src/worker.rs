@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::engine::{Backlog, BacklogError, Phase, ReplayStep, SeqValue};
 use tokio::sync::Notify;
-use vvm_core::sequencer::{Backlog, BacklogError, Phase, ReplayStep, SeqValue};
 
 use super::config::SeqConfig;
 use super::errors::ActualizeError;
@@ -178,12 +178,12 @@ pub(crate) async fn flush_round<St: SeqStorage>(
             Err(e) => {
                 shared.backlog().batch_failed(ticket);
                 shared.writes_failed.fetch_add(1, Ordering::Relaxed);
-                shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
+                shared.set_last_error(Some(vvm_runtime::ErrorChain(&e).to_string()));
                 if retry >= shared.config.retries_max {
-                    tracing::error!(error = %crate::ErrorChain(&e), retries = retry, "sequencer flush gave up");
+                    tracing::error!(error = %vvm_runtime::ErrorChain(&e), retries = retry, "sequencer flush gave up");
                     return Err(e.into());
                 }
-                tracing::warn!(error = %crate::ErrorChain(&e), retry, "sequencer flush failed; retrying");
+                tracing::warn!(error = %vvm_runtime::ErrorChain(&e), retry, "sequencer flush failed; retrying");
                 stop.unless_stopped(tokio::time::sleep(next_wait(&mut backoff, shared)))
                     .await?;
                 retry += 1;
@@ -219,8 +219,8 @@ where
             Ok(v) => return Ok(v),
             Err(e) if retry >= shared.config.retries_max => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %crate::ErrorChain(&e), retry, op, "sequencer storage call failed; retrying");
-                shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
+                tracing::warn!(error = %vvm_runtime::ErrorChain(&e), retry, op, "sequencer storage call failed; retrying");
+                shared.set_last_error(Some(vvm_runtime::ErrorChain(&e).to_string()));
                 tokio::time::sleep(next_wait(&mut backoff, shared)).await;
                 retry += 1;
             }
@@ -292,8 +292,8 @@ async fn actualize<St: SeqStorage>(shared: &Shared<St>, stop: &Stop) -> Result<(
         match result? {
             Err(e) if retry >= shared.config.retries_max => return Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %crate::ErrorChain(&e), retry, "sequencer replay failed; retrying");
-                shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
+                tracing::warn!(error = %vvm_runtime::ErrorChain(&e), retry, "sequencer replay failed; retrying");
+                shared.set_last_error(Some(vvm_runtime::ErrorChain(&e).to_string()));
                 // Events fed before the failure stay merged; the retry resumes after them.
                 stop.unless_stopped(tokio::time::sleep(next_wait(&mut backoff, shared)))
                     .await?;
@@ -364,12 +364,12 @@ pub(crate) async fn run<St: SeqStorage>(
         }
         Err(Halt::Stopped) => tracing::debug!("sequencer task stopped"),
         Err(Halt::Failed(e)) => {
-            tracing::error!(error = %crate::ErrorChain(&e), "sequencer actualization gave up");
+            tracing::error!(error = %vvm_runtime::ErrorChain(&e), "sequencer actualization gave up");
             let Ok(mut backlog) = shared.backlog_unless(&stop) else {
                 return;
             };
             backlog.actualization_failed();
-            shared.set_last_error(Some(crate::ErrorChain(&e).to_string()));
+            shared.set_last_error(Some(vvm_runtime::ErrorChain(&e).to_string()));
             shared.set_actualize_failure(Some(e));
             drop(backlog);
             shared.phase_changed.notify_waiters();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use vvm_core::sequencer::{
+use crate::engine::{
     Backlog, Issuer, Number, PLogOffset, Params, Phase, SeqError, SeqId, StartRefusal, WsId, WsKind,
 };
 
@@ -206,7 +206,7 @@ impl<St: SeqStorage> Sequencer<Idle, St> {
                 Err(SeqError::UnknownWsKind(kind)) => StartRefusal::UnknownWsKind(kind),
                 Err(e) => {
                     // An idle handle has an idle issuer by construction; recover, don't trust.
-                    tracing::error!(error = %crate::ErrorChain(&e), "sequencer issuer out of step; actualizing");
+                    tracing::error!(error = %vvm_runtime::ErrorChain(&e), "sequencer issuer out of step; actualizing");
                     self.inner.restart();
                     StartRefusal::Actualizing
                 }
