@@ -66,7 +66,9 @@ pub fn spawn_through(
     command
         .current_dir(dir)
         .args(["--log-level", "info", "run", "--store", store])
-        .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])
+        // [`LEASE`] unless `extra` gives its own.
+        .args(if extra.contains(&"--lease") { &[][..] } else { &["--lease", "2s"][..] })
+        .args(["--round", "100ms", "--acquire", "60s"])
         .args(["--address", address, "--grace", grace])
         .args(extra)
         // Debug builds only: SIGUSR1 makes the command's service panic (`Fault::PanicVvm`).
