@@ -1046,8 +1046,14 @@ fn env_usize(name: &str) -> Option<usize> {
 fn safety_every_run_to_a_depth() {
     let depth = env_usize("VVM_MODEL_DEPTH").unwrap_or(SAFETY_DEPTH);
     // A cut-off needs dozens of steps to matter; within the depth bound it only multiplies the
-    // runs. `safety_of_a_cut_off_holder_every_run` explores it to the horizon instead.
-    let budget = Budget { cutoffs: 0, ..FULL };
+    // runs. `safety_of_a_cut_off_holder_every_run` explores it to the horizon instead. So does
+    // `safety_of_a_record_removed_from_outside_every_run` a removal: with it at depth 7 the check
+    // holds too (3 047 009 unique states instead of 2 043 324: ≈ 50 % more time in every test run).
+    let budget = Budget {
+        cutoffs: 0,
+        removals: 0,
+        ..FULL
+    };
     check(Mode::Safety, budget, Search::Exhaustive(Some(depth)));
 }
 
