@@ -378,7 +378,11 @@ async fn a_record_removed_from_outside_is_a_loss_before_the_next_renewal() {
         run_until(&killer, LEASE, || a.is_lost()).await;
         let after = Clock.now().saturating_since(removed);
         assert!(after < LEASE / 40, "lost {after:?} after the removal");
-        assert_eq!(store.calls(SLOT, Op::CompareAndSwap), 0, "a renewal was needed");
+        assert_eq!(
+            store.calls(SLOT, Op::CompareAndSwap),
+            0,
+            "a renewal was needed"
+        );
         assert!(matches!(
             problem.await,
             VvmError::LeadershipLost {
@@ -387,10 +391,16 @@ async fn a_record_removed_from_outside_is_a_loss_before_the_next_renewal() {
             }
         ));
         run_until(&killer, LEASE, || {
-            lives.of("a").first().is_some_and(|life| life.stopped.is_some())
+            lives
+                .of("a")
+                .first()
+                .is_some_and(|life| life.stopped.is_some())
         })
         .await;
-        assert!(lives.of("a")[0].stopped.is_some(), "the service was stopped");
+        assert!(
+            lives.of("a")[0].stopped.is_some(),
+            "the service was stopped"
+        );
         assert!(a.shutdown().await.is_err());
     }
 }

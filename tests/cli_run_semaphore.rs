@@ -425,7 +425,10 @@ fn holder_of_units_stops_at_once(store: &str, dir: &Path, remove: impl FnOnce())
         "the holder's command acted {:.3} s after its units were removed: {said}",
         acted_after_ms as f64 / 1000.0
     );
-    assert!(said.contains("the grant ended: stopping the services"), "{said}");
+    assert!(
+        said.contains("the grant ended: stopping the services"),
+        "{said}"
+    );
 }
 
 // covers: Cli.RunSemaphoreRemoved

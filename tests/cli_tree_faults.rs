@@ -527,7 +527,11 @@ fn holder_stops_at_once(store: &str, dir: &Path, remove: impl FnOnce()) {
     let removed_ns = wall_ns();
     remove();
     let code = exit_within(&mut one, WAIT_MAX);
-    assert!(matches!(code, Some(Some(c)) if c != 0), "{code:?}: {}", logs(dir));
+    assert!(
+        matches!(code, Some(Some(c)) if c != 0),
+        "{code:?}: {}",
+        logs(dir)
+    );
     let seen = tenures(&log);
     assert_eq!(seen.len(), 1, "{seen:?}");
     let tenure = seen.values().next().unwrap();

@@ -712,7 +712,9 @@ impl Model for LeaseModel {
             if self.mode == Mode::Safety
                 && p < SLOTS
                 && world.removals < self.budget.removals
-                && world.store[p].as_ref().is_some_and(|r| world.now_ns < r.expires_ns)
+                && world.store[p]
+                    .as_ref()
+                    .is_some_and(|r| world.now_ns < r.expires_ns)
             {
                 actions.push(Action::Remove(p));
             }

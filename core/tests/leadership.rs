@@ -998,7 +998,12 @@ fn l26a_a_vanished_record_outside_leading_changes_nothing() {
     assert_eq!(h.machine, before);
     let mut h = Harness::leading();
     assert_eq!(h.release(t0() + secs(1)), [cad(3, 5)]);
-    assert_eq!(h.on(LeaseEvent::Vanished { now: t0() + secs(1) }), []);
+    assert_eq!(
+        h.on(LeaseEvent::Vanished {
+            now: t0() + secs(1)
+        }),
+        []
+    );
     assert_eq!(
         h.reply(t0() + secs(1), 3, Reply::Rejected),
         [Effect::Released {
@@ -1009,6 +1014,11 @@ fn l26a_a_vanished_record_outside_leading_changes_nothing() {
     let mut h = Harness::renewing();
     h.release(t0() + secs(5));
     let before = h.machine.clone();
-    assert_eq!(h.on(LeaseEvent::Vanished { now: t0() + secs(5) }), []);
+    assert_eq!(
+        h.on(LeaseEvent::Vanished {
+            now: t0() + secs(5)
+        }),
+        []
+    );
     assert_eq!(h.machine, before);
 }

@@ -373,7 +373,10 @@ fn v6e_a_vanished_record_while_the_services_stop_is_the_loss_if_first() {
     h.on(VvmEvent::ServiceFailed { now, index: 0 });
     let mut expected = vanished(true);
     expected.remove(1);
-    assert_eq!(h.on(VvmEvent::RecordVanished { now: now + ms(1) }), expected);
+    assert_eq!(
+        h.on(VvmEvent::RecordVanished { now: now + ms(1) }),
+        expected
+    );
 }
 
 // covers: VVM.VanishedStops

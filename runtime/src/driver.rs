@@ -517,7 +517,11 @@ impl<S: LeaseStore> Driver<S> {
     fn watch_own_record(&mut self) {
         match self.machine.watches_own_record() {
             Some(slot) => {
-                if self.own_record.as_ref().is_none_or(|(watched, _)| *watched != slot) {
+                if self
+                    .own_record
+                    .as_ref()
+                    .is_none_or(|(watched, _)| *watched != slot)
+                {
                     let timeout = self.config.lease().store_timeout();
                     let own = self.exec.own().clone();
                     let watch = record_vanished(self.exec.shared_store(), slot, own, timeout);

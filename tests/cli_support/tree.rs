@@ -67,7 +67,11 @@ pub fn spawn_through(
         .current_dir(dir)
         .args(["--log-level", "info", "run", "--store", store])
         // [`LEASE`] unless `extra` gives its own.
-        .args(if extra.contains(&"--lease") { &[][..] } else { &["--lease", "2s"][..] })
+        .args(if extra.contains(&"--lease") {
+            &[][..]
+        } else {
+            &["--lease", "2s"][..]
+        })
         .args(["--round", "100ms", "--acquire", "60s"])
         .args(["--address", address, "--grace", grace])
         .args(extra)
