@@ -383,3 +383,58 @@ async fn no_token_past_the_kill_deadline() {
     store.clear_fault(SLOT);
     let _ = a.shutdown().await;
 }
+
+// covers: VVM.VanishedStops
+/// A record removed from outside (deleted, or rewritten as someone else's) while the services
+/// run is a loss at once: the driver's watch of its own record (the store's feed, then one read)
+/// finds it gone, long before the next renewal would have been refused — no renewal is sent.
+#[tokio::test(start_paused = true)]
+async fn a_record_removed_from_outside_is_a_loss_before_the_next_renewal() {
+    for rewritten in [false, true] {
+        let (store, killer, lives) = (MemoryStore::new(), TestKiller::new(), Lives::default());
+        let a = Vvm::provide(
+            campaign_config("a"),
+            store.clone(),
+            Services::new().with(Recorded::new("a", &lives)).unwrap(),
+        )
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+        pass(STEP).await;
+        let problem = a.problem();
+        if rewritten {
+            store.overwrite(SLOT, &common::foreign("z")).unwrap();
+        } else {
+            assert!(store.delete(SLOT));
+        }
+        let removed = Clock.now();
+        run_until(&killer, LEASE, || a.is_lost()).await;
+        let after = Clock.now().saturating_since(removed);
+        assert!(after < LEASE / 40, "lost {after:?} after the removal");
+        assert_eq!(
+            store.calls(SLOT, Op::CompareAndSwap),
+            0,
+            "a renewal was needed"
+        );
+        assert!(matches!(
+            problem.await,
+            VvmError::LeadershipLost {
+                reason: LossReason::Overtaken,
+                ..
+            }
+        ));
+        run_until(&killer, LEASE, || {
+            lives
+                .of("a")
+                .first()
+                .is_some_and(|life| life.stopped.is_some())
+        })
+        .await;
+        assert!(
+            lives.of("a")[0].stopped.is_some(),
+            "the service was stopped"
+        );
+        assert!(a.shutdown().await.is_err());
+    }
+}

@@ -374,3 +374,109 @@ fn a_forced_delete_never_lets_a_new_command_run_beside_the_old_one_on_sqlite() {
     assert!(signal_and_wait(&mut new.0, Signal::TERM, WAIT).is_some());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// How soon a holder's command must have ended after its units were removed from outside: a
+/// twelfth of the lease (12 s, keepalives `L/4` = 3 s apart), many times the feed's delay plus a
+/// read and the command's SIGTERM, even on a loaded machine.
+const REMOVED_STOPPED_WITHIN: Duration = Duration::from_secs(1);
+
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// `vvm run --semaphore gate` (limit 1) of a command that appends `held <ns>` every 20 ms and
+/// ends at SIGTERM; right after its first line `remove` takes its units away from outside. The
+/// command must have ended within [`REMOVED_STOPPED_WITHIN`], and `vvm` reports the end of its grant.
+fn holder_of_units_stops_at_once(store: &str, dir: &Path, remove: impl FnOnce()) {
+    let log = dir.join("commands.log");
+    let created = semaphore(store, &["create", "gate", "--limit", "1"]);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let errors = std::fs::File::create(log.with_extension("held")).expect("a log file");
+    let script = format!(
+        "while :; do echo held $(date +%s%N) >> {}; sleep 0.02; done",
+        log.display()
+    );
+    let mut holder = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_vvm"))
+            .args(["run", "--store", store, "--lease", "12s", "--grace", "5s"])
+            .args(["--semaphore", "gate", "--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(errors)
+            .spawn()
+            .expect("the vvm binary runs"),
+    );
+    wait_until(dir, "the holder's command wrote", || {
+        !stamps(&log, "held").is_empty()
+    });
+    let removed_ns = wall_ns();
+    remove();
+    let code = exit_within(&mut holder.0, WAIT);
+    let said = std::fs::read_to_string(log.with_extension("held")).unwrap_or_default();
+    assert!(matches!(code, Some(Some(c)) if c != 0), "{code:?}: {said}");
+    let last = stamps(&log, "held").last().copied().expect("lines");
+    let acted_after_ms = last.saturating_sub(removed_ns) / 1_000_000;
+    println!("the holder's command acted {acted_after_ms} ms after its units were removed");
+    assert!(
+        acted_after_ms < REMOVED_STOPPED_WITHIN.as_millis(),
+        "the holder's command acted {:.3} s after its units were removed: {said}",
+        acted_after_ms as f64 / 1000.0
+    );
+    assert!(
+        said.contains("the grant ended: stopping the services"),
+        "{said}"
+    );
+}
+
+// covers: Cli.RunSemaphoreRemoved
+#[test]
+fn a_holder_of_units_whose_semaphore_is_deleted_from_outside_stops_at_once_on_sqlite() {
+    let dir = temp_dir("vvm-run-semaphore-removed");
+    let file = dir.join("s.sqlite");
+    let store = format!("sqlite:{}", file.display());
+    holder_of_units_stops_at_once(&store, &dir, || {
+        let database = rusqlite::Connection::open(&file).unwrap();
+        database.busy_timeout(Duration::from_secs(5)).unwrap();
+        database
+            .execute_batch("DELETE FROM vvm_semaphores WHERE name = 'gate'")
+            .unwrap();
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// [`holder_of_units_stops_at_once`] on a real etcd, everything under the prefix removed as
+/// `how` says.
+fn etcd_holder_of_units_stops_at_once(test: &str, how: cli_support::tree::Removal) {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let Some(cluster) = runtime.block_on(etcd_support::start(test, 1)) else {
+        return;
+    };
+    let dir = temp_dir("vvm-run-semaphore-removed-etcd");
+    holder_of_units_stops_at_once(&cluster.store_url(), &dir, || {
+        let removed = cli_support::tree::remove_etcd_prefix(&cluster.endpoints(), how);
+        assert!(removed > 0, "nothing to remove");
+    });
+    let _ = std::fs::remove_dir_all(dir);
+    drop(cluster);
+}
+
+// covers: Cli.RunSemaphoreRemoved
+#[test]
+fn a_holder_of_units_whose_session_lease_is_revoked_from_outside_stops_at_once_on_etcd() {
+    etcd_holder_of_units_stops_at_once(
+        "a_holder_of_units_whose_session_lease_is_revoked_from_outside_stops_at_once_on_etcd",
+        cli_support::tree::Removal::Revoke,
+    );
+}
+
+// covers: Cli.RunSemaphoreRemoved
+#[test]
+fn a_holder_of_units_whose_keys_are_deleted_from_outside_stops_at_once_on_etcd() {
+    etcd_holder_of_units_stops_at_once(
+        "a_holder_of_units_whose_keys_are_deleted_from_outside_stops_at_once_on_etcd",
+        cli_support::tree::Removal::Delete,
+    );
+}

@@ -499,3 +499,98 @@ fn an_etcd_lease_revoked_before_a_newcomer_came_does_not_let_it_lead_beside_the_
         false,
     );
 }
+
+/// The lease of the tests of a holder whose record vanishes: renewals `L/4` = 3 s apart, so that
+/// a holder that waited for its next renewal's refusal would act on for seconds.
+const VANISH_LEASE: &str = "12s";
+/// How soon a holder's tree must have ended after its record was removed: a twelfth of the
+/// lease, many times the feed's delay (a watch event on etcd, a 10 ms look on SQLite) plus a
+/// read and the tree's SIGTERM, even on a loaded machine.
+const VANISH_STOPPED_WITHIN: Duration = Duration::from_secs(1);
+
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// `one` leads alone on `store` (its command and daemon end at SIGTERM); right after its tree
+/// began to act — its next renewal is about `L/4` away — `remove` takes its record away from
+/// outside. The tree must have ended within [`VANISH_STOPPED_WITHIN`], and `vvm` reports a loss.
+fn holder_stops_at_once(store: &str, dir: &Path, remove: impl FnOnce()) {
+    become_a_careless_reaper();
+    let log = dir.join("acts");
+    let extra = ["--lease", VANISH_LEASE];
+    let mut one = spawn_with(store, dir, "one", "5s", SCRIPT, &extra);
+    wait_until(&log, "the first tree acts", both_act);
+    let removed_ns = wall_ns();
+    remove();
+    let code = exit_within(&mut one, WAIT_MAX);
+    assert!(
+        matches!(code, Some(Some(c)) if c != 0),
+        "{code:?}: {}",
+        logs(dir)
+    );
+    let seen = tenures(&log);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let tenure = seen.values().next().unwrap();
+    let acted_after_ms = tenure.last_ns.saturating_sub(removed_ns) / 1_000_000;
+    println!("the holder's tree acted {acted_after_ms} ms after its record was removed");
+    assert!(
+        acted_after_ms < VANISH_STOPPED_WITHIN.as_millis(),
+        "the holder's tree acted {:.3} s after its record was removed: {}",
+        acted_after_ms as f64 / 1000.0,
+        logs(dir)
+    );
+    let stderr = std::fs::read_to_string(dir.join("one.stderr")).unwrap();
+    assert!(stderr.contains("removed from outside"), "{stderr}");
+}
+
+// covers: VVM.VanishedStops, Cli.ExecVanishedStops
+#[test]
+fn a_holder_whose_record_is_deleted_from_outside_stops_its_command_at_once() {
+    let dir = temp_dir("vvm-fault-vanish");
+    holder_stops_at_once(&store_of(&dir), &dir, || {
+        let database = rusqlite::Connection::open(dir.join("vvm.sqlite")).unwrap();
+        database.busy_timeout(Duration::from_secs(5)).unwrap();
+        database.execute_batch("DELETE FROM vvm_leases").unwrap();
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// [`holder_stops_at_once`] on a real etcd, the record removed as `how` says.
+fn etcd_holder_stops_at_once(test: &str, how: Removal) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(cluster) = runtime.block_on(etcd::single(test)) else {
+        return;
+    };
+    let dir = temp_dir("vvm-fault-vanish-etcd");
+    holder_stops_at_once(&cluster.store_url(), &dir, || {
+        let removed = remove_etcd_records(&cluster.endpoints(), how);
+        assert!(removed > 0, "no record to remove");
+    });
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: VVM.VanishedStops, Cli.ExecVanishedStops
+#[test]
+fn an_etcd_holder_whose_record_is_deleted_from_outside_stops_its_command_at_once() {
+    etcd_holder_stops_at_once(
+        "an_etcd_holder_whose_record_is_deleted_from_outside_stops_its_command_at_once",
+        Removal::Delete,
+    );
+}
+
+// covers: VVM.VanishedStops, Cli.ExecVanishedStops
+#[test]
+fn an_etcd_holder_whose_lease_is_revoked_from_outside_stops_its_command_at_once() {
+    etcd_holder_stops_at_once(
+        "an_etcd_holder_whose_lease_is_revoked_from_outside_stops_its_command_at_once",
+        Removal::Revoke,
+    );
+}

@@ -26,6 +26,13 @@
 //! ([`LockRule::FreedAtLoss`]: the lock let go when leadership ends, while services may still run),
 //! the checker must find two acting leaders.
 //!
+//! Someone outside the protocol may also remove a live record ([`Action::Remove`]: `etcdctl del`,
+//! a revoked lease, a `DELETE` in the SQLite file). The store then keeps the removed record's
+//! expiry for everyone but its writer, as the SQLite and etcd stores do (`~Sq.RecordDeleted~`,
+//! `~Et.RecordRemoved~`: a successor waits until the holder's lease would have run out); the
+//! holder, unless paused, hears `RecordVanished` from its watch of its own record at once and
+//! must stop its services then (`~VVM.VanishedStops~`); the others hear `SlotChanged`.
+//!
 //! Properties: at most one acting leader per slot; fencing tokens never go back; shutdown effects
 //! in the fixed order; and, under fair scheduling, every slot is taken.
 
@@ -37,8 +44,8 @@ use std::time::Instant as WallInstant;
 
 use stateright::{Checker, Model, Property, UniformChooser};
 use vvm_core::{
-    Effect, Effects, FencingToken, Incarnation, Instant, Lifecycle, OpId, Reply, Slot, TimerId,
-    VvmConfig, VvmEvent,
+    Effect, Effects, FencingToken, Incarnation, Instant, Lifecycle, OpId, Phase, Reply, Slot,
+    TimerId, VvmConfig, VvmEvent,
 };
 
 const PROCESSES: usize = 3;
@@ -86,6 +93,8 @@ struct Budget {
     /// hears `Unknown`) while its reads are answered, as when a holder's writes commit but time
     /// out.
     cutoffs: u8,
+    /// Live records removed from outside (safety only).
+    removals: u8,
 }
 
 /// The full adversary.
@@ -95,6 +104,7 @@ const FULL: Budget = Budget {
     shutdowns: 1,
     pauses: 1,
     cutoffs: 1,
+    removals: 1,
 };
 
 /// A smaller adversary, for checking liveness over every run.
@@ -104,6 +114,7 @@ const SMALL: Budget = Budget {
     shutdowns: 0,
     pauses: 1,
     cutoffs: 0,
+    removals: 0,
 };
 /// Liveness: faults only before this instant.
 const FAULTS_UNTIL_NS: u64 = 6 * SECOND_NS;
@@ -182,6 +193,14 @@ struct World {
     shutdowns: u8,
     pauses: u8,
     cutoffs: u8,
+    removals: u8,
+    /// A record removed from outside, per slot, while it would still have been live: inserts of
+    /// anyone but its writer are refused until its expiry.
+    removed: [Option<Record>; SLOTS],
+    /// A holder told that its record vanished went on starting or running its services.
+    vanish_ignored: bool,
+    /// Holders that stopped their services at once when told their record vanished.
+    vanish_stops: u8,
     /// Until when each process is cut off (its writes applied, their answers lost).
     cut_until_ns: [Option<u64>; PROCESSES],
     /// Highest revision any acting leader used, per slot.
@@ -194,6 +213,9 @@ struct World {
     /// Inserts that took a live record from a holder taken for dead.
     dead_takeovers: u8,
 }
+
+/// The example the removal check must find.
+const VANISH_STOPS: &str = "a holder stops at once when its record is removed from outside";
 
 /// The example the dead-holder check must find.
 const DEAD_TAKEOVER: &str = "a dead holder's slot is taken before its record expires";
@@ -244,6 +266,8 @@ enum Action {
     Pause(usize, u64),
     /// Process `p` is cut off for [`CUT_NS`]: its writes are applied, their answers lost.
     CutOff(usize),
+    /// The live record of slot index `s` is removed from outside the protocol.
+    Remove(usize),
     /// The services of process `p`, asked to stop, have stopped; their report reaches the
     /// machine. Any time after the stop was asked (services may take long), unless `p` is paused.
     ServicesStop(usize),
@@ -476,7 +500,18 @@ impl LeaseModel {
                     let left = Duration::from_nanos(r.expires_ns - now_ns);
                     (op, Reply::Held(left))
                 }
-                None => (op, write(world, slot)),
+                None => match world.removed[index(slot)].clone() {
+                    // Removed from outside without a release: nobody but its writer may take
+                    // the slot before the removed record would have expired.
+                    Some(r) if r.writer != who && now_ns < r.expires_ns => {
+                        let left = Duration::from_nanos(r.expires_ns - now_ns);
+                        (op, Reply::Held(left))
+                    }
+                    _ => {
+                        world.removed[index(slot)] = None;
+                        (op, write(world, slot))
+                    }
+                },
             },
             Effect::CompareAndSwap {
                 op, slot, expected, ..
@@ -596,6 +631,10 @@ impl Model for LeaseModel {
             shutdowns: 0,
             pauses: 0,
             cutoffs: 0,
+            removals: 0,
+            removed: [None, None],
+            vanish_ignored: false,
+            vanish_stops: 0,
             cut_until_ns: [None; PROCESSES],
             highest: [0; SLOTS],
             handovers: 0,
@@ -669,6 +708,15 @@ impl Model for LeaseModel {
             }
             if self.mode == Mode::Safety && world.cutoffs < self.budget.cutoffs {
                 actions.push(Action::CutOff(p));
+            }
+            if self.mode == Mode::Safety
+                && p < SLOTS
+                && world.removals < self.budget.removals
+                && world.store[p]
+                    .as_ref()
+                    .is_some_and(|r| world.now_ns < r.expires_ns)
+            {
+                actions.push(Action::Remove(p));
             }
             if world.pauses < self.budget.pauses && world.procs[p].paused_until_ns.is_none() {
                 actions.extend(PAUSES_NS.iter().map(|&d| Action::Pause(p, d)));
@@ -783,6 +831,31 @@ impl Model for LeaseModel {
                 world.cutoffs += 1;
                 world.cut_until_ns[p] = Some(world.now_ns + CUT_NS);
             }
+            Action::Remove(s) => {
+                let record = world.store[s].take()?;
+                world.removals += 1;
+                world.removed[s] = Some(record.clone());
+                let (p, generation) = (record.writer.0 as usize, record.writer.1);
+                let holder = &world.procs[p];
+                if holder.generation == generation && holder.paused_until_ns.is_none() {
+                    let slot = Slot(s as u32 + 1);
+                    let leading = holder.machine.watches_own_record() == Some(slot);
+                    let serving = matches!(
+                        holder.machine.phase(),
+                        Phase::StartingServices | Phase::Running
+                    );
+                    if leading {
+                        self.handle(&mut world, p, |now| VvmEvent::RecordVanished { now });
+                        let phase = world.procs[p].machine.phase();
+                        let went_on = matches!(phase, Phase::StartingServices | Phase::Running);
+                        world.vanish_ignored |= serving && went_on;
+                        if serving && !went_on {
+                            world.vanish_stops = world.vanish_stops.saturating_add(1);
+                        }
+                    }
+                }
+                self.lock_freed(&mut world, p);
+            }
             Action::Pause(p, duration_ns) => {
                 world.pauses += 1;
                 world.procs[p].paused_until_ns = Some(world.now_ns + duration_ns);
@@ -824,7 +897,16 @@ impl Model for LeaseModel {
             Property::always("shutdown effects in order", |_, world: &World| {
                 !world.order_broken
             }),
+            Property::always(
+                "a holder told that its record vanished stops its services",
+                |_, world: &World| !world.vanish_ignored,
+            ),
         ];
+        if self.mode == Mode::Safety && self.budget.removals > 0 {
+            properties.push(Property::sometimes(VANISH_STOPS, |_, world: &World| {
+                world.vanish_stops > 0
+            }));
+        }
         if self.mode == Mode::Safety && self.budget.crashes > 0 && self.budget.faults == 0 {
             properties.push(Property::sometimes(DEAD_TAKEOVER, |_, world: &World| {
                 world.dead_takeovers > 0
@@ -937,7 +1019,9 @@ fn report(
             // Without an example the dead-holder check would check nothing new: required also of
             // an exhaustive search.
             (None, false)
-                if matches!(search, Search::Random { .. }) || property.name == DEAD_TAKEOVER =>
+                if matches!(search, Search::Random { .. })
+                    || property.name == DEAD_TAKEOVER
+                    || property.name == VANISH_STOPS =>
             {
                 failures.push(format!(
                     "no run reached \"{}\": the model explores too little",
@@ -964,8 +1048,14 @@ fn env_usize(name: &str) -> Option<usize> {
 fn safety_every_run_to_a_depth() {
     let depth = env_usize("VVM_MODEL_DEPTH").unwrap_or(SAFETY_DEPTH);
     // A cut-off needs dozens of steps to matter; within the depth bound it only multiplies the
-    // runs. `safety_of_a_cut_off_holder_every_run` explores it to the horizon instead.
-    let budget = Budget { cutoffs: 0, ..FULL };
+    // runs. `safety_of_a_cut_off_holder_every_run` explores it to the horizon instead. So does
+    // `safety_of_a_record_removed_from_outside_every_run` a removal: with it at depth 7 the check
+    // holds too (3 047 009 unique states instead of 2 043 324: ≈ 50 % more time in every test run).
+    let budget = Budget {
+        cutoffs: 0,
+        removals: 0,
+        ..FULL
+    };
     check(Mode::Safety, budget, Search::Exhaustive(Some(depth)));
 }
 
@@ -989,6 +1079,7 @@ const CUT: Budget = Budget {
     shutdowns: 0,
     pauses: 0,
     cutoffs: 1,
+    removals: 0,
 };
 
 // covers: Verify.Safety, VVM.LossKeepsRecord, Lease.RetryUntilDeadline
@@ -1030,6 +1121,7 @@ const CRASH: Budget = Budget {
     shutdowns: 0,
     pauses: 0,
     cutoffs: 0,
+    removals: 0,
 };
 
 // covers: Verify.DeadHolder, Sq.DeadHolder
@@ -1063,3 +1155,24 @@ fn an_unsound_dead_holder_fact_is_caught() {
 
 /// States visited by the random liveness check.
 const LIVENESS_RANDOM_STATES: usize = 200_000;
+
+/// The adversary of the removal check: one live record removed from outside at any moment,
+/// services as slow to stop as the scheduler likes; nothing else.
+const REMOVE: Budget = Budget {
+    faults: 0,
+    crashes: 0,
+    shutdowns: 0,
+    pauses: 0,
+    cutoffs: 0,
+    removals: 1,
+};
+
+// covers: Verify.Safety, VVM.VanishedStops, Lease.VanishedLoses, Sq.RecordDeleted, Et.RecordRemoved
+/// A live record removed from outside (its holder told at once by its watch, the others by the
+/// feed): every run to the horizon. The holder stops its services at once and loses without a
+/// delete; a successor takes the slot only once the removed record would have expired, so two
+/// leaders never act — and some run does see a holder stop at once.
+#[test]
+fn safety_of_a_record_removed_from_outside_every_run() {
+    check(Mode::Safety, REMOVE, Search::Exhaustive(None));
+}

@@ -951,3 +951,74 @@ fn a_renewal_reply_with_a_revision_not_above_ours_is_a_failed_attempt() {
     );
     assert_eq!(h.machine.token(), Some(token(5)));
 }
+
+// covers: Lease.VanishedLoses
+#[test]
+fn l26_a_vanished_record_is_lost_at_once_in_every_leading_state_and_deletes_nothing() {
+    let lost = [Effect::Lost {
+        slot: SLOT,
+        reason: LossReason::Overtaken,
+    }];
+    let now = t0() + secs(5) + ms(1);
+    // Holding: the renew timer left set is stale.
+    let mut h = Harness::leading();
+    assert_eq!(h.on(LeaseEvent::Vanished { now }), lost);
+    assert!(h.machine.is_idle(), "no delete, no renewal");
+    assert_eq!(h.fire(t0() + secs(5), 2), []);
+    // Renewing: the swap's late answer is stale.
+    let mut h = Harness::renewing();
+    assert_eq!(h.on(LeaseEvent::Vanished { now }), lost);
+    assert!(h.machine.is_idle());
+    assert_eq!(h.reply(now, 3, Reply::Written(Revision(9))), []);
+    assert_eq!(h.machine.token(), None);
+    // Reading a renewal's outcome back.
+    let mut h = Harness::renewing();
+    h.reply(t0() + secs(5), 3, Reply::Unknown);
+    assert_eq!(h.on(LeaseEvent::Vanished { now }), lost);
+    assert_eq!(h.reply(now, 4, Reply::Found(None)), []);
+    // Waiting to retry.
+    let mut h = Harness::renewing();
+    h.reply(t0() + secs(5), 3, Reply::Failed);
+    assert_eq!(h.on(LeaseEvent::Vanished { now }), lost);
+    assert!(h.machine.is_idle());
+}
+
+// covers: Lease.VanishedLoses
+#[test]
+fn l26a_a_vanished_record_outside_leading_changes_nothing() {
+    // Idle, inserting, a release in flight, a renewal with a release asked.
+    let mut h = Harness::new();
+    assert_eq!(h.on(LeaseEvent::Vanished { now: t0() }), []);
+    h.on(LeaseEvent::Acquire {
+        now: t0(),
+        slot: SLOT,
+    });
+    let before = h.machine.clone();
+    assert_eq!(h.on(LeaseEvent::Vanished { now: t0() }), []);
+    assert_eq!(h.machine, before);
+    let mut h = Harness::leading();
+    assert_eq!(h.release(t0() + secs(1)), [cad(3, 5)]);
+    assert_eq!(
+        h.on(LeaseEvent::Vanished {
+            now: t0() + secs(1)
+        }),
+        []
+    );
+    assert_eq!(
+        h.reply(t0() + secs(1), 3, Reply::Rejected),
+        [Effect::Released {
+            slot: Some(SLOT),
+            deleted: false
+        }]
+    );
+    let mut h = Harness::renewing();
+    h.release(t0() + secs(5));
+    let before = h.machine.clone();
+    assert_eq!(
+        h.on(LeaseEvent::Vanished {
+            now: t0() + secs(5)
+        }),
+        []
+    );
+    assert_eq!(h.machine, before);
+}

@@ -215,7 +215,7 @@ fn v6a_a_slot_change_between_rounds_starts_the_next_round_at_once() {
 
 // covers: VVM.TryAtChange
 #[test]
-fn v6b_a_slot_change_outside_acquisition_changes_nothing() {
+fn v6d_a_slot_change_outside_acquisition_changes_nothing() {
     // Provided, StartingServices, Running.
     let mut provided = Harness::new(&config(1));
     assert_eq!(provided.on(VvmEvent::SlotChanged { now: t0() }), []);
@@ -225,6 +225,198 @@ fn v6b_a_slot_change_outside_acquisition_changes_nothing() {
         assert_eq!(h.on(VvmEvent::SlotChanged { now: t0() + ms(20) }), []);
         assert_eq!(h.vvm, before);
     }
+}
+
+/// What a record vanishing under a leader gives: the loss, the problem, and (while the
+/// services start or run) their stop.
+fn vanished(stop: bool) -> Vec<Effect> {
+    let mut effects = vec![
+        Effect::Lost {
+            slot: Slot(1),
+            reason: LossReason::Overtaken,
+        },
+        Effect::ProblemRaised {
+            problem: Problem::LeadershipLost {
+                slot: Slot(1),
+                reason: LossReason::Overtaken,
+            },
+        },
+    ];
+    if stop {
+        effects.push(Effect::StopServices);
+    }
+    effects
+}
+
+// covers: VVM.VanishedStops, Lease.VanishedLoses
+#[test]
+fn v6b_a_vanished_record_stops_the_services_at_once_without_a_delete() {
+    for mut h in [Harness::starting(), Harness::running()] {
+        assert_eq!(h.vvm.watches_own_record(), Some(Slot(1)));
+        let now = t0() + ms(300);
+        assert_eq!(h.on(VvmEvent::RecordVanished { now }), vanished(true));
+        assert_eq!(h.vvm.phase(), Phase::StoppingServices);
+        assert_eq!(h.vvm.token(), None);
+        assert!(h.vvm.leadership().is_idle(), "no renewal, no delete");
+        assert_eq!(h.vvm.watches_own_record(), None);
+        // The renew timer set at the win is stale now; a second word changes nothing.
+        assert_eq!(
+            h.on(VvmEvent::Timer {
+                now: t0() + secs(5),
+                timer: lease_timer(2)
+            }),
+            []
+        );
+        assert_eq!(h.on(VvmEvent::RecordVanished { now }), []);
+        // The services stopped, the shutdown finishes without a delete and keeps the deadline.
+        assert_eq!(
+            h.on(VvmEvent::ServicesStopped {
+                now: now + ms(50),
+                clean: true
+            }),
+            [
+                Effect::MonitorStopped,
+                Effect::Released {
+                    slot: None,
+                    deleted: false
+                },
+                Effect::Finished {
+                    problem: Some(Problem::LeadershipLost {
+                        slot: Slot(1),
+                        reason: LossReason::Overtaken
+                    })
+                }
+            ]
+        );
+    }
+}
+
+// covers: VVM.VanishedStops, Lease.VanishedLoses
+#[test]
+fn v6b_a_vanished_record_with_a_renewal_in_flight_or_awaited_loses_at_once() {
+    let renew = t0() + secs(5);
+    // A swap in flight: its late answer is stale.
+    let mut h = Harness::running();
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    assert_eq!(
+        h.on(VvmEvent::RecordVanished { now: renew + ms(1) }),
+        vanished(true)
+    );
+    assert_eq!(h.reply(renew + ms(2), 3, Reply::Written(Revision(7))), []);
+    assert!(h.vvm.leadership().is_idle());
+    // Its outcome being read back.
+    let mut h = Harness::running();
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    h.reply(renew, 3, Reply::Unknown);
+    assert_eq!(
+        h.on(VvmEvent::RecordVanished { now: renew + ms(1) }),
+        vanished(true)
+    );
+    assert_eq!(h.reply(renew + ms(2), 4, Reply::Found(None)), []);
+    // Waiting to retry a failed swap.
+    let mut h = Harness::running();
+    h.on(VvmEvent::Timer {
+        now: renew,
+        timer: lease_timer(2),
+    });
+    h.reply(renew, 3, Reply::Failed);
+    assert!(matches!(
+        h.vvm.leadership().state(),
+        LeaseState::RetryWait { .. }
+    ));
+    assert_eq!(
+        h.on(VvmEvent::RecordVanished { now: renew + ms(1) }),
+        vanished(true)
+    );
+}
+
+// covers: VVM.VanishedStops
+#[test]
+fn v6e_a_vanished_record_while_the_services_stop_is_the_loss_if_first() {
+    let mut h = Harness::running();
+    let now = t0() + ms(300);
+    assert_eq!(h.on(VvmEvent::Shutdown { now }), [Effect::StopServices]);
+    assert_eq!(h.vvm.watches_own_record(), Some(Slot(1)));
+    assert_eq!(
+        h.on(VvmEvent::RecordVanished { now: now + ms(1) }),
+        vanished(false)
+    );
+    assert_eq!(h.vvm.phase(), Phase::StoppingServices);
+    // Nothing held: the release deletes nothing, and the deadline stays armed.
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped {
+            now: now + ms(50),
+            clean: true
+        }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished {
+                problem: Some(Problem::LeadershipLost {
+                    slot: Slot(1),
+                    reason: LossReason::Overtaken
+                })
+            }
+        ]
+    );
+    // Running after a service failed: the services stop, the first problem stays (V6b).
+    let mut h = Harness::running();
+    h.on(VvmEvent::ServiceFailed { now, index: 0 });
+    let mut expected = vanished(true);
+    expected.remove(1);
+    assert_eq!(
+        h.on(VvmEvent::RecordVanished { now: now + ms(1) }),
+        expected
+    );
+}
+
+// covers: VVM.VanishedStops
+#[test]
+fn v6f_a_vanished_record_when_not_leading_changes_nothing() {
+    // Provided, acquiring, between rounds, after a loss, while releasing, shut down.
+    let mut provided = Harness::new(&config(1));
+    assert_eq!(provided.vvm.watches_own_record(), None);
+    assert_eq!(provided.on(VvmEvent::RecordVanished { now: t0() }), []);
+    let mut h = Harness::new(&config(1));
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(h.vvm.watches_own_record(), None);
+    let before = h.vvm.clone();
+    assert_eq!(h.on(VvmEvent::RecordVanished { now: t0() }), []);
+    assert_eq!(h.vvm, before);
+    h.reply(t0(), 1, Reply::Held(secs(3)));
+    assert!(h.vvm.waits_for_round());
+    let before = h.vvm.clone();
+    assert_eq!(h.on(VvmEvent::RecordVanished { now: t0() }), []);
+    assert_eq!(h.vvm, before);
+    // Releasing: the delete in flight decides.
+    let mut h = Harness::running();
+    let now = t0() + ms(300);
+    h.on(VvmEvent::Shutdown { now });
+    h.on(VvmEvent::ServicesStopped { now, clean: true });
+    assert_eq!(h.vvm.phase(), Phase::CleaningElections);
+    assert_eq!(h.vvm.watches_own_record(), None);
+    assert_eq!(h.on(VvmEvent::RecordVanished { now }), []);
+    assert_eq!(
+        h.reply(now, 3, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::DisarmKiller,
+            Effect::Finished { problem: None }
+        ]
+    );
+    assert_eq!(h.on(VvmEvent::RecordVanished { now }), []);
 }
 
 // covers: VVM.TryAtChange, VVM.SubscribeBeforeInsert
@@ -1040,6 +1232,19 @@ fn on_session_launch_acquires_through_the_session_and_starts_services_without_a_
         }),
         []
     );
+}
+
+// covers: VVM.VanishedStops
+#[test]
+fn v6f_on_a_session_a_vanished_record_changes_nothing() {
+    let mut h = Harness::on_session(1);
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Written(Revision(9)));
+    h.on(VvmEvent::ServicesStarted { now: t0() });
+    assert_eq!(h.vvm.watches_own_record(), None);
+    let before = h.vvm.clone();
+    assert_eq!(h.on(VvmEvent::RecordVanished { now: t0() }), []);
+    assert_eq!(h.vvm, before);
 }
 
 // covers: VVM.OnSession, VVM.SessionCleanFinish

@@ -26,6 +26,8 @@ enum Step {
     ServicesStopped,
     /// A change feed reported a slot's record changed (lifecycle only).
     SlotChanged,
+    /// The store said our record is gone or another's.
+    Vanished,
     Fire(usize),
     Reply(usize, ReplyKind),
 }
@@ -66,6 +68,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u16..3).prop_map(Step::ServiceFailed),
         1 => Just(Step::ServicesStopped),
         1 => Just(Step::SlotChanged),
+        1 => Just(Step::Vanished),
         3 => any::<usize>().prop_map(Step::Fire),
         6 => (any::<usize>(), reply).prop_map(|(i, r)| Step::Reply(i, r)),
     ]
@@ -227,6 +230,7 @@ proptest! {
                 Step::Advance(ms) => { world.now_ms += ms; continue; }
                 Step::Acquire(slot) => LeaseEvent::Acquire { now, slot: Slot(slot) },
                 Step::Release | Step::Shutdown => LeaseEvent::Release { now },
+                Step::Vanished => LeaseEvent::Vanished { now },
                 Step::Fire(i) if !world.timers.is_empty() => {
                     LeaseEvent::Timer { now, timer: world.timers[i % world.timers.len()] }
                 }
@@ -268,6 +272,7 @@ proptest! {
                 Step::ServiceFailed(index) => VvmEvent::ServiceFailed { now, index },
                 Step::ServicesStopped => VvmEvent::ServicesStopped { now, clean: true },
                 Step::SlotChanged => VvmEvent::SlotChanged { now },
+                Step::Vanished => VvmEvent::RecordVanished { now },
                 Step::Fire(i) if !world.timers.is_empty() => {
                     VvmEvent::Timer { now, timer: world.timers[i % world.timers.len()] }
                 }
@@ -278,7 +283,22 @@ proptest! {
                 Step::Fire(_) => continue,
             };
             let waited_for_round = vvm.waits_for_round();
+            let watched = vvm.watches_own_record();
             vvm.handle(&event, &mut out);
+            // covers: VVM.VanishedStops
+            // The store's word that the record vanished ends the leading of a watching VVM at
+            // once (nothing held, nothing watched any more, services stopping) and is ignored
+            // by every other.
+            if matches!(event, VvmEvent::RecordVanished { .. }) {
+                if watched.is_some() {
+                    assert!(vvm.leadership().is_idle(), "still leading: {:?}", vvm.leadership());
+                    assert_eq!(vvm.watches_own_record(), None);
+                    assert_eq!(vvm.phase(), Phase::StoppingServices, "{out:?}");
+                    assert!(matches!(out.as_slice().first(), Some(Effect::Lost { .. })), "{out:?}");
+                } else {
+                    assert!(out.is_empty(), "RecordVanished while not watching: {out:?}");
+                }
+            }
             world.observe(&out, vvm.leadership());
             // covers: VVM.TryAtChange
             // A change report only ever starts a round (one insert at slot 1) from RoundWait.

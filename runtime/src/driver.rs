@@ -19,7 +19,7 @@ use crate::pipeline::{Pipeline, Report, Timeouts};
 use crate::refusals::Refusals;
 use crate::services::{ServiceError, Services};
 use crate::status::Status;
-use crate::store::{LeaseStore, SlotChange};
+use crate::store::{LeaseStore, LeaseValue, SlotChange};
 
 /// Most events the driver queues for itself (only "services stopped" when none ran).
 const QUEUED_MAX: usize = 4;
@@ -41,6 +41,9 @@ pub(crate) struct Driver<S> {
     queued: VecDeque<VvmEvent>,
     /// The change feed of every slot while the machine waits between rounds; `None` otherwise.
     changes: Option<SlotChange>,
+    /// While leading on a lease: the watch of the record of the slot led, which resolves once
+    /// the store says it is gone or another's (see [`record_vanished`]).
+    own_record: Option<(Slot, BoxFuture<()>)>,
     /// Why each slot was last not won, for the acquisition error.
     refusals: Refusals,
     /// Acquisition failed: the error waits for the holders to be read
@@ -154,6 +157,50 @@ async fn slot_changed(changes: &mut Option<SlotChange>) {
     }
 }
 
+/// Resolves once the store says that the record under `slot` is gone or names someone else
+/// (another holder, or another incarnation): removed from outside while this VVM leads. The
+/// store's change feed of that one slot wakes it (on SQLite a look at `data_version`, on etcd a
+/// watch of the key: no poll of the record of its own); each wake reads the record once, within
+/// the store-call timeout. The feed is subscribed before each read, so a removal right after a
+/// read that found our record is not missed; a read that fails or finds ours (a renewal, our
+/// stopping mark) waits for the next change. A renewal's refusal stays the fallback for a store
+/// without a feed, and for a read that did not answer.
+fn record_vanished<S: LeaseStore>(
+    store: Arc<S>,
+    slot: Slot,
+    own: LeaseValue,
+    timeout: std::time::Duration,
+) -> BoxFuture<()> {
+    Box::pin(async move {
+        loop {
+            let change = store.changed(&[slot]);
+            match tokio::time::timeout(timeout, store.get(slot)).await {
+                Ok(Ok(None)) => return,
+                Ok(Ok(Some(lease)))
+                    if lease.value.incarnation != own.incarnation
+                        || lease.value.address != own.address =>
+                {
+                    return;
+                }
+                _ => {}
+            }
+            change.await;
+        }
+    })
+}
+
+/// Resolves when the watch of the record led resolves; pending while there is none, and after
+/// it resolved once (the loss it reports ends the leading).
+async fn own_record_vanished(watch: &mut Option<(Slot, BoxFuture<()>)>) {
+    match watch.as_mut() {
+        Some((_, vanished)) => {
+            vanished.await;
+            *watch = None;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// The next report of the pipeline; pending while there is none.
 async fn report(pipeline: &mut Option<Pipeline>) -> Option<Report> {
     match pipeline.as_mut() {
@@ -195,6 +242,7 @@ impl<S: LeaseStore> Driver<S> {
             status,
             queued: VecDeque::with_capacity(QUEUED_MAX),
             changes: None,
+            own_record: None,
             refusals: Refusals::default(),
             describing: false,
             pacing,
@@ -327,6 +375,10 @@ impl<S: LeaseStore> Driver<S> {
             () = shutdown_asked(&mut self.shutdown) => VvmEvent::Shutdown { now: self.exec.now() },
             () = stop_asked(&mut self.stop) => VvmEvent::Shutdown { now: self.exec.now() },
             () = slot_changed(&mut self.changes) => VvmEvent::SlotChanged { now: self.exec.now() },
+            () = own_record_vanished(&mut self.own_record) => {
+                tracing::warn!("the record of the slot led is gone or names another holder: removed from outside");
+                VvmEvent::RecordVanished { now: self.exec.now() }
+            }
             report = report(&mut self.pipeline) => self.on_report(report).await,
         };
         Woken::Event(event)
@@ -399,6 +451,7 @@ impl<S: LeaseStore> Driver<S> {
         let stretched = self.pacing.note(event.now(), self.out.as_slice());
         // Before the effects: an insert about to be sent is covered by the feed.
         self.watch_slots();
+        self.watch_own_record();
         let mut next = self.status.borrow().clone();
         if matches!(event, VvmEvent::ServicesStopped { .. }) {
             next.services_running = false;
@@ -455,6 +508,27 @@ impl<S: LeaseStore> Driver<S> {
         } else if self.changes.is_none() {
             let slots: Vec<Slot> = (1..=self.config.slots()).map(Slot).collect();
             self.changes = Some(self.exec.store().changed(&slots));
+        }
+    }
+
+    /// While the machine leads on a lease (`watches_own_record`), watches the record of the slot
+    /// it leads, so that a removal from outside is a loss at once (`RecordVanished`, V6b);
+    /// otherwise watches nothing.
+    fn watch_own_record(&mut self) {
+        match self.machine.watches_own_record() {
+            Some(slot) => {
+                if self
+                    .own_record
+                    .as_ref()
+                    .is_none_or(|(watched, _)| *watched != slot)
+                {
+                    let timeout = self.config.lease().store_timeout();
+                    let own = self.exec.own().clone();
+                    let watch = record_vanished(self.exec.shared_store(), slot, own, timeout);
+                    self.own_record = Some((slot, watch));
+                }
+            }
+            None => self.own_record = None,
         }
     }
 

@@ -152,6 +152,16 @@ impl<S: LeaseStore> Executor<S> {
         &self.store
     }
 
+    /// The store, shared, for a watch that outlives one call.
+    pub(crate) fn shared_store(&self) -> Arc<S> {
+        Arc::clone(&self.store)
+    }
+
+    /// Who this VVM's records name (its stopping mark aside).
+    pub(crate) fn own(&self) -> &LeaseValue {
+        &self.own
+    }
+
     /// The current time, as the machines see it.
     pub(crate) fn now(&self) -> vvm_core::Instant {
         Clock.now()

@@ -66,7 +66,13 @@ pub fn spawn_through(
     command
         .current_dir(dir)
         .args(["--log-level", "info", "run", "--store", store])
-        .args(["--lease", "2s", "--round", "100ms", "--acquire", "60s"])
+        // [`LEASE`] unless `extra` gives its own.
+        .args(if extra.contains(&"--lease") {
+            &[][..]
+        } else {
+            &["--lease", "2s"][..]
+        })
+        .args(["--round", "100ms", "--acquire", "60s"])
         .args(["--address", address, "--grace", grace])
         .args(extra)
         // Debug builds only: SIGUSR1 makes the command's service panic (`Fault::PanicVvm`).
@@ -316,4 +322,41 @@ async fn remove_records(
         removed += 1;
     }
     removed
+}
+
+/// Removes everything under `vvm run`'s default prefix on the etcd at `endpoints`, as an operator
+/// wiping "the locks" would: every key at once (`etcdctl del --prefix vvm/slot/`), or every lease
+/// those keys are bound to (`etcdctl lease revoke`, a session's lease among them). Returns how many
+/// keys or leases it removed.
+pub fn remove_etcd_prefix(endpoints: &[String], how: Removal) -> usize {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut raw = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        let prefix = "vvm/slot/";
+        match how {
+            Removal::Delete => {
+                let options = etcd_client::DeleteOptions::new().with_prefix();
+                let deleted = raw.delete(prefix, Some(options)).await.unwrap();
+                deleted.deleted() as usize
+            }
+            Removal::Revoke => {
+                let options = etcd_client::GetOptions::new().with_prefix();
+                let records = raw.get(prefix, Some(options)).await.unwrap();
+                let mut leases: Vec<i64> = records.kvs().iter().map(|kv| kv.lease()).collect();
+                leases.retain(|lease| *lease != 0);
+                leases.sort_unstable();
+                leases.dedup();
+                let mut revoked = 0;
+                for lease in leases {
+                    if raw.lease_revoke(lease).await.is_ok() {
+                        revoked += 1;
+                    }
+                }
+                revoked
+            }
+        }
+    })
 }

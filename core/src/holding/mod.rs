@@ -196,13 +196,14 @@ impl SessionLeadership {
     }
 
     /// A lifecycle's leadership event, as far as a holding has it: a lease timer concerns
-    /// nothing here.
+    /// nothing here, nor does a vanished record (the lifecycle never forwards one on a session:
+    /// a holding's record is the session's, lost with it).
     pub(crate) fn handle_lease(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
         let event = match *event {
             LeaseEvent::Acquire { now, slot } => HoldingEvent::Acquire { now, slot },
             LeaseEvent::Release { now } => HoldingEvent::Release { now },
             LeaseEvent::Reply { now, op, reply } => HoldingEvent::Reply { now, op, reply },
-            LeaseEvent::Timer { .. } => return Notices::default(),
+            LeaseEvent::Timer { .. } | LeaseEvent::Vanished { .. } => return Notices::default(),
         };
         self.handle_noting(&event, out)
     }

@@ -39,6 +39,8 @@
 //! | L23 | Releasing | any reply | | Idle | Released(slot, deleted) if release asked |
 //! | L24 | Inserting, Claiming | Written(r) | now ≥ t_send+0.8L | Idle | NotAcquired(DeadlinePassed): no token after the deadline |
 //! | L25 | Renewing | Written(r') | now ≥ t_send+0.8L | Idle | Lost(DeadlinePassed); the record is left to expire |
+//! | L26 | Holding, RetryWait; Renewing, RenewResolving with no release asked | Vanished | | Idle | Lost(Overtaken): the store said that our record is gone or holds another value; a reply in flight is stale |
+//! | L26a | every other state | Vanished | | same | — (a release in flight finishes by its reply) |
 //!
 //! Holding, Renewing, RenewResolving and RetryWait are the *leading* states: each carries the
 //! [`Held`] lease. They are not grouped under a statig superstate on purpose — the hierarchy walk
@@ -89,6 +91,14 @@ pub enum LeaseEvent {
         /// Its outcome.
         reply: Reply,
     },
+    /// The store said, after our record was written, that it is gone or holds another value
+    /// (removed from outside: `etcdctl del`, a revoked lease, a `DELETE` in the file). Only a
+    /// write of ours could bring it back and none is made while leading, so no renewal can
+    /// succeed any more: leadership is lost at once (L26) instead of at the next renewal.
+    Vanished {
+        /// Current time.
+        now: Instant,
+    },
 }
 
 impl LeaseEvent {
@@ -98,7 +108,8 @@ impl LeaseEvent {
             LeaseEvent::Acquire { now, .. }
             | LeaseEvent::Release { now }
             | LeaseEvent::Timer { now, .. }
-            | LeaseEvent::Reply { now, .. } => now,
+            | LeaseEvent::Reply { now, .. }
+            | LeaseEvent::Vanished { now } => now,
         }
     }
 }

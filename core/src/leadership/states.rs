@@ -343,6 +343,8 @@ impl Shared {
             }
             // Nothing in flight: a release deletes our record at once.
             LeaseEvent::Release { .. } => self.delete(held.slot, held.revision, true, context),
+            // The record is gone or another's: no renewal can succeed (L26).
+            LeaseEvent::Vanished { .. } => self.lose(*held, LossReason::Overtaken, false, context),
             _ => Handled,
         }
     }
@@ -361,6 +363,11 @@ impl Shared {
             LeaseEvent::Release { .. } => {
                 pending.release = true;
                 Handled
+            }
+            // The swap in flight cannot succeed on a record that is gone or another's; its
+            // reply is stale from now on (L26). A release asked finishes by that reply (L26a).
+            LeaseEvent::Vanished { .. } if !pending.release => {
+                self.lose(*held, LossReason::Overtaken, false, context)
             }
             LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
                 Reply::Written(revision) if revision > held.revision => {
@@ -404,6 +411,9 @@ impl Shared {
                 pending.release = true;
                 Handled
             }
+            LeaseEvent::Vanished { .. } if !pending.release => {
+                self.lose(*held, LossReason::Overtaken, false, context)
+            }
             LeaseEvent::Reply { now, op, reply } if op == pending.op => match reply {
                 Reply::Found(Some(record)) if record.incarnation == self.incarnation => {
                     if record.revision > held.revision {
@@ -445,6 +455,7 @@ impl Shared {
             }
             // Nothing in flight: a release deletes our record at once.
             LeaseEvent::Release { .. } => self.delete(held.slot, held.revision, true, context),
+            LeaseEvent::Vanished { .. } => self.lose(*held, LossReason::Overtaken, false, context),
             _ => Handled,
         }
     }

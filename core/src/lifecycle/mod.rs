@@ -12,7 +12,10 @@
 //! | V5 | Acquiring(N) | reply → NotAcquired | now ≥ until | Idle | NotAcquired, ProblemRaised(AcquisitionFailed) |
 //! | V6 | RoundWait | Timer(Round) | | Acquiring(1), fresh round | Insert(1) |
 //! | V6a | RoundWait | SlotChanged | | Acquiring(1), fresh round | Insert(1) (the round timer left set is stale and ignored) |
-//! | V6b | every state but Acquiring and RoundWait | SlotChanged | | same | — |
+//! | V6b | StartingServices, Running | RecordVanished | on a lease, leading | StoppingServices | Lost(slot, Overtaken), ProblemRaised(LeadershipLost), StopServices: as V10, at once instead of at the next renewal (the leadership's L26) |
+//! | V6d | every state but Acquiring and RoundWait | SlotChanged | | same | — |
+//! | V6e | StoppingServices | RecordVanished | on a lease, leading | same | Lost(slot, Overtaken), ProblemRaised(LeadershipLost) (first problem only), as V10a |
+//! | V6f | every other state, or on a session | RecordVanished | | same | — |
 //! | V6c | Acquiring | SlotChanged | | same, change noted | — |
 //! | V7 | StartingServices | ServicesStarted | | Running | Running(token) if still leading |
 //! | V8 | StartingServices | ServiceFailed(i) | | Running | ProblemRaised(ServiceStartFailed(i)) |
@@ -146,6 +149,15 @@ pub enum VvmEvent {
         /// Current time.
         now: Instant,
     },
+    /// The store says that the record of the slot this VVM leads is gone or holds another value:
+    /// removed from outside (`etcdctl del`, a revoked lease, a `DELETE` in the file). A fact
+    /// read back from the store after the record was written, not a hint: while services start
+    /// or run, leadership is lost and they stop at once (V6b), instead of at the next renewal's
+    /// refusal. Ignored on a session and when not leading (V6f).
+    RecordVanished {
+        /// Current time.
+        now: Instant,
+    },
     /// The session the VVM holds its slot on was lost (only for a lifecycle
     /// [`on_session`](Lifecycle::on_session); a lifecycle on a lease ignores it): a holding of
     /// it is lost at once (V22), an acquisition in flight wins nothing and acquisition ends
@@ -170,6 +182,7 @@ impl VvmEvent {
             | VvmEvent::ServiceFailed { now, .. }
             | VvmEvent::ServicesStopped { now, .. }
             | VvmEvent::SlotChanged { now }
+            | VvmEvent::RecordVanished { now }
             | VvmEvent::SessionLost { now, .. } => now,
         }
     }
@@ -318,10 +331,12 @@ impl Cx<'_> {
     }
 }
 
-/// The leadership's event for a VVM event: store replies and lease timers; `None` for the rest.
+/// The leadership's event for a VVM event: store replies, lease timers and the store's word
+/// that the record vanished; `None` for the rest.
 #[inline]
 fn lease_event(event: &VvmEvent) -> Option<LeaseEvent> {
     match *event {
+        VvmEvent::RecordVanished { now } => Some(LeaseEvent::Vanished { now }),
         VvmEvent::Reply { now, op, reply } => Some(LeaseEvent::Reply { now, op, reply }),
         VvmEvent::Timer { now, timer } if timer.kind == TimerKind::Lease => {
             Some(LeaseEvent::Timer { now, timer })
@@ -458,6 +473,10 @@ impl Lifecycle {
             // A lease has no session to lose (V25).
             return;
         }
+        if self.holding.is_some() && matches!(event, VvmEvent::RecordVanished { .. }) {
+            // A holding is the session's: its record goes with the session (V6f).
+            return;
+        }
         let mut cx = Cx {
             out,
             leadership: &mut self.leadership,
@@ -513,6 +532,16 @@ impl Lifecycle {
     /// starts the next round at once.
     pub fn waits_for_round(&self) -> bool {
         matches!(self.machine.state(), State::RoundWait { .. })
+    }
+
+    /// Whether a driver watches the record of the slot this VVM leads, to report
+    /// [`VvmEvent::RecordVanished`] at once: on a lease, while the leadership leads and the
+    /// services start, run or stop (V6b, V6e).
+    pub fn watches_own_record(&self) -> Option<Slot> {
+        if self.holding.is_some() || !self.serving() {
+            return None;
+        }
+        self.leadership.held().map(|held| held.slot)
     }
 
     /// Whether the VVM acquires (in a round or between rounds): then a driver keeps the store's

@@ -143,7 +143,8 @@ impl Shared {
         Transition(State::running())
     }
 
-    /// Forwards a reply or lease timer while services run; a loss stops them at once.
+    /// Forwards a reply, a lease timer or the store's word that the record vanished while
+    /// services run; a loss stops them at once (V10, V6b).
     fn forward_while_serving(&mut self, event: &VvmEvent, cx: &mut Cx<'_>) -> Outcome<State> {
         let notices = match *event {
             // A loss of the session is a loss of the holding (V22).
@@ -349,7 +350,8 @@ impl Shared {
                 self.services_clean &= clean;
                 self.stop_monitor(now, context)
             }
-            VvmEvent::Reply { .. } | VvmEvent::Timer { .. } => {
+            // A loss while the services stop is noted (V10a, V6e); they are stopping already.
+            VvmEvent::Reply { .. } | VvmEvent::Timer { .. } | VvmEvent::RecordVanished { .. } => {
                 self.forward_vvm(event, context);
                 Handled
             }

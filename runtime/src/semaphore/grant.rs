@@ -18,8 +18,9 @@ pub enum GrantEnd {
     /// The session was lost (with why) or closed (`None`): nothing may act under the grant.
     SessionOver(Option<LossReason>),
     /// The grant is no longer held in the store: a forced delete (its units stay counted
-    /// until this handle releases them or the session ends), a release by name, or the
-    /// session's expiry seen by another party.
+    /// until this handle releases them or the session ends), a release by name, the
+    /// session's expiry seen by another party, or the semaphore's or the session's record
+    /// removed from outside.
     Ended,
 }
 
@@ -392,7 +393,8 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     }
 
     /// Resolves when the grant ends without a release of this handle: the session is lost
-    /// or closed, or the grant is gone from the store (a forced delete, the session's expiry).
+    /// or closed, or the grant is gone from the store (a forced delete, the session's expiry, the
+    /// semaphore's or the session's record removed from outside).
     /// After a forced delete the grant's units stay counted until it is released (or the session
     /// ends), so that whatever still runs under it stays within the limit.
     /// Services acting under the grant must stop then.
@@ -422,7 +424,13 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
                     expiry_look(applied)
                 }
                 Err(CoordinationError::NotFound(_)) => return GrantEnd::Ended,
-                Err(CoordinationError::Session(_) | CoordinationError::SessionGone(_)) => {
+                // The store says our session's record is not live while the session itself
+                // knows of no loss: removed from outside (`etcdctl lease revoke` of its lease,
+                // `etcdctl del --prefix`, a `DELETE` in the file). Every party may take the
+                // units from now on, and on etcd a lease whose keys alone were deleted would
+                // keep the session alive for ever: the grant ends at once.
+                Err(CoordinationError::SessionGone(_)) => return GrantEnd::Ended,
+                Err(CoordinationError::Session(_)) => {
                     return GrantEnd::SessionOver(self.inner.session.lost().await);
                 }
                 // A failed look: try again at the next change or a store-call timeout later.
