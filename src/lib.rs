@@ -82,6 +82,7 @@ pub use vvm_runtime::*;
 /// The lease stores, each behind the feature of its name (`memory`, the default; `sqlite`,
 /// `etcd`, `etcd-tls`, `foundationdb`), store URLs (`url`) and opening the store a URL names
 /// (`open`).
+#[doc(inline)]
 pub use vvm_adapters as adapters;
 
 /// The README's examples, compiled and run by `cargo test --doc`.
