@@ -17,6 +17,7 @@
 use vvm_sim::oracle::Violation;
 use vvm_sim::runner::{catching, env_u64, Seeds};
 use vvm_sim::semaphore::{Rule, SemaphoreParams, SemaphoreSim, SemaphoreStats};
+use vvm_sim::trace::Note;
 
 /// Seeds run by default.
 const SEEDS_DEFAULT: u64 = 30_000;
@@ -242,10 +243,10 @@ fn replay() {
             .first()
             .and_then(Violation::process_at)
             .map_or(u64::MAX, |(_, at_ns)| at_ns);
-        let lines: Vec<&String> = sim
+        let lines: Vec<&Note> = sim
             .trace()
             .iter()
-            .filter(|line| line_at_ns(line) <= until_ns)
+            .filter(|note| note.at_ns() <= until_ns)
             .collect();
         let shown = if everything {
             lines.len()
@@ -260,14 +261,4 @@ fn replay() {
         panic!("seed {seed} failed:{failure}");
     }
     println!("seed {seed} passed: {:?}", outcome.stats);
-}
-
-/// The true time a trace line starts with (`<ms> ms ...`).
-fn line_at_ns(line: &str) -> u64 {
-    let ms: f64 = line
-        .split_whitespace()
-        .next()
-        .and_then(|ms| ms.parse().ok())
-        .expect("a trace line starts with its time");
-    (ms * 1e6) as u64
 }

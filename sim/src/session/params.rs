@@ -3,7 +3,7 @@
 use crate::params::Params;
 use crate::rng::Rng;
 
-use super::store::KeepAlives;
+use crate::store::KeepAlives;
 
 /// How the runtime treats the rules a lost session's holdings depend on; all but
 /// [`Rule::Sound`] are broken on purpose, for the simulator to show it catches them.
