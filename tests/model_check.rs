@@ -29,8 +29,10 @@
 //! Properties: at most one acting leader per slot; fencing tokens never go back; shutdown effects
 //! in the fixed order; and, under fair scheduling, every slot is taken.
 
-#[path = "support/rates.rs"]
-mod rates;
+#[path = "support/model.rs"]
+mod model;
+
+use model::env_usize;
 
 use core::time::Duration;
 use std::time::Instant as WallInstant;
@@ -257,15 +259,15 @@ struct LeaseModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    rates::local(RATES_PPM[p], true_ns)
+    model::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    rates::true_at(RATES_PPM[p], local_ns)
+    model::true_at(RATES_PPM[p], local_ns)
 }
 
 fn incarnation(p: usize, generation: u8) -> Incarnation {
-    Incarnation(1000 * p as u64 + u64::from(generation))
+    model::incarnation(0, p, generation)
 }
 
 impl LeaseModel {
@@ -948,11 +950,6 @@ fn report(
         }
     }
     failures
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    let text = std::env::var(name).ok()?;
-    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
 }
 
 // covers: Verify.Safety, Verify.TokenOrder, Verify.ShutdownOrder

@@ -69,8 +69,10 @@
 //! generation) do tell apart states that differ only in how many grants came before; acquires
 //! per process are bounded so that runs stay finite.
 
-#[path = "support/rates.rs"]
-mod rates;
+#[path = "support/model.rs"]
+mod model;
+
+use model::{awaited_timer, env_usize, nanos, session_op};
 
 use core::time::Duration;
 use std::time::Instant as WallInstant;
@@ -79,7 +81,7 @@ use stateright::{Checker, HasDiscoveries, Model, Property};
 use vvm_core::semaphore::{RequestId, Semaphore, SemaphoreError, SessionKey, Status};
 use vvm_core::{
     HoldingId, Incarnation, Instant, LeaseConfig, OpId, Record, Reply, Revision, Session,
-    SessionEffect, SessionEffects, SessionEvent, SessionId, SessionState, TimerId,
+    SessionEffect, SessionEffects, SessionEvent, SessionId, TimerId,
 };
 
 const SECOND_NS: u64 = 1_000_000_000;
@@ -385,37 +387,15 @@ struct SemaphoreModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    rates::local(RATES_PPM[p], true_ns)
+    model::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    rates::true_at(RATES_PPM[p], local_ns)
+    model::true_at(RATES_PPM[p], local_ns)
 }
 
 fn incarnation(p: usize, generation: u8) -> Incarnation {
-    Incarnation(1000 * (p as u64 + 1) + u64::from(generation))
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).expect("fits")
-}
-
-/// The timer the machine waits for, if any: a firing of any other is ignored (stale).
-fn awaited_timer(session: &Session) -> Option<TimerId> {
-    match *session.state() {
-        SessionState::Alive { timer, .. } | SessionState::RetryWait { timer, .. } => Some(timer),
-        _ => None,
-    }
-}
-
-fn store_op(effect: &SessionEffect) -> OpId {
-    match *effect {
-        SessionEffect::Create { op, .. }
-        | SessionEffect::KeepAlive { op, .. }
-        | SessionEffect::Delete { op, .. }
-        | SessionEffect::Get { op, .. } => op,
-        ref other => unreachable!("not a store call: {other:?}"),
-    }
+    model::incarnation(1, p, generation)
 }
 
 impl World {
@@ -1058,7 +1038,7 @@ impl Model for SemaphoreModel {
                     Answer::Sem(_) => Answer::Sem(SemAnswer::Unknown),
                 };
                 let nothing = match msg.call {
-                    Call::Session(effect) => Answer::Session(store_op(&effect), Reply::Failed),
+                    Call::Session(effect) => Answer::Session(session_op(&effect), Reply::Failed),
                     Call::Sem { .. } => Answer::Sem(SemAnswer::Failed),
                 };
                 match fault {
@@ -1290,11 +1270,6 @@ fn check_caught(check: Check, expected: &'static str) {
         );
     };
     println!("{text}");
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    let text = std::env::var(name).ok()?;
-    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
 }
 
 /// Three processes: an owner of 1, a request of 2 that waits behind it, and a request of 1

@@ -48,8 +48,10 @@
 //! horizon affordable: revisions count per session record (the machine compares only its own
 //! record's), and the calls in flight are ordered by process (each process's own order kept).
 
-#[path = "support/rates.rs"]
-mod rates;
+#[path = "support/model.rs"]
+mod model;
+
+use model::{awaited_timer, env_usize, nanos, session_op};
 
 use core::time::Duration;
 use std::time::Instant as WallInstant;
@@ -58,7 +60,7 @@ use stateright::{Checker, HasDiscoveries, Model, Property, UniformChooser};
 use vvm::ACQUIRE_SENDS_MAX;
 use vvm_core::{
     HoldingId, Incarnation, Instant, LeaseConfig, OpId, Record, Reply, Revision, Session,
-    SessionEffect, SessionEffects, SessionEvent, SessionId, SessionState, TimerId,
+    SessionEffect, SessionEffects, SessionEvent, SessionId, TimerId,
 };
 
 const PROCESSES: usize = 2;
@@ -334,27 +336,15 @@ struct SessionModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    rates::local(RATES_PPM[p], true_ns)
+    model::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    rates::true_at(RATES_PPM[p], local_ns)
+    model::true_at(RATES_PPM[p], local_ns)
 }
 
 fn incarnation(p: usize, generation: u8) -> Incarnation {
-    Incarnation(1000 * (p as u64 + 1) + u64::from(generation))
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).expect("fits")
-}
-
-/// The timer the machine waits for, if any: a firing of any other is ignored (stale).
-fn awaited_timer(session: &Session) -> Option<TimerId> {
-    match *session.state() {
-        SessionState::Alive { timer, .. } | SessionState::RetryWait { timer, .. } => Some(timer),
-        _ => None,
-    }
+    model::incarnation(1, p, generation)
 }
 
 impl World {
@@ -812,7 +802,7 @@ impl Model for SessionModel {
                     Answer::Acquire(slot, _) => Answer::Acquire(slot, Acquired::Unknown),
                 };
                 let nothing = match msg.call {
-                    Call::Session(effect) => Answer::Session(store_op(&effect), Reply::Failed),
+                    Call::Session(effect) => Answer::Session(session_op(&effect), Reply::Failed),
                     Call::Acquire { slot, .. } => Answer::Acquire(slot as usize, Acquired::Failed),
                 };
                 match fault {
@@ -936,16 +926,6 @@ impl Model for SessionModel {
     }
 }
 
-fn store_op(effect: &SessionEffect) -> OpId {
-    match *effect {
-        SessionEffect::Create { op, .. }
-        | SessionEffect::KeepAlive { op, .. }
-        | SessionEffect::Delete { op, .. }
-        | SessionEffect::Get { op, .. } => op,
-        ref other => unreachable!("not a store call: {other:?}"),
-    }
-}
-
 /// How the state space is walked.
 #[derive(Clone, Copy, Debug)]
 enum Search {
@@ -1065,11 +1045,6 @@ fn check_caught(check: Check) {
         );
     };
     println!("{text}");
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    let text = std::env::var(name).ok()?;
-    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
 }
 
 /// Depth of the exhaustive check: every run of this many steps is explored.

@@ -674,3 +674,96 @@ impl StoreModel {
         effects.woke = self.semaphore != *before && !silent;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use core::time::Duration;
+
+    use vvm_core::OpId;
+
+    use super::*;
+
+    const L: Duration = Duration::from_secs(20);
+    const L_NS: u64 = 20_000_000_000;
+
+    fn writer(n: u64) -> Writer {
+        Writer {
+            address: n as u32,
+            incarnation: Incarnation(n),
+        }
+    }
+
+    fn apply(store: &mut StoreModel, call: Call, writer: Writer, now_ns: u64) -> Answer {
+        store.apply(&call, writer, now_ns, &|_| false).0
+    }
+
+    fn create(id: u64) -> Call {
+        Call::Session(SessionEffect::Create {
+            op: OpId(1),
+            id: SessionId(id),
+            ttl: L,
+        })
+    }
+
+    fn acquire(slot: u32, id: u64) -> Call {
+        Call::Acquire {
+            op: 1,
+            slot: Slot(slot),
+            id: SessionId(id),
+        }
+    }
+
+    #[test]
+    fn a_holding_lives_exactly_as_long_as_its_session() {
+        let mut store = StoreModel::new(2, KeepAlives::Keep, 1);
+        let (a, b) = (writer(1), writer(2));
+        let written = |n| Answer::Reply(Reply::Written(Revision(n)));
+        let session_gone = Answer::Acquired(Acquired::SessionGone);
+        assert_eq!(apply(&mut store, acquire(1, 1), a, 0), session_gone);
+        assert_eq!(apply(&mut store, create(1), a, 0), written(1));
+        assert_eq!(apply(&mut store, create(1), b, L_NS / 2), written(2));
+        let rejected = Answer::Reply(Reply::Rejected);
+        assert_eq!(apply(&mut store, create(1), b, L_NS / 2), rejected);
+        let first = apply(&mut store, acquire(1, 1), a, L_NS / 2);
+        assert_eq!(first, Answer::Acquired(Acquired::Written(Revision(3))));
+        let again = apply(&mut store, acquire(1, 1), a, L_NS / 2);
+        assert_eq!(again, first, "idempotent");
+        let held = apply(&mut store, acquire(1, 1), b, L_NS / 2);
+        assert_eq!(held, Answer::Acquired(Acquired::Held));
+        // The session record expires: its holding with it, and the slot is free for another
+        // session at a higher revision.
+        let holder = store.live_holding(Slot(1), L_NS - 1).map(|h| h.owner.writer);
+        assert_eq!(holder, Some(a));
+        assert_eq!(store.live_holding(Slot(1), L_NS), None);
+        let taken = apply(&mut store, acquire(1, 1), b, L_NS);
+        assert_eq!(taken, Answer::Acquired(Acquired::Written(Revision(4))));
+    }
+
+    #[test]
+    fn keepalives_keep_or_bump_the_revision() {
+        for (keepalives, after) in [(KeepAlives::Keep, 1), (KeepAlives::Bump, 2)] {
+            let mut store = StoreModel::new(1, keepalives, 1);
+            let a = writer(1);
+            apply(&mut store, create(1), a, 0);
+            let keepalive = |expected| {
+                Call::Session(SessionEffect::KeepAlive {
+                    op: OpId(2),
+                    id: SessionId(1),
+                    expected: Revision(expected),
+                    ttl: L,
+                })
+            };
+            let kept = apply(&mut store, keepalive(1), a, L_NS / 4);
+            assert_eq!(kept, Answer::Reply(Reply::Written(Revision(after))));
+            // Extended: live past the first expiry.
+            let get = Call::Session(SessionEffect::Get {
+                op: OpId(3),
+                id: SessionId(1),
+            });
+            let found = apply(&mut store, get, a, L_NS);
+            assert!(matches!(found, Answer::Reply(Reply::Found(Some(_)))));
+            let late = apply(&mut store, keepalive(after + 1), a, L_NS);
+            assert_eq!(late, Answer::Reply(Reply::Rejected));
+        }
+    }
+}
