@@ -732,7 +732,9 @@ mod tests {
         assert_eq!(held, Answer::Acquired(Acquired::Held));
         // The session record expires: its holding with it, and the slot is free for another
         // session at a higher revision.
-        let holder = store.live_holding(Slot(1), L_NS - 1).map(|h| h.owner.writer);
+        let holder = store
+            .live_holding(Slot(1), L_NS - 1)
+            .map(|h| h.owner.writer);
         assert_eq!(holder, Some(a));
         assert_eq!(store.live_holding(Slot(1), L_NS), None);
         let taken = apply(&mut store, acquire(1, 1), b, L_NS);
