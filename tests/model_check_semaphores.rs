@@ -579,83 +579,6 @@ impl SemaphoreModel {
         });
     }
 
-    /// The store applies `msg` atomically now.
-    fn apply(&self, world: &mut World, msg: &Msg<Call>) -> Answer {
-        let now_ns = world.now_ns;
-        let key = |id| Key {
-            p: msg.p,
-            generation: msg.generation,
-            id,
-        };
-        match msg.call {
-            Call::Session(effect) => {
-                // A keepalive gets a new revision, as the transactional store gives: one that
-                // lands late makes the next one refused.
-                let writer = (msg.p, msg.generation);
-                let (op, reply, ended) =
-                    model::apply_session(&mut world.sessions, now_ns, writer, effect, true);
-                if let Some(ended) = ended {
-                    // The session ends, and its parties with it in the same transaction.
-                    let before = world.semaphore.clone();
-                    world.semaphore.expire_session(ended.session_key());
-                    self.written(world, &before, false);
-                }
-                Answer::Session(op, reply)
-            }
-            Call::Sem {
-                op,
-                session,
-                request,
-            } => {
-                let request = RequestId(u64::from(request));
-                if world.live_session(key(session)).is_none() {
-                    return Answer::Sem(SemAnswer::SessionGone);
-                }
-                let me = key(session).session_key();
-                let before = world.semaphore.clone();
-                // Lazy expiry: no operation sees, counts or queues behind a dead party.
-                let parties: Vec<SessionKey> = before
-                    .owners()
-                    .iter()
-                    .map(|o| o.session)
-                    .chain(before.waiters().iter().map(|w| w.session))
-                    .collect();
-                for party in parties {
-                    if world.live_party(party).is_none() {
-                        world.semaphore.expire_session(party);
-                    }
-                }
-                let count = self.counts[msg.p as usize];
-                match op {
-                    SemOp::Acquire => self.acquire(world, me, request, count),
-                    SemOp::Look => {}
-                    SemOp::Release => {
-                        world.semaphore.release(me, request);
-                    }
-                }
-                self.written(world, &before, op == SemOp::Release);
-                let semaphore = &world.semaphore;
-                let owns = if semaphore.owners().iter().any(|o| o.session == me) {
-                    Some(true)
-                } else if semaphore.waiters().iter().any(|w| w.session == me) {
-                    Some(false)
-                } else {
-                    None
-                };
-                let others = semaphore
-                    .owners()
-                    .iter()
-                    .map(|o| o.session)
-                    .chain(semaphore.waiters().iter().map(|w| w.session))
-                    .filter(|&k| k != me);
-                let expire_in_ns = others
-                    .filter_map(|k| world.live_party(k).map(|r| r.expires_ns - now_ns))
-                    .min();
-                Answer::Sem(SemAnswer::Applied { owns, expire_in_ns })
-            }
-        }
-    }
-
     /// The core's acquire, as the store runs it; under [`Rule::GrantWhenFits`] with the queue
     /// set aside while it runs, so that a request that fits is granted past the waiters.
     fn acquire(&self, world: &mut World, me: SessionKey, request: RequestId, count: u64) {
@@ -694,20 +617,6 @@ impl SemaphoreModel {
         let silent = release && self.rule == Rule::ReleaseNotWoken;
         if world.semaphore != *before && !silent {
             world.wake();
-        }
-    }
-
-    /// The answer to `msg` reaches its caller, if it still waits for it.
-    fn answer(&self, world: &mut World, msg: &Msg<Call>, answer: Answer) {
-        let p = msg.p as usize;
-        if msg.answered || world.procs[p].task.generation != msg.generation {
-            return;
-        }
-        match answer {
-            Answer::Session(op, reply) => {
-                self.handle(world, p, |now| SessionEvent::Reply { now, op, reply })
-            }
-            Answer::Sem(answer) => Self::answered(world, p, answer),
         }
     }
 
@@ -799,12 +708,95 @@ impl Calls for SemaphoreModel {
         &mut world.msgs
     }
 
+    /// The store applies `msg` atomically now.
     fn apply(&self, world: &mut World, msg: &Msg<Call>) -> Answer {
-        SemaphoreModel::apply(self, world, msg)
+        let now_ns = world.now_ns;
+        let key = |id| Key {
+            p: msg.p,
+            generation: msg.generation,
+            id,
+        };
+        match msg.call {
+            Call::Session(effect) => {
+                // A keepalive gets a new revision, as the transactional store gives: one that
+                // lands late makes the next one refused.
+                let writer = (msg.p, msg.generation);
+                let (op, reply, ended) =
+                    model::apply_session(&mut world.sessions, now_ns, writer, effect, true);
+                if let Some(ended) = ended {
+                    // The session ends, and its parties with it in the same transaction.
+                    let before = world.semaphore.clone();
+                    world.semaphore.expire_session(ended.session_key());
+                    self.written(world, &before, false);
+                }
+                Answer::Session(op, reply)
+            }
+            Call::Sem {
+                op,
+                session,
+                request,
+            } => {
+                let request = RequestId(u64::from(request));
+                if world.live_session(key(session)).is_none() {
+                    return Answer::Sem(SemAnswer::SessionGone);
+                }
+                let me = key(session).session_key();
+                let before = world.semaphore.clone();
+                // Lazy expiry: no operation sees, counts or queues behind a dead party.
+                let parties: Vec<SessionKey> = before
+                    .owners()
+                    .iter()
+                    .map(|o| o.session)
+                    .chain(before.waiters().iter().map(|w| w.session))
+                    .collect();
+                for party in parties {
+                    if world.live_party(party).is_none() {
+                        world.semaphore.expire_session(party);
+                    }
+                }
+                let count = self.counts[msg.p as usize];
+                match op {
+                    SemOp::Acquire => self.acquire(world, me, request, count),
+                    SemOp::Look => {}
+                    SemOp::Release => {
+                        world.semaphore.release(me, request);
+                    }
+                }
+                self.written(world, &before, op == SemOp::Release);
+                let semaphore = &world.semaphore;
+                let owns = if semaphore.owners().iter().any(|o| o.session == me) {
+                    Some(true)
+                } else if semaphore.waiters().iter().any(|w| w.session == me) {
+                    Some(false)
+                } else {
+                    None
+                };
+                let others = semaphore
+                    .owners()
+                    .iter()
+                    .map(|o| o.session)
+                    .chain(semaphore.waiters().iter().map(|w| w.session))
+                    .filter(|&k| k != me);
+                let expire_in_ns = others
+                    .filter_map(|k| world.live_party(k).map(|r| r.expires_ns - now_ns))
+                    .min();
+                Answer::Sem(SemAnswer::Applied { owns, expire_in_ns })
+            }
+        }
     }
 
+    /// The answer to `msg` reaches its caller, if it still waits for it.
     fn answer(&self, world: &mut World, msg: &Msg<Call>, answer: Answer) {
-        SemaphoreModel::answer(self, world, msg, answer)
+        let p = msg.p as usize;
+        if msg.answered || world.procs[p].task.generation != msg.generation {
+            return;
+        }
+        match answer {
+            Answer::Session(op, reply) => {
+                self.handle(world, p, |now| SessionEvent::Reply { now, op, reply })
+            }
+            Answer::Sem(answer) => Self::answered(world, p, answer),
+        }
     }
 
     fn failed(call: &Call) -> Answer {

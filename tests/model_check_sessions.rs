@@ -398,68 +398,6 @@ impl SessionModel {
         world.procs[p].task.detach(now, HoldingId(slot as u32));
     }
 
-    /// The store applies `msg` atomically now.
-    fn apply(&self, world: &mut World, msg: &Msg<Call>) -> Answer {
-        let key = |id| Key {
-            p: msg.p,
-            generation: msg.generation,
-            id,
-        };
-        match msg.call {
-            Call::Session(effect) => {
-                let bump = self.keepalives == KeepAlives::Bump;
-                let writer = (msg.p, msg.generation);
-                let (op, reply, ended) =
-                    model::apply_session(&mut world.sessions, world.now_ns, writer, effect, bump);
-                if let Some(ended) = ended {
-                    // The session ends, and every holding of it in the same instant.
-                    for holding in &mut world.holdings {
-                        if holding.is_some_and(|h| h.session == ended) {
-                            *holding = None;
-                        }
-                    }
-                }
-                Answer::Session(op, reply)
-            }
-            Call::Acquire { slot, session } => {
-                let slot = slot as usize;
-                // One transaction: the session live, the slot free (or ours already).
-                if world.live_session(key(session)).is_none() {
-                    return Answer::Acquire(slot, Acquired::SessionGone);
-                }
-                match world.live_holding(slot) {
-                    Some(h) if h.session == key(session) => {
-                        Answer::Acquire(slot, Acquired::Written)
-                    }
-                    Some(_) => Answer::Acquire(slot, Acquired::Held),
-                    None => {
-                        world.holdings[slot] = Some(HoldingRecord {
-                            session: key(session),
-                        });
-                        Answer::Acquire(slot, Acquired::Written)
-                    }
-                }
-            }
-        }
-    }
-
-    /// The answer to `msg` reaches its caller, if it still waits for it.
-    fn answer(&self, world: &mut World, msg: &Msg<Call>, answer: Answer) {
-        let p = msg.p as usize;
-        if msg.answered || world.procs[p].task.generation != msg.generation {
-            return;
-        }
-        match (answer, msg.call) {
-            (Answer::Session(op, reply), _) => {
-                self.handle(world, p, |now| SessionEvent::Reply { now, op, reply })
-            }
-            (Answer::Acquire(slot, acquired), Call::Acquire { session, .. }) => {
-                self.acquired(world, p, slot, session, acquired)
-            }
-            (Answer::Acquire(..), Call::Session(_)) => unreachable!("an acquire's answer"),
-        }
-    }
-
     /// What the runtime's acquire does with an answer (`SessionHandle::acquire`).
     fn acquired(
         &self,
@@ -550,12 +488,66 @@ impl Calls for SessionModel {
         &mut world.msgs
     }
 
+    /// The store applies `msg` atomically now.
     fn apply(&self, world: &mut World, msg: &Msg<Call>) -> Answer {
-        SessionModel::apply(self, world, msg)
+        let key = |id| Key {
+            p: msg.p,
+            generation: msg.generation,
+            id,
+        };
+        match msg.call {
+            Call::Session(effect) => {
+                let bump = self.keepalives == KeepAlives::Bump;
+                let writer = (msg.p, msg.generation);
+                let (op, reply, ended) =
+                    model::apply_session(&mut world.sessions, world.now_ns, writer, effect, bump);
+                if let Some(ended) = ended {
+                    // The session ends, and every holding of it in the same instant.
+                    for holding in &mut world.holdings {
+                        if holding.is_some_and(|h| h.session == ended) {
+                            *holding = None;
+                        }
+                    }
+                }
+                Answer::Session(op, reply)
+            }
+            Call::Acquire { slot, session } => {
+                let slot = slot as usize;
+                // One transaction: the session live, the slot free (or ours already).
+                if world.live_session(key(session)).is_none() {
+                    return Answer::Acquire(slot, Acquired::SessionGone);
+                }
+                match world.live_holding(slot) {
+                    Some(h) if h.session == key(session) => {
+                        Answer::Acquire(slot, Acquired::Written)
+                    }
+                    Some(_) => Answer::Acquire(slot, Acquired::Held),
+                    None => {
+                        world.holdings[slot] = Some(HoldingRecord {
+                            session: key(session),
+                        });
+                        Answer::Acquire(slot, Acquired::Written)
+                    }
+                }
+            }
+        }
     }
 
+    /// The answer to `msg` reaches its caller, if it still waits for it.
     fn answer(&self, world: &mut World, msg: &Msg<Call>, answer: Answer) {
-        SessionModel::answer(self, world, msg, answer)
+        let p = msg.p as usize;
+        if msg.answered || world.procs[p].task.generation != msg.generation {
+            return;
+        }
+        match (answer, msg.call) {
+            (Answer::Session(op, reply), _) => {
+                self.handle(world, p, |now| SessionEvent::Reply { now, op, reply })
+            }
+            (Answer::Acquire(slot, acquired), Call::Acquire { session, .. }) => {
+                self.acquired(world, p, slot, session, acquired)
+            }
+            (Answer::Acquire(..), Call::Session(_)) => unreachable!("an acquire's answer"),
+        }
     }
 
     fn failed(call: &Call) -> Answer {

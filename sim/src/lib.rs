@@ -116,6 +116,20 @@ pub struct Stats {
     pub dead_takeovers: u64,
 }
 
+impl runner::Totals for Stats {
+    fn add(&mut self, more: &Stats) {
+        self.events += more.events;
+        self.store_calls += more.store_calls;
+        self.acquisitions += more.acquisitions;
+        self.renewals += more.renewals;
+        self.losses += more.losses;
+        self.killed += more.killed;
+        self.crashed += more.crashed;
+        self.starts += more.starts;
+        self.dead_takeovers += more.dead_takeovers;
+    }
+}
+
 /// The scenario of VVMs: their parameters, configurations and counts.
 pub struct Vvms {
     params: Params,

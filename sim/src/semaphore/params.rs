@@ -109,9 +109,9 @@ pub struct SemaphoreStats {
     pub starts: u64,
 }
 
-impl SemaphoreStats {
+impl crate::runner::Totals for SemaphoreStats {
     /// Adds `more` to these counts (the highest of the maxima).
-    pub fn add(&mut self, more: &SemaphoreStats) {
+    fn add(&mut self, more: &SemaphoreStats) {
         self.events += more.events;
         self.store_calls += more.store_calls;
         self.acquires += more.acquires;

@@ -91,9 +91,9 @@ pub struct SessionStats {
     pub handovers: u64,
 }
 
-impl SessionStats {
+impl crate::runner::Totals for SessionStats {
     /// Adds `more` to these counts.
-    pub fn add(&mut self, more: &SessionStats) {
+    fn add(&mut self, more: &SessionStats) {
         self.events += more.events;
         self.store_calls += more.store_calls;
         self.opened += more.opened;
