@@ -73,8 +73,9 @@
 mod model;
 
 use model::{
-    deliver, deliveries, env_usize, explore, inject, live_session, Calls, Fault, Key, Msg, Search,
-    SessionCall, SessionRecord, Task, SESSION_FAULTS,
+    advance_steps, deliveries, env_usize, explore, live_session, session_steps, take, timer_steps,
+    Allowance, Calls, Fault, Key, Msg, Search, SessionCall, SessionRecord, Sessions, Spent, Step,
+    Task, SESSION_FAULTS,
 };
 
 use core::time::Duration;
@@ -286,10 +287,8 @@ struct World {
     sessions: Vec<SessionRecord>,
     semaphore: Semaphore,
     msgs: Vec<Msg<Call>>,
-    faults: u8,
-    crashes: u8,
-    closes: u8,
-    late_timers: u8,
+    /// What the adversary spent.
+    spent: Spent,
     /// The requests seen queued, in the order they were seen queued (the model's ledger).
     ledger: Vec<SessionKey>,
     /// A grant went past an earlier request of the ledger.
@@ -304,12 +303,8 @@ struct World {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Action {
-    /// Request `msgs[i]` arrives: applied, its answer handled at once (unless given up on).
-    Deliver(usize),
-    /// A fault hits the request `msgs[i]`.
-    Fault(usize, Fault),
-    /// The due timer of process `p` fires.
-    FireTimer(usize),
+    /// A step every model of sessions has.
+    Step(Step),
     /// Process `p` attaches a holding and sends its acquire.
     Acquire(usize),
     /// Waiting process `p`, woken or at its expiry look, looks at the semaphore.
@@ -318,13 +313,12 @@ enum Action {
     Release(usize),
     /// The services of process `p`, told to stop, have stopped; the holding is detached.
     Stop(usize),
-    /// Process `p` opens a session (closed, or lost with nothing attached).
-    Open(usize),
-    /// Process `p` asks its session to close.
-    Close(usize),
-    Crash(usize),
-    /// True time moves to the next instant where something is due.
-    Advance,
+}
+
+impl From<Step> for Action {
+    fn from(step: Step) -> Self {
+        Action::Step(step)
+    }
 }
 
 const SAFETY: &str = "the owners whose services run hold at most the limit";
@@ -387,10 +381,6 @@ impl World {
     /// Whether `p` may run services now: its kill deadline armed and not reached.
     fn alive(&self, p: usize) -> bool {
         self.procs[p].task.alive(local(p, self.now_ns))
-    }
-
-    fn timer_due(&self, p: usize) -> bool {
-        self.procs[p].task.timer_due(local(p, self.now_ns))
     }
 
     fn look_due(&self, p: usize) -> bool {
@@ -512,41 +502,6 @@ impl SemaphoreModel {
             look_at: None,
             acquires,
             calls: 0,
-        }
-    }
-
-    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
-    /// gone with everything it ran; its calls on their way may still reach the store. The
-    /// acquires it made still count against the budget.
-    fn start(&self, world: &mut World, p: usize, generation: u8) {
-        let acquires = world.procs[p].acquires;
-        world.procs[p] = self.fresh(p, generation, acquires);
-        for m in world.msgs.iter_mut().filter(|m| m.p as usize == p) {
-            m.answered = true;
-        }
-        self.handle(world, p, |now| SessionEvent::Open { now });
-    }
-
-    /// Runs one event through process `p`'s session and performs the effects.
-    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
-        let now = Instant::from_nanos(local(p, world.now_ns));
-        let handled = world.procs[p].task.handle(&mut world.msgs, p, now, event);
-        if handled.lost {
-            world.lost_while_owning |= world.acts(p);
-            match world.procs[p].acq {
-                // Every grant ends at once: its services are told to stop.
-                Acq::Running => world.procs[p].acq = Acq::Stopping,
-                // The wait ends on the loss; the withdrawal is refused at once (the session is
-                // over), so the holding is given back without a call.
-                Acq::Waiting => Self::give_back(world, p),
-                // A call in flight ends with its answer.
-                Acq::Idle
-                | Acq::Acquiring
-                | Acq::Looking
-                | Acq::Stopping
-                | Acq::Releasing
-                | Acq::Withdrawing => {}
-            }
         }
     }
 
@@ -676,27 +631,6 @@ impl SemaphoreModel {
             (acq, answer) => unreachable!("{answer:?} while {acq:?}"),
         }
     }
-
-    /// The next instant after now at which something is due.
-    fn next_instant(&self, world: &World) -> Option<u64> {
-        let now_ns = world.now_ns;
-        let due = world.procs.iter().enumerate().flat_map(|(p, proc)| {
-            let killer = proc
-                .task
-                .killer
-                .filter(|_| self.rule != Rule::KillerIgnored);
-            let look = proc.look_at.filter(|_| proc.acq == Acq::Waiting);
-            proc.task
-                .timer
-                .map(|(_, at)| at)
-                .into_iter()
-                .chain(killer)
-                .map(move |at| true_at(p, at))
-                .chain(look)
-        });
-        let expiries = world.sessions.iter().map(|r| r.expires_ns);
-        due.chain(expiries).filter(|&at| at > now_ns).min()
-    }
 }
 
 impl Calls for SemaphoreModel {
@@ -704,7 +638,11 @@ impl Calls for SemaphoreModel {
     type Call = Call;
     type Answer = Answer;
 
-    fn msgs(world: &mut World) -> &mut Vec<Msg<Call>> {
+    fn msgs(world: &World) -> &Vec<Msg<Call>> {
+        &world.msgs
+    }
+
+    fn msgs_mut(world: &mut World) -> &mut Vec<Msg<Call>> {
         &mut world.msgs
     }
 
@@ -814,6 +752,118 @@ impl Calls for SemaphoreModel {
     }
 }
 
+impl Sessions for SemaphoreModel {
+    fn processes(&self) -> usize {
+        self.counts.len()
+    }
+
+    fn allowance(&self) -> Allowance {
+        let budget = self.budget;
+        Allowance {
+            faults: budget.faults,
+            fault_kinds: budget.fault_kinds,
+            keepalives_only: budget.keepalives_only,
+            crashes: budget.crashes,
+            closes: budget.closes,
+            late_timers: budget.late_timers,
+        }
+    }
+
+    fn spent(world: &World) -> Spent {
+        world.spent
+    }
+
+    fn spend(world: &mut World) -> &mut Spent {
+        &mut world.spent
+    }
+
+    fn task(world: &World, p: usize) -> &Task {
+        &world.procs[p].task
+    }
+
+    fn task_mut(world: &mut World, p: usize) -> &mut Task {
+        &mut world.procs[p].task
+    }
+
+    fn now_ns(world: &World) -> u64 {
+        world.now_ns
+    }
+
+    fn set_now_ns(world: &mut World, now_ns: u64) {
+        world.now_ns = now_ns;
+    }
+
+    fn local(p: usize, true_ns: u64) -> u64 {
+        local(p, true_ns)
+    }
+
+    fn killer_works(&self) -> bool {
+        self.rule != Rule::KillerIgnored
+    }
+
+    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
+    /// gone with everything it ran; its calls on their way may still reach the store. The
+    /// acquires it made still count against the budget.
+    fn start(&self, world: &mut World, p: usize, generation: u8) {
+        let acquires = world.procs[p].acquires;
+        world.procs[p] = self.fresh(p, generation, acquires);
+        model::orphan(&mut world.msgs, p);
+        self.handle(world, p, |now| SessionEvent::Open { now });
+    }
+
+    /// Runs one event through process `p`'s session and performs the effects.
+    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
+        let now = Instant::from_nanos(local(p, world.now_ns));
+        let handled = world.procs[p].task.handle(&mut world.msgs, p, now, event);
+        if handled.lost {
+            world.lost_while_owning |= world.acts(p);
+            match world.procs[p].acq {
+                // Every grant ends at once: its services are told to stop.
+                Acq::Running => world.procs[p].acq = Acq::Stopping,
+                // The wait ends on the loss; the withdrawal is refused at once (the session is
+                // over), so the holding is given back without a call.
+                Acq::Waiting => Self::give_back(world, p),
+                // A call in flight ends with its answer.
+                Acq::Idle
+                | Acq::Acquiring
+                | Acq::Looking
+                | Acq::Stopping
+                | Acq::Releasing
+                | Acq::Withdrawing => {}
+            }
+        }
+    }
+
+    /// The next instant after now at which something is due.
+    fn next_instant(&self, world: &World) -> Option<u64> {
+        let now_ns = world.now_ns;
+        let due = world.procs.iter().enumerate().flat_map(|(p, proc)| {
+            let killer = proc
+                .task
+                .killer
+                .filter(|_| self.rule != Rule::KillerIgnored);
+            let look = proc.look_at.filter(|_| proc.acq == Acq::Waiting);
+            proc.task
+                .timer
+                .map(|(_, at)| at)
+                .into_iter()
+                .chain(killer)
+                .map(move |at| true_at(p, at))
+                .chain(look)
+        });
+        let expiries = world.sessions.iter().map(|r| r.expires_ns);
+        due.chain(expiries).filter(|&at| at > now_ns).min()
+    }
+
+    fn killed(world: &mut World, p: usize) {
+        world.killed_while_owning |= world.acts(p);
+    }
+
+    fn prune(world: &mut World) {
+        world.prune();
+    }
+}
+
 impl Model for SemaphoreModel {
     type State = World;
     type Action = Action;
@@ -827,10 +877,7 @@ impl Model for SemaphoreModel {
             sessions: Vec::new(),
             semaphore,
             msgs: Vec::new(),
-            faults: 0,
-            crashes: 0,
-            closes: 0,
-            late_timers: 0,
+            spent: Spent::default(),
             ledger: Vec::new(),
             out_of_order: false,
             granted_from_queue: false,
@@ -844,21 +891,10 @@ impl Model for SemaphoreModel {
     }
 
     fn actions(&self, world: &World, actions: &mut Vec<Action>) {
-        deliveries(
-            &world.msgs,
-            self.processes(),
-            world.faults < self.budget.faults,
-            self.budget.keepalives_only,
-            self.budget.fault_kinds,
-            Action::Deliver,
-            Action::Fault,
-            actions,
-        );
+        deliveries(self, world, actions);
         for p in 0..self.processes() {
             let proc = &world.procs[p];
-            if world.timer_due(p) {
-                actions.push(Action::FireTimer(p));
-            }
+            timer_steps::<Self>(world, p, actions);
             match proc.acq {
                 Acq::Idle
                     if proc.task.session.liveness().is_some()
@@ -871,42 +907,15 @@ impl Model for SemaphoreModel {
                 Acq::Stopping => actions.push(Action::Stop(p)),
                 _ => {}
             }
-            let session = &proc.task.session;
-            if proc.task.openable() {
-                actions.push(Action::Open(p));
-            }
-            if world.closes < self.budget.closes && !session.is_closed() && session.holdings() == 0
-            {
-                actions.push(Action::Close(p));
-            }
-            if world.crashes < self.budget.crashes {
-                actions.push(Action::Crash(p));
-            }
+            session_steps(self, world, p, actions);
         }
-        if !model::waiting(&world.msgs) && self.next_instant(world).is_some() {
-            // Due timers fire before time moves on, unless the budget lets them slip.
-            let slipping = (0..self.processes())
-                .filter(|&p| world.timer_due(p) && !world.procs[p].task.stalled)
-                .count();
-            if usize::from(world.late_timers) + slipping <= usize::from(self.budget.late_timers) {
-                actions.push(Action::Advance);
-            }
-        }
+        advance_steps(self, world, actions);
     }
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut world = last.clone();
         match action {
-            Action::Deliver(i) => deliver(self, &mut world, i),
-            Action::Fault(i, fault) => {
-                world.faults += 1;
-                inject(self, &mut world, i, fault);
-            }
-            Action::FireTimer(p) => {
-                let (timer, _) = world.procs[p].task.timer.take()?;
-                world.procs[p].task.stalled = false;
-                self.handle(&mut world, p, |now| SessionEvent::Timer { now, timer });
-            }
+            Action::Step(step) => take(self, &mut world, step)?,
             Action::Acquire(p) => {
                 let now = Instant::from_nanos(local(p, world.now_ns));
                 let proc = &mut world.procs[p];
@@ -935,37 +944,6 @@ impl Model for SemaphoreModel {
                 Self::send_sem(&mut world, p, SemOp::Release);
             }
             Action::Stop(p) => Self::give_back(&mut world, p),
-            Action::Open(p) => self.handle(&mut world, p, |now| SessionEvent::Open { now }),
-            Action::Close(p) => {
-                world.closes += 1;
-                self.handle(&mut world, p, |now| SessionEvent::Close { now });
-            }
-            Action::Crash(p) => {
-                world.crashes += 1;
-                let generation = world.procs[p].task.generation + 1;
-                self.start(&mut world, p, generation);
-            }
-            Action::Advance => {
-                for p in 0..self.processes() {
-                    if world.timer_due(p) && !world.procs[p].task.stalled {
-                        world.procs[p].task.stalled = true;
-                        world.late_timers += 1;
-                    }
-                }
-                world.now_ns = self.next_instant(&world)?;
-                for p in 0..self.processes() {
-                    let killed = self.rule != Rule::KillerIgnored
-                        && (world.procs[p].task.killer)
-                            .is_some_and(|at| local(p, world.now_ns) >= at);
-                    if killed {
-                        // Killed at its deadline with everything it runs; restarted.
-                        world.killed_while_owning |= world.acts(p);
-                        let generation = world.procs[p].task.generation + 1;
-                        self.start(&mut world, p, generation);
-                    }
-                }
-                world.prune();
-            }
         }
         // One order for the calls of different processes: only each one's own order matters.
         world.msgs.sort_by_key(|m| m.p);

@@ -52,8 +52,9 @@
 mod model;
 
 use model::{
-    deliver, deliveries, env_usize, explore, inject, live_session, Calls, Fault, Key, Msg, Search,
-    SessionCall, SessionRecord, Task, SESSION_FAULTS,
+    advance_steps, deliveries, env_usize, explore, live_session, session_steps, take, timer_steps,
+    Allowance, Calls, Fault, Key, Msg, Search, SessionCall, SessionRecord, Sessions, Spent, Step,
+    Task, ANY, SESSION_FAULTS,
 };
 
 use core::time::Duration;
@@ -101,9 +102,6 @@ struct Budget {
     /// checks without either skip it.
     futile_attaches: bool,
 }
-
-/// No bound on a budget.
-const ANY: u8 = u8::MAX;
 
 /// The full adversary.
 const FULL: Budget = Budget {
@@ -243,10 +241,8 @@ struct World {
     sessions: Vec<SessionRecord>,
     holdings: [Option<HoldingRecord>; SLOTS],
     msgs: Vec<Msg<Call>>,
-    faults: u8,
-    crashes: u8,
-    closes: u8,
-    late_timers: u8,
+    /// What the adversary spent.
+    spent: Spent,
     attaches: [u8; PROCESSES],
     /// The incarnation that acted on each slot last.
     last_actor: [Option<(u8, u8)>; SLOTS],
@@ -260,26 +256,19 @@ struct World {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Action {
-    /// Request `msgs[i]` arrives: applied by the store, its answer handled at once (unless its
-    /// caller gave up on it).
-    Deliver(usize),
-    /// A fault hits the request `msgs[i]`.
-    Fault(usize, Fault),
-    /// The due timer of process `p` fires.
-    FireTimer(usize),
+    /// A step every model of sessions has.
+    Step(Step),
     /// Process `p` attaches a holding of `slot` and sends its acquire.
     Attach(usize, usize),
     /// The services of process `p` on `slot`, told to stop, have stopped; the holding is
     /// detached.
     Stop(usize, usize),
-    /// Process `p` opens a session (its machine closed, or lost with nothing attached).
-    Open(usize),
-    /// Process `p` asks its session to close.
-    Close(usize),
-    Crash(usize),
-    /// True time moves to the next instant where something is due; processes past their kill
-    /// deadline die and restart.
-    Advance,
+}
+
+impl From<Step> for Action {
+    fn from(step: Step) -> Self {
+        Action::Step(step)
+    }
 }
 
 const AT_MOST_ONE: &str = "at most one process acts on a slot at any instant";
@@ -329,10 +318,6 @@ impl World {
         self.procs[p].task.alive(local(p, self.now_ns))
     }
 
-    fn timer_due(&self, p: usize) -> bool {
-        self.procs[p].task.timer_due(local(p, self.now_ns))
-    }
-
     /// Removes expired session records and the holdings that ended with them.
     fn prune(&mut self) {
         let now_ns = self.now_ns;
@@ -360,36 +345,6 @@ impl SessionModel {
         Proc {
             task: Task::new(self.lease, p, generation),
             holds: [Hold::Idle; SLOTS],
-        }
-    }
-
-    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
-    /// gone with everything it ran; its calls on their way may still reach the store.
-    fn start(&self, world: &mut World, p: usize, generation: u8) {
-        world.procs[p] = self.fresh(p, generation);
-        for m in world.msgs.iter_mut().filter(|m| m.p as usize == p) {
-            m.answered = true;
-        }
-        self.handle(world, p, |now| SessionEvent::Open { now });
-    }
-
-    /// Runs one event through process `p`'s session and performs the effects.
-    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
-        let now = Instant::from_nanos(local(p, world.now_ns));
-        let handled = world.procs[p].task.handle(&mut world.msgs, p, now, event);
-        if handled.lost {
-            // Every holding ends at once: the runtime tells each one's services to stop.
-            world.lost_while_acting |= world.acts(p);
-            for slot in 0..SLOTS {
-                let hold = &mut world.procs[p].holds[slot];
-                if *hold == Hold::Running {
-                    *hold = Hold::Stopping;
-                }
-                if self.rule == Rule::DetachAtLoss && *hold != Hold::Idle {
-                    // Unsound: detached before the services stopped.
-                    Self::detach(world, p, slot);
-                }
-            }
         }
     }
 
@@ -447,25 +402,6 @@ impl SessionModel {
         }
     }
 
-    /// The next instant after now at which something is due.
-    fn next_instant(&self, world: &World) -> Option<u64> {
-        let now_ns = world.now_ns;
-        let due = world.procs.iter().enumerate().flat_map(|(p, proc)| {
-            let killer = proc
-                .task
-                .killer
-                .filter(|_| self.rule != Rule::KillerIgnored);
-            proc.task
-                .timer
-                .map(|(_, at)| at)
-                .into_iter()
-                .chain(killer)
-                .map(move |at| true_at(p, at))
-        });
-        let expiries = world.sessions.iter().map(|r| r.expires_ns);
-        due.chain(expiries).filter(|&at| at > now_ns).min()
-    }
-
     /// After any step: which incarnation acts on each slot, so that a handover is seen.
     fn observe(world: &mut World) {
         for slot in 0..SLOTS {
@@ -484,7 +420,11 @@ impl Calls for SessionModel {
     type Call = Call;
     type Answer = Answer;
 
-    fn msgs(world: &mut World) -> &mut Vec<Msg<Call>> {
+    fn msgs(world: &World) -> &Vec<Msg<Call>> {
+        &world.msgs
+    }
+
+    fn msgs_mut(world: &mut World) -> &mut Vec<Msg<Call>> {
         &mut world.msgs
     }
 
@@ -565,6 +505,111 @@ impl Calls for SessionModel {
     }
 }
 
+impl Sessions for SessionModel {
+    fn processes(&self) -> usize {
+        PROCESSES
+    }
+
+    fn allowance(&self) -> Allowance {
+        let budget = self.budget;
+        Allowance {
+            faults: budget.faults,
+            fault_kinds: budget.fault_kinds,
+            keepalives_only: budget.keepalives_only,
+            crashes: budget.crashes,
+            closes: budget.closes,
+            late_timers: budget.late_timers,
+        }
+    }
+
+    fn spent(world: &World) -> Spent {
+        world.spent
+    }
+
+    fn spend(world: &mut World) -> &mut Spent {
+        &mut world.spent
+    }
+
+    fn task(world: &World, p: usize) -> &Task {
+        &world.procs[p].task
+    }
+
+    fn task_mut(world: &mut World, p: usize) -> &mut Task {
+        &mut world.procs[p].task
+    }
+
+    fn now_ns(world: &World) -> u64 {
+        world.now_ns
+    }
+
+    fn set_now_ns(world: &mut World, now_ns: u64) {
+        world.now_ns = now_ns;
+    }
+
+    fn local(p: usize, true_ns: u64) -> u64 {
+        local(p, true_ns)
+    }
+
+    fn killer_works(&self) -> bool {
+        self.rule != Rule::KillerIgnored
+    }
+
+    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
+    /// gone with everything it ran; its calls on their way may still reach the store.
+    fn start(&self, world: &mut World, p: usize, generation: u8) {
+        world.procs[p] = self.fresh(p, generation);
+        model::orphan(&mut world.msgs, p);
+        self.handle(world, p, |now| SessionEvent::Open { now });
+    }
+
+    /// Runs one event through process `p`'s session and performs the effects.
+    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
+        let now = Instant::from_nanos(local(p, world.now_ns));
+        let handled = world.procs[p].task.handle(&mut world.msgs, p, now, event);
+        if handled.lost {
+            // Every holding ends at once: the runtime tells each one's services to stop.
+            world.lost_while_acting |= world.acts(p);
+            for slot in 0..SLOTS {
+                let hold = &mut world.procs[p].holds[slot];
+                if *hold == Hold::Running {
+                    *hold = Hold::Stopping;
+                }
+                if self.rule == Rule::DetachAtLoss && *hold != Hold::Idle {
+                    // Unsound: detached before the services stopped.
+                    Self::detach(world, p, slot);
+                }
+            }
+        }
+    }
+
+    /// The next instant after now at which something is due.
+    fn next_instant(&self, world: &World) -> Option<u64> {
+        let now_ns = world.now_ns;
+        let due = world.procs.iter().enumerate().flat_map(|(p, proc)| {
+            let killer = proc
+                .task
+                .killer
+                .filter(|_| self.rule != Rule::KillerIgnored);
+            proc.task
+                .timer
+                .map(|(_, at)| at)
+                .into_iter()
+                .chain(killer)
+                .map(move |at| true_at(p, at))
+        });
+        let expiries = world.sessions.iter().map(|r| r.expires_ns);
+        due.chain(expiries).filter(|&at| at > now_ns).min()
+    }
+
+    fn killed(world: &mut World, p: usize) {
+        world.killed_while_acting |= world.acts(p);
+    }
+
+    fn prune(world: &mut World) {
+        world.prune();
+    }
+}
+
 impl Model for SessionModel {
     type State = World;
     type Action = Action;
@@ -576,10 +621,7 @@ impl Model for SessionModel {
             sessions: Vec::new(),
             holdings: [None; SLOTS],
             msgs: Vec::new(),
-            faults: 0,
-            crashes: 0,
-            closes: 0,
-            late_timers: 0,
+            spent: Spent::default(),
             attaches: [0; PROCESSES],
             last_actor: [None; SLOTS],
             handover: false,
@@ -593,21 +635,10 @@ impl Model for SessionModel {
     }
 
     fn actions(&self, world: &World, actions: &mut Vec<Action>) {
-        deliveries(
-            &world.msgs,
-            PROCESSES,
-            world.faults < self.budget.faults,
-            self.budget.keepalives_only,
-            self.budget.fault_kinds,
-            Action::Deliver,
-            Action::Fault,
-            actions,
-        );
+        deliveries(self, world, actions);
         for p in 0..PROCESSES {
             let proc = &world.procs[p];
-            if world.timer_due(p) {
-                actions.push(Action::FireTimer(p));
-            }
+            timer_steps::<Self>(world, p, actions);
             let alive = proc.task.session.liveness().is_some()
                 && (self.budget.attaches == ANY || world.attaches[p] < self.budget.attaches);
             for (slot, hold) in proc.holds.iter().enumerate() {
@@ -629,45 +660,15 @@ impl Model for SessionModel {
                     _ => {}
                 }
             }
-            let session = &proc.task.session;
-            if proc.task.openable() {
-                actions.push(Action::Open(p));
-            }
-            if world.closes < self.budget.closes && !session.is_closed() && session.holdings() == 0
-            {
-                actions.push(Action::Close(p));
-            }
-            if world.crashes < self.budget.crashes {
-                actions.push(Action::Crash(p));
-            }
+            session_steps(self, world, p, actions);
         }
-        if !model::waiting(&world.msgs) && self.next_instant(world).is_some() {
-            // Due timers fire before time moves on, unless the budget lets them slip.
-            let slipping = (0..PROCESSES)
-                .filter(|&p| world.timer_due(p) && !world.procs[p].task.stalled)
-                .count();
-            let allowed = self.budget.late_timers == ANY
-                || usize::from(world.late_timers) + slipping
-                    <= usize::from(self.budget.late_timers);
-            if allowed {
-                actions.push(Action::Advance);
-            }
-        }
+        advance_steps(self, world, actions);
     }
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut world = last.clone();
         match action {
-            Action::Deliver(i) => deliver(self, &mut world, i),
-            Action::Fault(i, fault) => {
-                world.faults += 1;
-                inject(self, &mut world, i, fault);
-            }
-            Action::FireTimer(p) => {
-                let (timer, _) = world.procs[p].task.timer.take()?;
-                world.procs[p].task.stalled = false;
-                self.handle(&mut world, p, |now| SessionEvent::Timer { now, timer });
-            }
+            Action::Step(step) => take(self, &mut world, step)?,
             Action::Attach(p, slot) => {
                 let now = Instant::from_nanos(local(p, world.now_ns));
                 let proc = &mut world.procs[p];
@@ -693,39 +694,6 @@ impl Model for SessionModel {
             Action::Stop(p, slot) => {
                 world.procs[p].holds[slot] = Hold::Idle;
                 Self::detach(&mut world, p, slot);
-            }
-            Action::Open(p) => self.handle(&mut world, p, |now| SessionEvent::Open { now }),
-            Action::Close(p) => {
-                world.closes += 1;
-                self.handle(&mut world, p, |now| SessionEvent::Close { now });
-            }
-            Action::Crash(p) => {
-                world.crashes += 1;
-                let generation = world.procs[p].task.generation + 1;
-                self.start(&mut world, p, generation);
-            }
-            Action::Advance => {
-                if self.budget.late_timers != ANY {
-                    for p in 0..PROCESSES {
-                        if world.timer_due(p) && !world.procs[p].task.stalled {
-                            world.procs[p].task.stalled = true;
-                            world.late_timers += 1;
-                        }
-                    }
-                }
-                world.now_ns = self.next_instant(&world)?;
-                for p in 0..PROCESSES {
-                    let killed = self.rule != Rule::KillerIgnored
-                        && (world.procs[p].task.killer)
-                            .is_some_and(|at| local(p, world.now_ns) >= at);
-                    if killed {
-                        // Killed at its deadline with everything it runs; restarted.
-                        world.killed_while_acting |= world.acts(p);
-                        let generation = world.procs[p].task.generation + 1;
-                        self.start(&mut world, p, generation);
-                    }
-                }
-                world.prune();
             }
         }
         Self::observe(&mut world);

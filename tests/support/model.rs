@@ -451,10 +451,12 @@ pub fn session_op(effect: &SessionEffect) -> OpId {
 /// A model of a store that calls reach on their way, for the faults to hit them.
 pub trait Calls {
     type World;
-    type Call: Copy;
+    type Call: SessionCall;
     type Answer;
     /// The calls on their way.
-    fn msgs(world: &mut Self::World) -> &mut Vec<Msg<Self::Call>>;
+    fn msgs(world: &Self::World) -> &Vec<Msg<Self::Call>>;
+    /// The calls on their way, to change.
+    fn msgs_mut(world: &mut Self::World) -> &mut Vec<Msg<Self::Call>>;
     /// The store applies `msg` atomically now.
     fn apply(&self, world: &mut Self::World, msg: &Msg<Self::Call>) -> Self::Answer;
     /// The answer to `msg` reaches its caller, if it still waits for it.
@@ -467,7 +469,7 @@ pub trait Calls {
 
 /// The request `msgs[i]` arrives: applied, its answer handled at once.
 pub fn deliver<S: Calls>(store: &S, world: &mut S::World, i: usize) {
-    let msg = S::msgs(world).remove(i);
+    let msg = S::msgs_mut(world).remove(i);
     let answer = store.apply(world, &msg);
     store.answer(world, &msg, answer);
 }
@@ -475,7 +477,7 @@ pub fn deliver<S: Calls>(store: &S, world: &mut S::World, i: usize) {
 /// `fault` hits the request `msgs[i]` (not [`Fault::SlowAnswer`]: the models of sessions have
 /// none).
 pub fn inject<S: Calls>(store: &S, world: &mut S::World, i: usize, fault: Fault) {
-    let msg = S::msgs(world).remove(i);
+    let msg = S::msgs_mut(world).remove(i);
     let nothing = S::failed(&msg.call);
     match fault {
         Fault::Fail => store.answer(world, &msg, nothing),
@@ -485,7 +487,7 @@ pub fn inject<S: Calls>(store: &S, world: &mut S::World, i: usize, fault: Fault)
             store.answer(world, &msg, S::unknown(answer));
         }
         Fault::Late => {
-            S::msgs(world).push(Msg {
+            S::msgs_mut(world).push(Msg {
                 answered: true,
                 ..msg
             });
@@ -495,34 +497,227 @@ pub fn inject<S: Calls>(store: &S, world: &mut S::World, i: usize, fault: Fault)
     }
 }
 
-/// The deliveries and faults the adversary may choose among: the oldest request of each of
-/// `processes`, hit by one of `kinds` while `faults_left` (keepalives only when
-/// `keepalives_only`); and any request whose caller gave up on it.
-pub fn deliveries<C: SessionCall, A>(
-    msgs: &[Msg<C>],
-    processes: usize,
-    faults_left: bool,
-    keepalives_only: bool,
-    kinds: &[Fault],
-    deliver: impl Fn(usize) -> A,
-    fault: impl Fn(usize, Fault) -> A,
-    actions: &mut Vec<A>,
-) {
-    for p in 0..processes {
+/// No bound on a budget.
+pub const ANY: u8 = u8::MAX;
+
+/// What the adversary may spend per run on a model of sessions.
+#[derive(Clone, Copy, Debug)]
+pub struct Allowance {
+    /// Failed, lost or late store calls.
+    pub faults: u8,
+    /// Which faults.
+    pub fault_kinds: &'static [Fault],
+    /// Whether faults hit keepalives only (else any call).
+    pub keepalives_only: bool,
+    /// Crashes (SIGKILL, restart as a new incarnation).
+    pub crashes: u8,
+    /// Closes asked of a session.
+    pub closes: u8,
+    /// Due timers left unfired while time moves on (they fire at any later instant); [`ANY`]:
+    /// as many as wished.
+    pub late_timers: u8,
+}
+
+/// What the adversary spent so far in a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Spent {
+    pub faults: u8,
+    pub crashes: u8,
+    pub closes: u8,
+    pub late_timers: u8,
+}
+
+/// A step every model of processes under a session has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Request `msgs[i]` arrives: applied by the store, its answer handled at once (unless its
+    /// caller gave up on it).
+    Deliver(usize),
+    /// A fault hits the request `msgs[i]`.
+    Fault(usize, Fault),
+    /// The due timer of process `p` fires.
+    FireTimer(usize),
+    /// Process `p` opens a session (its machine closed, or lost with nothing attached).
+    Open(usize),
+    /// Process `p` asks its session to close.
+    Close(usize),
+    Crash(usize),
+    /// True time moves to the next instant where something is due; processes past their kill
+    /// deadline die and restart.
+    Advance,
+}
+
+/// A model of processes that each run a [`Task`], on a store of session records and more.
+pub trait Sessions: Calls + Sized {
+    /// How many processes.
+    fn processes(&self) -> usize;
+    /// What the adversary may spend.
+    fn allowance(&self) -> Allowance;
+    /// What it spent.
+    fn spent(world: &Self::World) -> Spent;
+    /// What it spent, to spend more.
+    fn spend(world: &mut Self::World) -> &mut Spent;
+    /// The session task of process `p`.
+    fn task(world: &Self::World, p: usize) -> &Task;
+    /// The session task of process `p`, to change.
+    fn task_mut(world: &mut Self::World, p: usize) -> &mut Task;
+    /// True time now.
+    fn now_ns(world: &Self::World) -> u64;
+    /// Moves true time.
+    fn set_now_ns(world: &mut Self::World, now_ns: u64);
+    /// The local reading of `p`'s clock at true time `true_ns`.
+    fn local(p: usize, true_ns: u64) -> u64;
+    /// Whether killers fire (`false` only in a model broken on purpose).
+    fn killer_works(&self) -> bool;
+    /// Starts process `p` as its `generation`-th incarnation, which opens a session at once.
+    fn start(&self, world: &mut Self::World, p: usize, generation: u8);
+    /// Runs one event through process `p`'s session and performs the effects.
+    fn handle(
+        &self,
+        world: &mut Self::World,
+        p: usize,
+        event: impl FnOnce(Instant) -> SessionEvent,
+    );
+    /// The next instant after now at which something is due.
+    fn next_instant(&self, world: &Self::World) -> Option<u64>;
+    /// Process `p` is about to be killed at its deadline (for what the model observes).
+    fn killed(world: &mut Self::World, p: usize);
+    /// Removes what expired by now.
+    fn prune(world: &mut Self::World);
+}
+
+/// The deliveries and faults the adversary may choose among: the oldest request of each
+/// process, hit by a fault while the budget lasts (keepalives only, if so limited); and any
+/// request whose caller gave up on it.
+pub fn deliveries<M: Sessions>(model: &M, world: &M::World, actions: &mut Vec<impl From<Step>>) {
+    let allowance = model.allowance();
+    let msgs = M::msgs(world);
+    let faults_left = M::spent(world).faults < allowance.faults;
+    for p in 0..model.processes() {
         if let Some(i) = oldest(msgs, p) {
-            actions.push(deliver(i));
+            actions.push(Step::Deliver(i).into());
             let keepalive = matches!(
                 msgs[i].call.as_session(),
                 Some(SessionEffect::KeepAlive { .. })
             );
-            if faults_left && (keepalive || !keepalives_only) {
-                actions.extend(kinds.iter().map(|&kind| fault(i, kind)));
+            if faults_left && (keepalive || !allowance.keepalives_only) {
+                let kinds = allowance.fault_kinds.iter();
+                actions.extend(kinds.map(|&kind| Step::Fault(i, kind).into()));
             }
         }
     }
     for (i, m) in msgs.iter().enumerate() {
         if m.answered {
-            actions.push(deliver(i));
+            actions.push(Step::Deliver(i).into());
         }
+    }
+}
+
+/// Whether the timer of process `p` is due now.
+pub fn timer_due<M: Sessions>(world: &M::World, p: usize) -> bool {
+    M::task(world, p).timer_due(M::local(p, M::now_ns(world)))
+}
+
+/// The step of process `p`'s timer, if it is due.
+pub fn timer_steps<M: Sessions>(world: &M::World, p: usize, actions: &mut Vec<impl From<Step>>) {
+    if timer_due::<M>(world, p) {
+        actions.push(Step::FireTimer(p).into());
+    }
+}
+
+/// The steps of process `p`'s session as a whole: opened, closed (while the budget lasts and
+/// nothing is attached), crashed (while the budget lasts).
+pub fn session_steps<M: Sessions>(
+    model: &M,
+    world: &M::World,
+    p: usize,
+    actions: &mut Vec<impl From<Step>>,
+) {
+    let (allowance, spent) = (model.allowance(), M::spent(world));
+    let task = M::task(world, p);
+    if task.openable() {
+        actions.push(Step::Open(p).into());
+    }
+    let session = &task.session;
+    if spent.closes < allowance.closes && !session.is_closed() && session.holdings() == 0 {
+        actions.push(Step::Close(p).into());
+    }
+    if spent.crashes < allowance.crashes {
+        actions.push(Step::Crash(p).into());
+    }
+}
+
+/// Time may move on once every request has been answered (stragglers aside) and something is
+/// due; due timers fire before, unless the budget lets them slip.
+pub fn advance_steps<M: Sessions>(model: &M, world: &M::World, actions: &mut Vec<impl From<Step>>) {
+    if waiting(M::msgs(world)) || model.next_instant(world).is_none() {
+        return;
+    }
+    let slipping = (0..model.processes())
+        .filter(|&p| timer_due::<M>(world, p) && !M::task(world, p).stalled)
+        .count();
+    let late_timers = model.allowance().late_timers;
+    let allowed = late_timers == ANY
+        || usize::from(M::spent(world).late_timers) + slipping <= usize::from(late_timers);
+    if allowed {
+        actions.push(Step::Advance.into());
+    }
+}
+
+/// Takes `step`; `None` when it leads nowhere.
+pub fn take<M: Sessions>(model: &M, world: &mut M::World, step: Step) -> Option<()> {
+    match step {
+        Step::Deliver(i) => deliver(model, world, i),
+        Step::Fault(i, fault) => {
+            M::spend(world).faults += 1;
+            inject(model, world, i, fault);
+        }
+        Step::FireTimer(p) => {
+            let task = M::task_mut(world, p);
+            let (timer, _) = task.timer.take()?;
+            task.stalled = false;
+            model.handle(world, p, |now| SessionEvent::Timer { now, timer });
+        }
+        Step::Open(p) => model.handle(world, p, |now| SessionEvent::Open { now }),
+        Step::Close(p) => {
+            M::spend(world).closes += 1;
+            model.handle(world, p, |now| SessionEvent::Close { now });
+        }
+        Step::Crash(p) => {
+            M::spend(world).crashes += 1;
+            let generation = M::task(world, p).generation + 1;
+            model.start(world, p, generation);
+        }
+        Step::Advance => {
+            if model.allowance().late_timers != ANY {
+                for p in 0..model.processes() {
+                    if timer_due::<M>(world, p) && !M::task(world, p).stalled {
+                        M::task_mut(world, p).stalled = true;
+                        M::spend(world).late_timers += 1;
+                    }
+                }
+            }
+            let now_ns = model.next_instant(world)?;
+            M::set_now_ns(world, now_ns);
+            for p in 0..model.processes() {
+                let local_ns = M::local(p, now_ns);
+                let deadline = M::task(world, p).killer;
+                if model.killer_works() && deadline.is_some_and(|at| local_ns >= at) {
+                    // Killed at its deadline with everything it runs; restarted.
+                    M::killed(world, p);
+                    let generation = M::task(world, p).generation + 1;
+                    model.start(world, p, generation);
+                }
+            }
+            M::prune(world);
+        }
+    }
+    Some(())
+}
+
+/// A process's calls on their way outlive it: its new incarnation waits for none of them.
+pub fn orphan<C>(msgs: &mut [Msg<C>], p: usize) {
+    for m in msgs.iter_mut().filter(|m| m.p as usize == p) {
+        m.answered = true;
     }
 }
