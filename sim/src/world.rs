@@ -248,6 +248,7 @@ impl<S: Scenario> World<S> {
     }
 
     /// True time now.
+    #[inline]
     pub fn now_ns(&self) -> u64 {
         self.now_ns
     }
@@ -340,21 +341,25 @@ impl<S: Scenario> World<S> {
     }
 
     /// Queues `input` for `id` at true time `at_ns`.
+    #[inline]
     pub fn schedule_input(&mut self, at_ns: u64, id: ProcessId, input: S::Input) {
         self.schedule(at_ns, Ev::Input(id, input));
     }
 
     /// Queues `input` for `id` at the true time its local clock reads `local_ns`.
+    #[inline]
     pub fn at_local(&mut self, id: ProcessId, local_ns: u64, input: S::Input) {
         let at_ns = self.live(id).clock.true_at(local_ns);
         self.schedule(at_ns, Ev::Input(id, input));
     }
 
+    #[inline]
     fn schedule(&mut self, at_ns: u64, ev: Ev<S>) {
         let ticket = self.queue.reserve();
         self.schedule_reserved(at_ns, ticket, ev);
     }
 
+    #[inline]
     fn schedule_reserved(&mut self, at_ns: u64, ticket: Ticket, ev: Ev<S>) {
         // Killers fire before anything else happening at the same instant.
         let rank = u8::from(!matches!(ev, Ev::Kill(..)));
@@ -368,6 +373,7 @@ impl<S: Scenario> World<S> {
     }
 
     /// Keeps the note `note` makes, if a trace is kept.
+    #[inline]
     pub fn note(&mut self, note: impl FnOnce() -> Note) {
         if let Some(trace) = self.trace.as_mut() {
             trace.push(note());
@@ -375,6 +381,7 @@ impl<S: Scenario> World<S> {
     }
 
     /// Keeps a line of text about `id`, if a trace is kept.
+    #[inline]
     pub fn line(&mut self, id: ProcessId, text: impl FnOnce() -> String) {
         let at_ns = self.now_ns;
         self.note(|| Note::Line {
@@ -385,6 +392,7 @@ impl<S: Scenario> World<S> {
     }
 
     /// The running process `id`, if it still runs.
+    #[inline]
     pub fn live_mut(&mut self, id: ProcessId) -> Option<&mut Live<S>> {
         self.places[id.index as usize]
             .live
@@ -393,16 +401,19 @@ impl<S: Scenario> World<S> {
     }
 
     /// The running process `id`, which must still run.
+    #[inline]
     pub fn live(&mut self, id: ProcessId) -> &mut Live<S> {
         self.live_mut(id).expect("running")
     }
 
     /// What the scenario keeps of the running process `id`.
+    #[inline]
     pub fn proc(&mut self, id: ProcessId) -> &mut S::Proc {
         &mut self.live(id).proc
     }
 
     /// The local clock reading of `id` now.
+    #[inline]
     pub fn local_ns(&mut self, id: ProcessId) -> u64 {
         let now_ns = self.now_ns;
         self.live(id).clock.local(now_ns)
@@ -610,6 +621,7 @@ impl<S: Scenario> World<S> {
 
     /// Whether the kill deadline of `id` has passed on its clock (a deadline armed in the
     /// past, by a confirmation that came too late, fires at once).
+    #[inline]
     pub fn overdue(&mut self, id: ProcessId) -> bool {
         let now_ns = self.now_ns;
         self.live_mut(id).is_some_and(|live| {
