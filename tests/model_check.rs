@@ -36,13 +36,14 @@
 //! Properties: at most one acting leader per slot; fencing tokens never go back; shutdown effects
 //! in the fixed order; and, under fair scheduling, every slot is taken.
 
-#[path = "support/rates.rs"]
-mod rates;
+#[path = "support/model.rs"]
+mod model;
+
+use model::{env_usize, explore, Fault, Search};
 
 use core::time::Duration;
-use std::time::Instant as WallInstant;
 
-use stateright::{Checker, Model, Property, UniformChooser};
+use stateright::{Model, Property};
 use vvm_core::{
     Effect, Effects, FencingToken, Incarnation, Instant, Lifecycle, OpId, Phase, Reply, Slot,
     TimerId, VvmConfig, VvmEvent,
@@ -220,22 +221,7 @@ const VANISH_STOPS: &str = "a holder stops at once when its record is removed fr
 /// The example the dead-holder check must find.
 const DEAD_TAKEOVER: &str = "a dead holder's slot is taken before its record expires";
 
-/// What the adversary does to the oldest message of a process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Fault {
-    /// The call fails; nothing written.
-    Fail,
-    /// The call is lost; the caller hears `Unknown`; nothing written.
-    Lose,
-    /// The call is applied; its answer is lost; the caller hears `Unknown`.
-    LoseAnswer,
-    /// The caller hears `Unknown` (timeout) but the request is still on its way and may be
-    /// applied later.
-    Late,
-    /// The call is applied; its answer is slow (time may pass before it arrives).
-    SlowAnswer,
-}
-
+/// What the adversary may do to the oldest message of a process.
 const FAULTS: [Fault; 5] = [
     Fault::Fail,
     Fault::Lose,
@@ -281,15 +267,15 @@ struct LeaseModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    rates::local(RATES_PPM[p], true_ns)
+    model::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    rates::true_at(RATES_PPM[p], local_ns)
+    model::true_at(RATES_PPM[p], local_ns)
 }
 
 fn incarnation(p: usize, generation: u8) -> Incarnation {
-    Incarnation(1000 * p as u64 + u64::from(generation))
+    model::incarnation(0, p, generation)
 }
 
 impl LeaseModel {
@@ -945,15 +931,6 @@ fn store_op(effect: &Effect) -> OpId {
     }
 }
 
-/// How the state space is walked.
-#[derive(Clone, Copy, Debug)]
-enum Search {
-    /// Every run up to this many steps (breadth first).
-    Exhaustive(Option<usize>),
-    /// Random runs of up to this many steps from a fixed seed, until this many states.
-    Random { depth: usize, states: usize },
-}
-
 /// Runs the checker; fails with the steps of every counterexample, and when a `sometimes`
 /// property has no example (the search would be too shallow to mean anything).
 fn check(mode: Mode, budget: Budget, search: Search) {
@@ -964,79 +941,26 @@ fn check(mode: Mode, budget: Budget, search: Search) {
 /// Runs the checker with the store's dead-holder fact `lock`; returns every counterexample and
 /// every `sometimes` property without an example.
 fn check_with(mode: Mode, budget: Budget, search: Search, lock: LockRule) -> Vec<String> {
-    let wall = WallInstant::now();
-    let builder = LeaseModel::new(mode, budget, lock).checker();
-    match search {
-        Search::Exhaustive(depth) => {
-            let builder = builder.threads(2);
-            let builder = match depth {
-                Some(depth) => builder.target_max_depth(depth),
-                None => builder,
-            };
-            report(mode, budget, search, wall, builder.spawn_bfs().join())
-        }
-        Search::Random { depth, states } => {
-            let checker = builder
-                .threads(1)
-                .target_max_depth(depth)
-                .target_state_count(states)
-                .spawn_simulation(0x5EED, UniformChooser)
-                .join();
-            report(mode, budget, search, wall, checker)
-        }
-    }
-}
-
-fn report(
-    mode: Mode,
-    budget: Budget,
-    search: Search,
-    wall: WallInstant,
-    checker: impl Checker<LeaseModel>,
-) -> Vec<String> {
-    println!(
-        "model check ({mode:?}, {budget:?}, {search:?}, {:?}): {} states explored, {} unique, max depth {}, {:.1} s",
-        checker.model().lock,
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        wall.elapsed().as_secs_f64()
+    let label = format!("model check ({mode:?}, {budget:?}, {lock:?})");
+    let found = explore(
+        LeaseModel::new(mode, budget, lock),
+        search,
+        0x5EED,
+        None,
+        &label,
     );
-    let model = checker.model();
-    let mut failures = Vec::new();
-    for property in model.properties() {
-        let found = checker.discovery(property.name);
-        let is_failure = property.expectation.discovery_is_failure();
-        match (found, is_failure) {
-            (Some(path), true) => {
-                let mut text = format!("property \"{}\" violated by:\n", property.name);
-                for action in path.clone().into_actions() {
-                    text.push_str(&format!("  {action:?}\n"));
-                }
-                text.push_str(&format!("final state: {:#?}", path.last_state()));
-                failures.push(text);
-            }
-            // Without an example the dead-holder check would check nothing new: required also of
-            // an exhaustive search.
-            (None, false)
-                if matches!(search, Search::Random { .. })
-                    || property.name == DEAD_TAKEOVER
-                    || property.name == VANISH_STOPS =>
-            {
-                failures.push(format!(
-                    "no run reached \"{}\": the model explores too little",
-                    property.name
-                ))
-            }
-            _ => {}
-        }
-    }
+    let mut failures: Vec<String> = found.violated.into_iter().map(|(_, text)| text).collect();
+    // Without an example the dead-holder check would check nothing new: required also of an
+    // exhaustive search.
+    let random = matches!(search, Search::Random { .. });
+    failures.extend(
+        found
+            .unreached
+            .into_iter()
+            .filter(|&name| random || name == DEAD_TAKEOVER || name == VANISH_STOPS)
+            .map(|name| format!("no run reached \"{name}\": the model explores too little")),
+    );
     failures
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    let text = std::env::var(name).ok()?;
-    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
 }
 
 // covers: Verify.Safety, Verify.TokenOrder, Verify.ShutdownOrder

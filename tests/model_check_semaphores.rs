@@ -69,17 +69,22 @@
 //! generation) do tell apart states that differ only in how many grants came before; acquires
 //! per process are bounded so that runs stay finite.
 
-#[path = "support/rates.rs"]
-mod rates;
+#[path = "support/model.rs"]
+mod model;
+
+use model::{
+    advance_steps, deliveries, env_usize, explore, live_session, session_steps, take, timer_steps,
+    Allowance, Calls, Fault, Key, Msg, Search, SessionCall, SessionRecord, Sessions, Spent, Step,
+    Task, SESSION_FAULTS,
+};
 
 use core::time::Duration;
-use std::time::Instant as WallInstant;
 
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use stateright::{Model, Property};
 use vvm_core::semaphore::{RequestId, Semaphore, SemaphoreError, SessionKey, Status};
 use vvm_core::{
-    HoldingId, Incarnation, Instant, LeaseConfig, OpId, Record, Reply, Revision, Session,
-    SessionEffect, SessionEffects, SessionEvent, SessionId, SessionState, TimerId,
+    HoldingId, Incarnation, Instant, LeaseConfig, OpId, Reply, SessionEffect, SessionEvent,
+    SessionId,
 };
 
 const SECOND_NS: u64 = 1_000_000_000;
@@ -123,7 +128,7 @@ struct Budget {
 /// Two faults of any kind on any call, a crash, a close, one late timer, two acquires each.
 const FULL: Budget = Budget {
     faults: 2,
-    fault_kinds: &FAULTS,
+    fault_kinds: &SESSION_FAULTS,
     keepalives_only: false,
     crashes: 1,
     closes: 1,
@@ -209,14 +214,7 @@ impl Acq {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Proc {
-    session: Session,
-    generation: u8,
-    /// The session's one timer, at a local instant.
-    timer: Option<(TimerId, u64)>,
-    /// The timer was left unfired when it was due (a late-timer fault).
-    stalled: bool,
-    /// The session's kill deadline, local.
-    killer: Option<u64>,
+    task: Task,
     acq: Acq,
     /// The feed fired since the process last subscribed.
     woken: bool,
@@ -227,31 +225,6 @@ struct Proc {
     /// rise in the order calls are made, as the runtime's `next_request_id` does). Looks carry
     /// no id (they change nothing), so that they add no states.
     calls: u8,
-}
-
-/// A session in the store: the process, its incarnation and the id its machine minted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Key {
-    p: u8,
-    generation: u8,
-    id: SessionId,
-}
-
-impl Key {
-    fn session_key(self) -> SessionKey {
-        SessionKey {
-            incarnation: incarnation(self.p as usize, self.generation),
-            id: self.id,
-        }
-    }
-}
-
-/// A session record; revisions count per record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct SessionRecord {
-    key: Key,
-    revision: u64,
-    expires_ns: u64,
 }
 
 /// A semaphore operation of the runtime.
@@ -274,13 +247,17 @@ enum Call {
     },
 }
 
-/// A store call on its way; `answered` when its caller already heard `Unknown` (or is dead).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Msg {
-    p: u8,
-    generation: u8,
-    call: Call,
-    answered: bool,
+impl SessionCall for Call {
+    fn session(effect: SessionEffect) -> Self {
+        Call::Session(effect)
+    }
+
+    fn as_session(&self) -> Option<SessionEffect> {
+        match *self {
+            Call::Session(effect) => Some(effect),
+            Call::Sem { .. } => None,
+        }
+    }
 }
 
 /// What a semaphore transaction tells the runtime.
@@ -309,11 +286,9 @@ struct World {
     /// Live session records (an expired one is removed when time moves).
     sessions: Vec<SessionRecord>,
     semaphore: Semaphore,
-    msgs: Vec<Msg>,
-    faults: u8,
-    crashes: u8,
-    closes: u8,
-    late_timers: u8,
+    msgs: Vec<Msg<Call>>,
+    /// What the adversary spent.
+    spent: Spent,
     /// The requests seen queued, in the order they were seen queued (the model's ledger).
     ledger: Vec<SessionKey>,
     /// A grant went past an earlier request of the ledger.
@@ -326,29 +301,10 @@ struct World {
     killed_while_owning: bool,
 }
 
-/// What the adversary does to a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Fault {
-    /// The call fails; nothing written.
-    Fail,
-    /// The call is lost; the caller hears `Unknown`; nothing written.
-    Lose,
-    /// The call is applied; its answer is lost; the caller hears `Unknown`.
-    LoseAnswer,
-    /// The caller hears `Unknown` but the request is still on its way and may be applied later.
-    Late,
-}
-
-const FAULTS: [Fault; 4] = [Fault::Fail, Fault::Lose, Fault::LoseAnswer, Fault::Late];
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Action {
-    /// Request `msgs[i]` arrives: applied, its answer handled at once (unless given up on).
-    Deliver(usize),
-    /// A fault hits the request `msgs[i]`.
-    Fault(usize, Fault),
-    /// The due timer of process `p` fires.
-    FireTimer(usize),
+    /// A step every model of sessions has.
+    Step(Step),
     /// Process `p` attaches a holding and sends its acquire.
     Acquire(usize),
     /// Waiting process `p`, woken or at its expiry look, looks at the semaphore.
@@ -357,13 +313,12 @@ enum Action {
     Release(usize),
     /// The services of process `p`, told to stop, have stopped; the holding is detached.
     Stop(usize),
-    /// Process `p` opens a session (closed, or lost with nothing attached).
-    Open(usize),
-    /// Process `p` asks its session to close.
-    Close(usize),
-    Crash(usize),
-    /// True time moves to the next instant where something is due.
-    Advance,
+}
+
+impl From<Step> for Action {
+    fn from(step: Step) -> Self {
+        Action::Step(step)
+    }
 }
 
 const SAFETY: &str = "the owners whose services run hold at most the limit";
@@ -385,45 +340,20 @@ struct SemaphoreModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    rates::local(RATES_PPM[p], true_ns)
+    model::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    rates::true_at(RATES_PPM[p], local_ns)
+    model::true_at(RATES_PPM[p], local_ns)
 }
 
 fn incarnation(p: usize, generation: u8) -> Incarnation {
-    Incarnation(1000 * (p as u64 + 1) + u64::from(generation))
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).expect("fits")
-}
-
-/// The timer the machine waits for, if any: a firing of any other is ignored (stale).
-fn awaited_timer(session: &Session) -> Option<TimerId> {
-    match *session.state() {
-        SessionState::Alive { timer, .. } | SessionState::RetryWait { timer, .. } => Some(timer),
-        _ => None,
-    }
-}
-
-fn store_op(effect: &SessionEffect) -> OpId {
-    match *effect {
-        SessionEffect::Create { op, .. }
-        | SessionEffect::KeepAlive { op, .. }
-        | SessionEffect::Delete { op, .. }
-        | SessionEffect::Get { op, .. } => op,
-        ref other => unreachable!("not a store call: {other:?}"),
-    }
+    model::incarnation(1, p, generation)
 }
 
 impl World {
     fn live_session(&self, key: Key) -> Option<usize> {
-        let now_ns = self.now_ns;
-        self.sessions
-            .iter()
-            .position(|r| r.key == key && now_ns < r.expires_ns)
+        live_session(&self.sessions, self.now_ns, key)
     }
 
     /// The store's key of a semaphore party's session, if a record of it is live.
@@ -437,9 +367,9 @@ impl World {
     /// The key of process `p`'s current session, while it has one.
     fn key_of(&self, p: usize) -> Option<SessionKey> {
         let proc = &self.procs[p];
-        let id = proc.session.id()?;
+        let id = proc.task.session.id()?;
         Some(SessionKey {
-            incarnation: incarnation(p, proc.generation),
+            incarnation: incarnation(p, proc.task.generation),
             id,
         })
     }
@@ -450,25 +380,7 @@ impl World {
 
     /// Whether `p` may run services now: its kill deadline armed and not reached.
     fn alive(&self, p: usize) -> bool {
-        self.procs[p]
-            .killer
-            .is_some_and(|at| local(p, self.now_ns) < at)
-    }
-
-    fn oldest(&self, p: usize) -> Option<usize> {
-        self.msgs
-            .iter()
-            .position(|m| m.p as usize == p && !m.answered)
-    }
-
-    fn waiting(&self) -> bool {
-        self.msgs.iter().any(|m| !m.answered)
-    }
-
-    fn timer_due(&self, p: usize) -> bool {
-        self.procs[p]
-            .timer
-            .is_some_and(|(_, at)| local(p, self.now_ns) >= at)
+        self.procs[p].task.alive(local(p, self.now_ns))
     }
 
     fn look_due(&self, p: usize) -> bool {
@@ -584,92 +496,12 @@ impl SemaphoreModel {
 
     fn fresh(&self, p: usize, generation: u8, acquires: u8) -> Proc {
         Proc {
-            session: Session::new(self.lease, incarnation(p, generation)),
-            generation,
-            timer: None,
-            stalled: false,
-            killer: None,
+            task: Task::new(self.lease, p, generation),
             acq: Acq::Idle,
             woken: false,
             look_at: None,
             acquires,
             calls: 0,
-        }
-    }
-
-    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
-    /// gone with everything it ran; its calls on their way may still reach the store. The
-    /// acquires it made still count against the budget.
-    fn start(&self, world: &mut World, p: usize, generation: u8) {
-        let acquires = world.procs[p].acquires;
-        world.procs[p] = self.fresh(p, generation, acquires);
-        for m in world.msgs.iter_mut().filter(|m| m.p as usize == p) {
-            m.answered = true;
-        }
-        self.handle(world, p, |now| SessionEvent::Open { now });
-    }
-
-    /// Runs one event through process `p`'s session and performs the effects.
-    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
-        let now = Instant::from_nanos(local(p, world.now_ns));
-        let mut out = SessionEffects::new();
-        let proc = &mut world.procs[p];
-        proc.session.handle(&event(now), &mut out);
-        let generation = proc.generation;
-        let mut lost = false;
-        for effect in out.as_slice().iter().copied() {
-            let proc = &mut world.procs[p];
-            match effect {
-                SessionEffect::Create { .. }
-                | SessionEffect::KeepAlive { .. }
-                | SessionEffect::Delete { .. }
-                | SessionEffect::Get { .. } => {
-                    let in_flight = world.msgs.iter().any(|m| {
-                        m.p as usize == p
-                            && m.generation == generation
-                            && !m.answered
-                            && matches!(m.call, Call::Session(_))
-                    });
-                    assert!(!in_flight, "a second session call in flight: {effect:?}");
-                    world.msgs.push(Msg {
-                        p: p as u8,
-                        generation,
-                        call: Call::Session(effect),
-                        answered: false,
-                    });
-                }
-                SessionEffect::SetTimer { timer, at } => {
-                    proc.timer = Some((timer, at.as_nanos()));
-                    proc.stalled = false;
-                }
-                SessionEffect::ArmKiller { at } => proc.killer = Some(at.as_nanos()),
-                SessionEffect::DisarmKiller => proc.killer = None,
-                SessionEffect::Lost { .. } => lost = true,
-                _ => {}
-            }
-        }
-        let proc = &mut world.procs[p];
-        // A firing the machine no longer waits for changes nothing: forget it.
-        if proc.timer.map(|(id, _)| id) != awaited_timer(&proc.session) {
-            proc.timer = None;
-            proc.stalled = false;
-        }
-        if lost {
-            world.lost_while_owning |= world.acts(p);
-            match world.procs[p].acq {
-                // Every grant ends at once: its services are told to stop.
-                Acq::Running => world.procs[p].acq = Acq::Stopping,
-                // The wait ends on the loss; the withdrawal is refused at once (the session is
-                // over), so the holding is given back without a call.
-                Acq::Waiting => Self::give_back(world, p),
-                // A call in flight ends with its answer.
-                Acq::Idle
-                | Acq::Acquiring
-                | Acq::Looking
-                | Acq::Stopping
-                | Acq::Releasing
-                | Acq::Withdrawing => {}
-            }
         }
     }
 
@@ -680,23 +512,19 @@ impl SemaphoreModel {
         proc.acq = Acq::Idle;
         proc.woken = false;
         proc.look_at = None;
-        let mut out = SessionEffects::new();
-        let holding = HoldingId(0);
-        proc.session
-            .handle(&SessionEvent::Detach { now, holding }, &mut out);
-        assert!(out.is_empty(), "detach is silent: {out:?}");
+        proc.task.detach(now, HoldingId(0));
     }
 
     /// Sends a semaphore call of `p`'s alive session.
     fn send_sem(world: &mut World, p: usize, op: SemOp) {
         let proc = &mut world.procs[p];
-        let session = proc.session.id().expect("a session");
+        let session = proc.task.session.id().expect("a session");
         if op != SemOp::Look {
             proc.calls += 1;
         }
         world.msgs.push(Msg {
             p: p as u8,
-            generation: proc.generation,
+            generation: proc.task.generation,
             call: Call::Sem {
                 op,
                 session,
@@ -706,8 +534,120 @@ impl SemaphoreModel {
         });
     }
 
+    /// The core's acquire, as the store runs it; under [`Rule::GrantWhenFits`] with the queue
+    /// set aside while it runs, so that a request that fits is granted past the waiters.
+    fn acquire(&self, world: &mut World, me: SessionKey, request: RequestId, count: u64) {
+        let semaphore = &mut world.semaphore;
+        let party = semaphore.owners().iter().any(|o| o.session == me)
+            || semaphore.waiters().iter().any(|w| w.session == me);
+        let free = LIMIT - semaphore.count();
+        if self.rule == Rule::GrantWhenFits && !party && count <= free {
+            let waiters = semaphore.waiters().to_vec();
+            // From the back, so that no waiter is granted by another one's leaving.
+            for w in waiters.iter().rev() {
+                semaphore.release(w.session, w.request);
+            }
+            semaphore
+                .acquire(me, request, count, Vec::new(), TIMEOUT_MS)
+                .expect("a valid acquire");
+            for w in waiters {
+                semaphore
+                    .acquire(w.session, w.request, w.count, w.data, w.timeout_ms)
+                    .expect("a valid acquire");
+            }
+            return;
+        }
+        // Refused only when late (an older call than the one that shaped the party): nothing
+        // changes, as the store leaves it.
+        match semaphore.acquire(me, request, count, Vec::new(), TIMEOUT_MS) {
+            Ok(outcome) => assert_ne!(outcome.status, Status::NotGranted, "never a try"),
+            Err(SemaphoreError::StaleRequest { .. }) => {}
+            Err(other) => panic!("counts are within the limit and never raised: {other}"),
+        }
+    }
+
+    /// After a transaction: the ledger judges it, and a write wakes the feed.
+    fn written(&self, world: &mut World, before: &Semaphore, release: bool) {
+        world.observe_queue(before);
+        let silent = release && self.rule == Rule::ReleaseNotWoken;
+        if world.semaphore != *before && !silent {
+            world.wake();
+        }
+    }
+
+    /// What the runtime does with a semaphore answer (`grant::acquire`, `wait`, `release`).
+    fn answered(world: &mut World, p: usize, answer: SemAnswer) {
+        let alive = world.procs[p].task.session.liveness().is_some();
+        let proc = &mut world.procs[p];
+        let start = |proc: &mut Proc| {
+            // Services start on the grant; if the session was lost meanwhile, they are told to
+            // stop at once.
+            proc.acq = if alive { Acq::Running } else { Acq::Stopping };
+            proc.woken = false;
+            proc.look_at = None;
+        };
+        let wait = |proc: &mut Proc, expire_in_ns: Option<u64>, now_ns: u64| {
+            proc.acq = Acq::Waiting;
+            // The look at the soonest expiry is a local timer: a slow clock looks late, a fast
+            // one early (and again, with nothing changed, until the expiry: those looks are
+            // left out).
+            proc.look_at = expire_in_ns.map(|in_ns| {
+                let local_at = local(p, now_ns) + in_ns;
+                true_at(p, local_at).max(now_ns + in_ns)
+            });
+        };
+        let now_ns = world.now_ns;
+        match (proc.acq, answer) {
+            (
+                Acq::Acquiring | Acq::Looking,
+                SemAnswer::Applied {
+                    owns: Some(true), ..
+                },
+            ) => start(proc),
+            (
+                Acq::Acquiring | Acq::Looking,
+                SemAnswer::Applied {
+                    owns: Some(false),
+                    expire_in_ns,
+                },
+            ) if alive => wait(proc, expire_in_ns, now_ns),
+            // Queued, but the session is over: the wait ends at once, without a call.
+            (
+                Acq::Acquiring | Acq::Looking,
+                SemAnswer::Applied {
+                    owns: Some(false), ..
+                },
+            ) => Self::give_back(world, p),
+            // The acquire failed or its outcome is unknown: nothing held (what was written
+            // after all ends with the session).
+            (Acq::Acquiring, _) => Self::give_back(world, p),
+            // The wait failed (or the request is gone): the request is withdrawn with a
+            // release, if the session still allows a call.
+            (Acq::Looking, _) if alive => {
+                proc.acq = Acq::Withdrawing;
+                Self::send_sem(world, p, SemOp::Release);
+            }
+            (Acq::Looking | Acq::Releasing | Acq::Withdrawing, _) => Self::give_back(world, p),
+            (acq, answer) => unreachable!("{answer:?} while {acq:?}"),
+        }
+    }
+}
+
+impl Calls for SemaphoreModel {
+    type World = World;
+    type Call = Call;
+    type Answer = Answer;
+
+    fn msgs(world: &World) -> &Vec<Msg<Call>> {
+        &world.msgs
+    }
+
+    fn msgs_mut(world: &mut World) -> &mut Vec<Msg<Call>> {
+        &mut world.msgs
+    }
+
     /// The store applies `msg` atomically now.
-    fn apply(&self, world: &mut World, msg: &Msg) -> Answer {
+    fn apply(&self, world: &mut World, msg: &Msg<Call>) -> Answer {
         let now_ns = world.now_ns;
         let key = |id| Key {
             p: msg.p,
@@ -715,60 +655,20 @@ impl SemaphoreModel {
             id,
         };
         match msg.call {
-            Call::Session(SessionEffect::Create { op, id, ttl }) => {
-                if world.live_session(key(id)).is_some() {
-                    return Answer::Session(op, Reply::Rejected);
+            Call::Session(effect) => {
+                // A keepalive gets a new revision, as the transactional store gives: one that
+                // lands late makes the next one refused.
+                let writer = (msg.p, msg.generation);
+                let (op, reply, ended) =
+                    model::apply_session(&mut world.sessions, now_ns, writer, effect, true);
+                if let Some(ended) = ended {
+                    // The session ends, and its parties with it in the same transaction.
+                    let before = world.semaphore.clone();
+                    world.semaphore.expire_session(ended.session_key());
+                    self.written(world, &before, false);
                 }
-                world.sessions.retain(|r| r.key != key(id));
-                world.sessions.push(SessionRecord {
-                    key: key(id),
-                    revision: 1,
-                    expires_ns: now_ns + nanos(ttl),
-                });
-                world.sessions.sort_by_key(|r| r.key);
-                Answer::Session(op, Reply::Written(Revision(1)))
+                Answer::Session(op, reply)
             }
-            Call::Session(SessionEffect::KeepAlive {
-                op,
-                id,
-                expected,
-                ttl,
-            }) => {
-                let found = world
-                    .live_session(key(id))
-                    .filter(|&i| world.sessions[i].revision == expected.0);
-                let Some(i) = found else {
-                    return Answer::Session(op, Reply::Rejected);
-                };
-                // A new revision, as the transactional store gives: a keepalive that lands late
-                // makes the next one refused.
-                let record = &mut world.sessions[i];
-                record.revision = expected.0 + 1;
-                record.expires_ns = now_ns + nanos(ttl);
-                Answer::Session(op, Reply::Written(Revision(expected.0 + 1)))
-            }
-            Call::Session(SessionEffect::Delete { op, id, expected }) => {
-                let found = world
-                    .live_session(key(id))
-                    .filter(|&i| world.sessions[i].revision == expected.0);
-                let Some(i) = found else {
-                    return Answer::Session(op, Reply::Rejected);
-                };
-                // The session ends, and its parties with it in the same transaction.
-                world.sessions.remove(i);
-                let before = world.semaphore.clone();
-                world.semaphore.expire_session(key(id).session_key());
-                self.written(world, &before, false);
-                Answer::Session(op, Reply::Deleted)
-            }
-            Call::Session(SessionEffect::Get { op, id }) => {
-                let found = world.live_session(key(id)).map(|i| Record {
-                    incarnation: incarnation(msg.p as usize, msg.generation),
-                    revision: Revision(world.sessions[i].revision),
-                });
-                Answer::Session(op, Reply::Found(found))
-            }
-            Call::Session(other) => unreachable!("not a store call: {other:?}"),
             Call::Sem {
                 op,
                 session,
@@ -823,51 +723,10 @@ impl SemaphoreModel {
         }
     }
 
-    /// The core's acquire, as the store runs it; under [`Rule::GrantWhenFits`] with the queue
-    /// set aside while it runs, so that a request that fits is granted past the waiters.
-    fn acquire(&self, world: &mut World, me: SessionKey, request: RequestId, count: u64) {
-        let semaphore = &mut world.semaphore;
-        let party = semaphore.owners().iter().any(|o| o.session == me)
-            || semaphore.waiters().iter().any(|w| w.session == me);
-        let free = LIMIT - semaphore.count();
-        if self.rule == Rule::GrantWhenFits && !party && count <= free {
-            let waiters = semaphore.waiters().to_vec();
-            // From the back, so that no waiter is granted by another one's leaving.
-            for w in waiters.iter().rev() {
-                semaphore.release(w.session, w.request);
-            }
-            semaphore
-                .acquire(me, request, count, Vec::new(), TIMEOUT_MS)
-                .expect("a valid acquire");
-            for w in waiters {
-                semaphore
-                    .acquire(w.session, w.request, w.count, w.data, w.timeout_ms)
-                    .expect("a valid acquire");
-            }
-            return;
-        }
-        // Refused only when late (an older call than the one that shaped the party): nothing
-        // changes, as the store leaves it.
-        match semaphore.acquire(me, request, count, Vec::new(), TIMEOUT_MS) {
-            Ok(outcome) => assert_ne!(outcome.status, Status::NotGranted, "never a try"),
-            Err(SemaphoreError::StaleRequest { .. }) => {}
-            Err(other) => panic!("counts are within the limit and never raised: {other}"),
-        }
-    }
-
-    /// After a transaction: the ledger judges it, and a write wakes the feed.
-    fn written(&self, world: &mut World, before: &Semaphore, release: bool) {
-        world.observe_queue(before);
-        let silent = release && self.rule == Rule::ReleaseNotWoken;
-        if world.semaphore != *before && !silent {
-            world.wake();
-        }
-    }
-
     /// The answer to `msg` reaches its caller, if it still waits for it.
-    fn answer(&self, world: &mut World, msg: &Msg, answer: Answer) {
+    fn answer(&self, world: &mut World, msg: &Msg<Call>, answer: Answer) {
         let p = msg.p as usize;
-        if msg.answered || world.procs[p].generation != msg.generation {
+        if msg.answered || world.procs[p].task.generation != msg.generation {
             return;
         }
         match answer {
@@ -878,60 +737,100 @@ impl SemaphoreModel {
         }
     }
 
-    /// What the runtime does with a semaphore answer (`grant::acquire`, `wait`, `release`).
-    fn answered(world: &mut World, p: usize, answer: SemAnswer) {
-        let alive = world.procs[p].session.liveness().is_some();
-        let proc = &mut world.procs[p];
-        let start = |proc: &mut Proc| {
-            // Services start on the grant; if the session was lost meanwhile, they are told to
-            // stop at once.
-            proc.acq = if alive { Acq::Running } else { Acq::Stopping };
-            proc.woken = false;
-            proc.look_at = None;
-        };
-        let wait = |proc: &mut Proc, expire_in_ns: Option<u64>, now_ns: u64| {
-            proc.acq = Acq::Waiting;
-            // The look at the soonest expiry is a local timer: a slow clock looks late, a fast
-            // one early (and again, with nothing changed, until the expiry: those looks are
-            // left out).
-            proc.look_at = expire_in_ns.map(|in_ns| {
-                let local_at = local(p, now_ns) + in_ns;
-                true_at(p, local_at).max(now_ns + in_ns)
-            });
-        };
-        let now_ns = world.now_ns;
-        match (proc.acq, answer) {
-            (
-                Acq::Acquiring | Acq::Looking,
-                SemAnswer::Applied {
-                    owns: Some(true), ..
-                },
-            ) => start(proc),
-            (
-                Acq::Acquiring | Acq::Looking,
-                SemAnswer::Applied {
-                    owns: Some(false),
-                    expire_in_ns,
-                },
-            ) if alive => wait(proc, expire_in_ns, now_ns),
-            // Queued, but the session is over: the wait ends at once, without a call.
-            (
-                Acq::Acquiring | Acq::Looking,
-                SemAnswer::Applied {
-                    owns: Some(false), ..
-                },
-            ) => Self::give_back(world, p),
-            // The acquire failed or its outcome is unknown: nothing held (what was written
-            // after all ends with the session).
-            (Acq::Acquiring, _) => Self::give_back(world, p),
-            // The wait failed (or the request is gone): the request is withdrawn with a
-            // release, if the session still allows a call.
-            (Acq::Looking, _) if alive => {
-                proc.acq = Acq::Withdrawing;
-                Self::send_sem(world, p, SemOp::Release);
+    fn failed(call: &Call) -> Answer {
+        match *call {
+            Call::Session(effect) => Answer::Session(model::session_op(&effect), Reply::Failed),
+            Call::Sem { .. } => Answer::Sem(SemAnswer::Failed),
+        }
+    }
+
+    fn unknown(answer: Answer) -> Answer {
+        match answer {
+            Answer::Session(op, _) => Answer::Session(op, Reply::Unknown),
+            Answer::Sem(_) => Answer::Sem(SemAnswer::Unknown),
+        }
+    }
+}
+
+impl Sessions for SemaphoreModel {
+    fn processes(&self) -> usize {
+        self.counts.len()
+    }
+
+    fn allowance(&self) -> Allowance {
+        let budget = self.budget;
+        Allowance {
+            faults: budget.faults,
+            fault_kinds: budget.fault_kinds,
+            keepalives_only: budget.keepalives_only,
+            crashes: budget.crashes,
+            closes: budget.closes,
+            late_timers: budget.late_timers,
+        }
+    }
+
+    fn spent(world: &World) -> Spent {
+        world.spent
+    }
+
+    fn spend(world: &mut World) -> &mut Spent {
+        &mut world.spent
+    }
+
+    fn task(world: &World, p: usize) -> &Task {
+        &world.procs[p].task
+    }
+
+    fn task_mut(world: &mut World, p: usize) -> &mut Task {
+        &mut world.procs[p].task
+    }
+
+    fn now_ns(world: &World) -> u64 {
+        world.now_ns
+    }
+
+    fn set_now_ns(world: &mut World, now_ns: u64) {
+        world.now_ns = now_ns;
+    }
+
+    fn local(p: usize, true_ns: u64) -> u64 {
+        local(p, true_ns)
+    }
+
+    fn killer_works(&self) -> bool {
+        self.rule != Rule::KillerIgnored
+    }
+
+    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
+    /// gone with everything it ran; its calls on their way may still reach the store. The
+    /// acquires it made still count against the budget.
+    fn start(&self, world: &mut World, p: usize, generation: u8) {
+        let acquires = world.procs[p].acquires;
+        world.procs[p] = self.fresh(p, generation, acquires);
+        model::orphan(&mut world.msgs, p);
+        self.handle(world, p, |now| SessionEvent::Open { now });
+    }
+
+    /// Runs one event through process `p`'s session and performs the effects.
+    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
+        let now = Instant::from_nanos(local(p, world.now_ns));
+        let handled = world.procs[p].task.handle(&mut world.msgs, p, now, event);
+        if handled.lost {
+            world.lost_while_owning |= world.acts(p);
+            match world.procs[p].acq {
+                // Every grant ends at once: its services are told to stop.
+                Acq::Running => world.procs[p].acq = Acq::Stopping,
+                // The wait ends on the loss; the withdrawal is refused at once (the session is
+                // over), so the holding is given back without a call.
+                Acq::Waiting => Self::give_back(world, p),
+                // A call in flight ends with its answer.
+                Acq::Idle
+                | Acq::Acquiring
+                | Acq::Looking
+                | Acq::Stopping
+                | Acq::Releasing
+                | Acq::Withdrawing => {}
             }
-            (Acq::Looking | Acq::Releasing | Acq::Withdrawing, _) => Self::give_back(world, p),
-            (acq, answer) => unreachable!("{answer:?} while {acq:?}"),
         }
     }
 
@@ -939,9 +838,13 @@ impl SemaphoreModel {
     fn next_instant(&self, world: &World) -> Option<u64> {
         let now_ns = world.now_ns;
         let due = world.procs.iter().enumerate().flat_map(|(p, proc)| {
-            let killer = proc.killer.filter(|_| self.rule != Rule::KillerIgnored);
+            let killer = proc
+                .task
+                .killer
+                .filter(|_| self.rule != Rule::KillerIgnored);
             let look = proc.look_at.filter(|_| proc.acq == Acq::Waiting);
-            proc.timer
+            proc.task
+                .timer
                 .map(|(_, at)| at)
                 .into_iter()
                 .chain(killer)
@@ -950,6 +853,14 @@ impl SemaphoreModel {
         });
         let expiries = world.sessions.iter().map(|r| r.expires_ns);
         due.chain(expiries).filter(|&at| at > now_ns).min()
+    }
+
+    fn killed(world: &mut World, p: usize) {
+        world.killed_while_owning |= world.acts(p);
+    }
+
+    fn prune(world: &mut World) {
+        world.prune();
     }
 }
 
@@ -966,10 +877,7 @@ impl Model for SemaphoreModel {
             sessions: Vec::new(),
             semaphore,
             msgs: Vec::new(),
-            faults: 0,
-            crashes: 0,
-            closes: 0,
-            late_timers: 0,
+            spent: Spent::default(),
             ledger: Vec::new(),
             out_of_order: false,
             granted_from_queue: false,
@@ -983,33 +891,13 @@ impl Model for SemaphoreModel {
     }
 
     fn actions(&self, world: &World, actions: &mut Vec<Action>) {
-        for p in 0..self.processes() {
-            if let Some(i) = world.oldest(p) {
-                actions.push(Action::Deliver(i));
-                let keepalive = matches!(
-                    world.msgs[i].call,
-                    Call::Session(SessionEffect::KeepAlive { .. })
-                );
-                if world.faults < self.budget.faults && (keepalive || !self.budget.keepalives_only)
-                {
-                    let kinds = self.budget.fault_kinds.iter();
-                    actions.extend(kinds.map(|&fault| Action::Fault(i, fault)));
-                }
-            }
-        }
-        for (i, m) in world.msgs.iter().enumerate() {
-            if m.answered {
-                actions.push(Action::Deliver(i));
-            }
-        }
+        deliveries(self, world, actions);
         for p in 0..self.processes() {
             let proc = &world.procs[p];
-            if world.timer_due(p) {
-                actions.push(Action::FireTimer(p));
-            }
+            timer_steps::<Self>(world, p, actions);
             match proc.acq {
                 Acq::Idle
-                    if proc.session.liveness().is_some()
+                    if proc.task.session.liveness().is_some()
                         && proc.acquires < self.budget.acquires =>
                 {
                     actions.push(Action::Acquire(p))
@@ -1019,77 +907,19 @@ impl Model for SemaphoreModel {
                 Acq::Stopping => actions.push(Action::Stop(p)),
                 _ => {}
             }
-            let session = &proc.session;
-            if session.is_closed() || (session.is_lost() && session.holdings() == 0) {
-                actions.push(Action::Open(p));
-            }
-            if world.closes < self.budget.closes && !session.is_closed() && session.holdings() == 0
-            {
-                actions.push(Action::Close(p));
-            }
-            if world.crashes < self.budget.crashes {
-                actions.push(Action::Crash(p));
-            }
+            session_steps(self, world, p, actions);
         }
-        if !world.waiting() && self.next_instant(world).is_some() {
-            // Due timers fire before time moves on, unless the budget lets them slip.
-            let slipping = (0..self.processes())
-                .filter(|&p| world.timer_due(p) && !world.procs[p].stalled)
-                .count();
-            if usize::from(world.late_timers) + slipping <= usize::from(self.budget.late_timers) {
-                actions.push(Action::Advance);
-            }
-        }
+        advance_steps(self, world, actions);
     }
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut world = last.clone();
         match action {
-            Action::Deliver(i) => {
-                let msg = world.msgs.remove(i);
-                let answer = self.apply(&mut world, &msg);
-                self.answer(&mut world, &msg, answer);
-            }
-            Action::Fault(i, fault) => {
-                let msg = world.msgs.remove(i);
-                world.faults += 1;
-                let unknown = |answer: Answer| match answer {
-                    Answer::Session(op, _) => Answer::Session(op, Reply::Unknown),
-                    Answer::Sem(_) => Answer::Sem(SemAnswer::Unknown),
-                };
-                let nothing = match msg.call {
-                    Call::Session(effect) => Answer::Session(store_op(&effect), Reply::Failed),
-                    Call::Sem { .. } => Answer::Sem(SemAnswer::Failed),
-                };
-                match fault {
-                    Fault::Fail => self.answer(&mut world, &msg, nothing),
-                    Fault::Lose => self.answer(&mut world, &msg, unknown(nothing)),
-                    Fault::LoseAnswer => {
-                        let answer = self.apply(&mut world, &msg);
-                        self.answer(&mut world, &msg, unknown(answer));
-                    }
-                    Fault::Late => {
-                        world.msgs.push(Msg {
-                            answered: true,
-                            ..msg
-                        });
-                        self.answer(&mut world, &msg, unknown(nothing));
-                    }
-                }
-            }
-            Action::FireTimer(p) => {
-                let (timer, _) = world.procs[p].timer.take()?;
-                world.procs[p].stalled = false;
-                self.handle(&mut world, p, |now| SessionEvent::Timer { now, timer });
-            }
+            Action::Step(step) => take(self, &mut world, step)?,
             Action::Acquire(p) => {
                 let now = Instant::from_nanos(local(p, world.now_ns));
                 let proc = &mut world.procs[p];
-                let holding = HoldingId(0);
-                let mut out = SessionEffects::new();
-                proc.session
-                    .handle(&SessionEvent::Attach { now, holding }, &mut out);
-                if out.as_slice() != [SessionEffect::Attached { holding }] {
+                if !proc.task.attach(now, HoldingId(0)) {
                     // Refused (past the deadline): nothing changes.
                     return None;
                 }
@@ -1114,38 +944,6 @@ impl Model for SemaphoreModel {
                 Self::send_sem(&mut world, p, SemOp::Release);
             }
             Action::Stop(p) => Self::give_back(&mut world, p),
-            Action::Open(p) => self.handle(&mut world, p, |now| SessionEvent::Open { now }),
-            Action::Close(p) => {
-                world.closes += 1;
-                self.handle(&mut world, p, |now| SessionEvent::Close { now });
-            }
-            Action::Crash(p) => {
-                world.crashes += 1;
-                let generation = world.procs[p].generation + 1;
-                self.start(&mut world, p, generation);
-            }
-            Action::Advance => {
-                for p in 0..self.processes() {
-                    if world.timer_due(p) && !world.procs[p].stalled {
-                        world.procs[p].stalled = true;
-                        world.late_timers += 1;
-                    }
-                }
-                world.now_ns = self.next_instant(&world)?;
-                for p in 0..self.processes() {
-                    let killed = self.rule != Rule::KillerIgnored
-                        && world.procs[p]
-                            .killer
-                            .is_some_and(|at| local(p, world.now_ns) >= at);
-                    if killed {
-                        // Killed at its deadline with everything it runs; restarted.
-                        world.killed_while_owning |= world.acts(p);
-                        let generation = world.procs[p].generation + 1;
-                        self.start(&mut world, p, generation);
-                    }
-                }
-                world.prune();
-            }
         }
         // One order for the calls of different processes: only each one's own order matters.
         world.msgs.sort_by_key(|m| m.p);
@@ -1182,16 +980,6 @@ impl Model for SemaphoreModel {
     }
 }
 
-/// How the state space is walked.
-#[derive(Clone, Copy, Debug)]
-enum Search {
-    /// Every run up to this many steps (breadth first), or to the horizon.
-    Exhaustive(Option<usize>),
-    /// Every run to the horizon, depth first: finds a deep counterexample before exploring
-    /// every shallower run.
-    DepthFirst,
-}
-
 /// One check: the model, how it is searched, and the `sometimes` properties it must reach.
 struct Check {
     counts: &'static [u64],
@@ -1202,99 +990,25 @@ struct Check {
     reach: &'static [&'static str],
 }
 
-/// What a run found: the `always` properties violated (with their runs), and the `sometimes`
-/// properties of [`Check::reach`] never reached.
-struct Found {
-    violated: Vec<(&'static str, String)>,
-    unreached: Vec<&'static str>,
-}
-
-fn run(check: &Check, expected: Option<&'static str>) -> Found {
-    let wall = WallInstant::now();
+fn run(check: &Check, expected: Option<&'static str>) -> model::Found {
     let model = SemaphoreModel::new(check.counts, check.budget, check.horizon_ns, check.rule);
-    let mut builder = model.checker();
-    if let Some(expected) = expected {
-        // A broken rule is judged by the violation it must lead to.
-        builder = builder.finish_when(HasDiscoveries::AllOf([expected].into()));
-    }
-    match check.search {
-        Search::DepthFirst => report(check, wall, builder.threads(1).spawn_dfs().join()),
-        Search::Exhaustive(depth) => {
-            let builder = builder.threads(2);
-            let builder = match depth {
-                Some(depth) => builder.target_max_depth(depth),
-                None => builder,
-            };
-            report(check, wall, builder.spawn_bfs().join())
-        }
-    }
-}
-
-fn report(check: &Check, wall: WallInstant, checker: impl Checker<SemaphoreModel>) -> Found {
-    println!(
-        "semaphore model check ({:?}, counts {:?}, {:?}, {:?}): {} states explored, {} unique, \
-         max depth {}, {:.2} s",
-        check.rule,
-        check.counts,
-        check.budget,
-        check.search,
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        wall.elapsed().as_secs_f64()
+    let label = format!(
+        "semaphore model check ({:?}, counts {:?}, {:?})",
+        check.rule, check.counts, check.budget
     );
-    let mut found = Found {
-        violated: Vec::new(),
-        unreached: Vec::new(),
-    };
-    for property in checker.model().properties() {
-        let discovery = checker.discovery(property.name);
-        if property.expectation.discovery_is_failure() {
-            if let Some(path) = discovery {
-                let mut text = format!("property \"{}\" violated by:\n", property.name);
-                for action in path.clone().into_actions() {
-                    text.push_str(&format!("  {action:?}\n"));
-                }
-                text.push_str(&format!("final state: {:#?}", path.last_state()));
-                found.violated.push((property.name, text));
-            }
-        } else if discovery.is_none() && check.reach.contains(&property.name) {
-            found.unreached.push(property.name);
-        }
-    }
-    found
+    // A broken rule is judged by the violation it must lead to.
+    explore(model, check.search, 0, expected, &label)
 }
 
 /// Runs a check of the sound model: fails with every counterexample, and when a `sometimes`
 /// property it must reach was not reached (the search would be too shallow to mean anything).
 fn check_sound(check: Check) {
-    let found = run(&check, None);
-    let mut failures: Vec<String> = found.violated.into_iter().map(|(_, text)| text).collect();
-    failures.extend(
-        found
-            .unreached
-            .iter()
-            .map(|name| format!("no run reached \"{name}\": the model explores too little")),
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    run(&check, None).assert_sound(check.reach);
 }
 
 /// Runs a check of an unsound model: it must find a run violating `expected`.
 fn check_caught(check: Check, expected: &'static str) {
-    let found = run(&check, Some(expected));
-    let Some((_, text)) = found.violated.iter().find(|(name, _)| *name == expected) else {
-        panic!(
-            "\"{expected}\" not violated with {:?}; violated: {:?}",
-            check.rule,
-            found.violated.iter().map(|(n, _)| n).collect::<Vec<_>>()
-        );
-    };
-    println!("{text}");
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    let text = std::env::var(name).ok()?;
-    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
+    run(&check, Some(expected)).assert_caught(expected, check.rule);
 }
 
 /// Three processes: an owner of 1, a request of 2 that waits behind it, and a request of 1

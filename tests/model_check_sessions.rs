@@ -48,17 +48,21 @@
 //! horizon affordable: revisions count per session record (the machine compares only its own
 //! record's), and the calls in flight are ordered by process (each process's own order kept).
 
-#[path = "support/rates.rs"]
-mod rates;
+#[path = "support/model.rs"]
+mod model;
+
+use model::{
+    advance_steps, deliveries, env_usize, explore, live_session, session_steps, take, timer_steps,
+    Allowance, Calls, Fault, Key, Msg, Search, SessionCall, SessionRecord, Sessions, Spent, Step,
+    Task, ANY, SESSION_FAULTS,
+};
 
 use core::time::Duration;
-use std::time::Instant as WallInstant;
 
-use stateright::{Checker, HasDiscoveries, Model, Property, UniformChooser};
+use stateright::{Model, Property};
 use vvm::ACQUIRE_SENDS_MAX;
 use vvm_core::{
-    HoldingId, Incarnation, Instant, LeaseConfig, OpId, Record, Reply, Revision, Session,
-    SessionEffect, SessionEffects, SessionEvent, SessionId, SessionState, TimerId,
+    HoldingId, Instant, LeaseConfig, OpId, Reply, SessionEffect, SessionEvent, SessionId,
 };
 
 const PROCESSES: usize = 2;
@@ -99,13 +103,10 @@ struct Budget {
     futile_attaches: bool,
 }
 
-/// No bound on a budget.
-const ANY: u8 = u8::MAX;
-
 /// The full adversary.
 const FULL: Budget = Budget {
     faults: 2,
-    fault_kinds: &FAULTS,
+    fault_kinds: &SESSION_FAULTS,
     keepalives_only: false,
     crashes: 1,
     closes: 1,
@@ -185,33 +186,8 @@ impl Hold {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Proc {
-    session: Session,
-    generation: u8,
-    /// The session's one timer, at a local instant.
-    timer: Option<(TimerId, u64)>,
-    /// The timer was left unfired when it was due (a late-timer fault).
-    stalled: bool,
-    /// The session's kill deadline, local.
-    killer: Option<u64>,
+    task: Task,
     holds: [Hold; SLOTS],
-}
-
-/// A session in the store: the incarnation that opened it and the id its machine minted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Key {
-    p: u8,
-    generation: u8,
-    id: SessionId,
-}
-
-/// A session record. Revisions count per record: the machine compares only its own record's,
-/// and a global counter would tell apart states that differ only in the order two processes'
-/// writes took at one instant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct SessionRecord {
-    key: Key,
-    revision: u64,
-    expires_ns: u64,
 }
 
 /// A slot's holding: no TTL of its own, live exactly while its session's record is. (Its
@@ -229,14 +205,17 @@ enum Call {
     Acquire { slot: u8, session: SessionId },
 }
 
-/// A store call on its way; `answered` when its caller already heard `Unknown` (or is dead) and
-/// the store may still apply it later.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Msg {
-    p: u8,
-    generation: u8,
-    call: Call,
-    answered: bool,
+impl SessionCall for Call {
+    fn session(effect: SessionEffect) -> Self {
+        Call::Session(effect)
+    }
+
+    fn as_session(&self) -> Option<SessionEffect> {
+        match *self {
+            Call::Session(effect) => Some(effect),
+            Call::Acquire { .. } => None,
+        }
+    }
 }
 
 /// What an acquire did, as the runtime sees it.
@@ -261,11 +240,9 @@ struct World {
     /// Live session records (an expired one is removed with its holdings when time moves).
     sessions: Vec<SessionRecord>,
     holdings: [Option<HoldingRecord>; SLOTS],
-    msgs: Vec<Msg>,
-    faults: u8,
-    crashes: u8,
-    closes: u8,
-    late_timers: u8,
+    msgs: Vec<Msg<Call>>,
+    /// What the adversary spent.
+    spent: Spent,
     attaches: [u8; PROCESSES],
     /// The incarnation that acted on each slot last.
     last_actor: [Option<(u8, u8)>; SLOTS],
@@ -277,44 +254,21 @@ struct World {
     killed_while_acting: bool,
 }
 
-/// What the adversary does to a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Fault {
-    /// The call fails; nothing written.
-    Fail,
-    /// The call is lost; the caller hears `Unknown`; nothing written.
-    Lose,
-    /// The call is applied; its answer is lost; the caller hears `Unknown`.
-    LoseAnswer,
-    /// The caller hears `Unknown` (timeout) but the request is still on its way and may be
-    /// applied later.
-    Late,
-}
-
-const FAULTS: [Fault; 4] = [Fault::Fail, Fault::Lose, Fault::LoseAnswer, Fault::Late];
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Action {
-    /// Request `msgs[i]` arrives: applied by the store, its answer handled at once (unless its
-    /// caller gave up on it).
-    Deliver(usize),
-    /// A fault hits the request `msgs[i]`.
-    Fault(usize, Fault),
-    /// The due timer of process `p` fires.
-    FireTimer(usize),
+    /// A step every model of sessions has.
+    Step(Step),
     /// Process `p` attaches a holding of `slot` and sends its acquire.
     Attach(usize, usize),
     /// The services of process `p` on `slot`, told to stop, have stopped; the holding is
     /// detached.
     Stop(usize, usize),
-    /// Process `p` opens a session (its machine closed, or lost with nothing attached).
-    Open(usize),
-    /// Process `p` asks its session to close.
-    Close(usize),
-    Crash(usize),
-    /// True time moves to the next instant where something is due; processes past their kill
-    /// deadline die and restart.
-    Advance,
+}
+
+impl From<Step> for Action {
+    fn from(step: Step) -> Self {
+        Action::Step(step)
+    }
 }
 
 const AT_MOST_ONE: &str = "at most one process acts on a slot at any instant";
@@ -334,35 +288,16 @@ struct SessionModel {
 }
 
 fn local(p: usize, true_ns: u64) -> u64 {
-    rates::local(RATES_PPM[p], true_ns)
+    model::local(RATES_PPM[p], true_ns)
 }
 
 fn true_at(p: usize, local_ns: u64) -> u64 {
-    rates::true_at(RATES_PPM[p], local_ns)
-}
-
-fn incarnation(p: usize, generation: u8) -> Incarnation {
-    Incarnation(1000 * (p as u64 + 1) + u64::from(generation))
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).expect("fits")
-}
-
-/// The timer the machine waits for, if any: a firing of any other is ignored (stale).
-fn awaited_timer(session: &Session) -> Option<TimerId> {
-    match *session.state() {
-        SessionState::Alive { timer, .. } | SessionState::RetryWait { timer, .. } => Some(timer),
-        _ => None,
-    }
+    model::true_at(RATES_PPM[p], local_ns)
 }
 
 impl World {
     fn live_session(&self, key: Key) -> Option<usize> {
-        let now_ns = self.now_ns;
-        self.sessions
-            .iter()
-            .position(|r| r.key == key && now_ns < r.expires_ns)
+        live_session(&self.sessions, self.now_ns, key)
     }
 
     fn live_holding(&self, slot: usize) -> Option<HoldingRecord> {
@@ -380,26 +315,7 @@ impl World {
 
     /// Whether `p` may run services now: its kill deadline armed and not reached.
     fn alive(&self, p: usize) -> bool {
-        self.procs[p]
-            .killer
-            .is_some_and(|at| local(p, self.now_ns) < at)
-    }
-
-    /// The request of `p` that moves next: calls of one process reach the store in order.
-    fn oldest(&self, p: usize) -> Option<usize> {
-        self.msgs
-            .iter()
-            .position(|m| m.p as usize == p && !m.answered)
-    }
-
-    fn waiting(&self) -> bool {
-        self.msgs.iter().any(|m| !m.answered)
-    }
-
-    fn timer_due(&self, p: usize) -> bool {
-        self.procs[p]
-            .timer
-            .is_some_and(|(_, at)| local(p, self.now_ns) >= at)
+        self.procs[p].task.alive(local(p, self.now_ns))
     }
 
     /// Removes expired session records and the holdings that ended with them.
@@ -427,164 +343,114 @@ impl SessionModel {
 
     fn fresh(&self, p: usize, generation: u8) -> Proc {
         Proc {
-            session: Session::new(self.lease, incarnation(p, generation)),
-            generation,
-            timer: None,
-            stalled: false,
-            killer: None,
+            task: Task::new(self.lease, p, generation),
             holds: [Hold::Idle; SLOTS],
-        }
-    }
-
-    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
-    /// gone with everything it ran; its calls on their way may still reach the store.
-    fn start(&self, world: &mut World, p: usize, generation: u8) {
-        world.procs[p] = self.fresh(p, generation);
-        for m in world.msgs.iter_mut().filter(|m| m.p as usize == p) {
-            m.answered = true;
-        }
-        self.handle(world, p, |now| SessionEvent::Open { now });
-    }
-
-    /// Runs one event through process `p`'s session and performs the effects.
-    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
-        let now = Instant::from_nanos(local(p, world.now_ns));
-        let mut out = SessionEffects::new();
-        let proc = &mut world.procs[p];
-        proc.session.handle(&event(now), &mut out);
-        let generation = proc.generation;
-        let mut lost = false;
-        for effect in out.as_slice().iter().copied() {
-            let proc = &mut world.procs[p];
-            match effect {
-                SessionEffect::Create { .. }
-                | SessionEffect::KeepAlive { .. }
-                | SessionEffect::Delete { .. }
-                | SessionEffect::Get { .. } => {
-                    let in_flight = world.msgs.iter().any(|m| {
-                        m.p as usize == p
-                            && m.generation == generation
-                            && !m.answered
-                            && matches!(m.call, Call::Session(_))
-                    });
-                    assert!(!in_flight, "a second session call in flight: {effect:?}");
-                    world.msgs.push(Msg {
-                        p: p as u8,
-                        generation,
-                        call: Call::Session(effect),
-                        answered: false,
-                    });
-                }
-                SessionEffect::SetTimer { timer, at } => {
-                    proc.timer = Some((timer, at.as_nanos()));
-                    proc.stalled = false;
-                }
-                SessionEffect::ArmKiller { at } => proc.killer = Some(at.as_nanos()),
-                SessionEffect::DisarmKiller => proc.killer = None,
-                SessionEffect::Lost { .. } => lost = true,
-                _ => {}
-            }
-        }
-        let proc = &mut world.procs[p];
-        // A firing the machine no longer waits for changes nothing: forget it.
-        if proc.timer.map(|(id, _)| id) != awaited_timer(&proc.session) {
-            proc.timer = None;
-            proc.stalled = false;
-        }
-        if lost {
-            // Every holding ends at once: the runtime tells each one's services to stop.
-            world.lost_while_acting |= world.acts(p);
-            for slot in 0..SLOTS {
-                let hold = &mut world.procs[p].holds[slot];
-                if *hold == Hold::Running {
-                    *hold = Hold::Stopping;
-                }
-                if self.rule == Rule::DetachAtLoss && *hold != Hold::Idle {
-                    // Unsound: detached before the services stopped.
-                    Self::detach(world, p, slot);
-                }
-            }
         }
     }
 
     fn detach(world: &mut World, p: usize, slot: usize) {
         let now = Instant::from_nanos(local(p, world.now_ns));
-        let mut out = SessionEffects::new();
-        let holding = HoldingId(slot as u32);
-        world.procs[p]
-            .session
-            .handle(&SessionEvent::Detach { now, holding }, &mut out);
-        assert!(out.is_empty(), "detach is silent: {out:?}");
+        world.procs[p].task.detach(now, HoldingId(slot as u32));
+    }
+
+    /// What the runtime's acquire does with an answer (`SessionHandle::acquire`).
+    fn acquired(
+        &self,
+        world: &mut World,
+        p: usize,
+        slot: usize,
+        session: SessionId,
+        acquired: Acquired,
+    ) {
+        let proc = &mut world.procs[p];
+        let Hold::Acquiring { sends } = proc.holds[slot] else {
+            unreachable!(
+                "an acquire answered outside acquiring: {:?}",
+                proc.holds[slot]
+            );
+        };
+        match acquired {
+            Acquired::Written => {
+                // The holding is handed out and its services start; if the session was lost
+                // meanwhile, its loss is known already and they are told to stop at once.
+                let alive = proc
+                    .task
+                    .session
+                    .liveness()
+                    .is_some_and(|l| l.id == session);
+                proc.holds[slot] = if alive { Hold::Running } else { Hold::Stopping };
+            }
+            Acquired::Unknown if u32::from(sends) < ACQUIRE_SENDS_MAX => {
+                // Idempotent per session: sent again.
+                proc.holds[slot] = Hold::Acquiring { sends: sends + 1 };
+                world.msgs.push(Msg {
+                    p: p as u8,
+                    generation: proc.task.generation,
+                    call: Call::Acquire {
+                        slot: slot as u8,
+                        session,
+                    },
+                    answered: false,
+                });
+            }
+            Acquired::Held | Acquired::SessionGone | Acquired::Failed | Acquired::Unknown => {
+                // No holding: nothing acts under it; a record written after all is left to the
+                // session.
+                proc.holds[slot] = Hold::Idle;
+                Self::detach(world, p, slot);
+            }
+        }
+    }
+
+    /// After any step: which incarnation acts on each slot, so that a handover is seen.
+    fn observe(world: &mut World) {
+        for slot in 0..SLOTS {
+            let actors: Vec<usize> = world.actors(slot).collect();
+            for p in actors {
+                let actor = (p as u8, world.procs[p].task.generation);
+                world.handover |= world.last_actor[slot].is_some_and(|last| last != actor);
+                world.last_actor[slot] = Some(actor);
+            }
+        }
+    }
+}
+
+impl Calls for SessionModel {
+    type World = World;
+    type Call = Call;
+    type Answer = Answer;
+
+    fn msgs(world: &World) -> &Vec<Msg<Call>> {
+        &world.msgs
+    }
+
+    fn msgs_mut(world: &mut World) -> &mut Vec<Msg<Call>> {
+        &mut world.msgs
     }
 
     /// The store applies `msg` atomically now.
-    fn apply(&self, world: &mut World, msg: &Msg) -> Answer {
-        let now_ns = world.now_ns;
+    fn apply(&self, world: &mut World, msg: &Msg<Call>) -> Answer {
         let key = |id| Key {
             p: msg.p,
             generation: msg.generation,
             id,
         };
         match msg.call {
-            Call::Session(SessionEffect::Create { op, id, ttl }) => {
-                if world.live_session(key(id)).is_some() {
-                    return Answer::Session(op, Reply::Rejected);
-                }
-                let revision = 1;
-                world.sessions.retain(|r| r.key != key(id));
-                world.sessions.push(SessionRecord {
-                    key: key(id),
-                    revision,
-                    expires_ns: now_ns + nanos(ttl),
-                });
-                world.sessions.sort_by_key(|r| r.key);
-                Answer::Session(op, Reply::Written(Revision(revision)))
-            }
-            Call::Session(SessionEffect::KeepAlive {
-                op,
-                id,
-                expected,
-                ttl,
-            }) => {
-                let found = world
-                    .live_session(key(id))
-                    .filter(|&i| world.sessions[i].revision == expected.0);
-                let Some(i) = found else {
-                    return Answer::Session(op, Reply::Rejected);
-                };
-                let revision = match self.keepalives {
-                    KeepAlives::Keep => expected.0,
-                    KeepAlives::Bump => expected.0 + 1,
-                };
-                let record = &mut world.sessions[i];
-                record.revision = revision;
-                record.expires_ns = now_ns + nanos(ttl);
-                Answer::Session(op, Reply::Written(Revision(revision)))
-            }
-            Call::Session(SessionEffect::Delete { op, id, expected }) => {
-                let found = world
-                    .live_session(key(id))
-                    .filter(|&i| world.sessions[i].revision == expected.0);
-                let Some(i) = found else {
-                    return Answer::Session(op, Reply::Rejected);
-                };
-                // The session ends, and every holding of it in the same instant.
-                world.sessions.remove(i);
-                for holding in &mut world.holdings {
-                    if holding.is_some_and(|h| h.session == key(id)) {
-                        *holding = None;
+            Call::Session(effect) => {
+                let bump = self.keepalives == KeepAlives::Bump;
+                let writer = (msg.p, msg.generation);
+                let (op, reply, ended) =
+                    model::apply_session(&mut world.sessions, world.now_ns, writer, effect, bump);
+                if let Some(ended) = ended {
+                    // The session ends, and every holding of it in the same instant.
+                    for holding in &mut world.holdings {
+                        if holding.is_some_and(|h| h.session == ended) {
+                            *holding = None;
+                        }
                     }
                 }
-                Answer::Session(op, Reply::Deleted)
+                Answer::Session(op, reply)
             }
-            Call::Session(SessionEffect::Get { op, id }) => {
-                let found = world.live_session(key(id)).map(|i| Record {
-                    incarnation: incarnation(msg.p as usize, msg.generation),
-                    revision: Revision(world.sessions[i].revision),
-                });
-                Answer::Session(op, Reply::Found(found))
-            }
-            Call::Session(other) => unreachable!("not a store call: {other:?}"),
             Call::Acquire { slot, session } => {
                 let slot = slot as usize;
                 // One transaction: the session live, the slot free (or ours already).
@@ -608,9 +474,9 @@ impl SessionModel {
     }
 
     /// The answer to `msg` reaches its caller, if it still waits for it.
-    fn answer(&self, world: &mut World, msg: &Msg, answer: Answer) {
+    fn answer(&self, world: &mut World, msg: &Msg<Call>, answer: Answer) {
         let p = msg.p as usize;
-        if msg.answered || world.procs[p].generation != msg.generation {
+        if msg.answered || world.procs[p].task.generation != msg.generation {
             return;
         }
         match (answer, msg.call) {
@@ -624,47 +490,94 @@ impl SessionModel {
         }
     }
 
-    /// What the runtime's acquire does with an answer (`SessionHandle::acquire`).
-    fn acquired(
-        &self,
-        world: &mut World,
-        p: usize,
-        slot: usize,
-        session: SessionId,
-        acquired: Acquired,
-    ) {
-        let proc = &mut world.procs[p];
-        let Hold::Acquiring { sends } = proc.holds[slot] else {
-            unreachable!(
-                "an acquire answered outside acquiring: {:?}",
-                proc.holds[slot]
-            );
-        };
-        match acquired {
-            Acquired::Written => {
-                // The holding is handed out and its services start; if the session was lost
-                // meanwhile, its loss is known already and they are told to stop at once.
-                let alive = proc.session.liveness().is_some_and(|l| l.id == session);
-                proc.holds[slot] = if alive { Hold::Running } else { Hold::Stopping };
-            }
-            Acquired::Unknown if u32::from(sends) < ACQUIRE_SENDS_MAX => {
-                // Idempotent per session: sent again.
-                proc.holds[slot] = Hold::Acquiring { sends: sends + 1 };
-                world.msgs.push(Msg {
-                    p: p as u8,
-                    generation: proc.generation,
-                    call: Call::Acquire {
-                        slot: slot as u8,
-                        session,
-                    },
-                    answered: false,
-                });
-            }
-            Acquired::Held | Acquired::SessionGone | Acquired::Failed | Acquired::Unknown => {
-                // No holding: nothing acts under it; a record written after all is left to the
-                // session.
-                proc.holds[slot] = Hold::Idle;
-                Self::detach(world, p, slot);
+    fn failed(call: &Call) -> Answer {
+        match *call {
+            Call::Session(effect) => Answer::Session(model::session_op(&effect), Reply::Failed),
+            Call::Acquire { slot, .. } => Answer::Acquire(slot as usize, Acquired::Failed),
+        }
+    }
+
+    fn unknown(answer: Answer) -> Answer {
+        match answer {
+            Answer::Session(op, _) => Answer::Session(op, Reply::Unknown),
+            Answer::Acquire(slot, _) => Answer::Acquire(slot, Acquired::Unknown),
+        }
+    }
+}
+
+impl Sessions for SessionModel {
+    fn processes(&self) -> usize {
+        PROCESSES
+    }
+
+    fn allowance(&self) -> Allowance {
+        let budget = self.budget;
+        Allowance {
+            faults: budget.faults,
+            fault_kinds: budget.fault_kinds,
+            keepalives_only: budget.keepalives_only,
+            crashes: budget.crashes,
+            closes: budget.closes,
+            late_timers: budget.late_timers,
+        }
+    }
+
+    fn spent(world: &World) -> Spent {
+        world.spent
+    }
+
+    fn spend(world: &mut World) -> &mut Spent {
+        &mut world.spent
+    }
+
+    fn task(world: &World, p: usize) -> &Task {
+        &world.procs[p].task
+    }
+
+    fn task_mut(world: &mut World, p: usize) -> &mut Task {
+        &mut world.procs[p].task
+    }
+
+    fn now_ns(world: &World) -> u64 {
+        world.now_ns
+    }
+
+    fn set_now_ns(world: &mut World, now_ns: u64) {
+        world.now_ns = now_ns;
+    }
+
+    fn local(p: usize, true_ns: u64) -> u64 {
+        local(p, true_ns)
+    }
+
+    fn killer_works(&self) -> bool {
+        self.rule != Rule::KillerIgnored
+    }
+
+    /// Starts process `p` as a new incarnation, which opens its session at once. The old one is
+    /// gone with everything it ran; its calls on their way may still reach the store.
+    fn start(&self, world: &mut World, p: usize, generation: u8) {
+        world.procs[p] = self.fresh(p, generation);
+        model::orphan(&mut world.msgs, p);
+        self.handle(world, p, |now| SessionEvent::Open { now });
+    }
+
+    /// Runs one event through process `p`'s session and performs the effects.
+    fn handle(&self, world: &mut World, p: usize, event: impl FnOnce(Instant) -> SessionEvent) {
+        let now = Instant::from_nanos(local(p, world.now_ns));
+        let handled = world.procs[p].task.handle(&mut world.msgs, p, now, event);
+        if handled.lost {
+            // Every holding ends at once: the runtime tells each one's services to stop.
+            world.lost_while_acting |= world.acts(p);
+            for slot in 0..SLOTS {
+                let hold = &mut world.procs[p].holds[slot];
+                if *hold == Hold::Running {
+                    *hold = Hold::Stopping;
+                }
+                if self.rule == Rule::DetachAtLoss && *hold != Hold::Idle {
+                    // Unsound: detached before the services stopped.
+                    Self::detach(world, p, slot);
+                }
             }
         }
     }
@@ -673,8 +586,12 @@ impl SessionModel {
     fn next_instant(&self, world: &World) -> Option<u64> {
         let now_ns = world.now_ns;
         let due = world.procs.iter().enumerate().flat_map(|(p, proc)| {
-            let killer = proc.killer.filter(|_| self.rule != Rule::KillerIgnored);
-            proc.timer
+            let killer = proc
+                .task
+                .killer
+                .filter(|_| self.rule != Rule::KillerIgnored);
+            proc.task
+                .timer
                 .map(|(_, at)| at)
                 .into_iter()
                 .chain(killer)
@@ -684,16 +601,12 @@ impl SessionModel {
         due.chain(expiries).filter(|&at| at > now_ns).min()
     }
 
-    /// After any step: which incarnation acts on each slot, so that a handover is seen.
-    fn observe(world: &mut World) {
-        for slot in 0..SLOTS {
-            let actors: Vec<usize> = world.actors(slot).collect();
-            for p in actors {
-                let actor = (p as u8, world.procs[p].generation);
-                world.handover |= world.last_actor[slot].is_some_and(|last| last != actor);
-                world.last_actor[slot] = Some(actor);
-            }
-        }
+    fn killed(world: &mut World, p: usize) {
+        world.killed_while_acting |= world.acts(p);
+    }
+
+    fn prune(world: &mut World) {
+        world.prune();
     }
 }
 
@@ -708,10 +621,7 @@ impl Model for SessionModel {
             sessions: Vec::new(),
             holdings: [None; SLOTS],
             msgs: Vec::new(),
-            faults: 0,
-            crashes: 0,
-            closes: 0,
-            late_timers: 0,
+            spent: Spent::default(),
             attaches: [0; PROCESSES],
             last_actor: [None; SLOTS],
             handover: false,
@@ -725,37 +635,17 @@ impl Model for SessionModel {
     }
 
     fn actions(&self, world: &World, actions: &mut Vec<Action>) {
-        for p in 0..PROCESSES {
-            if let Some(i) = world.oldest(p) {
-                actions.push(Action::Deliver(i));
-                let keepalive = matches!(
-                    world.msgs[i].call,
-                    Call::Session(SessionEffect::KeepAlive { .. })
-                );
-                if world.faults < self.budget.faults && (keepalive || !self.budget.keepalives_only)
-                {
-                    let kinds = self.budget.fault_kinds.iter();
-                    actions.extend(kinds.map(|&fault| Action::Fault(i, fault)));
-                }
-            }
-        }
-        for (i, m) in world.msgs.iter().enumerate() {
-            if m.answered {
-                actions.push(Action::Deliver(i));
-            }
-        }
+        deliveries(self, world, actions);
         for p in 0..PROCESSES {
             let proc = &world.procs[p];
-            if world.timer_due(p) {
-                actions.push(Action::FireTimer(p));
-            }
-            let alive = proc.session.liveness().is_some()
+            timer_steps::<Self>(world, p, actions);
+            let alive = proc.task.session.liveness().is_some()
                 && (self.budget.attaches == ANY || world.attaches[p] < self.budget.attaches);
             for (slot, hold) in proc.holds.iter().enumerate() {
                 let futile = || {
-                    let own = proc.session.id().map(|id| Key {
+                    let own = proc.task.session.id().map(|id| Key {
                         p: p as u8,
-                        generation: proc.generation,
+                        generation: proc.task.generation,
                         id,
                     });
                     world
@@ -770,91 +660,30 @@ impl Model for SessionModel {
                     _ => {}
                 }
             }
-            let session = &proc.session;
-            if session.is_closed() || (session.is_lost() && session.holdings() == 0) {
-                actions.push(Action::Open(p));
-            }
-            if world.closes < self.budget.closes && !session.is_closed() && session.holdings() == 0
-            {
-                actions.push(Action::Close(p));
-            }
-            if world.crashes < self.budget.crashes {
-                actions.push(Action::Crash(p));
-            }
+            session_steps(self, world, p, actions);
         }
-        if !world.waiting() && self.next_instant(world).is_some() {
-            // Due timers fire before time moves on, unless the budget lets them slip.
-            let slipping = (0..PROCESSES)
-                .filter(|&p| world.timer_due(p) && !world.procs[p].stalled)
-                .count();
-            let allowed = self.budget.late_timers == ANY
-                || usize::from(world.late_timers) + slipping
-                    <= usize::from(self.budget.late_timers);
-            if allowed {
-                actions.push(Action::Advance);
-            }
-        }
+        advance_steps(self, world, actions);
     }
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut world = last.clone();
         match action {
-            Action::Deliver(i) => {
-                let msg = world.msgs.remove(i);
-                let answer = self.apply(&mut world, &msg);
-                self.answer(&mut world, &msg, answer);
-            }
-            Action::Fault(i, fault) => {
-                let msg = world.msgs.remove(i);
-                world.faults += 1;
-                let unknown = |answer: Answer| match answer {
-                    Answer::Session(op, _) => Answer::Session(op, Reply::Unknown),
-                    Answer::Acquire(slot, _) => Answer::Acquire(slot, Acquired::Unknown),
-                };
-                let nothing = match msg.call {
-                    Call::Session(effect) => Answer::Session(store_op(&effect), Reply::Failed),
-                    Call::Acquire { slot, .. } => Answer::Acquire(slot as usize, Acquired::Failed),
-                };
-                match fault {
-                    Fault::Fail => self.answer(&mut world, &msg, nothing),
-                    Fault::Lose => self.answer(&mut world, &msg, unknown(nothing)),
-                    Fault::LoseAnswer => {
-                        let answer = self.apply(&mut world, &msg);
-                        self.answer(&mut world, &msg, unknown(answer));
-                    }
-                    Fault::Late => {
-                        world.msgs.push(Msg {
-                            answered: true,
-                            ..msg
-                        });
-                        self.answer(&mut world, &msg, unknown(nothing));
-                    }
-                }
-            }
-            Action::FireTimer(p) => {
-                let (timer, _) = world.procs[p].timer.take()?;
-                world.procs[p].stalled = false;
-                self.handle(&mut world, p, |now| SessionEvent::Timer { now, timer });
-            }
+            Action::Step(step) => take(self, &mut world, step)?,
             Action::Attach(p, slot) => {
                 let now = Instant::from_nanos(local(p, world.now_ns));
                 let proc = &mut world.procs[p];
-                let holding = HoldingId(slot as u32);
-                let mut out = SessionEffects::new();
-                proc.session
-                    .handle(&SessionEvent::Attach { now, holding }, &mut out);
-                if out.as_slice() != [SessionEffect::Attached { holding }] {
+                if !proc.task.attach(now, HoldingId(slot as u32)) {
                     // Refused (past the deadline): nothing changes.
                     return None;
                 }
-                let session = proc.session.id()?;
+                let session = proc.task.session.id()?;
                 proc.holds[slot] = Hold::Acquiring { sends: 1 };
                 if self.budget.attaches != ANY {
                     world.attaches[p] += 1;
                 }
                 world.msgs.push(Msg {
                     p: p as u8,
-                    generation: proc.generation,
+                    generation: proc.task.generation,
                     call: Call::Acquire {
                         slot: slot as u8,
                         session,
@@ -865,40 +694,6 @@ impl Model for SessionModel {
             Action::Stop(p, slot) => {
                 world.procs[p].holds[slot] = Hold::Idle;
                 Self::detach(&mut world, p, slot);
-            }
-            Action::Open(p) => self.handle(&mut world, p, |now| SessionEvent::Open { now }),
-            Action::Close(p) => {
-                world.closes += 1;
-                self.handle(&mut world, p, |now| SessionEvent::Close { now });
-            }
-            Action::Crash(p) => {
-                world.crashes += 1;
-                let generation = world.procs[p].generation + 1;
-                self.start(&mut world, p, generation);
-            }
-            Action::Advance => {
-                if self.budget.late_timers != ANY {
-                    for p in 0..PROCESSES {
-                        if world.timer_due(p) && !world.procs[p].stalled {
-                            world.procs[p].stalled = true;
-                            world.late_timers += 1;
-                        }
-                    }
-                }
-                world.now_ns = self.next_instant(&world)?;
-                for p in 0..PROCESSES {
-                    let killed = self.rule != Rule::KillerIgnored
-                        && world.procs[p]
-                            .killer
-                            .is_some_and(|at| local(p, world.now_ns) >= at);
-                    if killed {
-                        // Killed at its deadline with everything it runs; restarted.
-                        world.killed_while_acting |= world.acts(p);
-                        let generation = world.procs[p].generation + 1;
-                        self.start(&mut world, p, generation);
-                    }
-                }
-                world.prune();
             }
         }
         Self::observe(&mut world);
@@ -936,28 +731,6 @@ impl Model for SessionModel {
     }
 }
 
-fn store_op(effect: &SessionEffect) -> OpId {
-    match *effect {
-        SessionEffect::Create { op, .. }
-        | SessionEffect::KeepAlive { op, .. }
-        | SessionEffect::Delete { op, .. }
-        | SessionEffect::Get { op, .. } => op,
-        ref other => unreachable!("not a store call: {other:?}"),
-    }
-}
-
-/// How the state space is walked.
-#[derive(Clone, Copy, Debug)]
-enum Search {
-    /// Every run up to this many steps (breadth first), or to the horizon.
-    Exhaustive(Option<usize>),
-    /// Random runs to the horizon from a fixed seed, until this many states.
-    Random { states: usize },
-    /// Every run to the horizon, depth first: finds a deep counterexample before exploring
-    /// every shallower run.
-    DepthFirst,
-}
-
 /// One check: the model, how it is searched, and the `sometimes` properties it must reach.
 struct Check {
     budget: Budget,
@@ -968,108 +741,26 @@ struct Check {
     reach: &'static [&'static str],
 }
 
-/// What a run found: the `always` properties violated (with their runs), and the `sometimes`
-/// properties of [`Check::reach`] never reached.
-struct Found {
-    violated: Vec<(&'static str, String)>,
-    unreached: Vec<&'static str>,
-}
-
-fn run(check: &Check) -> Found {
-    let wall = WallInstant::now();
+fn run(check: &Check) -> model::Found {
     let model = SessionModel::new(check.budget, check.horizon_ns, check.keepalives, check.rule);
-    let mut builder = model.checker();
-    if check.rule != Rule::Sound {
-        // A broken rule is judged by the overlap it must lead to.
-        builder = builder.finish_when(HasDiscoveries::AllOf([AT_MOST_ONE].into()));
-    }
-    match check.search {
-        Search::DepthFirst => report(check, wall, builder.threads(1).spawn_dfs().join()),
-        Search::Exhaustive(depth) => {
-            let builder = builder.threads(2);
-            let builder = match depth {
-                Some(depth) => builder.target_max_depth(depth),
-                None => builder,
-            };
-            report(check, wall, builder.spawn_bfs().join())
-        }
-        Search::Random { states } => {
-            let checker = builder
-                .threads(1)
-                .target_max_depth(1_000)
-                .target_state_count(states)
-                .spawn_simulation(0x5E55, UniformChooser)
-                .join();
-            report(check, wall, checker)
-        }
-    }
-}
-
-fn report(check: &Check, wall: WallInstant, checker: impl Checker<SessionModel>) -> Found {
-    println!(
-        "session model check ({:?}, {:?}, {:?}, {:?}): {} states explored, {} unique, max depth {}, {:.2} s",
-        check.rule,
-        check.budget,
-        check.keepalives,
-        check.search,
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        wall.elapsed().as_secs_f64()
+    // A broken rule is judged by the overlap it must lead to.
+    let stop_at = (check.rule != Rule::Sound).then_some(AT_MOST_ONE);
+    let label = format!(
+        "session model check ({:?}, {:?}, {:?})",
+        check.rule, check.budget, check.keepalives
     );
-    let mut found = Found {
-        violated: Vec::new(),
-        unreached: Vec::new(),
-    };
-    for property in checker.model().properties() {
-        let discovery = checker.discovery(property.name);
-        if property.expectation.discovery_is_failure() {
-            if let Some(path) = discovery {
-                let mut text = format!("property \"{}\" violated by:\n", property.name);
-                for action in path.clone().into_actions() {
-                    text.push_str(&format!("  {action:?}\n"));
-                }
-                text.push_str(&format!("final state: {:#?}", path.last_state()));
-                found.violated.push((property.name, text));
-            }
-        } else if discovery.is_none() && check.reach.contains(&property.name) {
-            found.unreached.push(property.name);
-        }
-    }
-    found
+    explore(model, check.search, 0x5E55, stop_at, &label)
 }
 
 /// Runs a check of the sound model: fails with every counterexample, and when a `sometimes`
 /// property it must reach was not reached (the search would be too shallow to mean anything).
 fn check_sound(check: Check) {
-    let found = run(&check);
-    let mut failures: Vec<String> = found.violated.into_iter().map(|(_, text)| text).collect();
-    failures.extend(
-        found
-            .unreached
-            .iter()
-            .map(|name| format!("no run reached \"{name}\": the model explores too little")),
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    run(&check).assert_sound(check.reach);
 }
 
 /// Runs a check of an unsound model: it must find two processes acting on one slot.
 fn check_caught(check: Check) {
-    let found = run(&check);
-    let overlap = found.violated.iter().find(|(name, _)| *name == AT_MOST_ONE);
-    let Some((_, text)) = overlap else {
-        panic!(
-            "no overlap found with {:?}; violated: {:?}",
-            check.rule,
-            found.violated.iter().map(|(n, _)| n).collect::<Vec<_>>()
-        );
-    };
-    println!("{text}");
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    let text = std::env::var(name).ok()?;
-    Some(text.parse().unwrap_or_else(|_| panic!("{name}={text}")))
+    run(&check).assert_caught(AT_MOST_ONE, check.rule);
 }
 
 /// Depth of the exhaustive check: every run of this many steps is explored.
@@ -1128,7 +819,10 @@ fn sessions_safety_random_long_runs() {
         horizon_ns: HORIZON_NS,
         keepalives: KeepAlives::Bump,
         rule: Rule::Sound,
-        search: Search::Random { states },
+        search: Search::Random {
+            depth: 1_000,
+            states,
+        },
         reach: &[ACTED_ON, BOTH_ACT, HANDOVER, KILLED_WHILE_ACTING],
     });
 }

@@ -89,3 +89,122 @@ pub fn panic_text(panic: &(dyn Any + Send)) -> String {
         .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
         .unwrap_or_default()
 }
+
+/// Counts of a run that add up over seeds.
+pub trait Totals: Default + std::fmt::Debug + Send {
+    /// Adds `more` to these counts (the highest of maxima).
+    fn add(&mut self, more: &Self);
+}
+
+/// What one seed did.
+#[derive(Debug)]
+pub struct Outcome<T> {
+    /// Lease periods simulated.
+    pub lease_periods: u64,
+    /// Its counts.
+    pub stats: T,
+    /// What failed, if anything: the violations, or the panic of a machine.
+    pub failure: Option<String>,
+}
+
+/// Runs one seed of `lease_periods` lease periods: `run` builds and runs a simulation and
+/// returns its violations, itself and its counts; a panic inside a machine (a broken assertion)
+/// counts as a failure too.
+pub fn run_one<W, T: Default>(
+    lease_periods: u64,
+    run: impl FnOnce() -> (Vec<crate::oracle::Violation>, W, T),
+) -> (Outcome<T>, Option<W>) {
+    match catching(run) {
+        Ok((violations, sim, stats)) => {
+            let failure = (!violations.is_empty()).then(|| describe(&violations));
+            let outcome = Outcome {
+                lease_periods,
+                stats,
+                failure,
+            };
+            (outcome, Some(sim))
+        }
+        Err(text) => {
+            let outcome = Outcome {
+                lease_periods,
+                stats: T::default(),
+                failure: Some(format!("panicked: {text}")),
+            };
+            (outcome, None)
+        }
+    }
+}
+
+/// The first violations, one a line.
+pub fn describe(violations: &[crate::oracle::Violation]) -> String {
+    let mut text = String::new();
+    for violation in violations.iter().take(5) {
+        text.push_str(&format!("\n    {violation}"));
+    }
+    if violations.len() > 5 {
+        text.push_str(&format!("\n    ... and {} more", violations.len() - 5));
+    }
+    text
+}
+
+/// The command that replays `seed` of the test target `test` with a trace.
+pub fn replay_command(test: &str, seed: u64) -> String {
+    format!("VVM_SIM_SEED={seed} cargo test -p vvm-sim --test {test} -- replay --nocapture")
+}
+
+/// Runs the seeds of the environment ([`Seeds::from_env`], `count_default` from 0 by default)
+/// of the simulation `name` (test target `test`) on every core, prints what they did, and fails
+/// naming each failing seed with the command that replays it. Returns the counts of every seed
+/// together and how many seeds ran.
+pub fn run_seeds<T: Totals>(
+    name: &str,
+    test: &str,
+    count_default: u64,
+    run: impl Fn(u64) -> Outcome<T> + Sync,
+) -> (T, u64) {
+    let seeds = Seeds::from_env(count_default);
+    let ran = seeds.run(run);
+    let mut total = T::default();
+    let mut lease_periods = 0;
+    let mut failures = Vec::new();
+    for (seed, outcome) in &ran.outcomes {
+        total.add(&outcome.stats);
+        lease_periods += outcome.lease_periods;
+        if let Some(failure) = &outcome.failure {
+            let replay = replay_command(test, *seed);
+            failures.push(format!("seed {seed} failed:{failure}\n  replay: {replay}"));
+        }
+    }
+    let wall_s = ran.elapsed.as_secs_f64();
+    println!(
+        "{name}: {} seeds from {}, {lease_periods} lease periods in {wall_s:.2} s on {} \
+         threads = {:.0} seeds, {:.0} lease periods per wall second; {total:?}",
+        seeds.count,
+        seeds.first,
+        ran.threads,
+        seeds.count as f64 / wall_s,
+        lease_periods as f64 / wall_s,
+    );
+    failures.sort();
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds failed:\n{}",
+        failures.len(),
+        seeds.count,
+        failures.join("\n")
+    );
+    (total, seeds.count)
+}
+
+/// Prints the last `context` of `notes` (all of them when `everything`).
+pub fn print_notes<'a>(
+    notes: impl Iterator<Item = &'a crate::trace::Note>,
+    everything: bool,
+    context: usize,
+) {
+    let notes: Vec<_> = notes.collect();
+    let shown = if everything { notes.len() } else { context };
+    for note in notes.iter().rev().take(shown).rev() {
+        println!("{note}");
+    }
+}

@@ -3,10 +3,11 @@
 
 use std::fmt;
 
-use vvm_core::{Effect, Incarnation, Reply, VvmEvent};
+use vvm_core::{Effect, Incarnation, VvmEvent};
 
 use super::oracle::ProcessId;
 use super::params::Outcome;
+use super::store::{Answer, Call};
 
 /// Why a process ended without finishing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,11 +50,20 @@ pub enum Note {
         /// Whose call.
         process: ProcessId,
         /// The call.
-        effect: Effect,
+        call: Call,
         /// What the fault model did with it.
         outcome: Outcome,
-        /// The store's reply, if it was applied.
-        reply: Option<Reply>,
+        /// The store's answer, if it was applied.
+        answer: Option<Answer>,
+    },
+    /// Anything else a scenario tells of a process.
+    Line {
+        /// When (true time).
+        at_ns: u64,
+        /// Who.
+        process: ProcessId,
+        /// What.
+        text: String,
     },
     /// A process stopped handling events.
     Paused {
@@ -91,7 +101,8 @@ impl Note {
             | Note::Store { at_ns, .. }
             | Note::Paused { at_ns, .. }
             | Note::Died { at_ns, .. }
-            | Note::Exited { at_ns, .. } => at_ns,
+            | Note::Exited { at_ns, .. }
+            | Note::Line { at_ns, .. } => at_ns,
         }
     }
 
@@ -103,7 +114,8 @@ impl Note {
             | Note::Store { process, .. }
             | Note::Paused { process, .. }
             | Note::Died { process, .. }
-            | Note::Exited { process, .. } => process,
+            | Note::Exited { process, .. }
+            | Note::Line { process, .. } => process,
         }
     }
 }
@@ -123,16 +135,17 @@ impl fmt::Display for Note {
             ),
             Note::Handled { event, effects, .. } => write!(f, "{event:?} -> {effects:?}"),
             Note::Store {
-                effect,
+                call,
                 outcome,
-                reply,
+                answer,
                 ..
-            } => write!(f, "store got {effect:?}: {outcome:?}, reply {reply:?}"),
+            } => write!(f, "store got {call:?}: {outcome:?}, answer {answer:?}"),
             Note::Paused { until_ns, .. } => {
                 write!(f, "paused until {:.3} ms", *until_ns as f64 / 1e6)
             }
             Note::Died { death, .. } => write!(f, "died: {death:?}"),
             Note::Exited { .. } => write!(f, "exited"),
+            Note::Line { text, .. } => write!(f, "{text}"),
         }
     }
 }

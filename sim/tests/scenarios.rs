@@ -15,7 +15,7 @@ use vvm_core::{
 };
 use vvm_sim::oracle::{Interval, ProcessId};
 use vvm_sim::params::{Fate, Outcome, Params, SECOND_NS};
-use vvm_sim::store::Writer;
+use vvm_sim::store::{Answer, Call, Writer};
 use vvm_sim::trace::{Death, Note};
 use vvm_sim::Sim;
 
@@ -112,7 +112,7 @@ fn record_expiry(sim: &Sim, process: ProcessId) -> u64 {
             Note::Store {
                 at_ns,
                 process: p,
-                reply: Some(Reply::Written(_)),
+                answer: Some(Answer::Reply(Reply::Written(_))),
                 ..
             } if *p == process => Some(*at_ns + L),
             _ => None,
@@ -154,7 +154,7 @@ fn graceful_stop_stops_services_then_the_monitor_then_releases() {
     for (stop_at_ns, slow_ns) in [(7 * S, 0), (10 * S, 300 * MS)] {
         let mut sim = sim(2, 1, |p| p.service_delay_max_ns = 2 * S);
         sim.set_fate_hook(Box::new(move |call| {
-            matches!(call.effect, Effect::CompareAndSwap { .. }).then_some(Fate {
+            matches!(call.call, Call::Slot(Effect::CompareAndSwap { .. })).then_some(Fate {
                 to_store_ns: 0,
                 outcome: Outcome::Apply,
                 back_ns: slow_ns,
@@ -200,7 +200,7 @@ fn graceful_stop_stops_services_then_the_monitor_then_releases() {
                 Note::Store {
                     at_ns,
                     process,
-                    reply: Some(Reply::Deleted),
+                    answer: Some(Answer::Reply(Reply::Deleted)),
                     ..
                 } if *process == leader => Some(*at_ns),
                 _ => None,
@@ -285,7 +285,7 @@ fn insert_timed_out_but_committed_is_resolved_by_reading_back() {
     let mut sim = sim(1, 1, |p| p.restart = true);
     let mut inserts = 0;
     sim.set_fate_hook(Box::new(move |call| {
-        if !matches!(call.effect, Effect::Insert { .. }) {
+        if !matches!(call.call, Call::Slot(Effect::Insert { .. })) {
             return None;
         }
         inserts += 1;
@@ -522,8 +522,8 @@ fn one_slow_renewal_shorter_than_the_margin_is_retried_without_abdication() {
         let mut sim = sim(2, 1, |_| {});
         let mut slowed = false;
         sim.set_fate_hook(Box::new(move |call| {
-            let first_late_swap =
-                matches!(call.effect, Effect::CompareAndSwap { .. }) && call.at_ns >= 15 * S;
+            let first_late_swap = matches!(call.call, Call::Slot(Effect::CompareAndSwap { .. }))
+                && call.at_ns >= 15 * S;
             (first_late_swap && !std::mem::replace(&mut slowed, true)).then_some(Fate {
                 to_store_ns,
                 outcome: Outcome::Apply,
@@ -725,7 +725,7 @@ fn stale_insert_of_the_same_incarnation_is_not_adopted_as_fresh() {
     // free slot; its inserts in between fail. p2 (the contender) fails until 29 s.
     sim.at(8 * S, |sim| sim.shutdown(0));
     sim.set_fate_hook(Box::new(|call| {
-        let insert = matches!(call.effect, Effect::Insert { .. });
+        let insert = matches!(call.call, Call::Slot(Effect::Insert { .. }));
         match (call.process.index, call.at_ns) {
             (1, at) if insert && at == 4 * S => Some(Fate {
                 to_store_ns: 5 * S,

@@ -15,7 +15,7 @@
 //!   `VVM_SIM_STALE_CALLS=1` with stale semaphore calls applied).
 
 use vvm_sim::oracle::Violation;
-use vvm_sim::runner::{catching, env_u64, Seeds};
+use vvm_sim::runner::{describe, env_u64, print_notes, run_one, run_seeds, Outcome};
 use vvm_sim::semaphore::{Rule, SemaphoreParams, SemaphoreSim, SemaphoreStats};
 
 /// Seeds run by default.
@@ -25,22 +25,8 @@ const UNSOUND_SEEDS_MAX: u64 = 5_000;
 /// Lines of the trace printed before the first violation.
 const TRACE_CONTEXT_MAX: usize = 400;
 
-fn replay_command(seed: u64) -> String {
-    format!(
-        "VVM_SIM_SEED={seed} cargo test -p vvm-sim --test semaphore_simulation -- replay \
-         --nocapture"
-    )
-}
-
-/// What one seed did.
-struct Outcome {
-    lease_periods: u64,
-    stats: SemaphoreStats,
-    failure: Option<String>,
-}
-
 /// Runs `seed` under `rule`; a panic inside a machine counts as a failure too.
-fn run_seed(seed: u64, rule: Rule, trace: bool) -> (Outcome, Option<SemaphoreSim>) {
+fn run_seed(seed: u64, rule: Rule, trace: bool) -> (Outcome<SemaphoreStats>, Option<SemaphoreSim>) {
     run_seed_with(seed, rule, false, trace)
 }
 
@@ -50,49 +36,20 @@ fn run_seed_with(
     rule: Rule,
     stale: bool,
     trace: bool,
-) -> (Outcome, Option<SemaphoreSim>) {
+) -> (Outcome<SemaphoreStats>, Option<SemaphoreSim>) {
     let mut params = SemaphoreParams::random(seed);
     params.rule = rule;
     params.stale_calls = stale;
     let lease_periods = params.base.duration_ns / params.base.lease_ns();
-    let result = catching(|| {
+    run_one(lease_periods, || {
         let mut sim = SemaphoreSim::new(seed, params);
         if trace {
             sim.keep_trace();
         }
         sim.run();
-        (sim.check(), sim)
-    });
-    match result {
-        Ok((violations, sim)) => {
-            let failure = (!violations.is_empty()).then(|| describe(&violations));
-            let outcome = Outcome {
-                lease_periods,
-                stats: sim.stats(),
-                failure,
-            };
-            (outcome, Some(sim))
-        }
-        Err(text) => {
-            let outcome = Outcome {
-                lease_periods,
-                stats: SemaphoreStats::default(),
-                failure: Some(format!("panicked: {text}")),
-            };
-            (outcome, None)
-        }
-    }
-}
-
-fn describe(violations: &[Violation]) -> String {
-    let mut text = String::new();
-    for violation in violations.iter().take(5) {
-        text.push_str(&format!("\n    {violation}"));
-    }
-    if violations.len() > 5 {
-        text.push_str(&format!("\n    ... and {} more", violations.len() - 5));
-    }
-    text
+        let stats = sim.stats();
+        (sim.check(), sim, stats)
+    })
 }
 
 // covers: Verify.SemaphoreSafety, Verify.SemaphoreOrder, Verify.SemaphoreWakeup
@@ -103,32 +60,12 @@ fn describe(violations: &[Violation]) -> String {
 /// command that replays it.
 #[test]
 fn seeds() {
-    let seeds = Seeds::from_env(SEEDS_DEFAULT);
-    let ran = seeds.run(|seed| run_seed(seed, Rule::Sound, false).0);
-    let mut total = SemaphoreStats::default();
-    let mut lease_periods = 0;
-    let mut failures = Vec::new();
-    for (seed, outcome) in &ran.outcomes {
-        total.add(&outcome.stats);
-        lease_periods += outcome.lease_periods;
-        if let Some(failure) = &outcome.failure {
-            failures.push(format!(
-                "seed {seed} failed:{failure}\n  replay: {}",
-                replay_command(*seed)
-            ));
-        }
-    }
-    let wall_s = ran.elapsed.as_secs_f64();
-    println!(
-        "semaphore simulation: {} seeds from {}, {lease_periods} lease periods in {wall_s:.2} s \
-         on {} threads = {:.0} seeds, {:.0} lease periods per wall second; {total:?}",
-        seeds.count,
-        seeds.first,
-        ran.threads,
-        seeds.count as f64 / wall_s,
-        lease_periods as f64 / wall_s,
+    let (total, count) = run_seeds(
+        "semaphore simulation",
+        "semaphore_simulation",
+        SEEDS_DEFAULT,
+        |seed| run_seed(seed, Rule::Sound, false).0,
     );
-    let count = seeds.count;
     // What the claims rest on happened, and often: requests queued and granted from the queue,
     // owners sharing the semaphore, timeouts, sessions lost and processes killed while owning.
     assert!(
@@ -140,13 +77,6 @@ fn seeds() {
             && total.losses_while_owning > count / 100
             && total.killed_while_owning > count / 100,
         "the runs exercised too little to mean anything: {total:?}"
-    );
-    failures.sort();
-    assert!(
-        failures.is_empty(),
-        "{} of {count} seeds failed:\n{}",
-        failures.len(),
-        failures.join("\n")
     );
 }
 
@@ -242,32 +172,11 @@ fn replay() {
             .first()
             .and_then(Violation::process_at)
             .map_or(u64::MAX, |(_, at_ns)| at_ns);
-        let lines: Vec<&String> = sim
-            .trace()
-            .iter()
-            .filter(|line| line_at_ns(line) <= until_ns)
-            .collect();
-        let shown = if everything {
-            lines.len()
-        } else {
-            TRACE_CONTEXT_MAX
-        };
-        for line in lines.iter().rev().take(shown).rev() {
-            println!("{line}");
-        }
+        let notes = sim.trace().iter().filter(|note| note.at_ns() <= until_ns);
+        print_notes(notes, everything, TRACE_CONTEXT_MAX);
     }
     if let Some(failure) = &outcome.failure {
         panic!("seed {seed} failed:{failure}");
     }
     println!("seed {seed} passed: {:?}", outcome.stats);
-}
-
-/// The true time a trace line starts with (`<ms> ms ...`).
-fn line_at_ns(line: &str) -> u64 {
-    let ms: f64 = line
-        .split_whitespace()
-        .next()
-        .and_then(|ms| ms.parse().ok())
-        .expect("a trace line starts with its time");
-    (ms * 1e6) as u64
 }

@@ -13,7 +13,7 @@
 //!   `detach-at-loss`, `killer-ignored`, `holdings-expire-alone` replays it with that rule broken).
 
 use vvm_sim::oracle::Violation;
-use vvm_sim::runner::{catching, env_u64, Seeds};
+use vvm_sim::runner::{env_u64, print_notes, run_one, run_seeds, Outcome};
 use vvm_sim::session::{Rule, SessionParams, SessionSim, SessionStats};
 
 /// Seeds run by default.
@@ -23,64 +23,21 @@ const UNSOUND_SEEDS_MAX: u64 = 5_000;
 /// Lines of the trace printed before the end of a failing run's window.
 const TRACE_CONTEXT_MAX: usize = 400;
 
-fn replay_command(seed: u64) -> String {
-    format!(
-        "VVM_SIM_SEED={seed} cargo test -p vvm-sim --test session_simulation -- replay \
-         --nocapture"
-    )
-}
-
-/// What one seed did.
-struct Outcome {
-    lease_periods: u64,
-    stats: SessionStats,
-    failure: Option<String>,
-}
-
 /// Runs `seed` under `rule`; a panic inside a machine counts as a failure too.
-fn run_seed(seed: u64, rule: Rule, trace: bool) -> (Outcome, Option<SessionSim>) {
+fn run_seed(seed: u64, rule: Rule, trace: bool) -> (Outcome<SessionStats>, Option<SessionSim>) {
     let mut params = SessionParams::random(seed);
     params.rule = rule;
     let lease_periods = params.base.duration_ns / params.base.lease_ns();
-    let result = catching(|| {
+    run_one(lease_periods, || {
         let mut sim = SessionSim::new(seed, params);
         if trace {
             sim.keep_trace();
         }
         sim.run();
         let (violations, _) = sim.check();
-        (violations, sim)
-    });
-    match result {
-        Ok((violations, sim)) => {
-            let failure = (!violations.is_empty()).then(|| describe(&violations));
-            let outcome = Outcome {
-                lease_periods,
-                stats: sim.stats(),
-                failure,
-            };
-            (outcome, Some(sim))
-        }
-        Err(text) => {
-            let outcome = Outcome {
-                lease_periods,
-                stats: SessionStats::default(),
-                failure: Some(format!("panicked: {text}")),
-            };
-            (outcome, None)
-        }
-    }
-}
-
-fn describe(violations: &[Violation]) -> String {
-    let mut text = String::new();
-    for violation in violations.iter().take(5) {
-        text.push_str(&format!("\n    {violation}"));
-    }
-    if violations.len() > 5 {
-        text.push_str(&format!("\n    ... and {} more", violations.len() - 5));
-    }
-    text
+        let stats = sim.stats();
+        (violations, sim, stats)
+    })
 }
 
 // covers: Verify.SessionSafety, Session.LossOfAllHoldings, Session.KillDeadline
@@ -92,32 +49,12 @@ fn describe(violations: &[Violation]) -> String {
 /// replays it.
 #[test]
 fn seeds() {
-    let seeds = Seeds::from_env(SEEDS_DEFAULT);
-    let ran = seeds.run(|seed| run_seed(seed, Rule::Sound, false).0);
-    let mut total = SessionStats::default();
-    let mut lease_periods = 0;
-    let mut failures = Vec::new();
-    for (seed, outcome) in &ran.outcomes {
-        total.add(&outcome.stats);
-        lease_periods += outcome.lease_periods;
-        if let Some(failure) = &outcome.failure {
-            failures.push(format!(
-                "seed {seed} failed:{failure}\n  replay: {}",
-                replay_command(*seed)
-            ));
-        }
-    }
-    let wall_s = ran.elapsed.as_secs_f64();
-    println!(
-        "session simulation: {} seeds from {}, {lease_periods} lease periods in {wall_s:.2} s \
-         on {} threads = {:.0} seeds, {:.0} lease periods per wall second; {total:?}",
-        seeds.count,
-        seeds.first,
-        ran.threads,
-        seeds.count as f64 / wall_s,
-        lease_periods as f64 / wall_s,
+    let (total, count) = run_seeds(
+        "session simulation",
+        "session_simulation",
+        SEEDS_DEFAULT,
+        |seed| run_seed(seed, Rule::Sound, false).0,
     );
-    let count = seeds.count;
     // What the claim rests on happened, and often: sessions lost and processes killed while
     // their holdings' services ran, and slots passing from one process start to another.
     assert!(
@@ -127,13 +64,6 @@ fn seeds() {
             && total.killed_while_acting > count / 100
             && total.handovers > count,
         "the runs exercised too little to mean anything: {total:?}"
-    );
-    failures.sort();
-    assert!(
-        failures.is_empty(),
-        "{} of {count} seeds failed:\n{}",
-        failures.len(),
-        failures.join("\n")
     );
 }
 
@@ -209,32 +139,11 @@ fn replay() {
             Some(other) => other.process_at().map_or(u64::MAX, |(_, at_ns)| at_ns),
             None => u64::MAX,
         };
-        let lines: Vec<&String> = sim
-            .trace()
-            .iter()
-            .filter(|line| line_at_ns(line) <= until_ns)
-            .collect();
-        let shown = if everything {
-            lines.len()
-        } else {
-            TRACE_CONTEXT_MAX
-        };
-        for line in lines.iter().rev().take(shown).rev() {
-            println!("{line}");
-        }
+        let notes = sim.trace().iter().filter(|note| note.at_ns() <= until_ns);
+        print_notes(notes, everything, TRACE_CONTEXT_MAX);
     }
     if let Some(failure) = &outcome.failure {
         panic!("seed {seed} failed:{failure}");
     }
     println!("seed {seed} passed: {:?}", outcome.stats);
-}
-
-/// The true time a trace line starts with (`<ms> ms ...`).
-fn line_at_ns(line: &str) -> u64 {
-    let ms: f64 = line
-        .split_whitespace()
-        .next()
-        .and_then(|ms| ms.parse().ok())
-        .expect("a trace line starts with its time");
-    (ms * 1e6) as u64
 }

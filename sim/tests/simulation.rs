@@ -12,7 +12,7 @@
 
 use vvm_sim::oracle::Violation;
 use vvm_sim::params::{DeadHolder, Params};
-use vvm_sim::runner::{catching, env_u64, Seeds};
+use vvm_sim::runner::{env_u64, print_notes, run_one, run_seeds, Outcome};
 use vvm_sim::{Sim, Stats};
 
 /// Seeds run by default: every fault combination many times over, about 20 s on two cores.
@@ -22,19 +22,8 @@ const UNSOUND_SEEDS_MAX: u64 = 500;
 /// Notes of the trace printed around a violation when replaying.
 const TRACE_CONTEXT_MAX: usize = 400;
 
-fn replay_command(seed: u64) -> String {
-    format!("VVM_SIM_SEED={seed} cargo test -p vvm-sim --test simulation -- replay --nocapture")
-}
-
-/// What one seed did.
-struct Outcome {
-    lease_periods: u64,
-    stats: Stats,
-    failure: Option<String>,
-}
-
 /// Runs `seed`; a panic inside a machine (a broken assertion) counts as a failure too.
-fn run_seed(seed: u64, trace: bool) -> (Outcome, Option<Sim>) {
+fn run_seed(seed: u64, trace: bool) -> (Outcome<Stats>, Option<Sim>) {
     run_seed_with(seed, trace, None)
 }
 
@@ -43,63 +32,22 @@ fn run_seed_with(
     seed: u64,
     trace: bool,
     dead_holder: Option<DeadHolder>,
-) -> (Outcome, Option<Sim>) {
+) -> (Outcome<Stats>, Option<Sim>) {
     let mut params = Params::random(seed);
     if let Some(dead_holder) = dead_holder {
         params.dead_holder = dead_holder;
     }
     let lease_periods = params.duration_ns / params.lease_ns();
-    let result = catching(|| {
+    run_one(lease_periods, || {
         let mut sim = Sim::new(seed, params);
         if trace {
             sim.keep_trace();
         }
         sim.run();
         let (violations, _) = sim.check();
-        (violations, sim)
-    });
-    match result {
-        Ok((violations, sim)) => {
-            let failure = (!violations.is_empty()).then(|| describe(&violations));
-            let outcome = Outcome {
-                lease_periods,
-                stats: sim.stats(),
-                failure,
-            };
-            (outcome, Some(sim))
-        }
-        Err(text) => {
-            let outcome = Outcome {
-                lease_periods,
-                stats: Stats::default(),
-                failure: Some(format!("panicked: {text}")),
-            };
-            (outcome, None)
-        }
-    }
-}
-
-fn describe(violations: &[Violation]) -> String {
-    let mut text = String::new();
-    for violation in violations.iter().take(5) {
-        text.push_str(&format!("\n    {violation}"));
-    }
-    if violations.len() > 5 {
-        text.push_str(&format!("\n    ... and {} more", violations.len() - 5));
-    }
-    text
-}
-
-fn add(total: &mut Stats, more: &Stats) {
-    total.events += more.events;
-    total.store_calls += more.store_calls;
-    total.acquisitions += more.acquisitions;
-    total.renewals += more.renewals;
-    total.losses += more.losses;
-    total.killed += more.killed;
-    total.crashed += more.crashed;
-    total.starts += more.starts;
-    total.dead_takeovers += more.dead_takeovers;
+        let stats = sim.stats();
+        (violations, sim, stats)
+    })
 }
 
 // covers: Verify.Safety, Verify.TokenOrder, Verify.KillerTracksDeadline
@@ -114,32 +62,9 @@ fn add(total: &mut Stats, more: &Stats) {
 /// it.
 #[test]
 fn seeds() {
-    let seeds = Seeds::from_env(SEEDS_DEFAULT);
-    let ran = seeds.run(|seed| run_seed(seed, false).0);
-    let mut total = Stats::default();
-    let mut lease_periods = 0;
-    let mut failures = Vec::new();
-    for (seed, outcome) in &ran.outcomes {
-        add(&mut total, &outcome.stats);
-        lease_periods += outcome.lease_periods;
-        if let Some(failure) = &outcome.failure {
-            failures.push(format!(
-                "seed {seed} failed:{failure}\n  replay: {}",
-                replay_command(*seed)
-            ));
-        }
-    }
-    let wall_s = ran.elapsed.as_secs_f64();
-    println!(
-        "simulation: {} seeds from {}, {lease_periods} lease periods in {wall_s:.2} s on {} \
-         threads = {:.0} seeds, {:.0} lease periods per wall second; {total:?}",
-        seeds.count,
-        seeds.first,
-        ran.threads,
-        seeds.count as f64 / wall_s,
-        lease_periods as f64 / wall_s,
-    );
-    let count = seeds.count;
+    let (total, count) = run_seeds("simulation", "simulation", SEEDS_DEFAULT, |seed| {
+        run_seed(seed, false).0
+    });
     assert!(
         total.acquisitions > count && total.renewals > count && total.killed > 0,
         "the runs exercised too little to mean anything: {total:?}"
@@ -149,13 +74,6 @@ fn seeds() {
     assert!(
         total.dead_takeovers > 0,
         "no slot was taken from a dead holder: {total:?}"
-    );
-    failures.sort();
-    assert!(
-        failures.is_empty(),
-        "{} of {count} seeds failed:\n{}",
-        failures.len(),
-        failures.join("\n")
     );
 }
 
@@ -209,25 +127,13 @@ fn replay() {
     };
     let everything = std::env::var_os("VVM_SIM_TRACE").is_some();
     if outcome.failure.is_some() || everything {
-        let notes: Vec<_> = sim
-            .trace()
-            .iter()
-            .filter(|n| {
-                around.is_none_or(|(from, to, processes)| {
-                    (from..=to).contains(&n.at_ns())
-                        && (violations[0].process_at().is_none()
-                            || processes.contains(&n.process()))
-                })
+        let notes = sim.trace().iter().filter(|n| {
+            around.is_none_or(|(from, to, processes)| {
+                (from..=to).contains(&n.at_ns())
+                    && (violations[0].process_at().is_none() || processes.contains(&n.process()))
             })
-            .collect();
-        let shown = if everything {
-            notes.len()
-        } else {
-            TRACE_CONTEXT_MAX
-        };
-        for note in notes.iter().rev().take(shown).rev() {
-            println!("{note}");
-        }
+        });
+        print_notes(notes, everything, TRACE_CONTEXT_MAX);
     }
     if let Some(failure) = &outcome.failure {
         panic!("seed {seed} failed:{failure}");

@@ -60,6 +60,9 @@ impl SemaphoreParams {
         base.processes = rng.between(3, 6) as u32;
         base.slots = 1;
         base.duration_ns = rng.between(10, 20) * l;
+        // The host's graceful stops are not part of this scenario: its processes end by a
+        // crash or their killer.
+        base.faults.stop_gap_ns = 0;
         SemaphoreParams {
             base,
             limit: rng.between(1, 4),
@@ -106,9 +109,9 @@ pub struct SemaphoreStats {
     pub starts: u64,
 }
 
-impl SemaphoreStats {
+impl crate::runner::Totals for SemaphoreStats {
     /// Adds `more` to these counts (the highest of the maxima).
-    pub fn add(&mut self, more: &SemaphoreStats) {
+    fn add(&mut self, more: &SemaphoreStats) {
         self.events += more.events;
         self.store_calls += more.store_calls;
         self.acquires += more.acquires;

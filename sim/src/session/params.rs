@@ -3,7 +3,7 @@
 use crate::params::Params;
 use crate::rng::Rng;
 
-use super::store::KeepAlives;
+use crate::store::KeepAlives;
 
 /// How the runtime treats the rules a lost session's holdings depend on; all but
 /// [`Rule::Sound`] are broken on purpose, for the simulator to show it catches them.
@@ -91,9 +91,9 @@ pub struct SessionStats {
     pub handovers: u64,
 }
 
-impl SessionStats {
+impl crate::runner::Totals for SessionStats {
     /// Adds `more` to these counts.
-    pub fn add(&mut self, more: &SessionStats) {
+    fn add(&mut self, more: &SessionStats) {
         self.events += more.events;
         self.store_calls += more.store_calls;
         self.opened += more.opened;
