@@ -206,6 +206,11 @@ impl Feed {
         }
     }
 
+    /// The store's database file.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

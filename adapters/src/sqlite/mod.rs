@@ -684,7 +684,13 @@ fn transact<T>(
             Err(TxError::Store(error)) => return Err(error),
         };
         return match tx.commit() {
-            Ok(()) => Ok(step.result),
+            Ok(()) => {
+                if step.wrote {
+                    // This process's waiters on the file learn of it before the call returns.
+                    notify::committed(&shared.path);
+                }
+                Ok(step.result)
+            }
             Err(source) if step.wrote => Err(StoreError::unknown(SqliteStoreError::Sqlite {
                 what: "committing a write",
                 source,

@@ -16,6 +16,11 @@
 //! right after it may find nothing new: the feed looks again [`SETTLE_LOOKS_MS`] after each event
 //! (7 more looks within 127 ms, about 10 µs each, per burst of commits).
 //!
+//! **A commit of this process** needs no event: right after it (before the write call returns)
+//! the feeds of this process on the same file look at once ([`committed`]). A waiter in the
+//! same process is woken before its writer's call ends, which also keeps waits deterministic
+//! under a paused tokio clock (the blocking write holds the clock back).
+//!
 //! **The safety look**: every [`FEED_SAFETY_LOOK`] each feed that has waiters looks once anyway,
 //! and lets its slot waits look at their locks: for what no event tells (a notification queue
 //! that overflowed, a directory that cannot be watched, a lock whose thread could not start).
@@ -76,8 +81,10 @@ struct Watcher {
     entries: Mutex<Vec<Entry>>,
 }
 
+/// The process's watcher, started at the first wait on any SQLite store.
+static WATCHER: OnceLock<Option<&'static Watcher>> = OnceLock::new();
+
 fn watcher() -> Option<&'static Watcher> {
-    static WATCHER: OnceLock<Option<&'static Watcher>> = OnceLock::new();
     *WATCHER.get_or_init(|| {
         let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)
             .map_err(|error| {
@@ -135,6 +142,28 @@ pub(super) fn register(path: &Path, feed: Weak<Feed>) -> bool {
         settle: None,
     });
     true
+}
+
+/// A transaction of this process wrote to the store at `path` and committed: the feeds of this
+/// process on that file look now, on the caller's thread (see the module documentation).
+pub(super) fn committed(path: &Path) {
+    let Some(Some(watcher)) = WATCHER.get() else {
+        return;
+    };
+    let feeds: Vec<Arc<Feed>> = {
+        let entries = watcher
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .filter_map(|entry| entry.feed.upgrade())
+            .filter(|feed| feed.path() == path)
+            .collect()
+    };
+    for feed in feeds {
+        feed.look(false);
+    }
 }
 
 impl Watcher {
