@@ -310,7 +310,8 @@ fn cpu_time() -> Duration {
     let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..]
         .split(' ')
         .collect();
-    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
     Duration::from_millis(ticks * 10)
 }
 
@@ -361,7 +362,11 @@ async fn idle(grants: u32, watches: usize) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|arg| arg == "--idle") {
-        let number = |index: usize| args.get(at + index).and_then(|n| n.parse().ok()).unwrap_or(0);
+        let number = |index: usize| {
+            args.get(at + index)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -16,7 +16,6 @@ use vvm::{
     RecordingKiller, SemaphoreStore, SessionHandle, Slot,
 };
 
-
 /// Names the database of the second process; set only for it.
 const CHILD_DB: &str = "VVM_FEED_CHILD_DB";
 
@@ -186,7 +185,10 @@ async fn a_commit_by_another_process_wakes_every_waiter() {
     let path = dir.file();
     let store = SqliteStore::open(&path).expect("the store opens");
     let parent = coordination(&path, 1).await;
-    parent.create("shared", 1, Vec::new()).await.expect("created");
+    parent
+        .create("shared", 1, Vec::new())
+        .await
+        .expect("created");
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
         .args([
             "child_writes_when_told",

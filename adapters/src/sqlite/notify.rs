@@ -27,6 +27,9 @@
 //! Nothing else wakes this thread: a process whose waiters wait on a quiet store costs one
 //! wake-up a second, whatever the number of waits.
 //!
+//! Events of other files in a watched directory (`/tmp`, say) wake the thread, which reads
+//! their names and makes no look.
+//!
 //! **Judging.** Only directories are watched (`IN_ONLYDIR`), and nothing is ever opened to watch
 //! them: no path another user made can make the feed block, and an event only ever makes a feed
 //! look at its own connection.
@@ -171,7 +174,9 @@ impl Watcher {
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
         let mut next_safety = Instant::now() + FEED_SAFETY_LOOK;
         loop {
-            let due = self.next_settle().map_or(next_safety, |at| at.min(next_safety));
+            let due = self
+                .next_settle()
+                .map_or(next_safety, |at| at.min(next_safety));
             let timeout = due.saturating_duration_since(Instant::now());
             let (events, overflowed) = self.wait(timeout, &mut buf);
             let now = Instant::now();
