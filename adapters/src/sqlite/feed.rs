@@ -352,11 +352,13 @@ impl Feed {
     /// One look (see the module documentation), from the watcher's thread: the version, and
     /// when it changed the rows of every subscriber, each woken when its own changed. At the
     /// safety look the slot waits are woken too, to look at their locks.
-    pub(super) fn look(&self, safety: bool) {
+    /// Whether more looks are due soon: `false` when nobody waits or this look read a new
+    /// version (the commit that raised the event is published).
+    pub(super) fn look(&self, safety: bool) -> bool {
         let mut state = self.lock();
         if state.slots.is_empty() && state.names.is_empty() {
             // Nobody waits: nothing to read.
-            return;
+            return false;
         }
         if safety {
             for wait in state.slots.values() {
@@ -367,7 +369,7 @@ impl Feed {
         let unread = state.slots.values().any(|wait| wait.seen.is_none())
             || state.names.values().any(|wait| wait.row.is_none());
         if version.is_some() && version == state.version && !unread {
-            return;
+            return true;
         }
         let mut keys: Vec<u32> = state
             .slots
@@ -382,7 +384,7 @@ impl Feed {
         names.dedup();
         let name_refs: Vec<&SemaphoreName> = names.iter().collect();
         let Some((seen, rows)) = self.read(&mut state, &keys, &name_refs) else {
-            return;
+            return true;
         };
         state.version = Some(seen.version);
         for wait in state.slots.values_mut() {
@@ -411,6 +413,7 @@ impl Feed {
                 None => wait.row = Some(now),
             }
         }
+        false
     }
 
     /// Subscribes a wait on `keys` (sorted), starting from what the file holds now.

@@ -14,7 +14,9 @@
 //! when that changed one read transaction of what the feed's waiters watch. The event comes at the
 //! `write()` of the last page, a few microseconds *before* the commit is published, so a look
 //! right after it may find nothing new: the feed looks again [`SETTLE_LOOKS_MS`] after each event
-//! (7 more looks within 127 ms, about 10 µs each, per burst of commits).
+//! (up to 7 more looks within 127 ms, about 10 µs each), until a look reads a new version; then
+//! once more 2 ms later (two commits close together may raise one event), and no more. A commit
+//! costs each waiting process about three looks.
 //!
 //! **A commit of this process** needs no event: right after it (before the write call returns)
 //! the feeds of this process on the same file look at once ([`committed`]). A waiter in the
@@ -184,8 +186,34 @@ impl Watcher {
             if safety {
                 next_safety = now + FEED_SAFETY_LOOK;
             }
+            let mut published = Vec::new();
             for (feed, safety) in self.due(&events, overflowed, safety, now) {
-                feed.look(safety);
+                if !feed.look(safety) {
+                    published.push(feed);
+                }
+            }
+            self.settle(&published);
+        }
+    }
+
+    /// The feeds in `published` read a new version (or have no waiter): one last settling look
+    /// (a commit whose event merged with the previous one's may still be publishing), then none.
+    fn settle(&self, published: &[Arc<Feed>]) {
+        if published.is_empty() {
+            return;
+        }
+        let last = SETTLE_LOOKS_MS.len() - 1;
+        let at = Instant::now() + Duration::from_millis(SETTLE_LOOKS_MS[1]);
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        for entry in entries.iter_mut() {
+            if published
+                .iter()
+                .any(|feed| std::ptr::eq(entry.feed.as_ptr(), Arc::as_ptr(feed)))
+            {
+                entry.settle = match entry.settle {
+                    Some((_, step)) if step < last => Some((at, last)),
+                    _ => None,
+                };
             }
         }
     }
