@@ -152,6 +152,9 @@ struct State {
     next: u64,
     slots: HashMap<u64, SlotWait>,
     names: HashMap<u64, NameWait>,
+    /// The names `names` waits on, each with its number of waits: a look reads each once,
+    /// without going through every wait (100 000 watches of one name are one read).
+    watched_names: std::collections::BTreeMap<String, usize>,
 }
 
 /// A wait on slots: its slots (sorted), what it started from (`None`: not read yet; the next
@@ -183,7 +186,15 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.feed.lock();
         state.slots.remove(&self.id);
-        state.names.remove(&self.id);
+        if let Some(wait) = state.names.remove(&self.id) {
+            let name = wait.name.as_str();
+            if let Some(count) = state.watched_names.get_mut(name) {
+                *count -= 1;
+                if *count == 0 {
+                    state.watched_names.remove(name);
+                }
+            }
+        }
     }
 }
 
@@ -382,10 +393,11 @@ impl Feed {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        let mut names: Vec<SemaphoreName> =
-            state.names.values().map(|wait| wait.name.clone()).collect();
-        names.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
-        names.dedup();
+        let names: Vec<SemaphoreName> = state
+            .watched_names
+            .keys()
+            .filter_map(|name| SemaphoreName::new(name).ok())
+            .collect();
         let name_refs: Vec<&SemaphoreName> = names.iter().collect();
         let Some((seen, rows)) = self.read(&mut state, &keys, &name_refs) else {
             return true;
@@ -457,6 +469,10 @@ impl Feed {
         let id = state.next;
         state.next += 1;
         let wake = Arc::new(Notify::new());
+        *state
+            .watched_names
+            .entry(name.as_str().to_owned())
+            .or_insert(0) += 1;
         state.names.insert(
             id,
             NameWait {

@@ -248,20 +248,15 @@ impl Watcher {
         let mut events = Vec::new();
         let mut overflowed = false;
         let mut reader = inotify::Reader::new(fd, buf);
-        loop {
-            match reader.next() {
-                Ok(event) => {
-                    if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
-                        overflowed = true;
-                    } else if let Some(name) = event.file_name() {
-                        let name = OsString::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
-                        if !events.contains(&(event.wd(), name.clone())) {
-                            events.push((event.wd(), name));
-                        }
-                    }
+        // Until `WOULDBLOCK` (all read); any other error: the next wait tells again.
+        while let Ok(event) = reader.next() {
+            if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+                overflowed = true;
+            } else if let Some(name) = event.file_name() {
+                let name = OsString::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
+                if !events.contains(&(event.wd(), name.clone())) {
+                    events.push((event.wd(), name));
                 }
-                // `WOULDBLOCK`: read them all. Anything else: the next wait tells again.
-                Err(_) => break,
             }
         }
         (events, overflowed)
