@@ -12,6 +12,11 @@
 //!   watchers saw it; p50 and p99 over [`UPDATES`] updates, the writer and the watchers on two
 //!   clients of the store.
 //!
+//! - `idle/sqlite` (printed, with `-- --idle GRANTS WATCHES`, nothing else runs then): the CPU
+//!   this process uses over [`IDLE_SPAN`] while GRANTS served grants (each awaiting
+//!   `SemaphoreGrant::ended`) and WATCHES watches of the data (each awaiting `Watch::next`) wait
+//!   on one SQLite store and nothing changes but the session's keepalives, from `/proc/self/stat`.
+//!
 //! Run: `cargo bench --bench semaphores` (`-- --quick` for a short run).
 
 use std::time::{Duration, Instant};
@@ -35,6 +40,8 @@ const HANDOFFS: usize = 200;
 const WATCHERS: usize = 100;
 /// Updates measured per store.
 const UPDATES: usize = 100;
+/// How long the idle cost is measured.
+const IDLE_SPAN: Duration = Duration::from_secs(10);
 
 fn key(n: u64) -> SessionKey {
     SessionKey {
@@ -296,7 +303,78 @@ fn handoff_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>) {
     }
 }
 
+/// This process's user + system CPU time, from `/proc/self/stat` (clock ticks of 10 ms).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The fields after the command's name, which ends at the last `)`.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..]
+        .split(' ')
+        .collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    Duration::from_millis(ticks * 10)
+}
+
+/// The CPU `grants` served grants and `watches` watches cost while nothing changes.
+async fn idle(grants: u32, watches: usize) {
+    let path = scratch("semaphores-idle");
+    let store = SqliteStore::open(&path).expect("opens");
+    let owners = member(store.clone(), 1).await;
+    let watchers = member(store, 2).await;
+    // One semaphore per grant: a session holds one grant per name.
+    let mut tasks = Vec::new();
+    for index in 0..grants {
+        let name = format!("served-{index}");
+        owners.create(&name, 1, Vec::new()).await.expect("created");
+        let grant = owners
+            .acquire(&name, AcquireOptions::new(1))
+            .await
+            .expect("runs")
+            .expect("granted");
+        tasks.push(tokio::spawn(async move {
+            grant.ended().await;
+            grant
+        }));
+    }
+    owners
+        .create("watched", 1, Vec::new())
+        .await
+        .expect("created");
+    for _ in 0..watches {
+        let mut watch = watchers.watch("watched", WatchKind::DATA).expect("a watch");
+        watch.next().await.expect("the first snapshot");
+        tasks.push(tokio::spawn(async move {
+            let _ = watch.next().await;
+            panic!("a watch saw a change while nothing changed");
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = cpu_time();
+    tokio::time::sleep(IDLE_SPAN).await;
+    let used = cpu_time() - before;
+    println!(
+        "idle/sqlite: {grants} served grants and {watches} watches waiting: {used:?} of CPU over {IDLE_SPAN:?} = {:.2} % of a core",
+        used.as_secs_f64() / IDLE_SPAN.as_secs_f64() * 100.0
+    );
+    assert!(tasks.iter().all(|task| !task.is_finished()), "a wait ended");
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|arg| arg == "--idle") {
+        let number = |index: usize| {
+            args.get(at + index)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(idle(number(1) as u32, number(2)));
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

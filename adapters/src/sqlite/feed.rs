@@ -1,39 +1,58 @@
-//! The change feed of the SQLite store, across processes: `PRAGMA data_version` of a connection
-//! of its own, checked every [`FEED_POLL_INTERVAL`].
+//! The change feed of the SQLite store, across processes: one per store handle (its clones
+//! share it), which every waiter subscribes to — slot candidates and observers ([`Feed::changed`]),
+//! semaphore grants, queued acquires and watches ([`Feed::name_changed`]). No waiter looks at the
+//! file on its own.
 //!
-//! `data_version` changes whenever *another* connection (of this or any other process)
-//! committed to the file, so the feed needs a connection that never writes. Only when it changed
-//! are the slots' holders read (one WAL read transaction: it never waits for the write lock);
-//! the feed resolves when a row was deleted or holds another value (another holder, or another
-//! incarnation of one) than when the wait began. A renewal rewrites the row with the same value
-//! and a new revision: it does not wake the waiter, who would only be refused again — so a
-//! waiting candidate costs about one store call per lease, at the record's expiry. File
-//! notifications (inotify) were the alternative: they need a watching thread or descriptor per
-//! store, say nothing about which slot changed (so a read per event is needed anyway) and are
-//! Linux-only, while this check costs about 0.1 ms of CPU per interval (see
-//! [`FEED_POLL_INTERVAL`]).
+//! **What wakes it** is the kernel (`notify.rs`): an inotify event on the store's `-wal` (every
+//! commit, by any process, appends to it) makes the feed look, and so does the safety look every
+//! [`FEED_SAFETY_LOOK`](super::FEED_SAFETY_LOOK). A look is one `PRAGMA data_version` on a
+//! connection of the feed's own (it changes whenever *another* connection, of this or any process,
+//! committed, so that connection never writes). Only when it changed are the watched rows of every
+//! subscriber read, in one read transaction (a WAL read: it never waits for the write lock), and
+//! each subscriber is woken only when what it waits on changed: a slot's row deleted or holding
+//! another value (another holder, or another incarnation of one) than when its wait began, a
+//! semaphore's row written. A renewal rewrites a slot's row with the same value and a new
+//! revision: it does not wake the waiter, who would only be refused again.
+//!
+//! This replaced a look at `data_version` every 10 ms by every waiting future on its own: 100
+//! served grants cost 4 % of a core and 1 000 cost 26 % while nothing changed, a waiting `vvm run`
+//! 0.5 %, and a hand-off waited half a tick on average (10.7 ms p50 from release to the next
+//! waiter). Waiting now costs nothing while the store is quiet (one look a second per process:
+//! 1 010 waits looked 53 006 times in 1.5 s before, at most 6 times now; 51 waiting `vvm run`s
+//! used 47 % of a core before, 8 % now, mostly their own rounds), and a change is seen within
+//! about a millisecond of its commit (the event's look, or the first settling look;
+//! `BENCHMARKS.md`). The notifications are Linux-only, as the store is (the boot clock, the
+//! locks). A commit of this process wakes its waiters on the same file directly, before the
+//! write returns (`notify.rs`).
 //!
 //! Besides, the feed watches each slot's lock file (`lock.rs`): when the record of a slot names
-//! the very file the watch has open and its lock is free at a look (every interval, one `flock`
-//! call per such slot), no process that could act under the record is left — it died, which
-//! writes nothing to the file — and the waiter tries its insert at once. No earlier sighting of
-//! the lock held is needed, so a holder that dies right after its insert is not missed. Each
-//! record (slot and revision) wakes waiters this way once per store: an insert that was refused
-//! all the same (a record that cannot be read, say) falls back to the expiry instead of waking
-//! its waiter again and again.
+//! the very file the watch has open and its lock is free at a look (at the wait's start, when a
+//! lock thread saw a lock freed, and at each safety look; one `flock` call per such slot), no
+//! process that could act under the record is left — it died, which writes nothing to the file —
+//! and the waiter tries its insert at once. No earlier sighting of the lock held is needed, so a
+//! holder that dies right after its insert is not missed. Each record (slot and revision) wakes
+//! waiters this way once per store: an insert that was refused all the same (a record that cannot
+//! be read, say) falls back to the expiry instead of waking its waiter again and again.
 //!
 //! Where a watched record names a lock that is held, a thread of its own blocks on that lock
 //! (one per slot of a store, whatever the number of waits) and wakes every wait the moment it is
 //! free: the holder deleted its record and let go of the lock (a hand-off), or died. So both are
-//! seen within microseconds, not at the next look; the looks stay for everything else (a
-//! holder that renews no more but lives, a record without a lock).
+//! seen within microseconds.
 //!
-//! The checks run on the async worker thread: no check ever waits for a lock, and each is
-//! shorter than handing it to the blocking pool would be.
+//! The looks run on the feed's thread; a subscriber reads what it starts from on its caller's
+//! thread (never waiting for a lock). Expiries by time write nothing: each waiter's own deadline
+//! (the record's expiry, a semaphore party's) covers them, as before.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use rusqlite::OptionalExtension;
+use tokio::sync::Notify;
+use vvm_core::semaphore::SemaphoreName;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
@@ -42,22 +61,26 @@ use vvm_core::Slot;
 use super::file::Sharing;
 use super::lock::{self, FileId, LockWatch};
 
-/// How often a waiting candidate looks at `PRAGMA data_version`: the latency it adds to a
-/// change that no lock tells of (a hand-off or a death is told by the lock thread at once) is
-/// at most this. Each look costs about 0.1 ms of CPU (timer wake-up, the WAL index
-/// check), so a waiting `vvm run` uses ≈ 1.5 % of a core at 10 ms, ≈ 0.8 % at 20 ms and ≈ 2.3 %
-/// at 5 ms (`BENCHMARKS.md`): 10 ms keeps a hand-off well under 20 ms at a modest cost.
-pub const FEED_POLL_INTERVAL: Duration = Duration::from_millis(10);
-
 /// Most slots whose lock one wait watches (one open descriptor and one `flock` per look each).
 pub const LOCK_WATCH_SLOTS_MAX: usize = 64;
 
 /// Most records remembered as having woken their waiters through a free lock.
 const WOKEN_MAX: usize = 1_024;
 
-/// The watching connection, opened at the first wait and shared by every waiter of one store.
+/// The change feed of one store handle, shared by every waiter of it (see the module
+/// documentation).
 pub(super) struct Feed {
-    conn: Mutex<Option<Connection>>,
+    /// The store's database file.
+    path: Arc<Path>,
+    /// The watching connection and the subscribers, under one lock: a subscriber reads what it
+    /// starts from and joins in one step, so no look falls between the two.
+    state: Mutex<State>,
+    /// Whether the process's watcher (`notify.rs`) wakes this feed; registered at the first
+    /// subscription.
+    registered: std::sync::Once,
+    /// Looks at the file so far (`data_version` checks and reads): see
+    /// [`SqliteStore::feed_looks`](super::SqliteStore::feed_looks).
+    looks: AtomicU64,
     /// A store opened read-only keeps no connection: each read opens one that writes nothing,
     /// and the version is a fingerprint of the files (see `reader.rs`).
     read_only: bool,
@@ -119,11 +142,77 @@ struct Named {
     lock: Option<FileId>,
 }
 
+/// What the feed's lock guards.
+#[derive(Default)]
+struct State {
+    conn: Option<Connection>,
+    /// The version the last look read the subscribers' rows at.
+    version: Option<i64>,
+    /// The number of the next subscriber.
+    next: u64,
+    slots: HashMap<u64, SlotWait>,
+    names: HashMap<u64, NameWait>,
+    /// The names `names` waits on, each with its number of waits: a look reads each once,
+    /// without going through every wait (100 000 watches of one name are one read).
+    watched_names: std::collections::BTreeMap<String, usize>,
+}
+
+/// A wait on slots: its slots (sorted), what it started from (`None`: not read yet; the next
+/// look reads it), whether that changed.
+struct SlotWait {
+    keys: Vec<u32>,
+    seen: Option<Seen>,
+    changed: bool,
+    wake: Arc<Notify>,
+}
+
+/// A wait on a semaphore: its name, the version of its row when the wait began (`None` inside:
+/// no row; `None` outside: not read yet), whether that changed.
+struct NameWait {
+    name: SemaphoreName,
+    row: Option<Option<i64>>,
+    changed: bool,
+    wake: Arc<Notify>,
+}
+
+/// A subscription to the feed; dropping it unsubscribes.
+struct Subscription {
+    feed: Arc<Feed>,
+    id: u64,
+    wake: Arc<Notify>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.feed.lock();
+        state.slots.remove(&self.id);
+        if let Some(wait) = state.names.remove(&self.id) {
+            let name = wait.name.as_str();
+            if let Some(count) = state.watched_names.get_mut(name) {
+                *count -= 1;
+                if *count == 0 {
+                    state.watched_names.remove(name);
+                }
+            }
+        }
+    }
+}
+
+/// The version of `name`'s row (`None`: no row).
+fn row_version(conn: &Connection, name: &SemaphoreName) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT version FROM vvm_semaphores WHERE name = ?1")?
+        .query_row([name.as_str()], |row| row.get(0))
+        .optional()
+}
+
 impl Feed {
     /// A feed that has not opened its connection yet.
-    pub(super) fn new(read_only: bool) -> Self {
+    pub(super) fn new(path: &Path, read_only: bool) -> Self {
         Feed {
-            conn: Mutex::new(None),
+            path: Arc::from(path),
+            state: Mutex::new(State::default()),
+            registered: std::sync::Once::new(),
+            looks: AtomicU64::new(0),
             read_only,
             woken: Mutex::new(Vec::new()),
             waits: std::sync::atomic::AtomicU64::new(0),
@@ -132,13 +221,29 @@ impl Feed {
         }
     }
 
+    /// The store's database file.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Looks at the file so far (see [`SqliteStore::feed_looks`](super::SqliteStore::feed_looks)).
+    pub(super) fn looks(&self) -> u64 {
+        self.looks.load(Ordering::Relaxed)
+    }
+
     /// Runs `read` on the watching connection, opening it first if needed. An error is logged
-    /// and reported as `None`: the waiter then simply keeps waiting (its own timer still runs).
+    /// and reported as `None`: the waiter then simply keeps waiting (its own timer still runs,
+    /// and the next look tries again).
     fn with<T>(
         &self,
-        path: &Path,
+        state: &mut State,
         read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Option<T> {
+        let path = &*self.path;
         if self.read_only {
             let conn = super::reader::connect(path)
                 .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: cannot open a reading connection"))
@@ -147,56 +252,65 @@ impl Feed {
                 .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: check failed"))
                 .ok();
         }
-        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
-        if conn.is_none() {
+        if state.conn.is_none() {
             // The file exists (the store opened it); never create one here.
             let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
                 | OpenFlags::SQLITE_OPEN_NOFOLLOW;
-            // No busy wait (rusqlite's default is 5 s): the checks run on an async worker
-            // thread, and a check that finds the file busy is simply repeated at the next look.
+            // No busy wait (rusqlite's default is 5 s): a look that finds the file busy is
+            // simply repeated at the next event or the settling looks.
             let opened = Connection::open_with_flags(path, flags)
                 .and_then(|opened| opened.busy_timeout(Duration::ZERO).map(|()| opened));
             match opened {
-                Ok(opened) => *conn = Some(opened),
+                Ok(opened) => state.conn = Some(opened),
                 Err(error) => {
                     tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: cannot open its connection");
                     return None;
                 }
             }
         }
-        let result = read(conn.as_ref()?);
+        let result = read(state.conn.as_ref()?);
         result
             .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite change feed: check failed"))
             .ok()
     }
 
-    fn version(&self, path: &Path) -> Option<i64> {
+    fn version(&self, state: &mut State) -> Option<i64> {
+        self.looks.fetch_add(1, Ordering::Relaxed);
         if self.read_only {
-            return Some(super::reader::fingerprint(path));
+            return Some(super::reader::fingerprint(&self.path));
         }
         // Cached: preparing the statement costs more than running it.
-        self.with(path, |conn| {
+        self.with(state, |conn| {
             conn.prepare_cached("PRAGMA data_version")?
                 .query_row([], |row| row.get(0))
         })
     }
 
-    /// The version and the holders of `keys` (sorted), read in one read transaction so that
-    /// the version is not newer than the rows: O(keys), whatever the number of rows.
-    fn seen(&self, path: &Path, keys: &[u32]) -> Option<Seen> {
-        self.with(path, |conn| {
+    /// The version, the holders of `keys` (sorted) and the row versions of `names`, read in
+    /// one read transaction so that the version is not newer than the rows: O(keys + names),
+    /// whatever the number of rows.
+    fn read(
+        &self,
+        state: &mut State,
+        keys: &[u32],
+        names: &[&SemaphoreName],
+    ) -> Option<(Seen, Vec<Option<i64>>)> {
+        self.looks.fetch_add(1, Ordering::Relaxed);
+        let read_only = self.read_only;
+        let path = Arc::clone(&self.path);
+        self.with(state, |conn| {
             let tx = conn.unchecked_transaction()?;
-            let version = match self.read_only {
+            let version = match read_only {
                 // Read before the rows: a commit in between shows as a change next time.
-                true => super::reader::fingerprint(path),
+                true => super::reader::fingerprint(&path),
                 false => tx
                     .prepare_cached("PRAGMA data_version")?
                     .query_row([], |row| row.get(0))?,
             };
             let mut holders = Vec::with_capacity(keys.len());
             let mut named = Vec::with_capacity(keys.len());
-            {
+            if !keys.is_empty() {
                 let mut rows = tx.prepare_cached(HOLDERS)?;
                 let read = |row: &rusqlite::Row<'_>| {
                     // Text or blob alike; anything else reads as empty (a corrupt row).
@@ -227,13 +341,167 @@ impl Feed {
                     }
                 }
             }
+            let rows = names
+                .iter()
+                .map(|name| row_version(&tx, name))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
             tx.finish()?;
-            Ok(Seen {
-                version,
-                holders,
-                named,
-            })
+            Ok((
+                Seen {
+                    version,
+                    holders,
+                    named,
+                },
+                rows,
+            ))
         })
+    }
+
+    /// Joins the process's watcher at the first subscription.
+    fn register(self: &Arc<Self>) {
+        self.registered.call_once(|| {
+            super::notify::register(&self.path, Arc::downgrade(self));
+        });
+    }
+
+    /// One look (see the module documentation), from the watcher's thread: the version, and
+    /// when it changed the rows of every subscriber, each woken when its own changed. At the
+    /// safety look the slot waits are woken too, to look at their locks.
+    /// Whether more looks are due soon: `false` when nobody waits or this look read a new
+    /// version (the commit that raised the event is published).
+    pub(super) fn look(&self, safety: bool) -> bool {
+        let mut state = self.lock();
+        if state.slots.is_empty() && state.names.is_empty() {
+            // Nobody waits: nothing to read.
+            return false;
+        }
+        if safety {
+            for wait in state.slots.values() {
+                wait.wake.notify_one();
+            }
+        }
+        let version = self.version(&mut state);
+        let unread = state.slots.values().any(|wait| wait.seen.is_none())
+            || state.names.values().any(|wait| wait.row.is_none());
+        if version.is_some() && version == state.version && !unread {
+            return true;
+        }
+        let mut keys: Vec<u32> = state
+            .slots
+            .values()
+            .flat_map(|wait| wait.keys.iter().copied())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let names: Vec<SemaphoreName> = state
+            .watched_names
+            .keys()
+            .filter_map(|name| SemaphoreName::new(name).ok())
+            .collect();
+        let name_refs: Vec<&SemaphoreName> = names.iter().collect();
+        let Some((seen, rows)) = self.read(&mut state, &keys, &name_refs) else {
+            return true;
+        };
+        state.version = Some(seen.version);
+        for wait in state.slots.values_mut() {
+            let now = seen.of(&wait.keys);
+            match &wait.seen {
+                Some(before) if before.holders != now.holders => {
+                    wait.changed = true;
+                    wait.wake.notify_one();
+                }
+                // Another slot changed, or a holder renewed: the next look compares with this.
+                _ => wait.seen = Some(now),
+            }
+        }
+        for wait in state.names.values_mut() {
+            let Ok(index) = names.binary_search_by(|name| name.as_str().cmp(wait.name.as_str()))
+            else {
+                continue;
+            };
+            let now = rows[index];
+            match wait.row {
+                Some(before) if before != now => {
+                    wait.changed = true;
+                    wait.wake.notify_one();
+                }
+                Some(_) => {}
+                None => wait.row = Some(now),
+            }
+        }
+        false
+    }
+
+    /// Subscribes a wait on `keys` (sorted), starting from what the file holds now.
+    fn subscribe_slots(self: &Arc<Self>, keys: Vec<u32>) -> (Subscription, Option<Seen>) {
+        self.register();
+        let mut state = self.lock();
+        let seen = self.read(&mut state, &keys, &[]).map(|(seen, _)| seen);
+        let id = state.next;
+        state.next += 1;
+        let wake = Arc::new(Notify::new());
+        state.slots.insert(
+            id,
+            SlotWait {
+                keys,
+                seen: seen.clone(),
+                changed: false,
+                wake: Arc::clone(&wake),
+            },
+        );
+        drop(state);
+        let subscription = Subscription {
+            feed: Arc::clone(self),
+            id,
+            wake,
+        };
+        (subscription, seen)
+    }
+
+    /// Resolves once the row of the semaphore `name` was written or deleted after this call.
+    pub(super) fn name_changed(
+        self: &Arc<Self>,
+        name: &SemaphoreName,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        self.register();
+        let mut state = self.lock();
+        let row = self.read(&mut state, &[], &[name]).map(|(_, rows)| rows[0]);
+        let id = state.next;
+        state.next += 1;
+        let wake = Arc::new(Notify::new());
+        *state
+            .watched_names
+            .entry(name.as_str().to_owned())
+            .or_insert(0) += 1;
+        state.names.insert(
+            id,
+            NameWait {
+                name: name.clone(),
+                row,
+                changed: false,
+                wake: Arc::clone(&wake),
+            },
+        );
+        drop(state);
+        let subscription = Subscription {
+            feed: Arc::clone(self),
+            id,
+            wake,
+        };
+        async move {
+            loop {
+                let changed = subscription
+                    .feed
+                    .lock()
+                    .names
+                    .get(&subscription.id)
+                    .is_some_and(|wait| wait.changed);
+                if changed {
+                    return;
+                }
+                subscription.wake.notified().await;
+            }
+        }
     }
 
     /// Whether a watched record names the lock file its watch has open and that lock is free,
@@ -317,12 +585,12 @@ impl Feed {
         path: Arc<Path>,
         keys: &[Slot],
         sharing: Sharing,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+    ) -> impl Future<Output = ()> + Send + 'static {
         let mut keys: Vec<u32> = keys.iter().map(|key| key.0).collect();
         keys.sort_unstable();
         keys.dedup();
         // Read at the call, not at the first poll: a change right after it is not missed.
-        let start = self.seen(&path, &keys);
+        let (subscription, start) = self.subscribe_slots(keys.clone());
         let wait = self.waits.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         // One descriptor per watched slot, at most [`LOCK_WATCH_SLOTS_MAX`]: the others' deaths
         // are learnt at their records' expiry.
@@ -348,33 +616,69 @@ impl Feed {
             }
         }
         async move {
-            let mut start = start;
-            let mut next = tokio::time::Instant::now();
+            let mut freed_open = true;
             loop {
-                // The next look: at the tick, or at once when a lock thread saw a lock freed.
-                if let Ok(Err(_)) = tokio::time::timeout_at(next, freed.changed()).await {
-                    // The feed is gone (never while `self` lives): looks at the ticks only.
-                    tokio::time::sleep_until(next).await;
-                }
-                next = tokio::time::Instant::now() + FEED_POLL_INTERVAL;
-                let Some(seen) = start.as_ref() else {
-                    start = self.seen(&path, &keys);
-                    continue;
+                // What the feed read last for this wait: changed, or the records to judge.
+                let named = {
+                    let state = self.lock();
+                    match state.slots.get(&subscription.id) {
+                        Some(wait) if wait.changed => return,
+                        Some(wait) => wait.seen.as_ref().map(|seen| seen.named.clone()),
+                        None => None,
+                    }
                 };
                 // A holder's death changes nothing in the file: only its lock tells.
-                if self.holder_gone(&seen.named, &locks, wait) {
-                    return;
+                if let Some(named) = named {
+                    if self.holder_gone(&named, &locks, wait) {
+                        return;
+                    }
                 }
-                if self.version(&path) == Some(seen.version) {
-                    continue;
-                }
-                match self.seen(&path, &keys) {
-                    Some(now) if now.holders != seen.holders => return,
-                    // Another slot changed, or a holder renewed: wait for the next commit.
-                    Some(now) => start = Some(now),
-                    None => {}
+                // The next look: a change the feed read, a lock thread's freed lock, or the
+                // feed's safety look.
+                let woken = std::pin::pin!(subscription.wake.notified());
+                let mut woken = woken;
+                if freed_open {
+                    let mut lock_freed = std::pin::pin!(freed.changed());
+                    std::future::poll_fn(|cx| {
+                        if woken.as_mut().poll(cx).is_ready() {
+                            return std::task::Poll::Ready(());
+                        }
+                        match lock_freed.as_mut().poll(cx) {
+                            std::task::Poll::Ready(result) => {
+                                // Closed: the feed is gone (never while `self` lives).
+                                freed_open = result.is_ok();
+                                std::task::Poll::Ready(())
+                            }
+                            std::task::Poll::Pending => std::task::Poll::Pending,
+                        }
+                    })
+                    .await;
+                } else {
+                    woken.await;
                 }
             }
+        }
+    }
+}
+
+impl Seen {
+    /// What this read saw of `keys` (sorted), a subset of its own.
+    fn of(&self, keys: &[u32]) -> Seen {
+        let mine = |slot: &u32| keys.binary_search(slot).is_ok();
+        Seen {
+            version: self.version,
+            holders: self
+                .holders
+                .iter()
+                .filter(|(slot, _)| mine(slot))
+                .cloned()
+                .collect(),
+            named: self
+                .named
+                .iter()
+                .filter(|named| mine(&named.slot))
+                .copied()
+                .collect(),
         }
     }
 }

@@ -92,6 +92,7 @@ mod error;
 mod feed;
 mod file;
 mod lock;
+mod notify;
 mod parties;
 mod probe;
 mod reader;
@@ -114,9 +115,10 @@ pub use clock::{
     BOOT_ID_PATH, MACHINE_ID_MAX_BYTES, MACHINE_ID_PATHS,
 };
 pub use error::SqliteStoreError;
-pub use feed::{FEED_POLL_INTERVAL, LOCK_WATCH_SLOTS_MAX};
+pub use feed::LOCK_WATCH_SLOTS_MAX;
 pub use file::{Sharing, Untrusted};
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
+pub use notify::{FEED_SAFETY_LOOK, SETTLE_LOOKS_MS};
 pub use probe::write_locked;
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 pub use session::SWEEP_SESSIONS_MAX;
@@ -248,8 +250,7 @@ impl SqliteStoreBuilder {
                     }
                 },
                 unclaimed: std::sync::Mutex::default(),
-                feed: Arc::new(feed::Feed::new(self.read_only)),
-                semaphore_feed: Arc::default(),
+                feed: Arc::new(feed::Feed::new(path, self.read_only)),
             }),
         })
     }
@@ -266,10 +267,9 @@ struct Shared {
     /// Slots where this process met another holder's live record (`None`), or found no row on
     /// a used slot, and when (boot-clock nanoseconds) it first saw that (`Some`); see `insert`.
     unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, Option<i64>>>,
-    /// The change feed's own connection; see [`feed`].
+    /// The one change feed of this handle and its clones, which every waiter subscribes to;
+    /// see [`feed`].
     feed: Arc<feed::Feed>,
-    /// The semaphores' change feed and its connection; see `semaphore.rs`.
-    semaphore_feed: Arc<semaphore::SemaphoreFeed>,
 }
 
 impl Shared {
@@ -391,6 +391,14 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// How many times this handle's change feed (shared by its clones) looked at the file so
+    /// far: `PRAGMA data_version` checks and reads of the watched rows. Waiting costs looks
+    /// only when the file changed, plus one a [`FEED_SAFETY_LOOK`]: for tests and benchmarks.
+    #[doc(hidden)]
+    pub fn feed_looks(&self) -> u64 {
+        self.shared.feed.looks()
     }
 
     /// Whether the store was opened read-only ([`SqliteStoreBuilder::read_only`]).
@@ -676,7 +684,13 @@ fn transact<T>(
             Err(TxError::Store(error)) => return Err(error),
         };
         return match tx.commit() {
-            Ok(()) => Ok(step.result),
+            Ok(()) => {
+                if step.wrote {
+                    // This process's waiters on the file learn of it before the call returns.
+                    notify::committed(&shared.path);
+                }
+                Ok(step.result)
+            }
             Err(source) if step.wrote => Err(StoreError::unknown(SqliteStoreError::Sqlite {
                 what: "committing a write",
                 source,
@@ -765,8 +779,8 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    /// Across processes: `PRAGMA data_version` on a connection of its own every
-    /// [`FEED_POLL_INTERVAL`], then the slots' holders when the file changed: a deleted row or
+    /// Across processes: the store's one change feed (`feed.rs`), woken by the kernel's file
+    /// notifications, reads the slots' holders after each commit to the file: a deleted row or
     /// another holder's value wakes the waiter, a renewal (same value, new revision) does not.
     /// An expiry that nobody wrote is not seen; the waiter's own timer covers it.
     fn changed(&self, keys: &[Slot]) -> SlotChange {

@@ -23,18 +23,16 @@
 //! transaction on each semaphore, which a waiter makes at that expiry
 //! ([`Applied::parties_expire_in`]).
 //!
-//! **Change feed**, across processes: as for slots (`feed.rs`), a connection of the store's own
-//! that never writes looks at `PRAGMA data_version` every [`FEED_POLL_INTERVAL`](super::FEED_POLL_INTERVAL), and only
-//! when the file changed reads the `version` of the watched name: one integer by primary key.
-//! A wait resolves when it differs from the one read when the wait began.
+//! **Change feed**, across processes: the store's one feed (`feed.rs`), shared with the slots'
+//! waiters, is woken by the kernel's file notifications; after a commit to the file it reads the
+//! `version` of every watched name (one integer by primary key each) in one read transaction,
+//! and wakes a wait when it differs from the one read when the wait began.
 
 use std::collections::HashSet;
-use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{OptionalExtension, Transaction, TransactionBehavior};
 use vvm_core::semaphore::{Generation, OrderId, Semaphore, SemaphoreName, SessionKey};
 use vvm_runtime::semaphore_store::{transact, undecodable, Write};
 use vvm_runtime::{
@@ -42,7 +40,6 @@ use vvm_runtime::{
 };
 use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 
-use super::feed::FEED_POLL_INTERVAL;
 use super::parties::{index, parties};
 use super::record::{self, Now, TxError};
 use super::{SqliteStore, Step};
@@ -262,90 +259,10 @@ impl SemaphoreStore for SqliteStore {
         .await
     }
 
+    /// Subscribes to the store's one change feed (`feed.rs`), which reads the row's `version`
+    /// after each commit to the file and wakes this wait when it changed.
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
-        let feed = Arc::clone(&self.shared.semaphore_feed);
-        let path: Arc<Path> = Arc::from(self.shared.path.as_path());
-        let name = name.clone();
         // Read at the call, not at the first poll: a change right after it is not missed.
-        let start = feed.seen(&path, &name);
-        Box::pin(async move {
-            let mut start = start;
-            loop {
-                tokio::time::sleep(FEED_POLL_INTERVAL).await;
-                let Some((version, row)) = start else {
-                    start = feed.seen(&path, &name);
-                    continue;
-                };
-                if feed.data_version(&path) == Some(version) {
-                    continue;
-                }
-                match feed.seen(&path, &name) {
-                    Some((_, now)) if now != row => return,
-                    // Another row changed: wait for the next commit.
-                    Some(now) => start = Some(now),
-                    None => {}
-                }
-            }
-        })
-    }
-}
-
-/// The change feed's connection for semaphores: opened at the first wait, shared by every
-/// wait of one store, never writing.
-#[derive(Default)]
-pub(super) struct SemaphoreFeed {
-    conn: Mutex<Option<Connection>>,
-}
-
-impl SemaphoreFeed {
-    /// Runs `read` on the connection, opening it first; an error is logged and is `None` (the
-    /// wait then looks again at its next tick).
-    fn with<T>(
-        &self,
-        path: &Path,
-        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Option<T> {
-        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
-        if conn.is_none() {
-            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_NOFOLLOW;
-            let opened = Connection::open_with_flags(path, flags)
-                .and_then(|opened| opened.busy_timeout(Duration::ZERO).map(|()| opened));
-            match opened {
-                Ok(opened) => *conn = Some(opened),
-                Err(error) => {
-                    tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite semaphore feed: cannot open its connection");
-                    return None;
-                }
-            }
-        }
-        read(conn.as_ref()?)
-            .map_err(|error| tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "SQLite semaphore feed: check failed"))
-            .ok()
-    }
-
-    fn data_version(&self, path: &Path) -> Option<i64> {
-        self.with(path, |conn| {
-            conn.prepare_cached("PRAGMA data_version")?
-                .query_row([], |row| row.get(0))
-        })
-    }
-
-    /// The file's version and the row version of `name` (`None`: no row), from one read
-    /// transaction.
-    fn seen(&self, path: &Path, name: &SemaphoreName) -> Option<(i64, Option<i64>)> {
-        self.with(path, |conn| {
-            let tx = conn.unchecked_transaction()?;
-            let version: i64 = tx
-                .prepare_cached("PRAGMA data_version")?
-                .query_row([], |row| row.get(0))?;
-            let row: Option<i64> = tx
-                .prepare_cached("SELECT version FROM vvm_semaphores WHERE name = ?1")?
-                .query_row([name.as_str()], |row| row.get(0))
-                .optional()?;
-            tx.finish()?;
-            Ok((version, row))
-        })
+        Box::pin(self.shared.feed.name_changed(name))
     }
 }

@@ -1,0 +1,311 @@
+//! What wakes the change feeds (`feed.rs`): the kernel's file notifications, one inotify
+//! descriptor and one thread per process for every store it waits on.
+//!
+//! **What a commit changes on disk.** In WAL mode a commit appends its pages to `<database>-wal`
+//! with `write()` and then publishes them in the WAL index, `<database>-shm`, which every
+//! connection maps into memory. Writes through a mapping raise no inotify event, so `-shm` tells
+//! nothing; the `-wal` append always raises `IN_MODIFY`, whichever process commits (a checkpoint
+//! writes the database file itself, which changes no data). So the directory of each store is
+//! watched (not the files: `-wal` is removed when its last connection closes and made again by the
+//! next, and a removed or replaced database must not leave a watch on a dead inode), and an event
+//! that names the database or its `-wal` makes its feeds look.
+//!
+//! **A look** (`Feed::look`) is one `PRAGMA data_version` on the feed's own connection, and only
+//! when that changed one read transaction of what the feed's waiters watch. The event comes at the
+//! `write()` of the last page, a few microseconds *before* the commit is published, so a look
+//! right after it may find nothing new: the feed looks again [`SETTLE_LOOKS_MS`] after each event
+//! (up to 7 more looks within 127 ms, about 10 µs each), until a look reads a new version; then
+//! once more 2 ms later (two commits close together may raise one event), and no more. A commit
+//! costs each waiting process about three looks.
+//!
+//! **A commit of this process** needs no event: right after it (before the write call returns)
+//! the feeds of this process on the same file look at once ([`committed`]). A waiter in the
+//! same process is woken before its writer's call ends, which also keeps waits deterministic
+//! under a paused tokio clock (the blocking write holds the clock back).
+//!
+//! **The safety look**: every [`FEED_SAFETY_LOOK`] each feed that has waiters looks once anyway,
+//! and lets its slot waits look at their locks: for what no event tells (a notification queue
+//! that overflowed, a directory that cannot be watched, a lock whose thread could not start).
+//! Nothing else wakes this thread: a process whose waiters wait on a quiet store costs one
+//! wake-up a second, whatever the number of waits.
+//!
+//! Events of other files in a watched directory (`/tmp`, say) wake the thread, which reads
+//! their names and makes no look.
+//!
+//! **Judging.** Only directories are watched (`IN_ONLYDIR`), and nothing is ever opened to watch
+//! them: no path another user made can make the feed block, and an event only ever makes a feed
+//! look at its own connection.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+
+use super::feed::Feed;
+
+/// How often a feed with waiters looks although no file event came (see the module
+/// documentation): the longest a change that raised no event (an overflowed queue, a directory
+/// that could not be watched) stays unseen.
+pub const FEED_SAFETY_LOOK: Duration = Duration::from_secs(1);
+
+/// When a feed looks again after an event, in milliseconds after the previous look: the commit
+/// that raised the event is published a few microseconds after it (see the module
+/// documentation), and a writer descheduled in between is covered for 127 ms.
+pub const SETTLE_LOOKS_MS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// The events that may tell of a commit, or of a file replaced or made again.
+fn watch_flags() -> WatchFlags {
+    WatchFlags::MODIFY
+        | WatchFlags::CREATE
+        | WatchFlags::MOVED_TO
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::DELETE
+        | WatchFlags::ONLYDIR
+}
+
+/// A watched store: its directory's watch, the names that concern it, its feed.
+struct Entry {
+    /// `None`: its directory could not be watched (only the safety looks tell).
+    wd: Option<i32>,
+    /// The database's file name and its `-wal`'s.
+    names: [OsString; 2],
+    feed: Weak<Feed>,
+    /// The next settling look and its place in [`SETTLE_LOOKS_MS`].
+    settle: Option<(Instant, usize)>,
+}
+
+/// The process's watcher: one inotify descriptor, one thread.
+struct Watcher {
+    /// `None`: this system gave no inotify descriptor (only the safety looks tell).
+    fd: Option<OwnedFd>,
+    entries: Mutex<Vec<Entry>>,
+}
+
+/// The process's watcher, started at the first wait on any SQLite store.
+static WATCHER: OnceLock<Option<&'static Watcher>> = OnceLock::new();
+
+fn watcher() -> Option<&'static Watcher> {
+    *WATCHER.get_or_init(|| {
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)
+            .map_err(|error| {
+                tracing::warn!(%error, "no inotify descriptor: SQLite waiters learn of changes at the safety look only (every second)");
+            })
+            .ok();
+        let watcher: &'static Watcher = Box::leak(Box::new(Watcher {
+            fd,
+            entries: Mutex::new(Vec::new()),
+        }));
+        match std::thread::Builder::new()
+            .name("vvm-sqlite-feed".into())
+            .spawn(move || watcher.run())
+        {
+            Ok(_) => Some(watcher),
+            Err(error) => {
+                tracing::warn!(%error, "cannot start the SQLite change feed's thread: waiters learn of changes at their own deadlines only");
+                None
+            }
+        }
+    })
+}
+
+/// Makes the process's watcher wake `feed` on the changes of the store at `path` (once per
+/// feed); whether a thread runs to do so.
+pub(super) fn register(path: &Path, feed: Weak<Feed>) -> bool {
+    let Some(watcher) = watcher() else {
+        return false;
+    };
+    let Some(name) = path.file_name() else {
+        return true;
+    };
+    let mut wal = name.to_owned();
+    wal.push("-wal");
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut entries = watcher
+        .entries
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    // Under the lock: a watch removed meanwhile (its last feed gone) is not reused.
+    let wd = watcher.fd.as_ref().and_then(|fd| {
+        inotify::add_watch(fd, dir, watch_flags())
+            .map_err(|error| {
+                tracing::warn!(%error, dir = %dir.display(), "cannot watch the SQLite store's directory: its waiters learn of changes at the safety look only (every second)");
+            })
+            .ok()
+    });
+    entries.push(Entry {
+        wd,
+        names: [name.to_owned(), wal],
+        feed,
+        settle: None,
+    });
+    true
+}
+
+/// A transaction of this process wrote to the store at `path` and committed: the feeds of this
+/// process on that file look now, on the caller's thread (see the module documentation).
+pub(super) fn committed(path: &Path) {
+    let Some(Some(watcher)) = WATCHER.get() else {
+        return;
+    };
+    let feeds: Vec<Arc<Feed>> = {
+        let entries = watcher
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .filter_map(|entry| entry.feed.upgrade())
+            .filter(|feed| feed.path() == path)
+            .collect()
+    };
+    for feed in feeds {
+        feed.look(false);
+    }
+}
+
+impl Watcher {
+    fn run(&self) {
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut next_safety = Instant::now() + FEED_SAFETY_LOOK;
+        loop {
+            let due = self
+                .next_settle()
+                .map_or(next_safety, |at| at.min(next_safety));
+            let timeout = due.saturating_duration_since(Instant::now());
+            let (events, overflowed) = self.wait(timeout, &mut buf);
+            let now = Instant::now();
+            let safety = now >= next_safety;
+            if safety {
+                next_safety = now + FEED_SAFETY_LOOK;
+            }
+            let mut published = Vec::new();
+            for (feed, safety) in self.due(&events, overflowed, safety, now) {
+                if !feed.look(safety) {
+                    published.push(feed);
+                }
+            }
+            self.settle(&published);
+        }
+    }
+
+    /// The feeds in `published` read a new version (or have no waiter): one last settling look
+    /// (a commit whose event merged with the previous one's may still be publishing), then none.
+    fn settle(&self, published: &[Arc<Feed>]) {
+        if published.is_empty() {
+            return;
+        }
+        let last = SETTLE_LOOKS_MS.len() - 1;
+        let at = Instant::now() + Duration::from_millis(SETTLE_LOOKS_MS[1]);
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        for entry in entries.iter_mut() {
+            if published
+                .iter()
+                .any(|feed| std::ptr::eq(entry.feed.as_ptr(), Arc::as_ptr(feed)))
+            {
+                entry.settle = match entry.settle {
+                    Some((_, step)) if step < last => Some((at, last)),
+                    _ => None,
+                };
+            }
+        }
+    }
+
+    /// The earliest settling look.
+    fn next_settle(&self) -> Option<Instant> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .filter_map(|entry| entry.settle.map(|(at, _)| at))
+            .min()
+    }
+
+    /// Waits up to `timeout` for events; the (watch, name) of each, and whether the queue
+    /// overflowed (events were lost).
+    fn wait(
+        &self,
+        timeout: Duration,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+    ) -> (Vec<(i32, OsString)>, bool) {
+        let Some(fd) = &self.fd else {
+            std::thread::sleep(timeout);
+            return (Vec::new(), false);
+        };
+        let timeout = Timespec {
+            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        // An interrupted or failed wait is followed by the reads and the next wait.
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        let mut events = Vec::new();
+        let mut overflowed = false;
+        let mut reader = inotify::Reader::new(fd, buf);
+        // Until `WOULDBLOCK` (all read); any other error: the next wait tells again.
+        while let Ok(event) = reader.next() {
+            if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+                overflowed = true;
+            } else if let Some(name) = event.file_name() {
+                let name = OsString::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
+                if !events.contains(&(event.wd(), name.clone())) {
+                    events.push((event.wd(), name));
+                }
+            }
+        }
+        (events, overflowed)
+    }
+
+    /// The feeds to look now (and whether for the safety look), forgetting those whose store
+    /// is gone and moving each one's settling looks on.
+    fn due(
+        &self,
+        events: &[(i32, OsString)],
+        overflowed: bool,
+        safety: bool,
+        now: Instant,
+    ) -> Vec<(Arc<Feed>, bool)> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut looks = Vec::new();
+        let mut index = 0;
+        while index < entries.len() {
+            let Some(feed) = entries[index].feed.upgrade() else {
+                let gone = entries.swap_remove(index);
+                if let (Some(wd), Some(fd)) = (gone.wd, &self.fd) {
+                    if !entries.iter().any(|entry| entry.wd == Some(wd)) {
+                        let _ = inotify::remove_watch(fd, wd);
+                    }
+                }
+                continue;
+            };
+            let entry = &mut entries[index];
+            index += 1;
+            let told = overflowed
+                || events
+                    .iter()
+                    .any(|(wd, name)| Some(*wd) == entry.wd && entry.names.contains(name));
+            if told {
+                entry.settle = Some((now + Duration::from_millis(SETTLE_LOOKS_MS[0]), 0));
+                looks.push((feed, safety));
+                continue;
+            }
+            match entry.settle {
+                Some((at, step)) if at <= now => {
+                    entry.settle = SETTLE_LOOKS_MS
+                        .get(step + 1)
+                        .map(|ms| (now + Duration::from_millis(*ms), step + 1));
+                    looks.push((feed, safety));
+                }
+                _ if safety => looks.push((feed, true)),
+                _ => {}
+            }
+        }
+        looks
+    }
+}
