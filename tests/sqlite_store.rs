@@ -1019,7 +1019,7 @@ async fn a_version_3_file_is_migrated_keeping_its_records_and_gains_sessions() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(user_version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
     let objects: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'vvm_%' ORDER BY name")
         .unwrap()

@@ -42,10 +42,12 @@ use vvm_runtime::{
 };
 use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 
-use super::feed::FEED_POLL_INTERVAL;
+use super::feed::{FEED_POLL_INTERVAL, LOCK_WATCH_SLOTS_MAX};
+use super::lock::FileId;
 use super::parties::{index, parties};
 use super::record::{self, Now, TxError};
-use super::{SqliteStore, Step};
+use super::session::end_if_dead;
+use super::{transact as in_transaction, SqliteStore, Step};
 
 /// A semaphore's row: its state (`None` once deleted) and the counters of a deleted one.
 struct Row {
@@ -181,6 +183,59 @@ pub(super) fn end_parties(tx: &Transaction<'_>, key: SessionKey) -> Result<(), T
     Ok(())
 }
 
+/// The body of a semaphore's transaction: the row read and decoded, the parties' sessions
+/// judged, the core operation run, and what it decided written.
+fn decide(
+    tx: &Transaction<'_>,
+    now: Now<'_>,
+    session: SessionKey,
+    name: &SemaphoreName,
+    request: &SemaphoreRequest,
+) -> Result<Step<Result<Applied, SemaphoreStoreError>>, TxError> {
+    let row = load(tx, name)?;
+    let counters = row.as_ref().map(|row| row.counters);
+    let floor = row
+        .as_ref()
+        .map_or(0, |row| row.version.max(row.counters.0 .0));
+    let stored = match row.and_then(|row| row.state) {
+        None => None,
+        Some(bytes) => match Semaphore::decode(&bytes) {
+            Ok(state) => Some(state),
+            Err(source) => {
+                return match undecodable(name, source, bytes.len(), floor, request) {
+                    Ok((write, applied)) => {
+                        // Its parties are unknown: the index forgets them all.
+                        tx.prepare_cached(
+                            "DELETE FROM vvm_semaphore_parties WHERE name = ?1",
+                        )?
+                        .execute([name.as_str()])?;
+                        let wrote = store(tx, name, &HashSet::new(), &write)?;
+                        Ok(Step {
+                            result: Ok(applied),
+                            wrote,
+                        })
+                    }
+                    Err(refused) => Ok(Step::read(Err(refused))),
+                };
+            }
+        },
+    };
+    let before = parties(stored.as_ref());
+    let decided = transact(stored, counters, session, name, request.clone(), |key| {
+        session_left(tx, key, now)
+    })?;
+    match decided {
+        Ok((write, applied)) => {
+            let wrote = store(tx, name, &before, &write)?;
+            Ok(Step {
+                result: Ok(applied),
+                wrote,
+            })
+        }
+        Err(refused) => Ok(Step::read(Err(refused))),
+    }
+}
+
 impl SemaphoreStore for SqliteStore {
     async fn semaphore(
         &self,
@@ -190,51 +245,26 @@ impl SemaphoreStore for SqliteStore {
     ) -> Result<Applied, SemaphoreStoreError> {
         self.writable()?;
         let name = name.clone();
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            let row = load(tx, &name)?;
-            let counters = row.as_ref().map(|row| row.counters);
-            let floor = row
-                .as_ref()
-                .map_or(0, |row| row.version.max(row.counters.0 .0));
-            let stored = match row.and_then(|row| row.state) {
-                None => None,
-                Some(bytes) => match Semaphore::decode(&bytes) {
-                    Ok(state) => Some(state),
-                    Err(source) => {
-                        return match undecodable(&name, source, bytes.len(), floor, &request) {
-                            Ok((write, applied)) => {
-                                // Its parties are unknown: the index forgets them all.
-                                tx.prepare_cached(
-                                    "DELETE FROM vvm_semaphore_parties WHERE name = ?1",
-                                )?
-                                .execute([name.as_str()])?;
-                                let wrote = store(tx, &name, &HashSet::new(), &write)?;
-                                Ok(Step {
-                                    result: Ok(applied),
-                                    wrote,
-                                })
-                            }
-                            Err(refused) => Ok(Step::read(Err(refused))),
-                        };
+        // Sessions whose lock the feed saw free (their process is gone): judged first, each
+        // ended with all its holdings and parties (`session.rs`), before the semaphore is read.
+        let suspects = self.shared.feed.suspects();
+        let judging = suspects.clone();
+        let result = self
+            .blocking(move |conn, shared| {
+                in_transaction(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+                    for suspect in &judging {
+                        if *suspect != session {
+                            end_if_dead(tx, shared, *suspect)?;
+                        }
                     }
-                },
-            };
-            let before = parties(stored.as_ref());
-            let decided = transact(stored, counters, session, &name, request.clone(), |key| {
-                session_left(tx, key, now)
-            })?;
-            match decided {
-                Ok((write, applied)) => {
-                    let wrote = store(tx, &name, &before, &write)?;
-                    Ok(Step {
-                        result: Ok(applied),
-                        wrote,
-                    })
-                }
-                Err(refused) => Ok(Step::read(Err(refused))),
-            }
-        })
-        .await?
+                    decide(tx, now, session, &name, &request)
+                })
+            })
+            .await;
+        if result.is_ok() {
+            self.shared.feed.judged(&suspects);
+        }
+        result?
     }
 
     /// One read transaction: the names of the rows with a state, by the table's primary key,
@@ -268,7 +298,15 @@ impl SemaphoreStore for SqliteStore {
         let name = name.clone();
         // Read at the call, not at the first poll: a change right after it is not missed.
         let start = feed.seen(&path, &name);
-        Box::pin(async move {
+        // The sessions owning units, each watched by its lock (`feed.rs`): the kernel tells a
+        // death, which writes nothing to the file.
+        let owners = feed.owner_locks(&path, &name);
+        let deaths = Arc::clone(&self.shared.feed).watch_sessions(
+            &path,
+            &owners,
+            self.shared.sharing,
+        );
+        let polled = async move {
             let mut start = start;
             loop {
                 tokio::time::sleep(FEED_POLL_INTERVAL).await;
@@ -286,6 +324,18 @@ impl SemaphoreStore for SqliteStore {
                     None => {}
                 }
             }
+        };
+        Box::pin(async move {
+            use std::future::Future;
+            let mut polled = std::pin::pin!(polled);
+            let mut deaths = std::pin::pin!(deaths);
+            std::future::poll_fn(|cx| {
+                match polled.as_mut().poll(cx).is_ready() || deaths.as_mut().poll(cx).is_ready() {
+                    true => std::task::Poll::Ready(()),
+                    false => std::task::Poll::Pending,
+                }
+            })
+            .await;
         })
     }
 }
@@ -330,6 +380,54 @@ impl SemaphoreFeed {
             conn.prepare_cached("PRAGMA data_version")?
                 .query_row([], |row| row.get(0))
         })
+    }
+
+    /// The sessions owning units of `name` that name a lock file (see `lock.rs`), with that
+    /// file, from one read transaction; none on any error (their deaths are then learnt at
+    /// their expiry).
+    fn owner_locks(&self, path: &Path, name: &SemaphoreName) -> Vec<(SessionKey, FileId)> {
+        self.with(path, |conn| {
+            let tx = conn.unchecked_transaction()?;
+            let state: Option<Vec<u8>> = tx
+                .prepare_cached("SELECT state FROM vvm_semaphores WHERE name = ?1")?
+                .query_row([name.as_str()], |row| {
+                    Ok(match row.get_ref(0)? {
+                        ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Some(bytes.to_vec()),
+                        _ => None,
+                    })
+                })
+                .optional()?
+                .flatten();
+            let Some(state) = state.and_then(|bytes| Semaphore::decode(&bytes).ok()) else {
+                return Ok(Vec::new());
+            };
+            let owners: HashSet<SessionKey> =
+                state.owners().iter().map(|owner| owner.session).collect();
+            let mut named = Vec::with_capacity(owners.len());
+            let mut statement = tx.prepare_cached(
+                "SELECT lock_dev, lock_ino FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2",
+            )?;
+            for owner in owners.into_iter().take(LOCK_WATCH_SLOTS_MAX) {
+                let columns = statement
+                    .query_row(record::session_columns(owner), |row| {
+                        let int = |index: usize| -> rusqlite::Result<Option<i64>> {
+                            Ok(match row.get_ref(index)? {
+                                ValueRef::Integer(i) => Some(i),
+                                _ => None,
+                            })
+                        };
+                        Ok((int(0)?, int(1)?))
+                    })
+                    .optional()?;
+                if let Some(id) = columns.and_then(|(dev, ino)| FileId::from_columns(dev, ino)) {
+                    named.push((owner, id));
+                }
+            }
+            drop(statement);
+            tx.finish()?;
+            Ok(named)
+        })
+        .unwrap_or_default()
     }
 
     /// The file's version and the row version of `name` (`None`: no row), from one read

@@ -61,12 +61,14 @@
 
 use std::time::Duration;
 
+use rusqlite::types::ValueRef;
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior};
 use vvm_core::{Revision, SessionKey, Slot};
 use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError, ValueError};
 
+use super::lock::{self, FileId};
 use super::record::{self, Judged, Now, Row, Stored, TxError};
-use super::{SqliteStore, SqliteStoreError, Step};
+use super::{transact, Shared, SqliteStore, SqliteStoreError, Step};
 
 /// Most dead sessions (another boot's, or expired) a create removes with their holdings, besides
 /// a dead row under its own key: dead rows never pile up while sessions are created, and no
@@ -149,9 +151,65 @@ fn sweep(tx: &Transaction<'_>, now: Now<'_>) -> Result<(), TxError> {
     Ok(())
 }
 
+/// The lock file the session row of `key` names (see `lock.rs`), if any.
+fn lock_of(tx: &Transaction<'_>, key: SessionKey) -> Result<Option<FileId>, TxError> {
+    let columns: Option<(Option<i64>, Option<i64>)> = tx
+        .prepare_cached("SELECT lock_dev, lock_ino FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2")?
+        .query_row(record::session_columns(key), |row| {
+            // A value of another type names nothing.
+            let int = |index: usize| -> rusqlite::Result<Option<i64>> {
+                Ok(match row.get_ref(index)? {
+                    ValueRef::Integer(i) => Some(i),
+                    _ => None,
+                })
+            };
+            Ok((int(0)?, int(1)?))
+        })
+        .optional()?;
+    Ok(columns.and_then(|(dev, ino)| FileId::from_columns(dev, ino)))
+}
+
+/// Ends the session `key` of another process when the kernel tells that process gone: its row
+/// names a lock file, and a shared lock on that very file, still linked at the session's lock
+/// path, is obtained ([`lock::take_named`]) — no process holds its exclusive lock, neither the
+/// session's nor anything that inherited the descriptor. Then, in the caller's transaction, the
+/// row, every holding and every semaphore party of the session go together (as
+/// `delete_session` does: one transaction per session, whatever the number of holdings), and the
+/// lock file is removed. Whether it ended the session. Blocking: a few file system calls, made
+/// only when the row names a lock.
+pub(super) fn end_if_dead(
+    tx: &Transaction<'_>,
+    shared: &Shared,
+    key: SessionKey,
+) -> Result<bool, TxError> {
+    let Some(named) = lock_of(tx, key)? else {
+        return Ok(false);
+    };
+    let path = lock::session_path(&shared.path, key);
+    let Some(lock) = lock::take_named(&path, named, shared.sharing) else {
+        return Ok(false);
+    };
+    end(tx, record::session_columns(key))?;
+    super::semaphore::end_parties(tx, key)?;
+    // Removed while locked: a transaction rolled back after this leaves a row naming a file that
+    // is gone, which then ends at its expiry, as a session naming no lock.
+    lock::remove(&path);
+    drop(lock);
+    tracing::info!(session = %key, "session ended at once: its lock was free, so its process is gone");
+    Ok(true)
+}
+
+/// Lets go of this process's lock of the session `key` (and removes its file) once the session
+/// is known to be over: deleted, or its row found absent.
+fn let_go(shared: &Shared, key: SessionKey) {
+    lock::registry().let_go_session(&lock::session_path(&shared.path, key));
+}
+
 impl SessionStore for SqliteStore {
     /// One transaction: a dead row under `key` is replaced, its holdings deleted with it (they
-    /// must not live again with the new session), and a few other dead sessions are swept.
+    /// must not live again with the new session), and a few other dead sessions are swept. The
+    /// session's lock is taken first (see `lock.rs`) and the row names it; an untrusted or
+    /// unlockable lock file fails the create with a typed error, before anything is written.
     async fn create_session(
         &self,
         key: SessionKey,
@@ -160,32 +218,61 @@ impl SessionStore for SqliteStore {
     ) -> Result<Option<Revision>, StoreError> {
         self.writable()?;
         let bytes = value.encode().into_bytes();
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            if let Judged::Live(..) = load(tx, key, now)? {
-                return Ok(Step::read(None));
+        self.blocking(move |conn, shared| {
+            let path = lock::session_path(&shared.path, key);
+            // Kept across the transaction, as an insert keeps it (never taken inside one).
+            let mut registry = lock::registry();
+            let held = registry.held(&path);
+            let fresh = match held {
+                Some(_) => None,
+                None => Some(
+                    lock::lock_session(&registry, &path, shared.sharing)
+                        .map_err(StoreError::failed)?,
+                ),
+            };
+            let named = held.or(fresh.as_ref().map(|lock| lock.id));
+            let result = transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+                if let Judged::Live(..) = load(tx, key, now)? {
+                    return Ok(Step::read(None));
+                }
+                let columns = record::session_columns(key);
+                end(tx, columns)?;
+                sweep(tx, now)?;
+                let revision = record::next_revision(tx)?;
+                tx.prepare_cached(
+                    "INSERT INTO vvm_sessions \
+                     (incarnation, id, value, revision, boot_id, expires_ns, lock_dev, lock_ino) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?
+                .execute((
+                    columns.0,
+                    columns.1,
+                    &bytes,
+                    record::revision_column(revision),
+                    now.boot_id,
+                    record::expiry_ns(now.ns, ttl),
+                    named.map(|id| id.to_columns().0),
+                    named.map(|id| id.to_columns().1),
+                ))?;
+                Ok(Step::wrote(Some(revision)))
+            });
+            match &result {
+                // Written, or perhaps written: the row names the lock, kept for the session's life.
+                Ok(Some(_)) | Err(StoreError::Unknown { .. }) => registry.keep_session(&path, fresh),
+                // Nothing written: a lock taken for this create goes with its file.
+                Ok(None) | Err(_) => {
+                    if fresh.is_some() {
+                        lock::remove(&path);
+                    }
+                }
             }
-            let columns = record::session_columns(key);
-            end(tx, columns)?;
-            sweep(tx, now)?;
-            let revision = record::next_revision(tx)?;
-            tx.prepare_cached(
-                "INSERT INTO vvm_sessions (incarnation, id, value, revision, boot_id, expires_ns) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute((
-                columns.0,
-                columns.1,
-                &bytes,
-                record::revision_column(revision),
-                now.boot_id,
-                record::expiry_ns(now.ns, ttl),
-            ))?;
-            Ok(Step::wrote(Some(revision)))
+            result
         })
         .await
     }
 
-    /// Moves the session row's expiry only: the revision stays, and no holding is written.
+    /// Moves the session row's expiry only: the revision stays, and no holding is written. A
+    /// session found absent is over: this process lets go of its lock.
     async fn keep_alive(
         &self,
         key: SessionKey,
@@ -193,41 +280,54 @@ impl SessionStore for SqliteStore {
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
         self.writable()?;
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            match load(tx, key, now)? {
-                Judged::Live(stored, _) if ours(key, &stored, expected) => {
-                    let (incarnation, id) = record::session_columns(key);
-                    tx.prepare_cached(
-                        "UPDATE vvm_sessions SET expires_ns = ?3 WHERE incarnation = ?1 AND id = ?2",
-                    )?
-                    .execute((incarnation, id, record::expiry_ns(now.ns, ttl)))?;
-                    Ok(Step::wrote(Some(expected)))
+        let (kept, absent) = self
+            .transact(TransactionBehavior::Immediate, move |tx, now| {
+                match load(tx, key, now)? {
+                    Judged::Live(stored, _) if ours(key, &stored, expected) => {
+                        let (incarnation, id) = record::session_columns(key);
+                        tx.prepare_cached(
+                            "UPDATE vvm_sessions SET expires_ns = ?3 WHERE incarnation = ?1 AND id = ?2",
+                        )?
+                        .execute((incarnation, id, record::expiry_ns(now.ns, ttl)))?;
+                        Ok(Step::wrote((Some(expected), false)))
+                    }
+                    Judged::Live(..) => Ok(Step::read((None, false))),
+                    Judged::Absent => Ok(Step::read((None, true))),
                 }
-                _ => Ok(Step::read(None)),
-            }
-        })
-        .await
+            })
+            .await?;
+        if absent {
+            let_go(&self.shared, key);
+        }
+        Ok(kept)
     }
 
     /// Deletes the row and every holding of the session in the same transaction: every
-    /// waiter of those slots sees them deleted, as after a release.
+    /// waiter of those slots sees them deleted, as after a release. Then this process lets go
+    /// of the session's lock (also when the row was found absent already).
     async fn delete_session(
         &self,
         key: SessionKey,
         expected: Revision,
     ) -> Result<bool, StoreError> {
         self.writable()?;
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            match load(tx, key, now)? {
-                Judged::Live(stored, _) if ours(key, &stored, expected) => {
-                    end(tx, record::session_columns(key))?;
-                    super::semaphore::end_parties(tx, key)?;
-                    Ok(Step::wrote(true))
+        let (deleted, over) = self
+            .transact(TransactionBehavior::Immediate, move |tx, now| {
+                match load(tx, key, now)? {
+                    Judged::Live(stored, _) if ours(key, &stored, expected) => {
+                        end(tx, record::session_columns(key))?;
+                        super::semaphore::end_parties(tx, key)?;
+                        Ok(Step::wrote((true, true)))
+                    }
+                    Judged::Live(..) => Ok(Step::read((false, false))),
+                    Judged::Absent => Ok(Step::read((false, true))),
                 }
-                _ => Ok(Step::read(false)),
-            }
-        })
-        .await
+            })
+            .await?;
+        if over {
+            let_go(&self.shared, key);
+        }
+        Ok(deleted)
     }
 
     async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {
@@ -242,29 +342,38 @@ impl SessionStore for SqliteStore {
     }
 
     /// One transaction: the session judged live, then the slot judged free, then the holding
-    /// written. A slot whose live record is a holding of this session answers its revision.
+    /// written. A slot whose live record is a holding of this session answers its revision; a
+    /// live holding of another session whose process is gone by its lock ends that session
+    /// ([`end_if_dead`]) and is taken.
     async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
         self.writable()?;
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            let session = match load(tx, key, now)? {
-                Judged::Absent => return Ok(Step::read(Acquired::SessionGone)),
-                Judged::Live(stored, _) => stored,
-            };
-            // The holding carries the session's value: an unreadable one is not copied.
-            read(key, &session)?;
-            match record::load(tx, slot, now)? {
-                Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
-                    Some(holder) if holder == key => {
-                        Ok(Step::read(Acquired::Written(stored.lease(slot)?.revision)))
-                    }
-                    _ => Ok(Step::read(Acquired::Held)),
-                },
-                Judged::Absent => {
-                    let bytes = session.bytes().unwrap_or_default();
-                    let revision = record::write_holding(tx, slot, bytes, key, now)?;
-                    Ok(Step::wrote(Acquired::Written(revision)))
+        self.blocking(move |conn, shared| {
+            transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+                let session = match load(tx, key, now)? {
+                    Judged::Absent => return Ok(Step::read(Acquired::SessionGone)),
+                    Judged::Live(stored, _) => stored,
+                };
+                // The holding carries the session's value: an unreadable one is not copied.
+                read(key, &session)?;
+                let free = match record::load(tx, slot, now)? {
+                    Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
+                        Some(holder) if holder == key => {
+                            return Ok(Step::read(Acquired::Written(
+                                stored.lease(slot)?.revision,
+                            )))
+                        }
+                        Some(holder) => end_if_dead(tx, shared, holder)?,
+                        None => false,
+                    },
+                    Judged::Absent => true,
+                };
+                if !free {
+                    return Ok(Step::read(Acquired::Held));
                 }
-            }
+                let bytes = session.bytes().unwrap_or_default();
+                let revision = record::write_holding(tx, slot, bytes, key, now)?;
+                Ok(Step::wrote(Acquired::Written(revision)))
+            })
         })
         .await
     }
