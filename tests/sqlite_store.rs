@@ -1557,3 +1557,60 @@ async fn an_untrusted_session_lock_file_refuses_the_session_and_never_hangs() {
     assert!(store.delete_session(session(4), opened).await.unwrap());
     assert!(!own.exists(), "the ended session's lock file is removed");
 }
+
+// covers: Sq.SessionLock, Sq.SessionsSchema
+/// A file of schema version 6 (sessions without a lock file) is migrated in place: its live
+/// session stays live and names no lock (it ends at its expiry only, as before), and a session
+/// created afterwards names its lock.
+#[tokio::test]
+async fn a_version_6_file_is_migrated_and_its_sessions_name_no_lock() {
+    let dir = ScratchDir::new("vvm-sqlite-v6");
+    let path = dir.file("leases.sqlite");
+    let store = SqliteStore::open(&path).unwrap();
+    let old = store
+        .create_session(session(1), &value(1), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("created");
+    assert!(matches!(
+        store.acquire(Slot(1), session(1)).await.unwrap(),
+        Acquired::Written(_)
+    ));
+    drop(store);
+    raw(&path)
+        .execute_batch(
+            "ALTER TABLE vvm_sessions DROP COLUMN lock_dev; \
+             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; PRAGMA user_version = 6;",
+        )
+        .unwrap();
+
+    let store = SqliteStore::open(&path).unwrap();
+    let named = |n: u64| -> (Option<i64>, Option<i64>) {
+        raw(&path)
+            .query_row(
+                "SELECT lock_dev, lock_ino FROM vvm_sessions WHERE incarnation = ?1",
+                [n as i64],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap()
+    };
+    assert_eq!(named(1), (None, None), "a version-6 session names no lock");
+    assert_eq!(
+        store.get_session(session(1)).await.unwrap().map(|r| r.revision),
+        Some(old)
+    );
+    assert_eq!(
+        store.keep_alive(session(1), old, LONG_TTL).await,
+        Ok(Some(old))
+    );
+    store
+        .create_session(session(2), &value(2), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("created");
+    assert!(matches!(named(2), (Some(_), Some(_))), "a new session names its lock");
+    let user_version: i32 = raw(&path)
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(user_version, SCHEMA_VERSION);
+}

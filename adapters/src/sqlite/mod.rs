@@ -75,8 +75,9 @@
 //! row that names its session and is judged by the session's row in the same statement that
 //! reads it, so it is live exactly while the session is, for every operation and reader. A
 //! keepalive writes the session's row only; ending a session deletes its holdings in the same
-//! transaction. Sessions are judged by their expiry only: the dead-holder lock does not apply
-//! to them (why: `session.rs`).
+//! transaction. A session has one lock file of its own, held by its process for the session's
+//! life: a session whose lock is free is ended at once, with all its holdings and semaphore
+//! units, in one transaction (`session.rs`).
 //!
 //! **Semaphores** (`semaphore.rs`): the store is a
 //! [`SemaphoreStore`](vvm_runtime::SemaphoreStore). One row per name holds the encoded state;

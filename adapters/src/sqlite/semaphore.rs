@@ -6,6 +6,12 @@
 //! | `semaphore` | judge the caller's session row; read and decode the semaphore's row; judge the session row of every party, removing those of dead sessions; run the core operation ([`transact`]); write the row back with a new `version` from the store's counter when anything changed (a delete keeps the row with `state` `NULL` and the counters) |
 //! | `delete_session` (`session.rs`) | besides the session's row and holdings: every semaphore the index names for the session, that party removed as by its expiry |
 //!
+//! **Dead owners**: a semaphore transaction first judges the sessions whose lock the store's feed
+//! saw free (`session.rs`, `feed.rs`): each whose process is gone is ended with all its
+//! holdings and parties in that transaction. A queued acquire's change future
+//! ([`SemaphoreStore::semaphore_changed`]) watches the locks of the sessions owning units besides
+//! the file's version, so a SIGKILLed owner's units pass on at once, not at its session's expiry.
+//!
 //! **The parties' index** (`vvm_semaphore_parties`, schema version 6): one row per session and
 //! semaphore it is a party of, written with the semaphore's row in the same transaction (the
 //! parties that left deleted, those that joined inserted), so it always names exactly the

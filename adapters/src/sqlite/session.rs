@@ -5,8 +5,8 @@
 //! a value, a revision and an expiry judged exactly like a slot record's: by the store's clock
 //! (by default `CLOCK_BOOTTIME` and the boot id), read under the write lock. A holding is the
 //! slot's row in `vvm_leases` with `session_incarnation` and `session_id` set: it carries the
-//! session's value and its own revision, names no lock file, and its own expiry columns are
-//! unused. Every read of a slot (`record::load`, used by every
+//! session's value and its own revision, names no lock file of its own (its session's guards it),
+//! and its own expiry columns are unused. Every read of a slot (`record::load`, used by every
 //! [`LeaseStore`](vvm_runtime::LeaseStore) operation) joins
 //! the session row in the same statement and judges a holding by it, so a holding is live
 //! exactly while its session is — its time left is the session's — and an expired or deleted
@@ -14,11 +14,11 @@
 //!
 //! | operation | one `BEGIN IMMEDIATE` transaction (`get_session`: one read transaction) |
 //! |---|---|
-//! | `create_session` | read the row; if live: nothing. Else delete the dead row of the key and its holdings, remove up to [`SWEEP_SESSIONS_MAX`] other dead sessions with theirs, take a revision from the counter, insert the row |
+//! | `create_session` | (the session's lock taken first, outside the transaction) read the row; if live: nothing. Else delete the dead row of the key and its holdings, remove up to [`SWEEP_SESSIONS_MAX`] other dead sessions with theirs, take a revision from the counter, insert the row naming the lock |
 //! | `keep_alive` | read the row; if live at `expected`: update its expiry (the revision stays) |
 //! | `delete_session` | read the row; if live at `expected`: delete its holdings and the row, and remove its parties from every semaphore (`semaphore.rs`) |
 //! | `get_session` | read the row |
-//! | `acquire` | read the session row; if not live: `SessionGone`. Read the slot (as `get`): live and a holding of this session → its revision; live otherwise → `Held`; else write the holding with a revision from the counter |
+//! | `acquire` | read the session row; if not live: `SessionGone`. Read the slot (as `get`): live and a holding of this session → its revision; a holding of another session whose lock is free → that session ended ([`end_if_dead`]) and the holding written; live otherwise → `Held`; else write the holding with a revision from the counter |
 //!
 //! **Costs.** A keepalive updates the session's row only, O(1) whatever the number of holdings:
 //! the holdings' rows are not written, so a waiter's change feed, which compares the holders
@@ -37,27 +37,29 @@
 //! it with a slot record of its own TTL, and an insert on a slot whose holding is dead replaces
 //! it.
 //!
-//! **Expiry only: no kernel-lock fast path.** A slot record's holder is known dead at once by
-//! its free slot lock (`lock.rs`); a session is judged by its expiry only, and a holding is never
-//! taken early, even when the slot's lock file is free (a holding names none). Why:
-//! - what may act under a holding is the session's process and whatever it started. The slot
-//!   locks reach the supervised command because `vvm run` lets its children inherit them
-//!   ([`let_children_inherit_slot_locks`](super::let_children_inherit_slot_locks)) before it
-//!   starts its supervisor; no such hand-over exists for sessions, whose runtime lives outside
-//!   the store. A free session lock would then not prove that nothing acts under the holdings,
-//!   which is the whole soundness argument of the fast path;
-//! - lock files are one per slot, created on first use and never removed (removing one races
-//!   with another process's identity check). Session keys are never reused (an incarnation per
-//!   process start), so a lock file per session would leave one file per session ever opened
-//!   next to the database;
-//! - a free session lock would have to end the whole session from another process, and the
-//!   change feed would have to watch, for each watched slot, the lock of the session holding it.
+//! **A dead process's session ends at once** (`Sq.SessionLock`, `lock.rs`): the kernel knows
+//! when the session's process died, as it knows for a slot's holder. A session has one lock file
+//! (`<database>.session-<incarnation>-<id>.lock`: one per session, not per holding), locked
+//! exclusively by its process from `create_session` for the session's whole life and named by
+//! the session's row (`lock_dev`, `lock_ino`). `vvm run` hands it, with the slot locks, to the
+//! supervisor of its command
+//! ([`let_children_inherit_slot_locks`](super::let_children_inherit_slot_locks)), which keeps it
+//! until the command's whole tree is gone: a free lock proves that nothing that could act under
+//! the session's holdings is left. The process lets go of it, and removes the file, when the
+//! session is over (deleted, or its row found absent): session keys are never reused, so no file
+//! per session ever opened is left behind, and nobody else ever uses the path.
 //!
-//! So a candidate waiting on a holding of a dead session tries again at the session's expiry
-//! (the time left an insert reports), as for a stopped holder of a slot record. For the same
-//! reason, and to keep the acquire one read-judge-write, an acquire does not take the slot lock
-//! either: a slot record whose holder died blocks an acquire until the record's expiry (an
-//! insert takes it at once).
+//! Another process that obtains a shared lock on the very file a live session's row names, still
+//! linked at its path ([`end_if_dead`]), ends that session in its own transaction — the row,
+//! every holding and every semaphore party, as `delete_session` does: one transaction per
+//! session, whatever the number of holdings. An `acquire` or an insert meeting a holding of
+//! another session judges that session so; a semaphore transaction judges the sessions its
+//! store's feed saw free (`semaphore.rs`). Waiters are woken by the kernel: the change feed
+//! blocks on the lock of the session holding a watched slot, and a queued semaphore acquire on
+//! the locks of the sessions owning units (`feed.rs`). A stopped or hung process keeps its lock,
+//! and a session naming no lock (created by a version-6 program, or its lock file removed or
+//! replaced) is judged by its expiry only: the TTL stays the bound that never depends on the
+//! lock.
 
 use std::time::Duration;
 
