@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior};
-use vvm_core::{Revision, SessionKey, Slot};
+use vvm_core::{Incarnation, Revision, SessionId, SessionKey, Slot};
 use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError, ValueError};
 
 use super::lock::{self, FileId};
@@ -134,8 +134,9 @@ fn end(tx: &Transaction<'_>, key: (i64, i64)) -> Result<(), TxError> {
 }
 
 /// Removes up to [`SWEEP_SESSIONS_MAX`] dead sessions — of another boot, or expired — with
-/// their holdings. A row whose liveness cannot be told is left alone.
-fn sweep(tx: &Transaction<'_>, now: Now<'_>) -> Result<(), TxError> {
+/// their holdings, and the lock file of each whose lock is free (its process died without
+/// ending it). A row whose liveness cannot be told is left alone.
+fn sweep(tx: &Transaction<'_>, shared: &Shared, now: Now<'_>) -> Result<(), TxError> {
     let dead: Vec<(i64, i64)> = tx
         .prepare_cached(
             "SELECT incarnation, id FROM vvm_sessions \
@@ -147,8 +148,19 @@ fn sweep(tx: &Transaction<'_>, now: Now<'_>) -> Result<(), TxError> {
             Ok((row.get(0)?, row.get(1)?))
         })?
         .collect::<Result<_, _>>()?;
-    for key in dead {
-        end(tx, key)?;
+    for columns in dead {
+        let key = SessionKey {
+            incarnation: Incarnation(u64::from_ne_bytes(columns.0.to_ne_bytes())),
+            id: SessionId(u64::from_ne_bytes(columns.1.to_ne_bytes())),
+        };
+        if let Some(named) = lock_of(tx, key)? {
+            let path = lock::session_path(&shared.path, key);
+            if let Some(lock) = lock::take_named(&path, named, shared.sharing) {
+                lock::remove(&path);
+                drop(lock);
+            }
+        }
+        end(tx, columns)?;
     }
     Ok(())
 }
@@ -239,7 +251,7 @@ impl SessionStore for SqliteStore {
                 }
                 let columns = record::session_columns(key);
                 end(tx, columns)?;
-                sweep(tx, now)?;
+                sweep(tx, shared, now)?;
                 let revision = record::next_revision(tx)?;
                 tx.prepare_cached(
                     "INSERT INTO vvm_sessions \
