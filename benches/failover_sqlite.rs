@@ -180,7 +180,7 @@ fn spawn_tree(dir: &Path, address: &str, store: &str, extra: &[&str]) -> Child {
         .current_dir(dir)
         .args(["--log-level", "warn", "run", "--store", store])
         .args(extra)
-        .args(["--slots", "1", "--address", address, "--lease", "2s"])
+        .args(["--address", address, "--lease", "2s"])
         .args([
             "--acquire",
             "600s",
@@ -249,7 +249,7 @@ fn tree(mode: &str, index: usize, etcd: Option<&str>) -> Duration {
     };
     let extra: &[&str] = match mode {
         "semaphore-tree-kill" => &["--semaphore", "work", "--limit", "1"],
-        _ => &[],
+        _ => &["--slots", "1"],
     };
     let mut holder = spawn_tree(&dir, "holder", &store, extra);
     wait_revisions(&log, 1);
@@ -275,7 +275,8 @@ fn run(mode: &str, index: usize, state: &mut u64, etcd: Option<&str>) -> Duratio
     if mode == "fresh" {
         return fresh(index);
     }
-    if mode.starts_with("tree-") || mode.starts_with("etcd-tree-") || mode.starts_with("semaphore-") {
+    if mode.starts_with("tree-") || mode.starts_with("etcd-tree-") || mode.starts_with("semaphore-")
+    {
         return tree(mode, index, etcd);
     }
     let dir = scratch(index);

@@ -422,7 +422,10 @@ fn a_killed_semaphore_holder_lets_the_queued_command_start_at_once_on_sqlite() {
     wait_until(&dir, "the second command started", || starts(&log) == 2);
     let waited = Duration::from_nanos((start_of(2).unwrap() - killed_ns) as u64);
     eprintln!("SIGKILL of vvm -> the queued command started after {waited:?}");
-    assert!(waited < BOUND, "the queued command started {waited:?} after the SIGKILL of vvm");
+    assert!(
+        waited < BOUND,
+        "the queued command started {waited:?} after the SIGKILL of vvm"
+    );
 
     let mut third = runner_with_lease(&store, &log, 3, LEASE);
     wait_until(&dir, "the third run queued", || waiters(&store) == 1);
@@ -439,7 +442,10 @@ fn a_killed_semaphore_holder_lets_the_queued_command_start_at_once_on_sqlite() {
     wait_until(&dir, "the third command started", || starts(&log) == 3);
     let waited = Duration::from_nanos((start_of(3).unwrap() - killed_ns) as u64);
     eprintln!("SIGKILL of the whole tree -> the queued command started after {waited:?}");
-    assert!(waited < BOUND, "the queued command started {waited:?} after the SIGKILL of the tree");
+    assert!(
+        waited < BOUND,
+        "the queued command started {waited:?} after the SIGKILL of the tree"
+    );
     assert_eq!(signal_and_wait(&mut third.0, Signal::TERM, WAIT), Some(0));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -219,7 +219,7 @@ async fn a_version_5_file_is_migrated_and_its_parties_indexed() {
             "DROP TABLE vvm_semaphore_parties; ALTER TABLE vvm_sessions DROP COLUMN lock_dev; \
              ALTER TABLE vvm_sessions DROP COLUMN lock_ino; PRAGMA user_version = 5;",
         )
-            .expect("made a version-5 file");
+        .expect("made a version-5 file");
     }
     let store = SqliteStore::open(&path).expect("migrated");
     assert_eq!(

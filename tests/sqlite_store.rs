@@ -1438,7 +1438,11 @@ fn a_killed_session_holders_holdings_and_units_are_taken_at_once() {
             })
             .count()
     };
-    assert_eq!(lock_files(), 1, "one lock file for the session, none per holding");
+    assert_eq!(
+        lock_files(),
+        1,
+        "one lock file for the session, none per holding"
+    );
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1446,7 +1450,11 @@ fn a_killed_session_holders_holdings_and_units_are_taken_at_once() {
         .unwrap();
     runtime.block_on(async {
         let store = SqliteStore::open(&path).unwrap();
-        let holding = store.get(Slot(1)).await.unwrap().expect("held by the child");
+        let holding = store
+            .get(Slot(1))
+            .await
+            .unwrap()
+            .expect("held by the child");
         assert_eq!(holding.value, value(1));
         // Alive: its lock is held, and the holding is refused with the session's time left.
         let refused = store
@@ -1480,7 +1488,9 @@ fn a_killed_session_holders_holdings_and_units_are_taken_at_once() {
         assert_eq!(count("SELECT count(*) FROM vvm_semaphore_parties"), 0);
         assert_eq!(store.get(Slot(CHILD_HOLDINGS)).await.unwrap(), None);
         assert_eq!(lock_files(), 0, "the dead session's lock file is removed");
-        eprintln!("a killed session's {CHILD_HOLDINGS} holdings were taken {waited:?} after the kill");
+        eprintln!(
+            "a killed session's {CHILD_HOLDINGS} holdings were taken {waited:?} after the kill"
+        );
     });
 }
 
@@ -1522,7 +1532,13 @@ async fn an_untrusted_session_lock_file_refuses_the_session_and_never_hangs() {
     for (n, expected) in [
         (1, Untrusted::NotAFile),
         (2, Untrusted::Symlink),
-        (3, Untrusted::OtherOwner { owner: 65_534, user: 0 }),
+        (
+            3,
+            Untrusted::OtherOwner {
+                owner: 65_534,
+                user: 0,
+            },
+        ),
     ] {
         if n == 3 && !is_root {
             continue;
@@ -1545,7 +1561,10 @@ async fn an_untrusted_session_lock_file_refuses_the_session_and_never_hangs() {
         }
         assert_eq!(store.get_session(session(n)).await.unwrap(), None);
     }
-    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
     // This user's own file, made before: used, and removed when the session ends.
     let own = lock_path(4);
     std::fs::write(&own, b"").unwrap();
@@ -1596,7 +1615,11 @@ async fn a_version_6_file_is_migrated_and_its_sessions_name_no_lock() {
     };
     assert_eq!(named(1), (None, None), "a version-6 session names no lock");
     assert_eq!(
-        store.get_session(session(1)).await.unwrap().map(|r| r.revision),
+        store
+            .get_session(session(1))
+            .await
+            .unwrap()
+            .map(|r| r.revision),
         Some(old)
     );
     assert_eq!(
@@ -1608,7 +1631,10 @@ async fn a_version_6_file_is_migrated_and_its_sessions_name_no_lock() {
         .await
         .unwrap()
         .expect("created");
-    assert!(matches!(named(2), (Some(_), Some(_))), "a new session names its lock");
+    assert!(
+        matches!(named(2), (Some(_), Some(_))),
+        "a new session names its lock"
+    );
     let user_version: i32 = raw(&path)
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();

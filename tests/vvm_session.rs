@@ -550,10 +550,14 @@ fn a_killed_vvm_on_a_session_lets_the_waiting_one_lead_at_once_on_sqlite() {
         let killer = KillerThread::new(recorder.clone());
         let journal = Journal::default();
         let launched = tokio::spawn(
-            Vvm::provide_on_session(one_slot("10.0.0.2:7000"), store.clone(), worker("w", &journal))
-                .unwrap()
-                .with_killer(killer.clone())
-                .launch(),
+            Vvm::provide_on_session(
+                one_slot("10.0.0.2:7000"),
+                store.clone(),
+                worker("w", &journal),
+            )
+            .unwrap()
+            .with_killer(killer.clone())
+            .launch(),
         );
         // Waiting: the child's holding refuses it.
         tokio::time::sleep(Duration::from_millis(500)).await;

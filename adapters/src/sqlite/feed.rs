@@ -45,10 +45,11 @@ use std::time::Duration;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
-use vvm_core::{Incarnation, SessionId, SessionKey, Slot};
+use vvm_core::{SessionKey, Slot};
 
 use super::file::Sharing;
 use super::lock::{self, FileId, LockWatch};
+use super::record;
 
 /// How often a waiting candidate looks at `PRAGMA data_version`: the latency it adds to a
 /// change that no lock tells of (a hand-off or a death is told by the lock thread at once) is
@@ -242,10 +243,7 @@ impl Feed {
                     let lock = FileId::from_columns(integer(3), integer(4));
                     let revision = integer(2).unwrap_or(-1);
                     let session = match (integer(5), integer(6)) {
-                        (Some(incarnation), Some(id)) => Some(SessionKey {
-                            incarnation: Incarnation(u64::from_ne_bytes(incarnation.to_ne_bytes())),
-                            id: SessionId(u64::from_ne_bytes(id.to_ne_bytes())),
-                        }),
+                        (Some(incarnation), Some(id)) => Some(record::session_key(incarnation, id)),
                         _ => None,
                     };
                     Ok((row.get::<_, i64>(0)?, value, revision, lock, session))
@@ -472,7 +470,9 @@ impl Feed {
         // only its session's process makes it).
         if let Some(seen) = start.as_ref() {
             for record in seen.named.iter().take(LOCK_WATCH_SLOTS_MAX) {
-                let Some(session) = record.session else { continue };
+                let Some(session) = record.session else {
+                    continue;
+                };
                 let path = lock::session_path(&path, session);
                 if let Some(watch) = LockWatch::new(&path, sharing, false) {
                     locks.push(Watched {

@@ -178,10 +178,7 @@ pub(crate) fn path(database: &Path, slot: Slot) -> PathBuf {
 /// The lock file of the session `key` of the database at `database`.
 pub(crate) fn session_path(database: &Path, key: SessionKey) -> PathBuf {
     let mut name = database.as_os_str().to_owned();
-    name.push(format!(
-        ".session-{}-{}.lock",
-        key.incarnation.0, key.id.0
-    ));
+    name.push(format!(".session-{}-{}.lock", key.incarnation.0, key.id.0));
     PathBuf::from(name)
 }
 
@@ -347,13 +344,12 @@ pub(crate) fn lock_session(
     path: &Path,
     sharing: Sharing,
 ) -> Result<SlotLock, SqliteStoreError> {
-    let refused = |why: &'static str, source: Option<std::io::Error>| {
-        SqliteStoreError::SessionLock {
+    let refused =
+        |why: &'static str, source: Option<std::io::Error>| SqliteStoreError::SessionLock {
             path: path.to_owned(),
             why,
             source,
-        }
-    };
+        };
     if registry.full() {
         return Err(refused("this process holds the most locks it may", None));
     }

@@ -211,10 +211,8 @@ fn decide(
                 return match undecodable(name, source, bytes.len(), floor, request) {
                     Ok((write, applied)) => {
                         // Its parties are unknown: the index forgets them all.
-                        tx.prepare_cached(
-                            "DELETE FROM vvm_semaphore_parties WHERE name = ?1",
-                        )?
-                        .execute([name.as_str()])?;
+                        tx.prepare_cached("DELETE FROM vvm_semaphore_parties WHERE name = ?1")?
+                            .execute([name.as_str()])?;
                         let wrote = store(tx, name, &HashSet::new(), &write)?;
                         Ok(Step {
                             result: Ok(applied),
@@ -307,11 +305,8 @@ impl SemaphoreStore for SqliteStore {
         // The sessions owning units, each watched by its lock (`feed.rs`): the kernel tells a
         // death, which writes nothing to the file.
         let owners = feed.owner_locks(&path, &name);
-        let deaths = Arc::clone(&self.shared.feed).watch_sessions(
-            &path,
-            &owners,
-            self.shared.sharing,
-        );
+        let deaths =
+            Arc::clone(&self.shared.feed).watch_sessions(&path, &owners, self.shared.sharing);
         let polled = async move {
             let mut start = start;
             loop {
@@ -410,26 +405,13 @@ impl SemaphoreFeed {
             let owners: HashSet<SessionKey> =
                 state.owners().iter().map(|owner| owner.session).collect();
             let mut named = Vec::with_capacity(owners.len());
-            let mut statement = tx.prepare_cached(
-                "SELECT lock_dev, lock_ino FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2",
-            )?;
             for owner in owners.into_iter().take(LOCK_WATCH_SLOTS_MAX) {
-                let columns = statement
-                    .query_row(record::session_columns(owner), |row| {
-                        let int = |index: usize| -> rusqlite::Result<Option<i64>> {
-                            Ok(match row.get_ref(index)? {
-                                ValueRef::Integer(i) => Some(i),
-                                _ => None,
-                            })
-                        };
-                        Ok((int(0)?, int(1)?))
-                    })
-                    .optional()?;
-                if let Some(id) = columns.and_then(|(dev, ino)| FileId::from_columns(dev, ino)) {
-                    named.push((owner, id));
+                match super::session::lock_of(&tx, owner) {
+                    Ok(Some(id)) => named.push((owner, id)),
+                    Ok(None) => {}
+                    Err(TxError::Store(_) | TxError::Busy) => return Ok(Vec::new()),
                 }
             }
-            drop(statement);
             tx.finish()?;
             Ok(named)
         })

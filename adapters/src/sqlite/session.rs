@@ -63,9 +63,8 @@
 
 use std::time::Duration;
 
-use rusqlite::types::ValueRef;
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior};
-use vvm_core::{Incarnation, Revision, SessionId, SessionKey, Slot};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+use vvm_core::{Revision, SessionKey, Slot};
 use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError, ValueError};
 
 use super::lock::{self, FileId};
@@ -149,10 +148,7 @@ fn sweep(tx: &Transaction<'_>, shared: &Shared, now: Now<'_>) -> Result<(), TxEr
         })?
         .collect::<Result<_, _>>()?;
     for columns in dead {
-        let key = SessionKey {
-            incarnation: Incarnation(u64::from_ne_bytes(columns.0.to_ne_bytes())),
-            id: SessionId(u64::from_ne_bytes(columns.1.to_ne_bytes())),
-        };
+        let key = record::session_key(columns.0, columns.1);
         if let Some(named) = lock_of(tx, key)? {
             let path = lock::session_path(&shared.path, key);
             if let Some(lock) = lock::take_named(&path, named, shared.sharing) {
@@ -166,21 +162,14 @@ fn sweep(tx: &Transaction<'_>, shared: &Shared, now: Now<'_>) -> Result<(), TxEr
 }
 
 /// The lock file the session row of `key` names (see `lock.rs`), if any.
-fn lock_of(tx: &Transaction<'_>, key: SessionKey) -> Result<Option<FileId>, TxError> {
-    let columns: Option<(Option<i64>, Option<i64>)> = tx
-        .prepare_cached("SELECT lock_dev, lock_ino FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2")?
-        .query_row(record::session_columns(key), |row| {
-            // A value of another type names nothing.
-            let int = |index: usize| -> rusqlite::Result<Option<i64>> {
-                Ok(match row.get_ref(index)? {
-                    ValueRef::Integer(i) => Some(i),
-                    _ => None,
-                })
-            };
-            Ok((int(0)?, int(1)?))
-        })
+pub(super) fn lock_of(conn: &Connection, key: SessionKey) -> Result<Option<FileId>, TxError> {
+    let named = conn
+        .prepare_cached(
+            "SELECT lock_dev, lock_ino FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2",
+        )?
+        .query_row(record::session_columns(key), record::named_file)
         .optional()?;
-    Ok(columns.and_then(|(dev, ino)| FileId::from_columns(dev, ino)))
+    Ok(named.flatten())
 }
 
 /// Ends the session `key` of another process when the kernel tells that process gone: its row
@@ -272,7 +261,9 @@ impl SessionStore for SqliteStore {
             });
             match &result {
                 // Written, or perhaps written: the row names the lock, kept for the session's life.
-                Ok(Some(_)) | Err(StoreError::Unknown { .. }) => registry.keep_session(&path, fresh),
+                Ok(Some(_)) | Err(StoreError::Unknown { .. }) => {
+                    registry.keep_session(&path, fresh)
+                }
                 // Nothing written: a lock taken for this create goes with its file.
                 Ok(None) | Err(_) => {
                     if fresh.is_some() {
@@ -372,9 +363,7 @@ impl SessionStore for SqliteStore {
                 let free = match record::load(tx, slot, now)? {
                     Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
                         Some(holder) if holder == key => {
-                            return Ok(Step::read(Acquired::Written(
-                                stored.lease(slot)?.revision,
-                            )))
+                            return Ok(Step::read(Acquired::Written(stored.lease(slot)?.revision)))
                         }
                         Some(holder) => end_if_dead(tx, shared, holder)?,
                         None => false,
