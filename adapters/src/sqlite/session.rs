@@ -349,7 +349,7 @@ impl SessionStore for SqliteStore {
     /// One transaction: the session judged live, then the slot judged free, then the holding
     /// written. A slot whose live record is a holding of this session answers its revision; a
     /// live holding of another session whose process is gone by its lock ends that session
-    /// ([`end_if_dead`]) and is taken.
+    /// (`end_if_dead`) and is taken.
     async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
         self.writable()?;
         self.blocking(move |conn, shared| {
