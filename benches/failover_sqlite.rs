@@ -18,12 +18,16 @@
 //!   SIGTERM for a graceful hand-off; the figure is the time from the signal to the successor's
 //!   command running (its first line in a log, stamped by the command itself on the wall clock).
 //!
+//! - `semaphore-tree-kill`: the same through `vvm run --semaphore work --limit 1` (the holder
+//!   holds the semaphore's one unit on its session; the candidate's run is queued): the candidate
+//!   learns of the death from the session's lock (`~Sq.SessionLock~`).
+//!
 //! - `etcd-tree-kill`, `etcd-tree-handoff`: the same on a single-member etcd it starts on
 //!   loopback (each run under a prefix of its own); after a SIGKILL the successor leads once etcd
 //!   removed the expired lease (≈ L + its 0.5 s expiry check).
 //!
 //! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|tree-kill|tree-handoff|
-//! etcd-tree-kill|etcd-tree-handoff|both] [RUNS]` (default: `both` = kill and stop, 20 runs).
+//! semaphore-tree-kill|etcd-tree-kill|etcd-tree-handoff|both] [RUNS]` (default: `both` = kill and stop, 20 runs).
 //! Prints every run, then p50, p99 and the maximum per mode.
 
 use std::io::{BufRead, BufReader};
@@ -171,11 +175,12 @@ perl -e 'use POSIX; POSIX::setsid(); exit 0 if fork; POSIX::close($_) for 0..102
   while (1) { sleep 1 }' &
 while :; do echo "$VVM_REVISION $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
 
-fn spawn_tree(dir: &Path, address: &str, store: &str) -> Child {
+fn spawn_tree(dir: &Path, address: &str, store: &str, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_vvm"))
         .current_dir(dir)
         .args(["--log-level", "warn", "run", "--store", store])
-        .args(["--slots", "1", "--address", address, "--lease", "2s"])
+        .args(extra)
+        .args(["--address", address, "--lease", "2s"])
         .args([
             "--acquire",
             "600s",
@@ -242,9 +247,13 @@ fn tree(mode: &str, index: usize, etcd: Option<&str>) -> Duration {
         Some(endpoints) => format!("etcd://{endpoints}/?prefix=run-{index}/"),
         None => format!("sqlite:{}", dir.join("vvm.sqlite").display()),
     };
-    let mut holder = spawn_tree(&dir, "holder", &store);
+    let extra: &[&str] = match mode {
+        "semaphore-tree-kill" => &["--semaphore", "work", "--limit", "1"],
+        _ => &["--slots", "1"],
+    };
+    let mut holder = spawn_tree(&dir, "holder", &store, extra);
     wait_revisions(&log, 1);
-    let mut candidate = spawn_tree(&dir, "candidate", &store);
+    let mut candidate = spawn_tree(&dir, "candidate", &store, extra);
     std::thread::sleep(Duration::from_millis(300));
     let pid = Pid::from_raw(holder.id() as i32).expect("a pid");
     let signal = if mode.ends_with("tree-kill") {
@@ -266,7 +275,8 @@ fn run(mode: &str, index: usize, state: &mut u64, etcd: Option<&str>) -> Duratio
     if mode == "fresh" {
         return fresh(index);
     }
-    if mode.starts_with("tree-") || mode.starts_with("etcd-tree-") {
+    if mode.starts_with("tree-") || mode.starts_with("etcd-tree-") || mode.starts_with("semaphore-")
+    {
         return tree(mode, index, etcd);
     }
     let dir = scratch(index);
@@ -323,6 +333,7 @@ fn main() {
         "fresh" => &["fresh"],
         "tree-kill" => &["tree-kill"],
         "tree-handoff" => &["tree-handoff"],
+        "semaphore-tree-kill" => &["semaphore-tree-kill"],
         "etcd-tree-kill" => &["etcd-tree-kill"],
         "etcd-tree-handoff" => &["etcd-tree-handoff"],
         _ => &["kill", "stop"],

@@ -1,7 +1,9 @@
 //! A successor taking every holding of a SIGKILLed process: a child process opens a session and
 //! acquires `HOLDINGS` slots (default 100 000) with the lease `LEASE_S` seconds (default 4); the
-//! parent SIGKILLs it and times, from the kill, its own first acquire (the session's expiry: no
-//! lock proves a session's processes gone) and its last.
+//! parent SIGKILLs it and times, from the kill, its own first acquire and its last. On SQLite the
+//! first acquire ends the dead session at once — its lock is free (`Sq.SessionLock`) — with every
+//! holding in one transaction, so every slot is free from then on; on etcd it waits for the
+//! session's lease to expire.
 //!
 //! ```text
 //! cargo run --release --example session_takeover -- sqlite 100000 4
@@ -128,7 +130,8 @@ async fn take_over<S: SessionStore + Clone>(
     let config = LeaseConfig::new(Duration::from_secs(lease))?;
     let session = SessionHandle::open(store, config, value(2), &killer).await?;
     let mut taken = Vec::with_capacity(holdings as usize);
-    // Every holding ends with the session at once: wait for the first, then take the rest.
+    // Every holding ends with the session at once (on SQLite, ended by the first acquire, which
+    // finds its lock free): wait for the first, then take the rest.
     let first = loop {
         if let Some(holding) = session.acquire(Slot(0)).await? {
             taken.push(holding);

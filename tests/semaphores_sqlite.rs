@@ -123,7 +123,9 @@ async fn a_version_4_file_is_migrated_and_gains_semaphores() {
     {
         let conn = rusqlite::Connection::open(&path).expect("opens");
         conn.execute_batch(
-            "DROP TABLE vvm_semaphore_parties; DROP TABLE vvm_semaphores; PRAGMA user_version = 4;",
+            "DROP TABLE vvm_semaphore_parties; DROP TABLE vvm_semaphores; \
+             ALTER TABLE vvm_sessions DROP COLUMN lock_dev; \
+             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; PRAGMA user_version = 4;",
         )
         .expect("made a version-4 file");
     }
@@ -213,8 +215,11 @@ async fn a_version_5_file_is_migrated_and_its_parties_indexed() {
     drop(store);
     {
         let conn = rusqlite::Connection::open(&path).expect("opens");
-        conn.execute_batch("DROP TABLE vvm_semaphore_parties; PRAGMA user_version = 5;")
-            .expect("made a version-5 file");
+        conn.execute_batch(
+            "DROP TABLE vvm_semaphore_parties; ALTER TABLE vvm_sessions DROP COLUMN lock_dev; \
+             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; PRAGMA user_version = 5;",
+        )
+        .expect("made a version-5 file");
     }
     let store = SqliteStore::open(&path).expect("migrated");
     assert_eq!(

@@ -464,3 +464,121 @@ async fn a_vvm_on_a_session_on_sqlite_runs_and_cleans_up() {
     fn is_session_store<S: SessionStore>() {}
     is_session_store::<SqliteStore>();
 }
+
+/// Set in the child process of [`a_killed_vvm_on_a_session_lets_the_waiting_one_lead_at_once_on_sqlite`]:
+/// the path of the store.
+const VVM_CHILD_ENV: &str = "VVM_TEST_VVM_SESSION_CHILD";
+
+/// The lease of both VVMs: the session of the killed one would end at 0.75–1·L.
+const KILLED_LEASE: Duration = Duration::from_secs(8);
+
+fn one_slot(address: &str) -> VvmConfig {
+    VvmConfig::builder(address)
+        .slots(1)
+        .lease(KILLED_LEASE)
+        .build()
+        .unwrap()
+}
+
+/// The child: a VVM on its own session leads slot 1, says so, and runs until it is killed.
+fn vvm_child(path: &str) -> ! {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(path).unwrap();
+        let killer = KillerThread::new(RecordingKiller::new());
+        let journal = Journal::default();
+        let vvm = Vvm::provide_on_session(one_slot("10.0.0.1:7000"), store, worker("w", &journal))
+            .unwrap()
+            .with_killer(killer)
+            .launch()
+            .await;
+        assert!(vvm.token().is_some(), "the child leads");
+        println!("vvm-child leading");
+        std::future::pending::<()>().await;
+    });
+    unreachable!("the child runs until it is killed")
+}
+
+/// Real processes: a VVM on a session in a child process leads the one slot (L = 8 s); a VVM
+/// on a session of this process waits for it. SIGKILL of the child frees its session's lock:
+/// the waiting VVM's feed, blocked on that lock, wakes it, and its acquire ends the dead
+/// session and takes the slot — well before the session's expiry (the bound, L/4, is for a
+/// loaded machine; it takes milliseconds).
+// covers: Sq.SessionLock, Rt.VvmOnSession
+#[test]
+fn a_killed_vvm_on_a_session_lets_the_waiting_one_lead_at_once_on_sqlite() {
+    use std::io::BufRead;
+    if let Some(path) = std::env::var_os(VVM_CHILD_ENV) {
+        vvm_child(&path.to_string_lossy());
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "vvm-session-kill-{}-{}",
+        std::process::id(),
+        Clock.now().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("leases.sqlite");
+    drop(SqliteStore::open(&path).unwrap());
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_killed_vvm_on_a_session_lets_the_waiting_one_lead_at_once_on_sqlite",
+        ])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env(VVM_CHILD_ENV, &path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let leading = lines.any(|line| line.is_ok_and(|line| line.contains("vvm-child leading")));
+    assert!(leading, "the child leads");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(&path).unwrap();
+        let recorder = RecordingKiller::new();
+        let killer = KillerThread::new(recorder.clone());
+        let journal = Journal::default();
+        let launched = tokio::spawn(
+            Vvm::provide_on_session(
+                one_slot("10.0.0.2:7000"),
+                store.clone(),
+                worker("w", &journal),
+            )
+            .unwrap()
+            .with_killer(killer.clone())
+            .launch(),
+        );
+        // Waiting: the child's holding refuses it.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!launched.is_finished(), "led beside a live holder");
+
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let killed = std::time::Instant::now();
+        let vvm = tokio::time::timeout(KILLED_LEASE * 2, launched)
+            .await
+            .expect("leads in the end")
+            .unwrap();
+        let waited = killed.elapsed();
+        eprintln!("SIGKILL of the VVM on a session -> the other leads after {waited:?}");
+        assert!(vvm.token().is_some(), "leads");
+        assert!(
+            waited < KILLED_LEASE / 4,
+            "led {waited:?} after the SIGKILL (L = {KILLED_LEASE:?})"
+        );
+        vvm.shutdown().await.expect("clean");
+        assert!(recorder.reports().is_empty());
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -52,6 +52,18 @@ pub enum SqliteStoreError {
         /// What is wrong with it.
         why: super::Untrusted,
     },
+    /// The lock file of a new session (`<database>.session-<incarnation>-<id>.lock`) could not
+    /// be taken, so the session cannot be guarded by it: the session is not created.
+    #[error("cannot lock the session's lock file {}: {why}", .path.display())]
+    SessionLock {
+        /// The lock file.
+        path: PathBuf,
+        /// What went wrong.
+        why: &'static str,
+        /// What the system said, if it said anything.
+        #[source]
+        source: Option<std::io::Error>,
+    },
     /// The file's status could not be read.
     #[error("cannot inspect {}", .path.display())]
     Inspect {

@@ -34,10 +34,19 @@
 //! waiters this way once per store: an insert that was refused all the same (a record that cannot
 //! be read, say) falls back to the expiry instead of waking its waiter again and again.
 //!
+//! A holding of a session names its session's lock file instead (`lock.rs`, `session.rs`): the
+//! feed watches that lock for the slot the same way, and a waiter woken by it tries its acquire
+//! or insert, which ends the dead session (all its holdings at once) and takes the slot.
+//!
 //! Where a watched record names a lock that is held, a thread of its own blocks on that lock
-//! (one per slot of a store, whatever the number of waits) and wakes every wait the moment it is
-//! free: the holder deleted its record and let go of the lock (a hand-off), or died. So both are
-//! seen within microseconds.
+//! (one per lock file of a store, whatever the number of waits, at most
+//! [`LOCK_WATCH_SLOTS_MAX`] at once) and wakes every wait the moment it is free: the holder
+//! deleted its record and let go of the lock (a hand-off), or died. So both are seen within
+//! microseconds, not at the next look; the looks stay for everything else (a holder that renews
+//! no more but lives, a record without a lock). The same threads watch the locks of the sessions
+//! that own a semaphore's units for its queued acquires ([`Feed::watch_sessions`]): a session
+//! lock found free is remembered as a suspect, which the next semaphore transaction of the store
+//! judges and ends (`semaphore.rs`).
 //!
 //! The looks run on the feed's thread; a subscriber reads what it starts from on its caller's
 //! thread (never waiting for a lock). Expiries by time write nothing: each waiter's own deadline
@@ -52,17 +61,24 @@ use std::time::Duration;
 
 use rusqlite::OptionalExtension;
 use tokio::sync::Notify;
-use vvm_core::semaphore::SemaphoreName;
+use vvm_core::semaphore::{Semaphore, SemaphoreName};
 
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
-use vvm_core::Slot;
+use vvm_core::{SessionKey, Slot};
 
 use super::file::Sharing;
 use super::lock::{self, FileId, LockWatch};
+use super::record;
 
-/// Most slots whose lock one wait watches (one open descriptor and one `flock` per look each).
+/// Most slots whose lock one wait watches (one open descriptor and one `flock` per look each);
+/// also the most lock files a store's threads block on at once, and the most owner sessions a
+/// semaphore wait watches.
 pub const LOCK_WATCH_SLOTS_MAX: usize = 64;
+
+/// Most sessions remembered as suspects (their lock was seen free) until a semaphore
+/// transaction judged them.
+const SUSPECTS_MAX: usize = 1_024;
 
 /// Most records remembered as having woken their waiters through a free lock.
 const WOKEN_MAX: usize = 1_024;
@@ -95,20 +111,25 @@ pub(super) struct Feed {
     /// Bumped by a lock thread when the lock it waited on became free: every wait looks at
     /// once instead of at its next tick.
     freed: tokio::sync::watch::Sender<u64>,
-    /// The slots whose lock a thread is blocked on now (at most one thread per slot).
-    lock_threads: Mutex<Vec<u32>>,
+    /// The lock files a thread is blocked on now (at most one thread per file).
+    lock_threads: Mutex<Vec<std::path::PathBuf>>,
+    /// Sessions whose lock was seen free, for the next semaphore transaction to judge.
+    suspects: Mutex<Vec<SessionKey>>,
 }
 
 /// The feed's read of the watched rows (`?1`: [`watched`]): only those, each found by its key,
 /// since the table holds a row per slot ever written (sessions may hold thousands) and this runs
-/// after every commit to the file. A holding names no lock file (its life is its session's,
-/// `session.rs`). A row retired by its holder's release (no boot id, `record::retire`) has no
+/// after every commit to the file. A holding names its session's lock file (its life is its
+/// session's, `session.rs`) and its session. A row retired by its holder's release (no boot id, `record::retire`) has no
 /// holder: leaving it out makes the release a change, as a deletion was.
-const HOLDERS: &str = "SELECT slot, value, revision, \
-        iif(session_incarnation IS NULL, lock_dev, NULL), \
-        iif(session_incarnation IS NULL, lock_ino, NULL) \
-    FROM vvm_leases WHERE slot IN (SELECT value FROM json_each(?1)) AND boot_id <> '' \
-    ORDER BY slot";
+const HOLDERS: &str = "SELECT vvm_leases.slot, vvm_leases.value, vvm_leases.revision, \
+        iif(session_incarnation IS NULL, vvm_leases.lock_dev, s.lock_dev), \
+        iif(session_incarnation IS NULL, vvm_leases.lock_ino, s.lock_ino), \
+        session_incarnation, session_id \
+    FROM vvm_leases LEFT JOIN vvm_sessions AS s \
+        ON s.incarnation = session_incarnation AND s.id = session_id \
+    WHERE vvm_leases.slot IN (SELECT value FROM json_each(?1)) AND vvm_leases.boot_id <> '' \
+    ORDER BY vvm_leases.slot";
 
 /// The watched slots as a JSON array, the argument of the feed's read.
 fn watched(keys: &[u32]) -> String {
@@ -134,12 +155,22 @@ struct Seen {
     named: Vec<Named>,
 }
 
-/// A record's revision and the lock file it names.
+/// A record's revision and the lock file it names: its slot's, or its session's for a holding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Named {
     slot: u32,
     revision: i64,
     lock: Option<FileId>,
+    /// The session whose holding the record is.
+    session: Option<SessionKey>,
+}
+
+/// A lock file a wait has open: of the slot, or of the session holding it.
+struct Watched {
+    slot: u32,
+    path: std::path::PathBuf,
+    session: Option<SessionKey>,
+    watch: LockWatch,
 }
 
 /// What the feed's lock guards.
@@ -218,6 +249,7 @@ impl Feed {
             waits: std::sync::atomic::AtomicU64::new(0),
             freed: tokio::sync::watch::Sender::new(0),
             lock_threads: Mutex::new(Vec::new()),
+            suspects: Mutex::new(Vec::new()),
         }
     }
 
@@ -325,10 +357,14 @@ impl Feed {
                     };
                     let lock = FileId::from_columns(integer(3), integer(4));
                     let revision = integer(2).unwrap_or(-1);
-                    Ok((row.get::<_, i64>(0)?, value, revision, lock))
+                    let session = match (integer(5), integer(6)) {
+                        (Some(incarnation), Some(id)) => Some(record::session_key(incarnation, id)),
+                        _ => None,
+                    };
+                    Ok((row.get::<_, i64>(0)?, value, revision, lock, session))
                 };
                 for row in rows.query_map([watched(keys)], read)? {
-                    let (slot, value, revision, lock) = row?;
+                    let (slot, value, revision, lock, session) = row?;
                     if let Ok(slot) = u32::try_from(slot) {
                         if keys.binary_search(&slot).is_ok() {
                             holders.push((slot, value));
@@ -336,6 +372,7 @@ impl Feed {
                                 slot,
                                 revision,
                                 lock,
+                                session,
                             });
                         }
                     }
@@ -458,6 +495,42 @@ impl Feed {
         (subscription, seen)
     }
 
+    /// The sessions owning units of `name` that name a lock file (`lock.rs`), with that file,
+    /// from one read on the feed's connection (at most [`LOCK_WATCH_SLOTS_MAX`]); none on any
+    /// error (their deaths are then learnt at their expiry).
+    pub(super) fn owner_locks(&self, name: &SemaphoreName) -> Vec<(SessionKey, FileId)> {
+        let mut state = self.lock();
+        self.with(&mut state, |conn| {
+            let tx = conn.unchecked_transaction()?;
+            let state: Option<Vec<u8>> = tx
+                .prepare_cached("SELECT state FROM vvm_semaphores WHERE name = ?1")?
+                .query_row([name.as_str()], |row| {
+                    Ok(match row.get_ref(0)? {
+                        ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Some(bytes.to_vec()),
+                        _ => None,
+                    })
+                })
+                .optional()?
+                .flatten();
+            let Some(state) = state.and_then(|bytes| Semaphore::decode(&bytes).ok()) else {
+                return Ok(Vec::new());
+            };
+            let owners: std::collections::HashSet<SessionKey> =
+                state.owners().iter().map(|owner| owner.session).collect();
+            let mut named = Vec::with_capacity(owners.len().min(LOCK_WATCH_SLOTS_MAX));
+            for owner in owners.into_iter().take(LOCK_WATCH_SLOTS_MAX) {
+                match super::session::lock_of(&tx, owner) {
+                    Ok(Some(id)) => named.push((owner, id)),
+                    Ok(None) => {}
+                    Err(_) => return Ok(Vec::new()),
+                }
+            }
+            tx.finish()?;
+            Ok(named)
+        })
+        .unwrap_or_default()
+    }
+
     /// Resolves once the row of the semaphore `name` was written or deleted after this call.
     pub(super) fn name_changed(
         self: &Arc<Self>,
@@ -507,13 +580,16 @@ impl Feed {
     /// Whether a watched record names the lock file its watch has open and that lock is free,
     /// for the first time for this record or for a wait (number `wait`) begun before that
     /// first time: its holder is gone.
-    fn holder_gone(&self, named: &[Named], locks: &[(u32, LockWatch)], wait: u64) -> bool {
+    fn holder_gone(&self, named: &[Named], locks: &[Watched], wait: u64) -> bool {
         for record in named {
             let Some(id) = record.lock else { continue };
-            let Some((_, watch)) = locks.iter().find(|(slot, _)| *slot == record.slot) else {
+            let Some(watched) = locks
+                .iter()
+                .find(|watched| watched.slot == record.slot && watched.watch.id == id)
+            else {
                 continue;
             };
-            if watch.id != id || !watch.free() {
+            if !watched.watch.free() {
                 continue;
             }
             let mut woken = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
@@ -537,34 +613,46 @@ impl Feed {
         false
     }
 
-    /// Starts a thread blocked on the lock of `slot` until it is free — the holder deleted its
-    /// record or died — which then wakes every wait of this store at once: a hand-off or a
-    /// death is seen within microseconds rather than at the next tick. At most one such thread
-    /// per slot of a store: a thread whose lock a live holder keeps for hours is one blocked
-    /// thread, whatever the number of waits (and it ends when that holder does, or this
-    /// process's own holding of the slot does).
-    fn watch_lock(self: Arc<Self>, path: &Path, slot: u32, sharing: Sharing) {
+    /// Starts a thread blocked on the lock file at `lock_path` (a slot's, or the lock of
+    /// `session`) until it is free — the holder deleted its record or died — which then wakes
+    /// every wait of this store at once: a hand-off or a death is seen within microseconds
+    /// rather than at the next tick. A session's lock freed makes the session a suspect for the
+    /// next semaphore transaction. At most one such thread per lock file of a store: a thread
+    /// whose lock a live holder keeps for hours is one blocked thread, whatever the number of
+    /// waits (and it ends when that holder does, or this process's own holding does).
+    fn watch_lock(
+        self: Arc<Self>,
+        lock_path: &Path,
+        session: Option<SessionKey>,
+        sharing: Sharing,
+    ) {
         {
             let mut running = self
                 .lock_threads
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if running.contains(&slot) || running.len() >= LOCK_WATCH_SLOTS_MAX {
+            if running.iter().any(|running| running == lock_path)
+                || running.len() >= LOCK_WATCH_SLOTS_MAX
+            {
                 return;
             }
-            running.push(slot);
+            running.push(lock_path.to_owned());
         }
-        let watch = LockWatch::new(&lock::path(path, Slot(slot)), sharing, false);
+        let watch = LockWatch::new(lock_path, sharing, false);
         let feed = Arc::clone(&self);
+        let owned = lock_path.to_owned();
         let spawned = watch.and_then(|watch| {
             std::thread::Builder::new()
                 .name("vvm-sqlite-lock".into())
                 .spawn(move || {
                     watch.wait_free();
+                    if let Some(session) = session {
+                        feed.suspect(session);
+                    }
                     feed.lock_threads
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .retain(|running| *running != slot);
+                        .retain(|running| *running != owned);
                     feed.freed
                         .send_modify(|count| *count = count.wrapping_add(1));
                 })
@@ -574,7 +662,83 @@ impl Feed {
             self.lock_threads
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .retain(|running| *running != slot);
+                .retain(|running| running != lock_path);
+        }
+    }
+
+    /// Remembers that the lock of `session` was seen free.
+    fn suspect(&self, session: SessionKey) {
+        let mut suspects = self.suspects.lock().unwrap_or_else(PoisonError::into_inner);
+        if suspects.contains(&session) {
+            return;
+        }
+        if suspects.len() >= SUSPECTS_MAX {
+            suspects.remove(0);
+        }
+        suspects.push(session);
+    }
+
+    /// The sessions whose lock was seen free and that no transaction judged yet.
+    pub(super) fn suspects(&self) -> Vec<SessionKey> {
+        self.suspects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// These suspects were judged (ended, or found alive or gone) by a committed transaction.
+    pub(super) fn judged(&self, sessions: &[SessionKey]) {
+        self.suspects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|suspect| !sessions.contains(suspect));
+    }
+
+    /// Resolves once the lock of one of `sessions` (each with the lock file its row names) is
+    /// free, having made that session a suspect: its process is gone, and the next semaphore
+    /// transaction ends it. Each lock held when the call is made gets a blocking thread (shared
+    /// with every other wait of the store, see [`Feed::watch_lock`]); at most
+    /// [`LOCK_WATCH_SLOTS_MAX`] sessions are watched. Never resolves when there is none.
+    pub(super) fn watch_sessions(
+        self: Arc<Self>,
+        path: &Path,
+        sessions: &[(SessionKey, FileId)],
+        sharing: Sharing,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        // Subscribed before the looks: a lock freed right after is not missed.
+        let mut freed = self.freed.subscribe();
+        let watched: Vec<(SessionKey, LockWatch)> = sessions
+            .iter()
+            .take(LOCK_WATCH_SLOTS_MAX)
+            .filter_map(|&(session, named)| {
+                let lock_path = lock::session_path(path, session);
+                let watch = LockWatch::new(&lock_path, sharing, false)?;
+                if watch.id != named {
+                    return None;
+                }
+                if !watch.free() {
+                    Arc::clone(&self).watch_lock(&lock_path, Some(session), sharing);
+                }
+                Some((session, watch))
+            })
+            .collect();
+        async move {
+            loop {
+                let gone: Vec<SessionKey> = watched
+                    .iter()
+                    .filter(|(_, watch)| watch.free())
+                    .map(|(session, _)| *session)
+                    .collect();
+                if !gone.is_empty() {
+                    for session in gone {
+                        self.suspect(session);
+                    }
+                    return;
+                }
+                if watched.is_empty() || freed.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
         }
     }
 
@@ -594,24 +758,46 @@ impl Feed {
         let wait = self.waits.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         // One descriptor per watched slot, at most [`LOCK_WATCH_SLOTS_MAX`]: the others' deaths
         // are learnt at their records' expiry.
-        let locks: Vec<(u32, LockWatch)> = keys
+        let mut locks: Vec<Watched> = keys
             .iter()
             .take(LOCK_WATCH_SLOTS_MAX)
             .filter_map(|key| {
-                LockWatch::new(&lock::path(&path, Slot(*key)), sharing, !self.read_only)
-                    .map(|watch| (*key, watch))
+                let path = lock::path(&path, Slot(*key));
+                LockWatch::new(&path, sharing, !self.read_only).map(|watch| Watched {
+                    slot: *key,
+                    path,
+                    session: None,
+                    watch,
+                })
             })
             .collect();
+        // The lock of each session holding a watched slot, as the slot's (never created here:
+        // only its session's process makes it).
+        if let Some(seen) = start.as_ref() {
+            for record in seen.named.iter().take(LOCK_WATCH_SLOTS_MAX) {
+                let Some(session) = record.session else {
+                    continue;
+                };
+                let path = lock::session_path(&path, session);
+                if let Some(watch) = LockWatch::new(&path, sharing, false) {
+                    locks.push(Watched {
+                        slot: record.slot,
+                        path,
+                        session: Some(session),
+                        watch,
+                    });
+                }
+            }
+        }
         // Subscribed before the threads start: a lock freed right after is not missed.
         let mut freed = self.freed.subscribe();
         if let Some(seen) = start.as_ref() {
-            for (slot, watch) in &locks {
-                let named = seen
-                    .named
-                    .iter()
-                    .any(|record| record.slot == *slot && record.lock == Some(watch.id));
-                if named && !watch.free() {
-                    Arc::clone(&self).watch_lock(&path, *slot, sharing);
+            for watched in &locks {
+                let named = seen.named.iter().any(|record| {
+                    record.slot == watched.slot && record.lock == Some(watched.watch.id)
+                });
+                if named && !watched.watch.free() {
+                    Arc::clone(&self).watch_lock(&watched.path, watched.session, sharing);
                 }
             }
         }
@@ -695,7 +881,7 @@ mod tests {
         assert_eq!(watched(&[]), "[]");
         assert_eq!(watched(&[1, 20, u32::MAX]), "[1,20,4294967295]");
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(super::super::schema::SCHEMA_V6).unwrap();
+        conn.execute_batch(super::super::schema::SCHEMA_V7).unwrap();
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {HOLDERS}"))
             .unwrap()

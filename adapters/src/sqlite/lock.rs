@@ -20,6 +20,15 @@
 //! Locks are kept in one registry per process, not in the store value: dropping a store never
 //! releases one (services of a lost tenure may still be stopping; only the killer or the
 //! process's end may let a successor in early).
+//!
+//! **Sessions** have one lock file each (`<database>.session-<incarnation>-<id>.lock`, see
+//! [`session_path`]), judged by exactly the same rules: made by the session's process when it
+//! creates the session ([`lock_session`], refused with a typed error when the file at the path is
+//! not one the store trusts), locked exclusively for the session's whole life, named by the
+//! session's row, inherited by the supervisor of `vvm run` like the slot locks, and removed by its
+//! process when the session ends (session keys are never reused: nobody else ever uses the
+//! path). Another process that can take a shared lock on the very file the row names
+//! ([`take_named`]) knows the session's process and everything that inherited the lock are gone.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -27,11 +36,12 @@ use std::sync::{Mutex, PoisonError};
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::{Errno, FdFlags};
-use vvm_core::Slot;
+use vvm_core::{SessionKey, Slot};
 
-use super::file::{self, Sharing};
+use super::file::{self, Sharing, Untrusted};
+use super::SqliteStoreError;
 
-/// Most slot locks one process holds (every slot of a few stores).
+/// Most locks one process holds, slot and session locks together (every slot of a few stores).
 pub const SLOT_LOCKS_MAX: usize = 4_096;
 
 /// The identity of a lock file: what a record names.
@@ -60,7 +70,7 @@ impl FileId {
     }
 }
 
-/// A lock taken on a slot's lock file.
+/// A lock taken on a lock file (a slot's, or a session's).
 #[derive(Debug)]
 pub(crate) struct SlotLock {
     fd: OwnedFd,
@@ -124,12 +134,51 @@ impl Registry {
         }
         self.0.retain(|held| held.path != path || held.records > 0);
     }
+
+    /// A session was written (or may have been) naming the lock at `path`: the lock is kept for
+    /// the session's life, once, however often the session's creation is tried.
+    pub(crate) fn keep_session(&mut self, path: &Path, fresh: Option<SlotLock>) {
+        if self.held(path).is_some() {
+            return;
+        }
+        if let Some(lock) = fresh {
+            self.0.push(Held {
+                path: path.to_owned(),
+                lock,
+                records: 1,
+            });
+        }
+    }
+
+    /// The session whose lock is at `path` ended (deleted, or found gone): its file is removed,
+    /// then the lock let go. Nothing of the session is left to guard: its row is gone or dead,
+    /// and a dead row is never judged by its lock.
+    pub(crate) fn let_go_session(&mut self, path: &Path) {
+        if self.held(path).is_some() {
+            remove(path);
+        }
+        self.0.retain(|held| held.path != path);
+    }
+}
+
+/// Removes the lock file of an ended session (best effort: a file left behind only takes room).
+pub(crate) fn remove(path: &Path) {
+    if let Err(error) = rustix::fs::unlink(path) {
+        tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "session lock file cannot be removed");
+    }
 }
 
 /// The lock file of `slot` of the database at `database`.
 pub(crate) fn path(database: &Path, slot: Slot) -> PathBuf {
     let mut name = database.as_os_str().to_owned();
     name.push(format!(".slot-{}.lock", slot.0));
+    PathBuf::from(name)
+}
+
+/// The lock file of the session `key` of the database at `database`.
+pub(crate) fn session_path(database: &Path, key: SessionKey) -> PathBuf {
+    let mut name = database.as_os_str().to_owned();
+    name.push(format!(".session-{}-{}.lock", key.incarnation.0, key.id.0));
     PathBuf::from(name)
 }
 
@@ -151,10 +200,22 @@ const LOCK_TRIES: u32 = 8;
 /// The pause between two of those tries.
 const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_micros(125);
 
+/// Why [`open_lock_file`] opened nothing.
+#[derive(Debug)]
+enum Unopened {
+    /// The system refused (no such file, a symbolic link, no permission, ...).
+    Io(Errno),
+    /// A file the store does not trust (`file.rs`).
+    Untrusted(Untrusted),
+}
+
 /// Opens the lock file at `path` (creating it with `sharing`'s mode if needed), never through a
-/// link and never waiting, and checks that it is a file the store may trust (`file.rs`). `None`
-/// on any error.
-fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(OwnedFd, FileId)> {
+/// link and never waiting, and checks that it is a file the store may trust (`file.rs`).
+fn open_lock_file(
+    path: &Path,
+    flags: OFlags,
+    sharing: Sharing,
+) -> Result<(OwnedFd, FileId), Unopened> {
     // No symbolic link: the lock must be the file at the path itself. Never waiting in `open`:
     // another user may have made a FIFO at the path, whose open waits for a writer forever
     // (and cannot be interrupted); it is refused by its status below. `flock` ignores the flag.
@@ -163,15 +224,19 @@ fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(Owned
     let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(sharing.mode())) {
         Ok(fd) => fd,
         Err(error) => {
-            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be opened");
-            return None;
+            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "lock file cannot be opened");
+            return Err(match error {
+                // What `O_NOFOLLOW` answers for a link.
+                Errno::LOOP => Unopened::Untrusted(Untrusted::Symlink),
+                error => Unopened::Io(error),
+            });
         }
     };
     let mut stat = match rustix::fs::fstat(&fd) {
         Ok(stat) => stat,
         Err(error) => {
-            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock file cannot be read");
-            return None;
+            tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "lock file cannot be read");
+            return Err(Unopened::Io(error));
         }
     };
     let mode = Mode::from_raw_mode(sharing.mode());
@@ -189,14 +254,14 @@ fn open_lock_file(path: &Path, flags: OFlags, sharing: Sharing) -> Option<(Owned
         // Another user's file: its lock proves nothing about our holders. Said once per path:
         // every insert and every watch of the slot meets it again.
         match creating && first_refusal(path) {
-            true => tracing::warn!(path = %path.display(), "slot lock file not used: it {why}"),
+            true => tracing::warn!(path = %path.display(), "lock file not used: it {why}"),
             false => {
-                tracing::debug!(path = %path.display(), "slot lock file not used: it {why}")
+                tracing::debug!(path = %path.display(), "lock file not used: it {why}")
             }
         }
-        return None;
+        return Err(Unopened::Untrusted(why));
     }
-    Some((fd, identity(&stat)))
+    Ok((fd, identity(&stat)))
 }
 
 /// Why [`try_lock`] took no lock.
@@ -242,17 +307,23 @@ pub(crate) fn try_lock(
         );
         return Err(NotTaken::Unusable);
     }
-    let (fd, id) =
-        open_lock_file(path, OFlags::RDWR | OFlags::CREATE, sharing).ok_or(NotTaken::Unusable)?;
+    let (fd, id) = open_lock_file(path, OFlags::RDWR | OFlags::CREATE, sharing)
+        .map_err(|_| NotTaken::Unusable)?;
+    lock_exclusive(&fd, path)?;
+    Ok(SlotLock { fd, id })
+}
+
+/// Locks `fd` exclusively, retrying for about a millisecond while another open file holds it.
+fn lock_exclusive(fd: &OwnedFd, path: &Path) -> Result<(), NotTaken> {
     for attempt in 1..=LOCK_TRIES {
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(SlotLock { fd, id }),
+        match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
             Err(Errno::WOULDBLOCK) if attempt < LOCK_TRIES => {
                 std::thread::sleep(LOCK_RETRY_PAUSE);
             }
             Err(Errno::WOULDBLOCK) => return Err(NotTaken::HeldElsewhere),
             Err(error) => {
-                tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "slot lock cannot be taken");
+                tracing::debug!(path = %path.display(), error = %vvm_runtime::ErrorChain(&error), "lock cannot be taken");
                 return Err(NotTaken::Unusable);
             }
         }
@@ -260,12 +331,68 @@ pub(crate) fn try_lock(
     Err(NotTaken::HeldElsewhere)
 }
 
+/// Takes the lock of a new session's file at `path` (creating the file if needed) for the
+/// session's process, to be kept for the session's life ([`Registry::keep_session`]). Blocking:
+/// a few file system calls, never a wait in `open`.
+///
+/// # Errors
+/// [`SqliteStoreError::Untrusted`] when the file at the path is a symbolic link, not a regular
+/// file (a FIFO, say), or another user's; [`SqliteStoreError::SessionLock`] when it cannot be
+/// opened or locked, or this process holds [`SLOT_LOCKS_MAX`] locks already.
+pub(crate) fn lock_session(
+    registry: &Registry,
+    path: &Path,
+    sharing: Sharing,
+) -> Result<SlotLock, SqliteStoreError> {
+    let refused =
+        |why: &'static str, source: Option<std::io::Error>| SqliteStoreError::SessionLock {
+            path: path.to_owned(),
+            why,
+            source,
+        };
+    if registry.full() {
+        return Err(refused("this process holds the most locks it may", None));
+    }
+    let (fd, id) = match open_lock_file(path, OFlags::RDWR | OFlags::CREATE, sharing) {
+        Ok(opened) => opened,
+        Err(Unopened::Untrusted(why)) => {
+            return Err(SqliteStoreError::Untrusted {
+                path: path.to_owned(),
+                why,
+            })
+        }
+        Err(Unopened::Io(error)) => return Err(refused("it cannot be opened", Some(error.into()))),
+    };
+    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(SlotLock { fd, id }),
+        Err(Errno::WOULDBLOCK) => Err(refused("another open file holds its lock", None)),
+        Err(error) => Err(refused("it cannot be locked", Some(error.into()))),
+    }
+}
+
+/// A shared lock on the file at `path` when it is the file `named` (still linked there) and no
+/// open file holds its exclusive lock: the session's process that locked it, and everything that
+/// inherited the descriptor, are gone. Never creates the file; `None` otherwise (held, another
+/// file, any error). Shared, so that two processes judging at once both see it free; a live
+/// owner's exclusive lock refuses it at once, so no retry is needed (and this process's own
+/// sessions are never judged dead: their lock is held by another open file). Blocking: a few
+/// file system calls.
+pub(crate) fn take_named(path: &Path, named: FileId, sharing: Sharing) -> Option<SlotLock> {
+    let (fd, id) = open_lock_file(path, OFlags::RDONLY, sharing).ok()?;
+    if id != named {
+        return None;
+    }
+    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared).ok()?;
+    // Locked while linked: nobody can make another file the named one now.
+    linked(path, id).then_some(SlotLock { fd, id })
+}
+
 /// Marks the lock file at `path` (creating it if needed) as the lock of a slot a record was
 /// written for: one byte at its start. A watcher creates the file empty, so only the mark tells
 /// a newcomer that finds no row that a holder was there (see `insert`). Best effort: a file that
 /// cannot be marked only takes that evidence away. Blocking: a few file system calls.
 pub(crate) fn mark_used(path: &Path, sharing: Sharing) {
-    let Some((fd, _)) = open_lock_file(path, OFlags::WRONLY | OFlags::CREATE, sharing) else {
+    let Ok((fd, _)) = open_lock_file(path, OFlags::WRONLY | OFlags::CREATE, sharing) else {
         return;
     };
     if let Err(error) = rustix::io::pwrite(&fd, USED_MARK, 0) {
@@ -298,7 +425,7 @@ pub(crate) fn linked(path: &Path, id: FileId) -> bool {
     }
 }
 
-/// Lets every process started from now on inherit the slot locks this process holds (clears
+/// Lets every process started from now on inherit the slot and session locks this process holds (clears
 /// close-on-exec on their descriptors), so that the process it starts to supervise its work
 /// keeps the slot protected as long as that process lives, also after the holder died: a
 /// candidate can take the slot early only when nothing that could act under the record is left.
@@ -348,7 +475,7 @@ impl LockWatch {
             true => OFlags::RDONLY | OFlags::CREATE,
             false => OFlags::RDONLY,
         };
-        let (fd, id) = open_lock_file(path, flags, sharing)?;
+        let (fd, id) = open_lock_file(path, flags, sharing).ok()?;
         Some(LockWatch { fd, id })
     }
 
@@ -365,9 +492,10 @@ impl LockWatch {
         let _ = rustix::fs::flock(&self.fd, FlockOperation::Unlock);
     }
 
-    /// Whether no open file holds the lock now.
+    /// Whether no open file holds the lock now (exclusively: a holder's lock; other watchers
+    /// and judges take it shared, and never hide a free lock from each other).
     pub(crate) fn free(&self) -> bool {
-        match rustix::fs::flock(&self.fd, FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(&self.fd, FlockOperation::NonBlockingLockShared) {
             Ok(()) => {
                 // Let go at once: a watcher never holds the slot's lock.
                 let _ = rustix::fs::flock(&self.fd, FlockOperation::Unlock);

@@ -75,8 +75,9 @@
 //! row that names its session and is judged by the session's row in the same statement that
 //! reads it, so it is live exactly while the session is, for every operation and reader. A
 //! keepalive writes the session's row only; ending a session deletes its holdings in the same
-//! transaction. Sessions are judged by their expiry only: the dead-holder lock does not apply
-//! to them (why: `session.rs`).
+//! transaction. A session has one lock file of its own, held by its process for the session's
+//! life: a session whose lock is free is ended at once, with all its holdings and semaphore
+//! units, in one transaction (`session.rs`).
 //!
 //! **Semaphores** (`semaphore.rs`): the store is a
 //! [`SemaphoreStore`](vvm_runtime::SemaphoreStore). One row per name holds the encoded state;
@@ -505,7 +506,18 @@ fn insert(
     // take its own mark for a trace of another holder.
     let mut used_before: Option<bool> = None;
     let result = transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
-        let judged = record::load(tx, key, now)?;
+        let mut judged = record::load(tx, key, now)?;
+        // A live holding of a session whose process is gone by its lock: that session ends
+        // here, with all its holdings, and the slot is free (`session.rs`).
+        let mut session_ended = false;
+        if let Judged::Live(..) = judged {
+            if let Some(holder) = record::holding_of(tx, key)? {
+                if session::end_if_dead(tx, shared, holder)? {
+                    judged = Judged::Absent;
+                    session_ended = true;
+                }
+            }
+        }
         let worth_locking = match &judged {
             Judged::Absent => true,
             Judged::Live(stored, _) => may_be_dead(tx, key, stored, &bytes, &lock_path)?,
@@ -528,7 +540,8 @@ fn insert(
                 // (it leaves a retired row) nor an expiry (it leaves an expired one): wait a
                 // lease from first sight.
                 let lock_held = refused == Some(lock::NotTaken::HeldElsewhere);
-                if held.is_none()
+                if !session_ended
+                    && held.is_none()
                     && (lock_held || used_before || shared.met_live(key))
                     && !record::row_exists(tx, key)?
                 {
@@ -538,7 +551,10 @@ fn insert(
                 }
                 let revision = record::write(tx, key, &bytes, ttl, now, held.or(fresh_id))?;
                 lock::mark_used(&lock_path, shared.sharing);
-                Ok(Step::wrote(Taken::Written(revision)))
+                Ok(Step::wrote(match session_ended {
+                    true => Taken::FromDead(revision),
+                    false => Taken::Written(revision),
+                }))
             }
             Judged::Live(_, left) => match fresh_id {
                 // The lock the record names was free: nobody is left to act under it.

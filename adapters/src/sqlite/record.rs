@@ -269,16 +269,23 @@ pub(crate) fn session_columns(key: SessionKey) -> (i64, i64) {
     )
 }
 
+/// The session key of the columns [`session_columns`] wrote.
+pub(crate) fn session_key(incarnation: i64, id: i64) -> SessionKey {
+    SessionKey {
+        incarnation: Incarnation(u64::from_ne_bytes(incarnation.to_ne_bytes())),
+        id: SessionId(u64::from_ne_bytes(id.to_ne_bytes())),
+    }
+}
+
 /// The session whose holding the row of `key` is, if it is one.
 pub(crate) fn holding_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<SessionKey>, TxError> {
     let session = tx
         .prepare_cached("SELECT session_incarnation, session_id FROM vvm_leases WHERE slot = ?1")?
         .query_row([i64::from(key.0)], |row| {
             Ok(match (row.get_ref(0)?, row.get_ref(1)?) {
-                (ValueRef::Integer(incarnation), ValueRef::Integer(id)) => Some(SessionKey {
-                    incarnation: Incarnation(u64::from_ne_bytes(incarnation.to_ne_bytes())),
-                    id: SessionId(u64::from_ne_bytes(id.to_ne_bytes())),
-                }),
+                (ValueRef::Integer(incarnation), ValueRef::Integer(id)) => {
+                    Some(session_key(incarnation, id))
+                }
                 _ => None,
             })
         })
@@ -289,23 +296,26 @@ pub(crate) fn holding_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<Sessi
 /// The lock file the record under `key` names (see `lock.rs`), if any. A holding names none,
 /// whatever its lock columns hold: its life is its session's.
 pub(crate) fn lock_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<FileId>, TxError> {
-    let columns: Option<(Option<i64>, Option<i64>)> = tx
+    let named = tx
         .prepare_cached(
             "SELECT lock_dev, lock_ino FROM vvm_leases \
              WHERE slot = ?1 AND session_incarnation IS NULL AND session_id IS NULL",
         )?
-        .query_row([i64::from(key.0)], |row| {
-            // A value of another type names nothing.
-            let int = |index: usize| -> rusqlite::Result<Option<i64>> {
-                Ok(match row.get_ref(index)? {
-                    ValueRef::Integer(i) => Some(i),
-                    _ => None,
-                })
-            };
-            Ok((int(0)?, int(1)?))
-        })
+        .query_row([i64::from(key.0)], named_file)
         .optional()?;
-    Ok(columns.and_then(|(dev, ino)| FileId::from_columns(dev, ino)))
+    Ok(named.flatten())
+}
+
+/// The lock file the columns `lock_dev, lock_ino` (the first two of `row`) name: a value of
+/// another type names nothing.
+pub(crate) fn named_file(row: &rusqlite::Row<'_>) -> rusqlite::Result<Option<FileId>> {
+    let int = |index: usize| -> rusqlite::Result<Option<i64>> {
+        Ok(match row.get_ref(index)? {
+            ValueRef::Integer(i) => Some(i),
+            _ => None,
+        })
+    };
+    Ok(FileId::from_columns(int(0)?, int(1)?))
 }
 
 /// Nanoseconds since boot at which a record written at `now_ns` for `ttl` expires.

@@ -6,6 +6,12 @@
 //! refused before the first byte could change. So is a file of ours that records another
 //! machine: its machine id is read, and compared, before anything is written.
 //!
+//! Version 6 recorded no lock file for sessions. Such a file is migrated in place: two added
+//! columns of `vvm_sessions` (`lock_dev`, `lock_ino`), empty in its existing rows: those sessions
+//! name no lock file, so they end at their expiry only, as before. Version-6 programs then refuse
+//! it as newer: they would create sessions that name no lock, which is safe, but a file read by
+//! two versions at once is not what the schema version promises.
+//!
 //! Version 5 kept no index of the semaphores' parties. Such a file is migrated in place: one
 //! added table (`vvm_semaphore_parties`), filled from the semaphores' states in the migrating
 //! transaction. Version-5 programs then refuse it as newer: their writes would not keep the index.
@@ -44,7 +50,7 @@ use super::{SqliteStoreError, OPEN_BUSY_WAIT};
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
 
 /// `PRAGMA user_version` this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// The earlier version this build migrates: the same, without the machine id.
 const SCHEMA_VERSION_1: i32 = 1;
@@ -60,6 +66,9 @@ const SCHEMA_VERSION_4: i32 = 4;
 
 /// The version before the index of the semaphores' parties (`vvm_semaphore_parties`).
 const SCHEMA_VERSION_5: i32 = 5;
+
+/// The version before the session's lock file (`lock_dev`, `lock_ino` of `vvm_sessions`).
+const SCHEMA_VERSION_6: i32 = 6;
 
 /// How far the revision counter jumps on the first open under a new boot id.
 ///
@@ -124,7 +133,18 @@ macro_rules! parties_ddl {
     };
 }
 
-/// Version 6: version 4, the semaphores and the index of their parties. `vvm_store` has exactly one row: the revision counter, which survives deletes,
+/// The identity of a session's lock file (see `lock.rs`), `NULL` naming none. One text for a new
+/// file ([`SCHEMA_V7`]) and the migration from version 6.
+macro_rules! session_lock_ddl {
+    () => {
+        "ALTER TABLE vvm_sessions ADD COLUMN lock_dev INTEGER;
+ALTER TABLE vvm_sessions ADD COLUMN lock_ino INTEGER;
+"
+    };
+}
+
+/// Version 7: version 4, the semaphores, the index of their parties and the session's lock file
+/// (`lock_dev`, `lock_ino` of `vvm_sessions`, `NULL` = none; see `lock.rs`). `vvm_store` has exactly one row: the revision counter, which survives deletes,
 /// the boot id of the last opener and the machine the file belongs to (empty until the first
 /// open claims it). `vvm_leases` holds one row per slot ever written and not deleted. A slot
 /// record (`session_incarnation` and `session_id` `NULL`) is live while its boot id is the
@@ -133,7 +153,7 @@ macro_rules! parties_ddl {
 /// by that row's boot id and expiry; its own `expires_ns` is unused (written as `i64::MAX`)
 /// and it names no lock file. The partial index finds a session's holdings, so ending a session
 /// costs O(its holdings), whatever the number of rows.
-pub(crate) const SCHEMA_V6: &str = concat!(
+pub(crate) const SCHEMA_V7: &str = concat!(
     "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -156,6 +176,7 @@ CREATE TABLE vvm_leases (
     sessions_ddl!(),
     semaphores_ddl!(),
     parties_ddl!(),
+    session_lock_ddl!(),
     "INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 "
 );
@@ -184,6 +205,9 @@ const MIGRATE_V4_TO_V5: &str = semaphores_ddl!();
 /// states. The same definition as [`SCHEMA_V6`].
 const MIGRATE_V5_TO_V6: &str = parties_ddl!();
 
+/// Adds the session's lock file. The same definition as [`SCHEMA_V7`].
+const MIGRATE_V6_TO_V7: &str = session_lock_ddl!();
+
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Identity {
@@ -201,6 +225,8 @@ pub(crate) enum Identity {
     Version4,
     /// Ours, at version 5: migrated on open.
     Version5,
+    /// Ours, at version 6: migrated on open.
+    Version6,
     /// Ours, from a later version of this program.
     Newer(i32),
     /// Something else's.
@@ -222,6 +248,7 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
         (APPLICATION_ID, SCHEMA_VERSION_3) => Identity::Version3,
         (APPLICATION_ID, SCHEMA_VERSION_4) => Identity::Version4,
         (APPLICATION_ID, SCHEMA_VERSION_5) => Identity::Version5,
+        (APPLICATION_ID, SCHEMA_VERSION_6) => Identity::Version6,
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
         _ => Identity::Foreign {
             application_id,
@@ -271,7 +298,7 @@ fn build(path: &Path) -> Result<(), SqliteStoreError> {
         return Err(SqliteStoreError::JournalMode { found: mode });
     }
     let tx = conn.transaction().map_err(sqlite("creating the schema"))?;
-    tx.execute_batch(SCHEMA_V6)
+    tx.execute_batch(SCHEMA_V7)
         .map_err(sqlite("creating the schema"))?;
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(sqlite("creating the schema"))?;
@@ -295,7 +322,8 @@ fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
         | Identity::Version2
         | Identity::Version3
         | Identity::Version4
-        | Identity::Version5 => Ok(()),
+        | Identity::Version5
+        | Identity::Version6 => Ok(()),
         Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
@@ -363,14 +391,16 @@ pub(crate) fn check_readable(
         | Identity::Version2
         | Identity::Version3
         | Identity::Version4
-        | Identity::Version5 => {
+        | Identity::Version5
+        | Identity::Version6 => {
             return Err(SqliteStoreError::OlderSchema {
                 found: match identity {
                     Identity::Version1 => SCHEMA_VERSION_1,
                     Identity::Version2 => SCHEMA_VERSION_2,
                     Identity::Version3 => SCHEMA_VERSION_3,
                     Identity::Version4 => SCHEMA_VERSION_4,
-                    _ => SCHEMA_VERSION_5,
+                    Identity::Version5 => SCHEMA_VERSION_5,
+                    _ => SCHEMA_VERSION_6,
                 },
                 supported: SCHEMA_VERSION,
             })
@@ -414,6 +444,7 @@ fn has_machine_id(identity: Identity) -> bool {
             | Identity::Version3
             | Identity::Version4
             | Identity::Version5
+            | Identity::Version6
     )
 }
 
@@ -426,13 +457,15 @@ fn migrate(tx: &Connection, identity: Identity) -> Result<(), SqliteStoreError> 
     const V3: (&str, &str) = (MIGRATE_V3_TO_V4, "migrating from schema version 3");
     const V4: (&str, &str) = (MIGRATE_V4_TO_V5, "migrating from schema version 4");
     const V5: (&str, &str) = (MIGRATE_V5_TO_V6, "migrating from schema version 5");
+    const V6: (&str, &str) = (MIGRATE_V6_TO_V7, "migrating from schema version 6");
     let steps: &[(&str, &'static str)] = match identity {
-        Identity::Empty => &[(SCHEMA_V6, "creating the schema")],
-        Identity::Version1 => &[V1, V2, V3, V4, V5],
-        Identity::Version2 => &[V2, V3, V4, V5],
-        Identity::Version3 => &[V3, V4, V5],
-        Identity::Version4 => &[V4, V5],
-        Identity::Version5 => &[V5],
+        Identity::Empty => &[(SCHEMA_V7, "creating the schema")],
+        Identity::Version1 => &[V1, V2, V3, V4, V5, V6],
+        Identity::Version2 => &[V2, V3, V4, V5, V6],
+        Identity::Version3 => &[V3, V4, V5, V6],
+        Identity::Version4 => &[V4, V5, V6],
+        Identity::Version5 => &[V5, V6],
+        Identity::Version6 => &[V6],
         Identity::Ours | Identity::Newer(_) | Identity::Foreign { .. } => &[],
     };
     for (sql, what) in steps {
@@ -627,6 +660,8 @@ mod tests {
         assert_eq!(classify(APPLICATION_ID, 2, 3), Identity::Version2);
         assert_eq!(classify(APPLICATION_ID, 3, 3), Identity::Version3);
         assert_eq!(classify(APPLICATION_ID, 4, 3), Identity::Version4);
+        assert_eq!(classify(APPLICATION_ID, 5, 3), Identity::Version5);
+        assert_eq!(classify(APPLICATION_ID, 6, 3), Identity::Version6);
         assert_eq!(
             classify(APPLICATION_ID, SCHEMA_VERSION + 1, 3),
             Identity::Newer(SCHEMA_VERSION + 1)

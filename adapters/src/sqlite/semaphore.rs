@@ -6,6 +6,12 @@
 //! | `semaphore` | judge the caller's session row; read and decode the semaphore's row; judge the session row of every party, removing those of dead sessions; run the core operation ([`transact`]); write the row back with a new `version` from the store's counter when anything changed (a delete keeps the row with `state` `NULL` and the counters) |
 //! | `delete_session` (`session.rs`) | besides the session's row and holdings: every semaphore the index names for the session, that party removed as by its expiry |
 //!
+//! **Dead owners**: a semaphore transaction first judges the sessions whose lock the store's feed
+//! saw free (`session.rs`, `feed.rs`): each whose process is gone is ended with all its
+//! holdings and parties in that transaction. A queued acquire's change future
+//! ([`SemaphoreStore::semaphore_changed`]) watches the locks of the sessions owning units besides
+//! the file's version, so a SIGKILLed owner's units pass on at once, not at its session's expiry.
+//!
 //! **The parties' index** (`vvm_semaphore_parties`, schema version 6): one row per session and
 //! semaphore it is a party of, written with the semaphore's row in the same transaction (the
 //! parties that left deleted, those that joined inserted), so it always names exactly the
@@ -42,7 +48,8 @@ use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 
 use super::parties::{index, parties};
 use super::record::{self, Now, TxError};
-use super::{SqliteStore, Step};
+use super::session::end_if_dead;
+use super::{transact as in_transaction, SqliteStore, Step};
 
 /// A semaphore's row: its state (`None` once deleted) and the counters of a deleted one.
 struct Row {
@@ -178,6 +185,57 @@ pub(super) fn end_parties(tx: &Transaction<'_>, key: SessionKey) -> Result<(), T
     Ok(())
 }
 
+/// The body of a semaphore's transaction: the row read and decoded, the parties' sessions
+/// judged, the core operation run, and what it decided written.
+fn decide(
+    tx: &Transaction<'_>,
+    now: Now<'_>,
+    session: SessionKey,
+    name: &SemaphoreName,
+    request: &SemaphoreRequest,
+) -> Result<Step<Result<Applied, SemaphoreStoreError>>, TxError> {
+    let row = load(tx, name)?;
+    let counters = row.as_ref().map(|row| row.counters);
+    let floor = row
+        .as_ref()
+        .map_or(0, |row| row.version.max(row.counters.0 .0));
+    let stored = match row.and_then(|row| row.state) {
+        None => None,
+        Some(bytes) => match Semaphore::decode(&bytes) {
+            Ok(state) => Some(state),
+            Err(source) => {
+                return match undecodable(name, source, bytes.len(), floor, request) {
+                    Ok((write, applied)) => {
+                        // Its parties are unknown: the index forgets them all.
+                        tx.prepare_cached("DELETE FROM vvm_semaphore_parties WHERE name = ?1")?
+                            .execute([name.as_str()])?;
+                        let wrote = store(tx, name, &HashSet::new(), &write)?;
+                        Ok(Step {
+                            result: Ok(applied),
+                            wrote,
+                        })
+                    }
+                    Err(refused) => Ok(Step::read(Err(refused))),
+                };
+            }
+        },
+    };
+    let before = parties(stored.as_ref());
+    let decided = transact(stored, counters, session, name, request.clone(), |key| {
+        session_left(tx, key, now)
+    })?;
+    match decided {
+        Ok((write, applied)) => {
+            let wrote = store(tx, name, &before, &write)?;
+            Ok(Step {
+                result: Ok(applied),
+                wrote,
+            })
+        }
+        Err(refused) => Ok(Step::read(Err(refused))),
+    }
+}
+
 impl SemaphoreStore for SqliteStore {
     async fn semaphore(
         &self,
@@ -187,51 +245,26 @@ impl SemaphoreStore for SqliteStore {
     ) -> Result<Applied, SemaphoreStoreError> {
         self.writable()?;
         let name = name.clone();
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            let row = load(tx, &name)?;
-            let counters = row.as_ref().map(|row| row.counters);
-            let floor = row
-                .as_ref()
-                .map_or(0, |row| row.version.max(row.counters.0 .0));
-            let stored = match row.and_then(|row| row.state) {
-                None => None,
-                Some(bytes) => match Semaphore::decode(&bytes) {
-                    Ok(state) => Some(state),
-                    Err(source) => {
-                        return match undecodable(&name, source, bytes.len(), floor, &request) {
-                            Ok((write, applied)) => {
-                                // Its parties are unknown: the index forgets them all.
-                                tx.prepare_cached(
-                                    "DELETE FROM vvm_semaphore_parties WHERE name = ?1",
-                                )?
-                                .execute([name.as_str()])?;
-                                let wrote = store(tx, &name, &HashSet::new(), &write)?;
-                                Ok(Step {
-                                    result: Ok(applied),
-                                    wrote,
-                                })
-                            }
-                            Err(refused) => Ok(Step::read(Err(refused))),
-                        };
+        // Sessions whose lock the feed saw free (their process is gone): judged first, each
+        // ended with all its holdings and parties (`session.rs`), before the semaphore is read.
+        let suspects = self.shared.feed.suspects();
+        let judging = suspects.clone();
+        let result = self
+            .blocking(move |conn, shared| {
+                in_transaction(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+                    for suspect in &judging {
+                        if *suspect != session {
+                            end_if_dead(tx, shared, *suspect)?;
+                        }
                     }
-                },
-            };
-            let before = parties(stored.as_ref());
-            let decided = transact(stored, counters, session, &name, request.clone(), |key| {
-                session_left(tx, key, now)
-            })?;
-            match decided {
-                Ok((write, applied)) => {
-                    let wrote = store(tx, &name, &before, &write)?;
-                    Ok(Step {
-                        result: Ok(applied),
-                        wrote,
-                    })
-                }
-                Err(refused) => Ok(Step::read(Err(refused))),
-            }
-        })
-        .await?
+                    decide(tx, now, session, &name, &request)
+                })
+            })
+            .await;
+        if result.is_ok() {
+            self.shared.feed.judged(&suspects);
+        }
+        result?
     }
 
     /// One read transaction: the names of the rows with a state, by the table's primary key,
@@ -262,7 +295,27 @@ impl SemaphoreStore for SqliteStore {
     /// Subscribes to the store's one change feed (`feed.rs`), which reads the row's `version`
     /// after each commit to the file and wakes this wait when it changed.
     fn semaphore_changed(&self, name: &SemaphoreName) -> SemaphoreChange {
-        // Read at the call, not at the first poll: a change right after it is not missed.
-        Box::pin(self.shared.feed.name_changed(name))
+        // Subscribed at the call, not at the first poll: a change right after it is not missed.
+        let changed = self.shared.feed.name_changed(name);
+        // The sessions owning units, each watched by its lock (`feed.rs`): the kernel tells a
+        // death, which writes nothing to the file.
+        let owners = self.shared.feed.owner_locks(name);
+        let deaths = std::sync::Arc::clone(&self.shared.feed).watch_sessions(
+            &self.shared.path,
+            &owners,
+            self.shared.sharing,
+        );
+        Box::pin(async move {
+            use std::future::Future;
+            let mut changed = std::pin::pin!(changed);
+            let mut deaths = std::pin::pin!(deaths);
+            std::future::poll_fn(|cx| {
+                match changed.as_mut().poll(cx).is_ready() || deaths.as_mut().poll(cx).is_ready() {
+                    true => std::task::Poll::Ready(()),
+                    false => std::task::Poll::Pending,
+                }
+            })
+            .await;
+        })
     }
 }

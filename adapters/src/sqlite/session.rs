@@ -5,8 +5,8 @@
 //! a value, a revision and an expiry judged exactly like a slot record's: by the store's clock
 //! (by default `CLOCK_BOOTTIME` and the boot id), read under the write lock. A holding is the
 //! slot's row in `vvm_leases` with `session_incarnation` and `session_id` set: it carries the
-//! session's value and its own revision, names no lock file, and its own expiry columns are
-//! unused. Every read of a slot (`record::load`, used by every
+//! session's value and its own revision, names no lock file of its own (its session's guards it),
+//! and its own expiry columns are unused. Every read of a slot (`record::load`, used by every
 //! [`LeaseStore`](vvm_runtime::LeaseStore) operation) joins
 //! the session row in the same statement and judges a holding by it, so a holding is live
 //! exactly while its session is — its time left is the session's — and an expired or deleted
@@ -14,11 +14,11 @@
 //!
 //! | operation | one `BEGIN IMMEDIATE` transaction (`get_session`: one read transaction) |
 //! |---|---|
-//! | `create_session` | read the row; if live: nothing. Else delete the dead row of the key and its holdings, remove up to [`SWEEP_SESSIONS_MAX`] other dead sessions with theirs, take a revision from the counter, insert the row |
+//! | `create_session` | (the session's lock taken first, outside the transaction) read the row; if live: nothing. Else delete the dead row of the key and its holdings, remove up to [`SWEEP_SESSIONS_MAX`] other dead sessions with theirs, take a revision from the counter, insert the row naming the lock |
 //! | `keep_alive` | read the row; if live at `expected`: update its expiry (the revision stays) |
 //! | `delete_session` | read the row; if live at `expected`: delete its holdings and the row, and remove its parties from every semaphore (`semaphore.rs`) |
 //! | `get_session` | read the row |
-//! | `acquire` | read the session row; if not live: `SessionGone`. Read the slot (as `get`): live and a holding of this session → its revision; live otherwise → `Held`; else write the holding with a revision from the counter |
+//! | `acquire` | read the session row; if not live: `SessionGone`. Read the slot (as `get`): live and a holding of this session → its revision; a holding of another session whose lock is free → that session ended ([`end_if_dead`]) and the holding written; live otherwise → `Held`; else write the holding with a revision from the counter |
 //!
 //! **Costs.** A keepalive updates the session's row only, O(1) whatever the number of holdings:
 //! the holdings' rows are not written, so a waiter's change feed, which compares the holders
@@ -37,36 +37,39 @@
 //! it with a slot record of its own TTL, and an insert on a slot whose holding is dead replaces
 //! it.
 //!
-//! **Expiry only: no kernel-lock fast path.** A slot record's holder is known dead at once by
-//! its free slot lock (`lock.rs`); a session is judged by its expiry only, and a holding is never
-//! taken early, even when the slot's lock file is free (a holding names none). Why:
-//! - what may act under a holding is the session's process and whatever it started. The slot
-//!   locks reach the supervised command because `vvm run` lets its children inherit them
-//!   ([`let_children_inherit_slot_locks`](super::let_children_inherit_slot_locks)) before it
-//!   starts its supervisor; no such hand-over exists for sessions, whose runtime lives outside
-//!   the store. A free session lock would then not prove that nothing acts under the holdings,
-//!   which is the whole soundness argument of the fast path;
-//! - lock files are one per slot, created on first use and never removed (removing one races
-//!   with another process's identity check). Session keys are never reused (an incarnation per
-//!   process start), so a lock file per session would leave one file per session ever opened
-//!   next to the database;
-//! - a free session lock would have to end the whole session from another process, and the
-//!   change feed would have to watch, for each watched slot, the lock of the session holding it.
+//! **A dead process's session ends at once** (`Sq.SessionLock`, `lock.rs`): the kernel knows
+//! when the session's process died, as it knows for a slot's holder. A session has one lock file
+//! (`<database>.session-<incarnation>-<id>.lock`: one per session, not per holding), locked
+//! exclusively by its process from `create_session` for the session's whole life and named by
+//! the session's row (`lock_dev`, `lock_ino`). `vvm run` hands it, with the slot locks, to the
+//! supervisor of its command
+//! ([`let_children_inherit_slot_locks`](super::let_children_inherit_slot_locks)), which keeps it
+//! until the command's whole tree is gone: a free lock proves that nothing that could act under
+//! the session's holdings is left. The process lets go of it, and removes the file, when the
+//! session is over (deleted, or its row found absent): session keys are never reused, so no file
+//! per session ever opened is left behind, and nobody else ever uses the path.
 //!
-//! So a candidate waiting on a holding of a dead session tries again at the session's expiry
-//! (the time left an insert reports), as for a stopped holder of a slot record. For the same
-//! reason, and to keep the acquire one read-judge-write, an acquire does not take the slot lock
-//! either: a slot record whose holder died blocks an acquire until the record's expiry (an
-//! insert takes it at once).
+//! Another process that obtains a shared lock on the very file a live session's row names, still
+//! linked at its path ([`end_if_dead`]), ends that session in its own transaction — the row,
+//! every holding and every semaphore party, as `delete_session` does: one transaction per
+//! session, whatever the number of holdings. An `acquire` or an insert meeting a holding of
+//! another session judges that session so; a semaphore transaction judges the sessions its
+//! store's feed saw free (`semaphore.rs`). Waiters are woken by the kernel: the change feed
+//! blocks on the lock of the session holding a watched slot, and a queued semaphore acquire on
+//! the locks of the sessions owning units (`feed.rs`). A stopped or hung process keeps its lock,
+//! and a session naming no lock (created by a version-6 program, or its lock file removed or
+//! replaced) is judged by its expiry only: the TTL stays the bound that never depends on the
+//! lock.
 
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 use vvm_core::{Revision, SessionKey, Slot};
 use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError, ValueError};
 
+use super::lock::{self, FileId};
 use super::record::{self, Judged, Now, Row, Stored, TxError};
-use super::{SqliteStore, SqliteStoreError, Step};
+use super::{transact, Shared, SqliteStore, SqliteStoreError, Step};
 
 /// Most dead sessions (another boot's, or expired) a create removes with their holdings, besides
 /// a dead row under its own key: dead rows never pile up while sessions are created, and no
@@ -130,8 +133,9 @@ fn end(tx: &Transaction<'_>, key: (i64, i64)) -> Result<(), TxError> {
 }
 
 /// Removes up to [`SWEEP_SESSIONS_MAX`] dead sessions — of another boot, or expired — with
-/// their holdings. A row whose liveness cannot be told is left alone.
-fn sweep(tx: &Transaction<'_>, now: Now<'_>) -> Result<(), TxError> {
+/// their holdings, and the lock file of each whose lock is free (its process died without
+/// ending it). A row whose liveness cannot be told is left alone.
+fn sweep(tx: &Transaction<'_>, shared: &Shared, now: Now<'_>) -> Result<(), TxError> {
     let dead: Vec<(i64, i64)> = tx
         .prepare_cached(
             "SELECT incarnation, id FROM vvm_sessions \
@@ -143,15 +147,72 @@ fn sweep(tx: &Transaction<'_>, now: Now<'_>) -> Result<(), TxError> {
             Ok((row.get(0)?, row.get(1)?))
         })?
         .collect::<Result<_, _>>()?;
-    for key in dead {
-        end(tx, key)?;
+    for columns in dead {
+        let key = record::session_key(columns.0, columns.1);
+        if let Some(named) = lock_of(tx, key)? {
+            let path = lock::session_path(&shared.path, key);
+            if let Some(lock) = lock::take_named(&path, named, shared.sharing) {
+                lock::remove(&path);
+                drop(lock);
+            }
+        }
+        end(tx, columns)?;
     }
     Ok(())
 }
 
+/// The lock file the session row of `key` names (see `lock.rs`), if any.
+pub(super) fn lock_of(conn: &Connection, key: SessionKey) -> Result<Option<FileId>, TxError> {
+    let named = conn
+        .prepare_cached(
+            "SELECT lock_dev, lock_ino FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2",
+        )?
+        .query_row(record::session_columns(key), record::named_file)
+        .optional()?;
+    Ok(named.flatten())
+}
+
+/// Ends the session `key` of another process when the kernel tells that process gone: its row
+/// names a lock file, and a shared lock on that very file, still linked at the session's lock
+/// path, is obtained ([`lock::take_named`]) — no process holds its exclusive lock, neither the
+/// session's nor anything that inherited the descriptor. Then, in the caller's transaction, the
+/// row, every holding and every semaphore party of the session go together (as
+/// `delete_session` does: one transaction per session, whatever the number of holdings), and the
+/// lock file is removed. Whether it ended the session. Blocking: a few file system calls, made
+/// only when the row names a lock.
+pub(super) fn end_if_dead(
+    tx: &Transaction<'_>,
+    shared: &Shared,
+    key: SessionKey,
+) -> Result<bool, TxError> {
+    let Some(named) = lock_of(tx, key)? else {
+        return Ok(false);
+    };
+    let path = lock::session_path(&shared.path, key);
+    let Some(lock) = lock::take_named(&path, named, shared.sharing) else {
+        return Ok(false);
+    };
+    end(tx, record::session_columns(key))?;
+    super::semaphore::end_parties(tx, key)?;
+    // Removed while locked: a transaction rolled back after this leaves a row naming a file that
+    // is gone, which then ends at its expiry, as a session naming no lock.
+    lock::remove(&path);
+    drop(lock);
+    tracing::info!(session = %key, "session ended at once: its lock was free, so its process is gone");
+    Ok(true)
+}
+
+/// Lets go of this process's lock of the session `key` (and removes its file) once the session
+/// is known to be over: deleted, or its row found absent.
+fn let_go(shared: &Shared, key: SessionKey) {
+    lock::registry().let_go_session(&lock::session_path(&shared.path, key));
+}
+
 impl SessionStore for SqliteStore {
     /// One transaction: a dead row under `key` is replaced, its holdings deleted with it (they
-    /// must not live again with the new session), and a few other dead sessions are swept.
+    /// must not live again with the new session), and a few other dead sessions are swept. The
+    /// session's lock is taken first (see `lock.rs`) and the row names it; an untrusted or
+    /// unlockable lock file fails the create with a typed error, before anything is written.
     async fn create_session(
         &self,
         key: SessionKey,
@@ -160,32 +221,63 @@ impl SessionStore for SqliteStore {
     ) -> Result<Option<Revision>, StoreError> {
         self.writable()?;
         let bytes = value.encode().into_bytes();
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            if let Judged::Live(..) = load(tx, key, now)? {
-                return Ok(Step::read(None));
+        self.blocking(move |conn, shared| {
+            let path = lock::session_path(&shared.path, key);
+            // Kept across the transaction, as an insert keeps it (never taken inside one).
+            let mut registry = lock::registry();
+            let held = registry.held(&path);
+            let fresh = match held {
+                Some(_) => None,
+                None => Some(
+                    lock::lock_session(&registry, &path, shared.sharing)
+                        .map_err(StoreError::failed)?,
+                ),
+            };
+            let named = held.or(fresh.as_ref().map(|lock| lock.id));
+            let result = transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+                if let Judged::Live(..) = load(tx, key, now)? {
+                    return Ok(Step::read(None));
+                }
+                let columns = record::session_columns(key);
+                end(tx, columns)?;
+                sweep(tx, shared, now)?;
+                let revision = record::next_revision(tx)?;
+                tx.prepare_cached(
+                    "INSERT INTO vvm_sessions \
+                     (incarnation, id, value, revision, boot_id, expires_ns, lock_dev, lock_ino) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?
+                .execute((
+                    columns.0,
+                    columns.1,
+                    &bytes,
+                    record::revision_column(revision),
+                    now.boot_id,
+                    record::expiry_ns(now.ns, ttl),
+                    named.map(|id| id.to_columns().0),
+                    named.map(|id| id.to_columns().1),
+                ))?;
+                Ok(Step::wrote(Some(revision)))
+            });
+            match &result {
+                // Written, or perhaps written: the row names the lock, kept for the session's life.
+                Ok(Some(_)) | Err(StoreError::Unknown { .. }) => {
+                    registry.keep_session(&path, fresh)
+                }
+                // Nothing written: a lock taken for this create goes with its file.
+                Ok(None) | Err(_) => {
+                    if fresh.is_some() {
+                        lock::remove(&path);
+                    }
+                }
             }
-            let columns = record::session_columns(key);
-            end(tx, columns)?;
-            sweep(tx, now)?;
-            let revision = record::next_revision(tx)?;
-            tx.prepare_cached(
-                "INSERT INTO vvm_sessions (incarnation, id, value, revision, boot_id, expires_ns) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute((
-                columns.0,
-                columns.1,
-                &bytes,
-                record::revision_column(revision),
-                now.boot_id,
-                record::expiry_ns(now.ns, ttl),
-            ))?;
-            Ok(Step::wrote(Some(revision)))
+            result
         })
         .await
     }
 
-    /// Moves the session row's expiry only: the revision stays, and no holding is written.
+    /// Moves the session row's expiry only: the revision stays, and no holding is written. A
+    /// session found absent is over: this process lets go of its lock.
     async fn keep_alive(
         &self,
         key: SessionKey,
@@ -193,41 +285,54 @@ impl SessionStore for SqliteStore {
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
         self.writable()?;
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            match load(tx, key, now)? {
-                Judged::Live(stored, _) if ours(key, &stored, expected) => {
-                    let (incarnation, id) = record::session_columns(key);
-                    tx.prepare_cached(
-                        "UPDATE vvm_sessions SET expires_ns = ?3 WHERE incarnation = ?1 AND id = ?2",
-                    )?
-                    .execute((incarnation, id, record::expiry_ns(now.ns, ttl)))?;
-                    Ok(Step::wrote(Some(expected)))
+        let (kept, absent) = self
+            .transact(TransactionBehavior::Immediate, move |tx, now| {
+                match load(tx, key, now)? {
+                    Judged::Live(stored, _) if ours(key, &stored, expected) => {
+                        let (incarnation, id) = record::session_columns(key);
+                        tx.prepare_cached(
+                            "UPDATE vvm_sessions SET expires_ns = ?3 WHERE incarnation = ?1 AND id = ?2",
+                        )?
+                        .execute((incarnation, id, record::expiry_ns(now.ns, ttl)))?;
+                        Ok(Step::wrote((Some(expected), false)))
+                    }
+                    Judged::Live(..) => Ok(Step::read((None, false))),
+                    Judged::Absent => Ok(Step::read((None, true))),
                 }
-                _ => Ok(Step::read(None)),
-            }
-        })
-        .await
+            })
+            .await?;
+        if absent {
+            let_go(&self.shared, key);
+        }
+        Ok(kept)
     }
 
     /// Deletes the row and every holding of the session in the same transaction: every
-    /// waiter of those slots sees them deleted, as after a release.
+    /// waiter of those slots sees them deleted, as after a release. Then this process lets go
+    /// of the session's lock (also when the row was found absent already).
     async fn delete_session(
         &self,
         key: SessionKey,
         expected: Revision,
     ) -> Result<bool, StoreError> {
         self.writable()?;
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            match load(tx, key, now)? {
-                Judged::Live(stored, _) if ours(key, &stored, expected) => {
-                    end(tx, record::session_columns(key))?;
-                    super::semaphore::end_parties(tx, key)?;
-                    Ok(Step::wrote(true))
+        let (deleted, over) = self
+            .transact(TransactionBehavior::Immediate, move |tx, now| {
+                match load(tx, key, now)? {
+                    Judged::Live(stored, _) if ours(key, &stored, expected) => {
+                        end(tx, record::session_columns(key))?;
+                        super::semaphore::end_parties(tx, key)?;
+                        Ok(Step::wrote((true, true)))
+                    }
+                    Judged::Live(..) => Ok(Step::read((false, false))),
+                    Judged::Absent => Ok(Step::read((false, true))),
                 }
-                _ => Ok(Step::read(false)),
-            }
-        })
-        .await
+            })
+            .await?;
+        if over {
+            let_go(&self.shared, key);
+        }
+        Ok(deleted)
     }
 
     async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {
@@ -242,29 +347,36 @@ impl SessionStore for SqliteStore {
     }
 
     /// One transaction: the session judged live, then the slot judged free, then the holding
-    /// written. A slot whose live record is a holding of this session answers its revision.
+    /// written. A slot whose live record is a holding of this session answers its revision; a
+    /// live holding of another session whose process is gone by its lock ends that session
+    /// (`end_if_dead`) and is taken.
     async fn acquire(&self, slot: Slot, key: SessionKey) -> Result<Acquired, StoreError> {
         self.writable()?;
-        self.transact(TransactionBehavior::Immediate, move |tx, now| {
-            let session = match load(tx, key, now)? {
-                Judged::Absent => return Ok(Step::read(Acquired::SessionGone)),
-                Judged::Live(stored, _) => stored,
-            };
-            // The holding carries the session's value: an unreadable one is not copied.
-            read(key, &session)?;
-            match record::load(tx, slot, now)? {
-                Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
-                    Some(holder) if holder == key => {
-                        Ok(Step::read(Acquired::Written(stored.lease(slot)?.revision)))
-                    }
-                    _ => Ok(Step::read(Acquired::Held)),
-                },
-                Judged::Absent => {
-                    let bytes = session.bytes().unwrap_or_default();
-                    let revision = record::write_holding(tx, slot, bytes, key, now)?;
-                    Ok(Step::wrote(Acquired::Written(revision)))
+        self.blocking(move |conn, shared| {
+            transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+                let session = match load(tx, key, now)? {
+                    Judged::Absent => return Ok(Step::read(Acquired::SessionGone)),
+                    Judged::Live(stored, _) => stored,
+                };
+                // The holding carries the session's value: an unreadable one is not copied.
+                read(key, &session)?;
+                let free = match record::load(tx, slot, now)? {
+                    Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
+                        Some(holder) if holder == key => {
+                            return Ok(Step::read(Acquired::Written(stored.lease(slot)?.revision)))
+                        }
+                        Some(holder) => end_if_dead(tx, shared, holder)?,
+                        None => false,
+                    },
+                    Judged::Absent => true,
+                };
+                if !free {
+                    return Ok(Step::read(Acquired::Held));
                 }
-            }
+                let bytes = session.bytes().unwrap_or_default();
+                let revision = record::write_holding(tx, slot, bytes, key, now)?;
+                Ok(Step::wrote(Acquired::Written(revision)))
+            })
         })
         .await
     }
