@@ -380,6 +380,76 @@ fn a_forced_delete_never_lets_a_new_command_run_beside_the_old_one_on_sqlite() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The wall-clock nanoseconds now, as the commands' `date +%s%N` writes them.
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos()
+}
+
+/// SIGKILL of the holder of a semaphore of limit 1 — its `vvm` process alone, then a whole
+/// tree (`vvm`, its supervisor and the command) — lets the queued run's command start within a
+/// small part of the lease (L = 4 s; the bound, L/4, is for a loaded machine: it takes
+/// milliseconds), not at the session's expiry (0.75–1·L): the kernel frees the session's lock
+/// once the last process holding it is gone (the supervisor, which inherited it, after it ended
+/// the command's tree), and the waiter, blocked on that lock, ends the dead session.
+// covers: Sq.SessionLock, Cli.RunSemaphore
+#[test]
+fn a_killed_semaphore_holder_lets_the_queued_command_start_at_once_on_sqlite() {
+    const LEASE: &str = "4s";
+    const BOUND: Duration = Duration::from_secs(1);
+    let dir = temp_dir("vvm-semaphore-kill");
+    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
+    let log = dir.join("commands.log");
+    let created = semaphore(&store, &["create", "work", "--limit", "1"]);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let start_of = |n: u32| {
+        lines(&log)
+            .iter()
+            .find(|(_, start, m)| *start && *m == n)
+            .map(|(ns, _, _)| *ns)
+    };
+    let mut first = runner_with_lease(&store, &log, 1, LEASE);
+    wait_until(&dir, "the first command started", || starts(&log) == 1);
+    let mut second = runner_with_lease(&store, &log, 2, LEASE);
+    wait_until(&dir, "the second run queued", || waiters(&store) == 1);
+
+    // The first `vvm` alone: its supervisor ends the command's tree, then lets go of the lock.
+    let killed_ns = wall_ns();
+    first.0.kill().expect("SIGKILL");
+    let _ = first.0.wait();
+    wait_until(&dir, "the second command started", || starts(&log) == 2);
+    let waited = Duration::from_nanos((start_of(2).unwrap() - killed_ns) as u64);
+    eprintln!("SIGKILL of vvm -> the queued command started after {waited:?}");
+    assert!(
+        waited < BOUND,
+        "the queued command started {waited:?} after the SIGKILL of vvm"
+    );
+
+    let mut third = runner_with_lease(&store, &log, 3, LEASE);
+    wait_until(&dir, "the third run queued", || waiters(&store) == 1);
+    // The whole tree of the second at once: `vvm`, its supervisor, the command and its child.
+    let mut tree = cli_support::tree::descendants(second.0.id());
+    tree.push(second.0.id());
+    let killed_ns = wall_ns();
+    for pid in tree {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+    }
+    let _ = second.0.wait();
+    wait_until(&dir, "the third command started", || starts(&log) == 3);
+    let waited = Duration::from_nanos((start_of(3).unwrap() - killed_ns) as u64);
+    eprintln!("SIGKILL of the whole tree -> the queued command started after {waited:?}");
+    assert!(
+        waited < BOUND,
+        "the queued command started {waited:?} after the SIGKILL of the tree"
+    );
+    assert_eq!(signal_and_wait(&mut third.0, Signal::TERM, WAIT), Some(0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// How soon a holder's command must have ended after its units were removed from outside: a
 /// twelfth of the lease (12 s, keepalives `L/4` = 3 s apart), many times the feed's delay plus a
 /// read and the command's SIGTERM, even on a loaded machine.
@@ -484,72 +554,4 @@ fn a_holder_of_units_whose_keys_are_deleted_from_outside_stops_at_once_on_etcd()
         "a_holder_of_units_whose_keys_are_deleted_from_outside_stops_at_once_on_etcd",
         cli_support::tree::Removal::Delete,
     );
-/// The wall-clock nanoseconds now, as the commands' `date +%s%N` writes them.
-fn wall_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_nanos()
-}
-
-/// SIGKILL of the holder of a semaphore of limit 1 — its `vvm` process alone, then a whole
-/// tree (`vvm`, its supervisor and the command) — lets the queued run's command start within a
-/// small part of the lease (L = 4 s; the bound, L/4, is for a loaded machine: it takes
-/// milliseconds), not at the session's expiry (0.75–1·L): the kernel frees the session's lock
-/// once the last process holding it is gone (the supervisor, which inherited it, after it ended
-/// the command's tree), and the waiter, blocked on that lock, ends the dead session.
-// covers: Sq.SessionLock, Cli.RunSemaphore
-#[test]
-fn a_killed_semaphore_holder_lets_the_queued_command_start_at_once_on_sqlite() {
-    const LEASE: &str = "4s";
-    const BOUND: Duration = Duration::from_secs(1);
-    let dir = temp_dir("vvm-semaphore-kill");
-    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
-    let log = dir.join("commands.log");
-    let created = semaphore(&store, &["create", "work", "--limit", "1"]);
-    assert_eq!(created.status.code(), Some(0), "{created:?}");
-    let start_of = |n: u32| {
-        lines(&log)
-            .iter()
-            .find(|(_, start, m)| *start && *m == n)
-            .map(|(ns, _, _)| *ns)
-    };
-    let mut first = runner_with_lease(&store, &log, 1, LEASE);
-    wait_until(&dir, "the first command started", || starts(&log) == 1);
-    let mut second = runner_with_lease(&store, &log, 2, LEASE);
-    wait_until(&dir, "the second run queued", || waiters(&store) == 1);
-
-    // The first `vvm` alone: its supervisor ends the command's tree, then lets go of the lock.
-    let killed_ns = wall_ns();
-    first.0.kill().expect("SIGKILL");
-    let _ = first.0.wait();
-    wait_until(&dir, "the second command started", || starts(&log) == 2);
-    let waited = Duration::from_nanos((start_of(2).unwrap() - killed_ns) as u64);
-    eprintln!("SIGKILL of vvm -> the queued command started after {waited:?}");
-    assert!(
-        waited < BOUND,
-        "the queued command started {waited:?} after the SIGKILL of vvm"
-    );
-
-    let mut third = runner_with_lease(&store, &log, 3, LEASE);
-    wait_until(&dir, "the third run queued", || waiters(&store) == 1);
-    // The whole tree of the second at once: `vvm`, its supervisor, the command and its child.
-    let mut tree = cli_support::tree::descendants(second.0.id());
-    tree.push(second.0.id());
-    let killed_ns = wall_ns();
-    for pid in tree {
-        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-            let _ = rustix::process::kill_process(pid, Signal::KILL);
-        }
-    }
-    let _ = second.0.wait();
-    wait_until(&dir, "the third command started", || starts(&log) == 3);
-    let waited = Duration::from_nanos((start_of(3).unwrap() - killed_ns) as u64);
-    eprintln!("SIGKILL of the whole tree -> the queued command started after {waited:?}");
-    assert!(
-        waited < BOUND,
-        "the queued command started {waited:?} after the SIGKILL of the tree"
-    );
-    assert_eq!(signal_and_wait(&mut third.0, Signal::TERM, WAIT), Some(0));
-    let _ = std::fs::remove_dir_all(dir);
 }
