@@ -455,13 +455,6 @@ fn a_killed_semaphore_holder_lets_the_queued_command_start_at_once_on_sqlite() {
 /// read and the command's SIGTERM, even on a loaded machine.
 const REMOVED_STOPPED_WITHIN: Duration = Duration::from_secs(1);
 
-fn wall_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
 /// `vvm run --semaphore gate` (limit 1) of a command that appends `held <ns>` every 20 ms and
 /// ends at SIGTERM; right after its first line `remove` takes its units away from outside. The
 /// command must have ended within [`REMOVED_STOPPED_WITHIN`], and `vvm` reports the end of its grant.
