@@ -397,7 +397,8 @@ impl Feed {
     /// Joins the process's watcher at the first subscription.
     fn register(self: &Arc<Self>) {
         self.registered.call_once(|| {
-            super::notify::register(&self.path, Arc::downgrade(self));
+            let feed: std::sync::Weak<Feed> = Arc::downgrade(self);
+            super::notify::register(&self.path, feed);
         });
     }
 
@@ -866,6 +867,16 @@ impl Seen {
                 .copied()
                 .collect(),
         }
+    }
+}
+
+impl super::notify::Looks for Feed {
+    fn path(&self) -> &Path {
+        Feed::path(self)
+    }
+
+    fn look(&self, safety: bool) -> bool {
+        Feed::look(self, safety)
     }
 }
 

@@ -46,7 +46,15 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 
-use super::feed::Feed;
+/// What the watcher wakes: a store's change feed (`feed.rs`). A trait of its own, so that this
+/// module needs nothing of the feed but these two calls.
+pub(super) trait Looks: Send + Sync {
+    /// The store's database file.
+    fn path(&self) -> &Path;
+    /// Looks at the file (`Feed::look` in `feed.rs`); whether more looks are due soon (it has
+    /// waiters and read no new version yet).
+    fn look(&self, safety: bool) -> bool;
+}
 
 /// How often a feed with waiters looks although no file event came (see the module
 /// documentation): the longest a change that raised no event (an overflowed queue, a directory
@@ -74,7 +82,7 @@ struct Entry {
     wd: Option<i32>,
     /// The database's file name and its `-wal`'s.
     names: [OsString; 2],
-    feed: Weak<Feed>,
+    feed: Weak<dyn Looks>,
     /// The next settling look and its place in [`SETTLE_LOOKS_MS`].
     settle: Option<(Instant, usize)>,
 }
@@ -115,7 +123,7 @@ fn watcher() -> Option<&'static Watcher> {
 
 /// Makes the process's watcher wake `feed` on the changes of the store at `path` (once per
 /// feed); whether a thread runs to do so.
-pub(super) fn register(path: &Path, feed: Weak<Feed>) -> bool {
+pub(super) fn register(path: &Path, feed: Weak<dyn Looks>) -> bool {
     let Some(watcher) = watcher() else {
         return false;
     };
@@ -155,7 +163,7 @@ pub(super) fn committed(path: &Path) {
     let Some(Some(watcher)) = WATCHER.get() else {
         return;
     };
-    let feeds: Vec<Arc<Feed>> = {
+    let feeds: Vec<Arc<dyn Looks>> = {
         let entries = watcher
             .entries
             .lock()
@@ -198,7 +206,7 @@ impl Watcher {
 
     /// The feeds in `published` read a new version (or have no waiter): one last settling look
     /// (a commit whose event merged with the previous one's may still be publishing), then none.
-    fn settle(&self, published: &[Arc<Feed>]) {
+    fn settle(&self, published: &[Arc<dyn Looks>]) {
         if published.is_empty() {
             return;
         }
@@ -270,7 +278,7 @@ impl Watcher {
         overflowed: bool,
         safety: bool,
         now: Instant,
-    ) -> Vec<(Arc<Feed>, bool)> {
+    ) -> Vec<(Arc<dyn Looks>, bool)> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let mut looks = Vec::new();
         let mut index = 0;

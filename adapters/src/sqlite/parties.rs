@@ -1,15 +1,19 @@
-//! The index of the semaphores' parties (`vvm_semaphore_parties`, schema version 6): one row per
-//! session and semaphore it is a party of. Every write of a semaphore's state brings it from the
-//! parties before to those after in the same transaction (`semaphore.rs`); the migration from
+//! The semaphores' rows (`vvm_semaphores`: a state, the counters of a deleted one, a version)
+//! and the index of their parties (`vvm_semaphore_parties`, schema version 6): one row per
+//! session and semaphore it is a party of. Every write of a semaphore's state brings the index
+//! from the parties before to those after in the same transaction ([`store`]); the migration from
 //! version 5 fills it from the stored states (`schema.rs`); ending a session reads it by the
-//! session's key.
+//! session's key ([`end_parties`]). The rules of the semaphores are in `semaphore.rs`; these are
+//! their rows, which ending a session (`session.rs`) needs too.
 
 use std::collections::HashSet;
 
-use rusqlite::Connection;
-use vvm_core::semaphore::{Semaphore, SemaphoreName, SessionKey};
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OptionalExtension, Transaction};
+use vvm_core::semaphore::{Generation, OrderId, Semaphore, SemaphoreName, SessionKey};
+use vvm_runtime::semaphore_store::Write;
 
-use super::record;
+use super::record::{self, TxError};
 
 /// The sessions that are parties (owners or waiters) of `state`.
 pub(super) fn parties(state: Option<&Semaphore>) -> HashSet<SessionKey> {
@@ -59,6 +63,113 @@ pub(super) fn index_all_parties(tx: &Connection) -> rusqlite::Result<()> {
             continue;
         };
         index(tx, &name, &HashSet::new(), &parties(Some(&state)))?;
+    }
+    Ok(())
+}
+
+/// A semaphore's row: its state (`None` once deleted) and the counters of a deleted one.
+pub(super) struct Row {
+    pub(super) state: Option<Vec<u8>>,
+    pub(super) counters: (Generation, OrderId),
+    /// The store's revision of the row's last write.
+    pub(super) version: u64,
+}
+
+pub(super) fn load(tx: &Transaction<'_>, name: &SemaphoreName) -> Result<Option<Row>, TxError> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT state, generation, next_order_id, version FROM vvm_semaphores WHERE name = ?1",
+        )?
+        .query_row([name.as_str()], |row| {
+            let state = match row.get_ref(0)? {
+                ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            };
+            let counter = |index| -> rusqlite::Result<u64> {
+                Ok(match row.get_ref(index)? {
+                    ValueRef::Integer(value) => u64::try_from(value).unwrap_or(0),
+                    _ => 0,
+                })
+            };
+            Ok(Row {
+                state,
+                counters: (Generation(counter(1)?), OrderId(counter(2)?.max(1))),
+                version: counter(3)?,
+            })
+        })
+        .optional()?)
+}
+
+fn column(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Writes what a transaction decided, and the parties' index from the parties `before`;
+/// whether it wrote.
+pub(super) fn store(
+    tx: &Transaction<'_>,
+    name: &SemaphoreName,
+    before: &HashSet<SessionKey>,
+    write: &Write,
+) -> Result<bool, TxError> {
+    let after = match write {
+        Write::Keep => return Ok(false),
+        Write::Put(semaphore) => parties(Some(semaphore)),
+        Write::Delete { .. } => HashSet::new(),
+    };
+    index(tx, name, before, &after)?;
+    let (state, generation, next_order_id) = match write {
+        Write::Keep => return Ok(false),
+        Write::Put(semaphore) => (
+            Some(semaphore.encode()),
+            semaphore.generation(),
+            semaphore.next_order_id(),
+        ),
+        Write::Delete {
+            generation,
+            next_order_id,
+        } => (None, *generation, *next_order_id),
+    };
+    let version = record::revision_column(record::next_revision(tx)?);
+    tx.prepare_cached(
+        "INSERT INTO vvm_semaphores (name, state, version, generation, next_order_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (name) DO UPDATE SET state = excluded.state, version = excluded.version, \
+           generation = excluded.generation, next_order_id = excluded.next_order_id",
+    )?
+    .execute((
+        name.as_str(),
+        state,
+        version,
+        column(generation.0),
+        column(next_order_id.0),
+    ))?;
+    Ok(true)
+}
+
+/// Removes the parties of the session `key` from every semaphore it is a party of, by the
+/// index (its row was deleted in the same transaction). A state that cannot be decoded is left
+/// as it is.
+pub(super) fn end_parties(tx: &Transaction<'_>, key: SessionKey) -> Result<(), TxError> {
+    let names: Vec<String> = tx
+        .prepare_cached(
+            "SELECT name FROM vvm_semaphore_parties WHERE incarnation = ?1 AND id = ?2",
+        )?
+        .query_map(record::session_columns(key), |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    for name in names {
+        let Ok(name) = SemaphoreName::new(&name) else {
+            continue;
+        };
+        let Some(bytes) = load(tx, &name)?.and_then(|row| row.state) else {
+            continue;
+        };
+        let Ok(state) = Semaphore::decode(&bytes) else {
+            continue;
+        };
+        let before = parties(Some(&state));
+        let write = Write::ending_session(state, key);
+        store(tx, &name, &before, &write)?;
     }
     Ok(())
 }

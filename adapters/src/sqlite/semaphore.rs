@@ -39,97 +39,17 @@ use std::time::Duration;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior};
-use vvm_core::semaphore::{Generation, OrderId, Semaphore, SemaphoreName, SessionKey};
-use vvm_runtime::semaphore_store::{transact, undecodable, Write};
+use vvm_core::semaphore::{Semaphore, SemaphoreName, SessionKey};
+use vvm_runtime::semaphore_store::{transact, undecodable};
 use vvm_runtime::{
     Applied, SemaphoreChange, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError,
 };
 use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 
-use super::parties::{index, parties};
+use super::parties::{load, parties, store};
 use super::record::{self, Now, TxError};
 use super::session::end_if_dead;
 use super::{transact as in_transaction, SqliteStore, Step};
-
-/// A semaphore's row: its state (`None` once deleted) and the counters of a deleted one.
-struct Row {
-    state: Option<Vec<u8>>,
-    counters: (Generation, OrderId),
-    /// The store's revision of the row's last write.
-    version: u64,
-}
-
-fn load(tx: &Transaction<'_>, name: &SemaphoreName) -> Result<Option<Row>, TxError> {
-    Ok(tx
-        .prepare_cached(
-            "SELECT state, generation, next_order_id, version FROM vvm_semaphores WHERE name = ?1",
-        )?
-        .query_row([name.as_str()], |row| {
-            let state = match row.get_ref(0)? {
-                ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Some(bytes.to_vec()),
-                _ => None,
-            };
-            let counter = |index| -> rusqlite::Result<u64> {
-                Ok(match row.get_ref(index)? {
-                    ValueRef::Integer(value) => u64::try_from(value).unwrap_or(0),
-                    _ => 0,
-                })
-            };
-            Ok(Row {
-                state,
-                counters: (Generation(counter(1)?), OrderId(counter(2)?.max(1))),
-                version: counter(3)?,
-            })
-        })
-        .optional()?)
-}
-
-fn column(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// Writes what a transaction decided, and the parties' index from the parties `before`;
-/// whether it wrote.
-fn store(
-    tx: &Transaction<'_>,
-    name: &SemaphoreName,
-    before: &HashSet<SessionKey>,
-    write: &Write,
-) -> Result<bool, TxError> {
-    let after = match write {
-        Write::Keep => return Ok(false),
-        Write::Put(semaphore) => parties(Some(semaphore)),
-        Write::Delete { .. } => HashSet::new(),
-    };
-    index(tx, name, before, &after)?;
-    let (state, generation, next_order_id) = match write {
-        Write::Keep => return Ok(false),
-        Write::Put(semaphore) => (
-            Some(semaphore.encode()),
-            semaphore.generation(),
-            semaphore.next_order_id(),
-        ),
-        Write::Delete {
-            generation,
-            next_order_id,
-        } => (None, *generation, *next_order_id),
-    };
-    let version = record::revision_column(record::next_revision(tx)?);
-    tx.prepare_cached(
-        "INSERT INTO vvm_semaphores (name, state, version, generation, next_order_id) \
-         VALUES (?1, ?2, ?3, ?4, ?5) \
-         ON CONFLICT (name) DO UPDATE SET state = excluded.state, version = excluded.version, \
-           generation = excluded.generation, next_order_id = excluded.next_order_id",
-    )?
-    .execute((
-        name.as_str(),
-        state,
-        version,
-        column(generation.0),
-        column(next_order_id.0),
-    ))?;
-    Ok(true)
-}
 
 /// The time the session `key` has left by its row, `None` when it is not live. A row whose
 /// liveness cannot be told counts as live for ever: its parties are never removed on a guess.
@@ -156,33 +76,6 @@ fn session_left(
         })
         .optional()?;
     Ok(judged.flatten())
-}
-
-/// Removes the parties of the session `key` from every semaphore it is a party of, by the
-/// index (its row was deleted in the same transaction). A state that cannot be decoded is left
-/// as it is.
-pub(super) fn end_parties(tx: &Transaction<'_>, key: SessionKey) -> Result<(), TxError> {
-    let names: Vec<String> = tx
-        .prepare_cached(
-            "SELECT name FROM vvm_semaphore_parties WHERE incarnation = ?1 AND id = ?2",
-        )?
-        .query_map(record::session_columns(key), |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
-    for name in names {
-        let Ok(name) = SemaphoreName::new(&name) else {
-            continue;
-        };
-        let Some(bytes) = load(tx, &name)?.and_then(|row| row.state) else {
-            continue;
-        };
-        let Ok(state) = Semaphore::decode(&bytes) else {
-            continue;
-        };
-        let before = parties(Some(&state));
-        let write = Write::ending_session(state, key);
-        store(tx, &name, &before, &write)?;
-    }
-    Ok(())
 }
 
 /// The body of a semaphore's transaction: the row read and decoded, the parties' sessions

@@ -193,7 +193,7 @@ pub(super) fn end_if_dead(
         return Ok(false);
     };
     end(tx, record::session_columns(key))?;
-    super::semaphore::end_parties(tx, key)?;
+    super::parties::end_parties(tx, key)?;
     // Removed while locked: a transaction rolled back after this leaves a row naming a file that
     // is gone, which then ends at its expiry, as a session naming no lock.
     lock::remove(&path);
@@ -321,7 +321,7 @@ impl SessionStore for SqliteStore {
                 match load(tx, key, now)? {
                     Judged::Live(stored, _) if ours(key, &stored, expected) => {
                         end(tx, record::session_columns(key))?;
-                        super::semaphore::end_parties(tx, key)?;
+                        super::parties::end_parties(tx, key)?;
                         Ok(Step::wrote((true, true)))
                     }
                     Judged::Live(..) => Ok(Step::read((false, false))),
