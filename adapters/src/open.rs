@@ -375,6 +375,13 @@ pub struct FdbHandle {
     _network: std::sync::Arc<crate::foundationdb::NetworkAutoStop>,
 }
 
+#[cfg(feature = "foundationdb")]
+impl std::fmt::Debug for FdbHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdbHandle").finish_non_exhaustive()
+    }
+}
+
 /// Opens the `fdb:` store `url` names on the network thread that `network` guards (started
 /// with the `unsafe` [`crate::foundationdb::boot`], which this crate cannot call). The guard
 /// lives in the returned store.
