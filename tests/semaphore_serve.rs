@@ -79,12 +79,22 @@ impl Service for Worker<MemoryStore> {
 }
 
 fn worker(coordination: &Coordination<MemoryStore>, seen: &Seen, stubborn: bool) -> Services {
+    lingering_worker(coordination, seen, stubborn, Duration::ZERO)
+}
+
+/// [`worker`] that takes `linger` to stop once asked.
+fn lingering_worker(
+    coordination: &Coordination<MemoryStore>,
+    seen: &Seen,
+    stubborn: bool,
+    linger: Duration,
+) -> Services {
     Services::new()
         .with(Worker {
             seen: seen.clone(),
             coordination: coordination.clone(),
             stubborn,
-            linger: Duration::ZERO,
+            linger,
         })
         .expect("one service")
 }
@@ -242,14 +252,7 @@ async fn a_dropped_serve_releases_the_grant_only_after_its_services_stopped() {
         .unwrap()
         .expect("fits");
     let seen = Seen::default();
-    let services = Services::new()
-        .with(Worker {
-            seen: seen.clone(),
-            coordination: coordination.clone(),
-            stubborn: false,
-            linger: Duration::from_secs(1),
-        })
-        .expect("one service");
+    let services = lingering_worker(&coordination, &seen, false, Duration::from_secs(1));
     let serve = grant.serve(services, ServeTimeouts::default(), std::future::pending());
     let gave_up = tokio::time::timeout(Duration::from_millis(100), serve).await;
     assert!(gave_up.is_err(), "still serving when dropped");
