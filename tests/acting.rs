@@ -384,6 +384,57 @@ async fn no_token_past_the_kill_deadline() {
     let _ = a.shutdown().await;
 }
 
+// covers: VVM.VanishedStops, Holding.Vanished
+/// The same for a VVM on a session: a holding's record removed from outside while its session
+/// lives (deleted, or rewritten as someone else's) is a loss at once — the session itself would
+/// never report it, its keepalives touch the session's record only.
+#[tokio::test(start_paused = true)]
+async fn a_holding_removed_from_outside_is_a_loss_at_once_while_its_session_lives() {
+    for rewritten in [false, true] {
+        let (store, killer, lives) = (MemoryStore::new(), TestKiller::new(), Lives::default());
+        let a = Vvm::provide_on_session(
+            campaign_config("a"),
+            store.clone(),
+            Services::new().with(Recorded::new("a", &lives)).unwrap(),
+        )
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+        pass(STEP).await;
+        assert!(a.token().is_some(), "a holds its slot");
+        let problem = a.problem();
+        if rewritten {
+            store.overwrite(SLOT, &common::foreign("z")).unwrap();
+        } else {
+            assert!(store.delete(SLOT));
+        }
+        let removed = Clock.now();
+        run_until(&killer, LEASE, || a.is_lost()).await;
+        let after = Clock.now().saturating_since(removed);
+        assert!(after < LEASE / 40, "lost {after:?} after the removal");
+        assert!(matches!(
+            problem.await,
+            VvmError::LeadershipLost {
+                reason: LossReason::Overtaken,
+                ..
+            }
+        ));
+        run_until(&killer, LEASE, || {
+            lives
+                .of("a")
+                .first()
+                .is_some_and(|life| life.stopped.is_some())
+        })
+        .await;
+        assert!(
+            lives.of("a")[0].stopped.is_some(),
+            "the service was stopped"
+        );
+        assert!(a.shutdown().await.is_err());
+    }
+}
+
 // covers: VVM.VanishedStops
 /// A record removed from outside (deleted, or rewritten as someone else's) while the services
 /// run is a loss at once: the driver's watch of its own record (the store's feed, then one read)

@@ -793,3 +793,47 @@ async fn releasing_a_holding_does_not_end_the_session() {
     );
     assert!(store.get_session(session(1)).await.unwrap().is_some());
 }
+
+/// A VVM on a session on etcd: its holding's key deleted from outside (`etcdctl del`) while the
+/// session's lease lives is a loss at once — the session's keepalive is a lease keepalive that
+/// never notices its keys deleted, so without the watch of its own record the VVM would run on
+/// for as long as the session lives. L = 12 s: a loss within 2 s is the watch's.
+// covers: VVM.VanishedStops, Holding.Vanished
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_deleted_from_outside_is_a_loss_at_once_on_etcd() {
+    let test = "a_holding_deleted_from_outside_is_a_loss_at_once_on_etcd";
+    let Some(cluster) = single(test).await else {
+        return;
+    };
+    let store = store(&cluster, "vanished/").await;
+    let mut raw = raw_client(&cluster).await;
+    let recorder = vvm::RecordingKiller::new();
+    let config = vvm::VvmConfig::builder("10.0.0.1:7000")
+        .slots(1)
+        .lease(Duration::from_secs(12))
+        .build()
+        .unwrap();
+    let vvm = vvm::Vvm::provide_on_session(config, store.clone(), vvm::Services::new())
+        .unwrap()
+        .with_killer(vvm::KillerThread::new(recorder))
+        .launch()
+        .await;
+    let token = vvm.token().expect("running");
+    let key = store.key(token.slot);
+    let deleted = Instant::now();
+    assert_eq!(raw.delete(key, None).await.unwrap().deleted(), 1);
+    let problem = tokio::time::timeout(Duration::from_secs(2), vvm.problem())
+        .await
+        .unwrap_or_else(|_| panic!("still leading {:?} after the delete", deleted.elapsed()));
+    assert!(
+        matches!(
+            problem,
+            vvm::VvmError::LeadershipLost {
+                reason: vvm::LossReason::Overtaken,
+                ..
+            }
+        ),
+        "{problem:?}"
+    );
+    assert!(vvm.shutdown().await.is_err());
+}

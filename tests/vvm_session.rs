@@ -465,6 +465,58 @@ async fn a_vvm_on_a_session_on_sqlite_runs_and_cleans_up() {
     is_session_store::<SqliteStore>();
 }
 
+/// On an SQLite file: the holding's row deleted from outside (a `DELETE`, "unsticking" a lock
+/// by hand) while the session lives is a loss at once — the session's keepalives touch the
+/// session's row only, so without the watch of its own record the VVM would run on until the
+/// session ended. L = 12 s: a loss within 2 s is the watch's, not the session's.
+// covers: VVM.VanishedStops, Holding.Vanished
+#[tokio::test]
+async fn a_holding_deleted_from_the_sqlite_file_is_a_loss_at_once() {
+    let dir = std::env::temp_dir().join(format!(
+        "vvm-session-vanished-{}-{}",
+        std::process::id(),
+        Clock.now().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("leases.sqlite");
+    let store = SqliteStore::open(&path).unwrap();
+    let recorder = RecordingKiller::new();
+    let killer = KillerThread::new(recorder.clone());
+    let journal = Journal::default();
+    let config = VvmConfig::builder("10.0.0.1:7000")
+        .slots(1)
+        .lease(Duration::from_secs(12))
+        .build()
+        .unwrap();
+    let vvm = Vvm::provide_on_session(config, store.clone(), worker("w", &journal))
+        .unwrap()
+        .with_killer(killer.clone())
+        .launch()
+        .await;
+    assert!(vvm.token().is_some(), "running");
+    let database = rusqlite::Connection::open(&path).unwrap();
+    database.busy_timeout(Duration::from_secs(5)).unwrap();
+    let deleted = std::time::Instant::now();
+    assert_eq!(database.execute("DELETE FROM vvm_leases", []).unwrap(), 1);
+    let problem = tokio::time::timeout(Duration::from_secs(2), vvm.problem())
+        .await
+        .unwrap_or_else(|_| panic!("still leading {:?} after the delete", deleted.elapsed()));
+    assert!(
+        matches!(
+            problem,
+            VvmError::LeadershipLost {
+                reason: LossReason::Overtaken,
+                ..
+            }
+        ),
+        "{problem:?}"
+    );
+    assert!(vvm.shutdown().await.is_err());
+    assert_eq!(journal.entries(), ["start w", "stop w"]);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Set in the child process of [`a_killed_vvm_on_a_session_lets_the_waiting_one_lead_at_once_on_sqlite`]:
 /// the path of the store.
 const VVM_CHILD_ENV: &str = "VVM_TEST_VVM_SESSION_CHILD";

@@ -74,6 +74,10 @@ impl Harness {
         self.on(HoldingEvent::SessionLost { now: t0(), reason })
     }
 
+    fn vanish(&mut self) -> Vec<Effect> {
+        self.on(HoldingEvent::Vanished { now: t0() })
+    }
+
     /// Holding slot 2 at revision 7 (acquire op 1).
     fn holding() -> Self {
         let mut h = Harness::new();
@@ -271,6 +275,51 @@ fn h13_a_loss_while_idle_or_releasing_changes_nothing() {
     let mut h = Harness::holding();
     h.release();
     assert_eq!(h.lose(LossReason::Overtaken), []);
+    assert_eq!(
+        h.reply(2, Reply::Deleted),
+        [Effect::Released {
+            slot: Some(Slot(2)),
+            deleted: true
+        }]
+    );
+}
+
+// covers: Holding.Vanished
+#[test]
+fn h15_a_record_removed_from_outside_loses_the_holding_at_once_and_deletes_nothing() {
+    let mut h = Harness::holding();
+    assert_eq!(
+        h.vanish(),
+        [Effect::Lost {
+            slot: Slot(2),
+            reason: LossReason::Overtaken
+        }]
+    );
+    assert_eq!(h.machine.token(), None);
+    assert!(h.machine.is_idle());
+    assert_eq!(
+        h.release(),
+        [Effect::Released {
+            slot: None,
+            deleted: false
+        }],
+        "nothing of ours is left to delete"
+    );
+}
+
+// covers: Holding.Vanished
+#[test]
+fn h16_a_vanished_record_changes_nothing_while_idle_acquiring_or_releasing() {
+    let mut h = Harness::new();
+    assert_eq!(h.vanish(), []);
+    h.acquire(2);
+    assert_eq!(h.vanish(), [], "the acquire's reply decides");
+    assert_eq!(
+        h.reply(1, Reply::Written(Revision(7))),
+        [Effect::Acquired { token: token(2, 7) }]
+    );
+    h.release();
+    assert_eq!(h.vanish(), [], "a release finishes by its reply");
     assert_eq!(
         h.reply(2, Reply::Deleted),
         [Effect::Released {

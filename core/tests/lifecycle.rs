@@ -1234,17 +1234,40 @@ fn on_session_launch_acquires_through_the_session_and_starts_services_without_a_
     );
 }
 
-// covers: VVM.VanishedStops
+// covers: VVM.VanishedStops, Holding.Vanished
 #[test]
-fn v6f_on_a_session_a_vanished_record_changes_nothing() {
+fn v6b_on_a_session_a_vanished_holding_stops_the_services_at_once_and_never_says_clean() {
     let mut h = Harness::on_session(1);
     h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(h.vvm.watches_own_record(), None, "nothing held yet");
     h.reply(t0(), 1, Reply::Written(Revision(9)));
+    assert_eq!(h.vvm.watches_own_record(), Some(Slot(1)), "starting");
     h.on(VvmEvent::ServicesStarted { now: t0() });
+    assert_eq!(h.vvm.watches_own_record(), Some(Slot(1)), "running");
+    assert_eq!(h.on(VvmEvent::RecordVanished { now: t0() }), vanished(true));
+    assert_eq!(h.vvm.token(), None);
     assert_eq!(h.vvm.watches_own_record(), None);
-    let before = h.vvm.clone();
     assert_eq!(h.on(VvmEvent::RecordVanished { now: t0() }), []);
-    assert_eq!(h.vvm, before);
+    // Nothing of ours is left to delete; the session is not vouched for (no DisarmKiller).
+    assert_eq!(
+        h.on(VvmEvent::ServicesStopped {
+            now: t0(),
+            clean: true
+        }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished {
+                problem: Some(Problem::LeadershipLost {
+                    slot: Slot(1),
+                    reason: LossReason::Overtaken
+                })
+            }
+        ]
+    );
 }
 
 // covers: VVM.OnSession, VVM.SessionCleanFinish

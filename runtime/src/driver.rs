@@ -41,8 +41,8 @@ pub(crate) struct Driver<S> {
     queued: VecDeque<VvmEvent>,
     /// The change feed of every slot while the machine waits between rounds; `None` otherwise.
     changes: Option<SlotChange>,
-    /// While leading on a lease: the watch of the record of the slot led, which resolves once
-    /// the store says it is gone or another's (see [`record_vanished`]).
+    /// While leading: the watch of the record of the slot led, which resolves once the store
+    /// says it is gone or another's (see [`record_vanished`]).
     own_record: Option<(Slot, BoxFuture<()>)>,
     /// Why each slot was last not won, for the acquisition error.
     refusals: Refusals,
@@ -157,18 +157,39 @@ async fn slot_changed(changes: &mut Option<SlotChange>) {
     }
 }
 
-/// Resolves once the store says that the record under `slot` is gone or names someone else
-/// (another holder, or another incarnation): removed from outside while this VVM leads. The
-/// store's change feed of that one slot wakes it (on SQLite a look at `data_version`, on etcd a
+/// How the driver knows its own record of the slot it leads.
+#[derive(Clone)]
+enum Mine {
+    /// On a lease: by its value (each renewal writes a new revision).
+    Value(LeaseValue),
+    /// On a session: by the holding's revision, its fencing token, which keepalives of the
+    /// session never change (the value is the session's, shared by every holding of it).
+    Revision(vvm_core::Revision),
+}
+
+impl Mine {
+    fn is(&self, lease: &crate::store::Lease) -> bool {
+        match self {
+            Mine::Value(own) => {
+                lease.value.incarnation == own.incarnation && lease.value.address == own.address
+            }
+            Mine::Revision(revision) => lease.revision == *revision,
+        }
+    }
+}
+
+/// Resolves once the store says that the record under `slot` is gone or is not `mine` (another
+/// holder, another incarnation, another tenure): removed from outside while this VVM leads. The
+/// store's change feed of that one slot wakes it (on SQLite a file notification, on etcd a
 /// watch of the key: no poll of the record of its own); each wake reads the record once, within
 /// the store-call timeout. The feed is subscribed before each read, so a removal right after a
 /// read that found our record is not missed; a read that fails or finds ours (a renewal, our
-/// stopping mark) waits for the next change. A renewal's refusal stays the fallback for a store
-/// without a feed, and for a read that did not answer.
+/// stopping mark) waits for the next change. A renewal's refusal (or the session's loss) stays
+/// the fallback for a store without a feed, and for a read that did not answer.
 fn record_vanished<S: LeaseStore>(
     store: Arc<S>,
     slot: Slot,
-    own: LeaseValue,
+    mine: Mine,
     timeout: std::time::Duration,
 ) -> BoxFuture<()> {
     Box::pin(async move {
@@ -176,12 +197,7 @@ fn record_vanished<S: LeaseStore>(
             let change = store.changed(&[slot]);
             match tokio::time::timeout(timeout, store.get(slot)).await {
                 Ok(Ok(None)) => return,
-                Ok(Ok(Some(lease)))
-                    if lease.value.incarnation != own.incarnation
-                        || lease.value.address != own.address =>
-                {
-                    return;
-                }
+                Ok(Ok(Some(lease))) if !mine.is(&lease) => return,
                 _ => {}
             }
             change.await;
@@ -511,9 +527,9 @@ impl<S: LeaseStore> Driver<S> {
         }
     }
 
-    /// While the machine leads on a lease (`watches_own_record`), watches the record of the slot
-    /// it leads, so that a removal from outside is a loss at once (`RecordVanished`, V6b);
-    /// otherwise watches nothing.
+    /// While the machine leads (`watches_own_record`), on a lease or on a session, watches the
+    /// record of the slot it leads, so that a removal from outside is a loss at once
+    /// (`RecordVanished`, V6b); otherwise watches nothing.
     fn watch_own_record(&mut self) {
         match self.machine.watches_own_record() {
             Some(slot) => {
@@ -523,8 +539,11 @@ impl<S: LeaseStore> Driver<S> {
                     .is_none_or(|(watched, _)| *watched != slot)
                 {
                     let timeout = self.config.lease().store_timeout();
-                    let own = self.exec.own().clone();
-                    let watch = record_vanished(self.exec.shared_store(), slot, own, timeout);
+                    let mine = match (self.machine.is_on_session(), self.machine.token()) {
+                        (true, Some(token)) => Mine::Revision(token.revision),
+                        _ => Mine::Value(self.exec.own().clone()),
+                    };
+                    let watch = record_vanished(self.exec.shared_store(), slot, mine, timeout);
                     self.own_record = Some((slot, watch));
                 }
             }

@@ -37,6 +37,8 @@
 //! | H12 | Releasing | its reply | | Idle | Released(slot, deleted = the reply is Deleted) |
 //! | H13 | Idle, Releasing | SessionLost | | same | — (a release in flight finishes; the holding is gone either way) |
 //! | H14 | any | Timer, stale reply; Acquire outside Idle; Release in Releasing | | same | — |
+//! | H15 | Holding | Vanished | | Idle | Lost(slot, Overtaken): the store said the holding's record is gone or another's; nothing is deleted |
+//! | H16 | Idle, Acquiring, Releasing | Vanished | | same | — (an acquire's reply decides; a release in flight finishes by its reply) |
 //!
 //! There is no leading state but Holding, so no statig superstate either; every event costs one
 //! state dispatch.
@@ -80,6 +82,13 @@ pub enum HoldingEvent {
         /// Why the session was lost.
         reason: LossReason,
     },
+    /// The store says that the holding's record is gone or another's while the session lives:
+    /// removed from outside (`etcdctl del` of its key, a `DELETE` in the file). A fact read back
+    /// from the store, not a hint: the holding is lost at once (H15).
+    Vanished {
+        /// Current time.
+        now: Instant,
+    },
 }
 
 impl HoldingEvent {
@@ -89,7 +98,8 @@ impl HoldingEvent {
             HoldingEvent::Acquire { now, .. }
             | HoldingEvent::Release { now }
             | HoldingEvent::Reply { now, .. }
-            | HoldingEvent::SessionLost { now, .. } => now,
+            | HoldingEvent::SessionLost { now, .. }
+            | HoldingEvent::Vanished { now } => now,
         }
     }
 }
@@ -196,14 +206,14 @@ impl SessionLeadership {
     }
 
     /// A lifecycle's leadership event, as far as a holding has it: a lease timer concerns
-    /// nothing here, nor does a vanished record (the lifecycle never forwards one on a session:
-    /// a holding's record is the session's, lost with it).
+    /// nothing here; a vanished record is the holding's loss (H15).
     pub(crate) fn handle_lease(&mut self, event: &LeaseEvent, out: &mut Effects) -> Notices {
         let event = match *event {
             LeaseEvent::Acquire { now, slot } => HoldingEvent::Acquire { now, slot },
             LeaseEvent::Release { now } => HoldingEvent::Release { now },
             LeaseEvent::Reply { now, op, reply } => HoldingEvent::Reply { now, op, reply },
-            LeaseEvent::Timer { .. } | LeaseEvent::Vanished { .. } => return Notices::default(),
+            LeaseEvent::Vanished { now } => HoldingEvent::Vanished { now },
+            LeaseEvent::Timer { .. } => return Notices::default(),
         };
         self.handle_noting(&event, out)
     }

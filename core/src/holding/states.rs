@@ -142,6 +142,17 @@ impl Shared {
                 });
                 Transition(State::idle())
             }
+            HoldingEvent::Vanished { .. } => {
+                // Removed from outside while the session lives (H15): nobody may act under
+                // it any more, and there is nothing of ours left to delete.
+                let reason = LossReason::Overtaken;
+                context.notices.lost = Some((*slot, reason));
+                context.push(Effect::Lost {
+                    slot: *slot,
+                    reason,
+                });
+                Transition(State::idle())
+            }
             _ => Handled,
         }
     }

@@ -12,10 +12,10 @@
 //! | V5 | Acquiring(N) | reply → NotAcquired | now ≥ until | Idle | NotAcquired, ProblemRaised(AcquisitionFailed) |
 //! | V6 | RoundWait | Timer(Round) | | Acquiring(1), fresh round | Insert(1) |
 //! | V6a | RoundWait | SlotChanged | | Acquiring(1), fresh round | Insert(1) (the round timer left set is stale and ignored) |
-//! | V6b | StartingServices, Running | RecordVanished | on a lease, leading | StoppingServices | Lost(slot, Overtaken), ProblemRaised(LeadershipLost), StopServices: as V10, at once instead of at the next renewal (the leadership's L26) |
+//! | V6b | StartingServices, Running | RecordVanished | leading (a lease's or a holding's record) | StoppingServices | Lost(slot, Overtaken), ProblemRaised(LeadershipLost), StopServices: as V10, at once instead of at the next renewal (the leadership's L26) |
 //! | V6d | every state but Acquiring and RoundWait | SlotChanged | | same | — |
-//! | V6e | StoppingServices | RecordVanished | on a lease, leading | same | Lost(slot, Overtaken), ProblemRaised(LeadershipLost) (first problem only), as V10a |
-//! | V6f | every other state, or on a session | RecordVanished | | same | — |
+//! | V6e | StoppingServices | RecordVanished | leading | same | Lost(slot, Overtaken), ProblemRaised(LeadershipLost) (first problem only), as V10a |
+//! | V6f | every other state | RecordVanished | | same | — |
 //! | V6c | Acquiring | SlotChanged | | same, change noted | — |
 //! | V7 | StartingServices | ServicesStarted | | Running | Running(token) if still leading |
 //! | V8 | StartingServices | ServiceFailed(i) | | Running | ProblemRaised(ServiceStartFailed(i)) |
@@ -153,7 +153,8 @@ pub enum VvmEvent {
     /// removed from outside (`etcdctl del`, a revoked lease, a `DELETE` in the file). A fact
     /// read back from the store after the record was written, not a hint: while services start
     /// or run, leadership is lost and they stop at once (V6b), instead of at the next renewal's
-    /// refusal. Ignored on a session and when not leading (V6f).
+    /// refusal — on a lease (the leadership's L26) and on a session (the holding's H15) alike.
+    /// Ignored when not leading (V6f).
     RecordVanished {
         /// Current time.
         now: Instant,
@@ -473,10 +474,6 @@ impl Lifecycle {
             // A lease has no session to lose (V25).
             return;
         }
-        if self.holding.is_some() && matches!(event, VvmEvent::RecordVanished { .. }) {
-            // A holding is the session's: its record goes with the session (V6f).
-            return;
-        }
         let mut cx = Cx {
             out,
             leadership: &mut self.leadership,
@@ -535,13 +532,13 @@ impl Lifecycle {
     }
 
     /// Whether a driver watches the record of the slot this VVM leads, to report
-    /// [`VvmEvent::RecordVanished`] at once: on a lease, while the leadership leads and the
-    /// services start, run or stop (V6b, V6e).
+    /// [`VvmEvent::RecordVanished`] at once: while the slot is led (on a lease) or held (on a
+    /// session) and the services start, run or stop (V6b, V6e).
     pub fn watches_own_record(&self) -> Option<Slot> {
-        if self.holding.is_some() || !self.serving() {
+        if !self.serving() {
             return None;
         }
-        self.leadership.held().map(|held| held.slot)
+        self.token().map(|token| token.slot)
     }
 
     /// Whether the VVM acquires (in a round or between rounds): then a driver keeps the store's
