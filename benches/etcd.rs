@@ -35,8 +35,11 @@ use hooked::NoFeed;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use vvm::{
-    Incarnation, KillerThread, Lease, LeaseStore, LeaseValue, RecordingKiller, Service,
-    ServiceContext, ServiceError, Services, Slot, Vvm, VvmConfig,
+    lifecycle::Incarnation,
+    session::LeaseValue,
+    store::{Lease, LeaseStore},
+    testing::RecordingKiller,
+    KillerThread, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmConfig,
 };
 use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;

@@ -18,8 +18,10 @@ mod hooked;
 use hooked::{Hooked, Hooks};
 use tokio::sync::oneshot;
 use vvm::{
-    Clock, Instant, KillerThread, LeaseStore, RecordingKiller, Service, ServiceContext,
-    ServiceError, Services, Slot, TimeSource, Vvm, VvmConfig,
+    store::LeaseStore,
+    testing::RecordingKiller,
+    time::{Clock, Instant, TimeSource},
+    KillerThread, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmConfig,
 };
 use vvm_adapters::MemoryStore;
 

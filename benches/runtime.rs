@@ -20,7 +20,11 @@ mod hooked;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hooked::NoFeed;
-use vvm::{KillerThread, LeaseStore, RecordingKiller, Services, SessionStore, Vvm, VvmConfig};
+use vvm::{
+    store::{LeaseStore, SessionStore},
+    testing::RecordingKiller,
+    KillerThread, Services, Vvm, VvmConfig,
+};
 use vvm_adapters::{MemoryStore, SqliteStore};
 
 const LEASE: Duration = Duration::from_secs(20);

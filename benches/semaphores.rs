@@ -24,11 +24,14 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use tokio::runtime::Runtime;
 use vvm::adapters::{MemoryStore, SqliteStore};
-use vvm::semaphore::SemaphoreName;
+use vvm::coordination::SemaphoreName;
 use vvm::{
-    AcquireOptions, Coordination, Incarnation, KillerThread, LeaseConfig, LeaseValue,
-    RecordingKiller, SemaphoreRequest, SemaphoreStore, SessionHandle, SessionId, SessionKey,
-    WatchKind,
+    coordination::WatchKind,
+    lifecycle::Incarnation,
+    session::{LeaseValue, SessionId, SessionKey},
+    store::{SemaphoreRequest, SemaphoreStore},
+    testing::RecordingKiller,
+    AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle,
 };
 use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;
@@ -91,7 +94,7 @@ where
         b.iter(|| {
             runtime.block_on(async {
                 let acquire = SemaphoreRequest::Acquire {
-                    request: vvm::next_request_id(),
+                    request: vvm::store::next_request_id(),
                     count: 1,
                     data: b"10.0.0.1:7000".to_vec(),
                     timeout_ms: 0,

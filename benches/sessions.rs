@@ -17,7 +17,10 @@ use tokio::runtime::Runtime;
 use vvm::adapters::txkv::{MemoryKv, TxLeaseStore, TxOptions};
 use vvm::adapters::{MemoryStore, SqliteStore};
 use vvm::{
-    Acquired, Incarnation, Lease, LeaseValue, Revision, SessionId, SessionKey, SessionStore, Slot,
+    lifecycle::{Incarnation, Revision},
+    session::{LeaseValue, SessionId, SessionKey},
+    store::{Acquired, Lease, SessionStore},
+    Slot,
 };
 
 const TTL: Duration = Duration::from_secs(3600);

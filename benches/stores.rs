@@ -22,7 +22,12 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rusqlite::{Connection, TransactionBehavior};
-use vvm::{Incarnation, Lease, LeaseStore, LeaseValue, Slot};
+use vvm::{
+    lifecycle::Incarnation,
+    session::LeaseValue,
+    store::{Lease, LeaseStore},
+    Slot,
+};
 use vvm_adapters::{MemoryStore, SqliteStore};
 
 /// The contended store's lock wait: long enough that no renewal fails during the run.

@@ -11,8 +11,11 @@ use std::error::Error;
 
 use vvm::adapters::open::open;
 use vvm::{
-    new_incarnation, Coordination, CoordinationError, KillerThread, LeaseConfig, LeaseValue,
-    SemaphoreError, SemaphoreStore, SessionHandle, WatchKind,
+    coordination::{CoordinationError, SemaphoreError, WatchKind},
+    new_incarnation,
+    session::LeaseValue,
+    store::SemaphoreStore,
+    Coordination, KillerThread, LeaseConfig, SessionHandle,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;

@@ -10,10 +10,13 @@
 use std::error::Error;
 
 use vvm::adapters::open::open;
-use vvm::semaphore::Description;
+use vvm::coordination::Description;
 use vvm::{
-    new_incarnation, AcquireOptions, Coordination, CoordinationError, KillerThread, LeaseConfig,
-    LeaseValue, SemaphoreError, SemaphoreStore, SessionHandle, WatchKind,
+    coordination::{CoordinationError, SemaphoreError, WatchKind},
+    new_incarnation,
+    session::LeaseValue,
+    store::SemaphoreStore,
+    AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle,
 };
 
 type BoxError = Box<dyn Error + Send + Sync>;

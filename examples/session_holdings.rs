@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use vvm::adapters::txkv::{MemoryKv, TxLeaseStore, TxOptions};
 use vvm::adapters::MemoryStore;
 use vvm::{
-    Incarnation, KillerThread, LeaseConfig, LeaseValue, RecordingKiller, SessionHandle,
-    SessionStore, Slot,
+    lifecycle::Incarnation, session::LeaseValue, store::SessionStore, testing::RecordingKiller,
+    KillerThread, LeaseConfig, SessionHandle, Slot,
 };
 
 /// Clock ticks per second of `/proc/self/stat` (`CLK_TCK`, 100 on Linux).

@@ -18,8 +18,8 @@ use vvm::adapters::etcd::cluster::{ClusterOptions, EtcdCluster};
 use vvm::adapters::etcd::{EtcdOptions, EtcdStore};
 use vvm::adapters::SqliteStore;
 use vvm::{
-    Incarnation, KillerThread, LeaseConfig, LeaseValue, RecordingKiller, SessionHandle,
-    SessionStore, Slot,
+    lifecycle::Incarnation, session::LeaseValue, store::SessionStore, testing::RecordingKiller,
+    KillerThread, LeaseConfig, SessionHandle, Slot,
 };
 
 type Error = Box<dyn std::error::Error>;

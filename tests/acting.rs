@@ -13,8 +13,9 @@ use std::time::Duration;
 use common::{campaign_config, pass, TestKiller, LEASE};
 use tokio::task::JoinHandle;
 use vvm::{
-    Clock, Instant, Launched, LossReason, Provided, Service, ServiceContext, ServiceError,
-    Services, Slot, TimeSource, Vvm, VvmError,
+    lifecycle::Provided,
+    time::{Clock, Instant, TimeSource},
+    Launched, LossReason, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmError,
 };
 use vvm_adapters::memory::{Fault, Injection, Op};
 use vvm_adapters::MemoryStore;

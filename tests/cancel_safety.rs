@@ -10,7 +10,11 @@ use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::{coordination, TestKiller};
-use vvm::{AcquireOptions, CoordinationError, StoreError, WatchKind};
+use vvm::{
+    coordination::{CoordinationError, WatchKind},
+    store::StoreError,
+    AcquireOptions,
+};
 
 /// Gives the calls of one kind a fault until it is cleared.
 #[derive(Clone, Default)]
@@ -170,7 +174,7 @@ async fn until_queued(by: &vvm::Coordination<Store>, name: &str, n: u64) {
         if description
             .waiters
             .iter()
-            .any(|w| w.session.incarnation == vvm::Incarnation(n))
+            .any(|w| w.session.incarnation == vvm::lifecycle::Incarnation(n))
         {
             return;
         }
@@ -248,7 +252,7 @@ async fn an_abandoned_elections_acquire_keeps_no_slot() {
     loop {
         match second.acquire(vvm::Slot(1)).await {
             Ok(_) => break,
-            Err(vvm::ElectionsError::Held(_)) => {}
+            Err(vvm::elections::ElectionsError::Held(_)) => {}
             Err(error) => panic!("{error:?}"),
         }
         assert!(

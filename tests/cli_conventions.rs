@@ -147,7 +147,7 @@ fn help_lists_the_exit_codes() {
         "0   clean shutdown".to_owned(),
         "1   a problem".to_owned(),
         "2   usage error".to_owned(),
-        format!("{}  ended by the killer", vvm::KILL_EXIT_CODE),
+        format!("{}  ended by the killer", vvm::killer::KILL_EXIT_CODE),
     ];
     for args in [&["--help"][..], &["run", "--help"], &["status", "--help"]] {
         let help = output(args, &[]);

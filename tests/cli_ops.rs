@@ -353,7 +353,7 @@ async fn a_release_at_shutdown_is_counted_once_and_the_leader_gauge_drops_to_zer
     // What SIGTERM does in the binary: stop through the handle, then the ordered shutdown.
     stop.stop();
     assert_eq!(vvm.shutdown().await, Ok(()));
-    let table = vvm::leaders(&store, 1, Duration::from_secs(5))
+    let table = vvm::discovery::leaders(&store, 1, Duration::from_secs(5))
         .await
         .unwrap();
     assert!(table[0].holder.is_none(), "the record is still there");

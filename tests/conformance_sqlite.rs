@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use conformance::{Harness, ScratchDir};
-use vvm::{Clock, TimeSource};
+use vvm::time::{Clock, TimeSource};
 use vvm_adapters::sqlite::{ClockError, StoreClock};
 use vvm_adapters::SqliteStore;
 

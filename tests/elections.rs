@@ -12,8 +12,9 @@ use std::time::Duration;
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::{foreign, pass, TestKiller, LEASE};
 use vvm::{
-    Elections, ElectionsError, LeaseConfig, LeaseStore, LossReason, SessionStore, Slot, Tenure,
-    ELECTIONS_SLOTS_MAX,
+    elections::{ElectionsError, ELECTIONS_SLOTS_MAX},
+    store::{LeaseStore, SessionStore},
+    Elections, LeaseConfig, LossReason, Slot, Tenure,
 };
 use vvm_adapters::MemoryStore;
 
@@ -435,7 +436,7 @@ async fn dropping_the_handle_releases_every_slot() {
 async fn an_address_that_the_configuration_refuses_is_refused_by_the_elections_too() {
     let store = MemoryStore::new();
     let killer = TestKiller::new();
-    let long = "a".repeat(vvm::vvm_core::ADDRESS_MAX_BYTES + 1);
+    let long = "a".repeat(vvm_core::ADDRESS_MAX_BYTES + 1);
     for address in ["", long.as_str(), "10.0.0.1\n:7000", "tab\there"] {
         let expected = vvm::VvmConfig::builder(address).build().unwrap_err();
         match Elections::start(store.clone(), address, lease(), &killer.thread) {
@@ -445,7 +446,7 @@ async fn an_address_that_the_configuration_refuses_is_refused_by_the_elections_t
         }
     }
     assert_eq!(store.record(Slot(1)).unwrap(), None);
-    let longest = "a".repeat(vvm::vvm_core::ADDRESS_MAX_BYTES);
+    let longest = "a".repeat(vvm_core::ADDRESS_MAX_BYTES);
     let elections = Elections::start(store.clone(), &longest, lease(), &killer.thread).unwrap();
     assert!(elections.acquire(Slot(1)).await.is_ok());
     elections.cleanup().await;

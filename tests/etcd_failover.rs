@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use vvm::{KillerThread, RecordingKiller, Services, Vvm, VvmConfig};
+use vvm::{testing::RecordingKiller, KillerThread, Services, Vvm, VvmConfig};
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::{EtcdOptions, EtcdStore};
 
@@ -349,7 +349,7 @@ fn holders(
 ) -> Vec<Option<String>> {
     runtime.block_on(async {
         let store = etcd_support::store(cluster, prefix).await;
-        let table = vvm::leaders(&store, slots, Duration::from_secs(2))
+        let table = vvm::discovery::leaders(&store, slots, Duration::from_secs(2))
             .await
             .expect("the store answers");
         table

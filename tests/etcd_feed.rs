@@ -14,7 +14,12 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use etcd_support::{store, three};
-use vvm::{Incarnation, Lease, LeaseStore, LeaseValue, Slot, SlotChange};
+use vvm::{
+    lifecycle::Incarnation,
+    session::LeaseValue,
+    store::{Lease, LeaseStore, SlotChange},
+    Slot,
+};
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::EtcdStore;
 

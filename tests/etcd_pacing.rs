@@ -21,7 +21,9 @@ use common::TestKiller;
 use etcd_support::{single, store};
 use hooked::{Hooked, Hooks};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-use vvm::{Incarnation, LeaseStore, LeaseValue, Services, Slot, Vvm, VvmConfig};
+use vvm::{
+    lifecycle::Incarnation, session::LeaseValue, store::LeaseStore, Services, Slot, Vvm, VvmConfig,
+};
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::{Credentials, EtcdError, EtcdStore};
 use vvm_adapters::MemoryStore;
@@ -74,7 +76,7 @@ fn value(address: &str) -> LeaseValue {
     }
 }
 
-fn config(address: &str) -> vvm::VvmConfigBuilder {
+fn config(address: &str) -> vvm::config::VvmConfigBuilder {
     VvmConfig::builder(address)
         .lease(LEASE)
         .round_interval(ROUND)
@@ -319,7 +321,7 @@ async fn prefixes_never_share_keys_and_foreign_keys_stay_untouched() {
         held.push(revision);
     }
     for ((store, slot), revision) in pairs.into_iter().zip(held) {
-        let lease = vvm::Lease {
+        let lease = vvm::store::Lease {
             value: value("a:1"),
             revision,
         };
@@ -328,7 +330,7 @@ async fn prefixes_never_share_keys_and_foreign_keys_stay_untouched() {
             .await
             .expect("the swap runs")
             .expect("the swap applies");
-        let lease = vvm::Lease {
+        let lease = vvm::store::Lease {
             value: value("a:1"),
             revision: renewed,
         };

@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use etcd_client::GetOptions;
 use etcd_support::{single, store};
-use vvm::semaphore::SemaphoreName;
+use vvm::coordination::SemaphoreName;
 use vvm::{
-    Incarnation, LeaseValue, SemaphoreRequest, SemaphoreStore, SessionId, SessionKey, SessionStore,
+    lifecycle::Incarnation,
+    session::{LeaseValue, SessionId, SessionKey},
+    store::{SemaphoreRequest, SemaphoreStore, SessionStore},
 };
 
 const LONG_TTL: Duration = Duration::from_secs(3600);
@@ -27,7 +29,7 @@ fn key(n: u64) -> SessionKey {
 
 fn acquire(count: u64) -> SemaphoreRequest {
     SemaphoreRequest::Acquire {
-        request: vvm::next_request_id(),
+        request: vvm::store::next_request_id(),
         count,
         data: Vec::new(),
         timeout_ms: 60_000,
@@ -190,7 +192,10 @@ fn watchers(endpoint: &str) -> u64 {
 // covers: Et.SharedWatch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
-    use vvm::{Coordination, KillerThread, LeaseConfig, RecordingKiller, SessionHandle, WatchKind};
+    use vvm::{
+        coordination::WatchKind, testing::RecordingKiller, Coordination, KillerThread, LeaseConfig,
+        SessionHandle,
+    };
     const WATCHERS: usize = 100;
     let Some(cluster) = single("the_watches_of_one_semaphore_share_one_etcd_watch").await else {
         return;
@@ -250,8 +255,8 @@ async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
 // covers: Sem.Store.WaitOutage
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_acquire_rides_out_an_outage_its_session_rides_out() {
-    use vvm::{AcquireOptions, Coordination, KillerThread, LeaseConfig, RecordingKiller};
-    use vvm::{SessionHandle, SessionStatus};
+    use vvm::{session::SessionStatus, SessionHandle};
+    use vvm::{testing::RecordingKiller, AcquireOptions, Coordination, KillerThread, LeaseConfig};
     let test = "a_queued_acquire_rides_out_an_outage_its_session_rides_out";
     let Some(mut cluster) = single(test).await else {
         return;

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use etcd_support::{single, store};
 use vvm::{
-    Acquired, Incarnation, Lease, LeaseConfig, LeaseStore, LeaseValue, Revision, SessionId,
-    SessionKey, SessionStore, Slot, StoreError,
+    lifecycle::{Incarnation, Revision},
+    session::{LeaseValue, SessionId, SessionKey},
+    store::{Acquired, Lease, LeaseStore, SessionStore, StoreError},
+    LeaseConfig, Slot,
 };
 use vvm_adapters::etcd::cluster::ClusterOptions;
 use vvm_adapters::etcd::cluster::EtcdCluster;
@@ -263,7 +265,7 @@ async fn a_refused_connection_fails_and_writes_nothing() {
         .expect("connecting is lazy without credentials");
     let held = Lease {
         value: value("a"),
-        revision: vvm::Revision(3),
+        revision: vvm::lifecycle::Revision(3),
     };
     let outcomes = [
         store.compare_and_delete(Slot(1), &held).await.map(|_| ()),
@@ -296,7 +298,7 @@ async fn a_live_record_that_is_not_a_lease_is_corrupt_and_never_overwritten() {
     let store = store(&cluster, "corrupt/").await;
     let mut raw = raw_client(&cluster).await;
     let put = raw.put("corrupt/4", "garbage", None).await.unwrap();
-    let revision = vvm::Revision(put.header().unwrap().revision() as u64);
+    let revision = vvm::lifecycle::Revision(put.header().unwrap().revision() as u64);
     assert!(matches!(
         store.get(Slot(4)).await,
         Err(StoreError::Corrupt { slot: 4, .. })
@@ -807,7 +809,7 @@ async fn a_holding_deleted_from_outside_is_a_loss_at_once_on_etcd() {
     };
     let store = store(&cluster, "vanished/").await;
     let mut raw = raw_client(&cluster).await;
-    let recorder = vvm::RecordingKiller::new();
+    let recorder = vvm::testing::RecordingKiller::new();
     let config = vvm::VvmConfig::builder("10.0.0.1:7000")
         .slots(1)
         .lease(Duration::from_secs(12))

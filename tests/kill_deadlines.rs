@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use common::{campaign_config, pass, TestKiller, LEASE};
-use vvm::{Instant, Service, ServiceContext, ServiceError, Services, Slot, Vvm};
+use vvm::{time::Instant, Service, ServiceContext, ServiceError, Services, Slot, Vvm};
 use vvm_adapters::MemoryStore;
 
 /// Records the deadline at start, then every change it is told of.

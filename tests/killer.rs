@@ -12,11 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config, pass, TestKiller, LEASE};
-use vvm::clock::boot_instant;
 use vvm::killer::{KillerEntry, PASSED_BATCH_MAX, WAIT_ARMED_MAX};
+use vvm::time::boot_instant;
 use vvm::{
-    Clock, ExitKiller, Instant, KillerThread, LeaseConfig, ManualSuspend, RecordingKiller,
-    Services, Slot, TimeSource, Vvm, VvmConfig, VvmError, KILL_EXIT_CODE,
+    killer::{ExitKiller, KILL_EXIT_CODE},
+    testing::{ManualSuspend, RecordingKiller},
+    time::{Clock, Instant, TimeSource},
+    KillerThread, LeaseConfig, Services, Slot, Vvm, VvmConfig, VvmError,
 };
 use vvm_adapters::memory::{Fault, Injection, Op};
 use vvm_adapters::MemoryStore;
@@ -161,7 +163,7 @@ fn the_killer_fires_while_every_tokio_worker_is_blocked() {
     let killer = KillerThread::new(recorder.clone());
     // The shortest lease: the deadline is 1.6 s after the last confirmed write.
     let config = VvmConfig::builder("10.0.0.1:7000")
-        .lease(vvm::vvm_core::LEASE_MIN)
+        .lease(vvm_core::LEASE_MIN)
         .build()
         .unwrap();
     let vvm = runtime.block_on(

@@ -14,7 +14,8 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use vvm::{
-    Clock, Phase, Service, ServiceContext, ServiceError, Services, Slot, TimeSource, Vvm, VvmError,
+    time::{Clock, TimeSource},
+    Phase, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmError,
 };
 use vvm_adapters::MemoryStore;
 

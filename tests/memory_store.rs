@@ -3,7 +3,12 @@
 
 use std::time::Duration;
 
-use vvm::{Incarnation, Lease, LeaseStore, LeaseValue, Slot, StoreError};
+use vvm::{
+    lifecycle::Incarnation,
+    session::LeaseValue,
+    store::{Lease, LeaseStore, StoreError},
+    Slot,
+};
 use vvm_adapters::memory::{Fault, Injection, Op};
 use vvm_adapters::MemoryStore;
 
@@ -154,7 +159,7 @@ async fn helpers_change_records_underneath() {
 }
 
 /// Whether `change` resolves within `within` (tokio's clock; paused in these tests).
-async fn resolves(change: vvm::SlotChange, within: Duration) -> bool {
+async fn resolves(change: vvm::store::SlotChange, within: Duration) -> bool {
     tokio::time::timeout(within, change).await.is_ok()
 }
 

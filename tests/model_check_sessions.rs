@@ -60,7 +60,7 @@ use model::{
 use core::time::Duration;
 
 use stateright::{Model, Property};
-use vvm::ACQUIRE_SENDS_MAX;
+use vvm::session::ACQUIRE_SENDS_MAX;
 use vvm_core::{
     HoldingId, Instant, LeaseConfig, OpId, Reply, SessionEffect, SessionEvent, SessionId,
 };

@@ -16,7 +16,7 @@ mod recipe_config;
 
 use conformance::ScratchDir;
 use vvm::adapters::{MemoryStore, SqliteStore};
-use vvm::{KillerThread, RecordingKiller};
+use vvm::{testing::RecordingKiller, KillerThread};
 
 /// A killer that records instead of ending the test process (the recipes' `main` uses
 /// `KillerThread::global()`).

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::TestKiller;
 use vvm::adapters::MemoryStore;
 use vvm::{
-    AcquireOptions, Coordination, ServeError, ServeTimeouts, Service, ServiceContext, ServiceError,
-    Services,
+    coordination::{ServeError, ServeTimeouts},
+    AcquireOptions, Coordination, Service, ServiceContext, ServiceError, Services,
 };
 
 /// What the service saw, for the test to judge.
@@ -25,7 +25,7 @@ struct Seen {
     owners_at_stop: Arc<Mutex<Option<usize>>>,
     lost: Arc<Mutex<bool>>,
     /// The sessions owning the semaphore when the service returned, after lingering.
-    owners_at_end: Arc<Mutex<Option<Vec<vvm::SessionKey>>>>,
+    owners_at_end: Arc<Mutex<Option<Vec<vvm::session::SessionKey>>>>,
 }
 
 struct Worker<S> {
@@ -175,7 +175,7 @@ async fn a_grant_ended_underneath_stops_the_services() {
     assert!(*seen.lost.lock().unwrap(), "the services saw the loss");
     let gone = other.describe("work").await;
     assert!(
-        matches!(gone, Err(vvm::CoordinationError::NotFound(_))),
+        matches!(gone, Err(vvm::coordination::CoordinationError::NotFound(_))),
         "released after the stop, so deleted: {gone:?}"
     );
 }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use conformance::{value, ScratchDir};
 use vvm::adapters::SqliteStore;
 use vvm::{
-    AcquireOptions, Coordination, KillerThread, LeaseConfig, RecordingKiller, SessionHandle,
+    testing::RecordingKiller, AcquireOptions, Coordination, KillerThread, LeaseConfig,
+    SessionHandle,
 };
 
 /// Names the database of the second process; set only for it.
@@ -164,14 +165,18 @@ fn indexed(path: &Path) -> i64 {
 // covers: Sem.Store.Schema, Sem.Store.PartyIndex
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_file_is_migrated_and_its_parties_indexed() {
-    use vvm::semaphore::SemaphoreName;
-    use vvm::{Incarnation, SemaphoreRequest, SemaphoreStore, SessionId, SessionKey, SessionStore};
+    use vvm::coordination::SemaphoreName;
+    use vvm::{
+        lifecycle::Incarnation,
+        session::{SessionId, SessionKey},
+        store::{SemaphoreRequest, SemaphoreStore, SessionStore},
+    };
     let key = |n: u64| SessionKey {
         incarnation: Incarnation(n),
         id: SessionId(1),
     };
     let acquire = SemaphoreRequest::Acquire {
-        request: vvm::next_request_id(),
+        request: vvm::store::next_request_id(),
         count: 1,
         data: Vec::new(),
         timeout_ms: 60_000,

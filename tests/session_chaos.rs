@@ -17,8 +17,10 @@ use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
 use vvm::adapters::MemoryStore;
 use vvm::{
-    Clock, Incarnation, LeaseConfig, LeaseValue, Revision, SessionHandle, SessionStatus, Slot,
-    TimeSource,
+    lifecycle::{Incarnation, Revision},
+    session::{LeaseValue, SessionStatus},
+    time::{Clock, TimeSource},
+    LeaseConfig, SessionHandle, Slot,
 };
 use vvm_sim::rng::Rng;
 
@@ -234,6 +236,6 @@ fn no_two_processes_run_a_service_on_one_slot() {
 fn the_simulator_sends_an_acquire_as_often_as_the_runtime() {
     assert_eq!(
         u32::from(vvm_sim::session::ACQUIRE_SENDS_MAX),
-        vvm::ACQUIRE_SENDS_MAX
+        vvm::session::ACQUIRE_SENDS_MAX
     );
 }

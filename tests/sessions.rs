@@ -11,8 +11,11 @@ use std::time::Duration;
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
 use vvm::{
-    Clock, Incarnation, LeaseConfig, LeaseStore, LeaseValue, LossReason, SessionError,
-    SessionHandle, SessionStatus, SessionStore, Slot, TimeSource,
+    lifecycle::Incarnation,
+    session::{LeaseValue, SessionError, SessionStatus},
+    store::{LeaseStore, SessionStore},
+    time::{Clock, TimeSource},
+    LeaseConfig, LossReason, SessionHandle, Slot,
 };
 
 const LEASE: Duration = Duration::from_secs(20);

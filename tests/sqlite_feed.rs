@@ -10,10 +10,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vvm::adapters::SqliteStore;
-use vvm::semaphore::SemaphoreName;
+use vvm::coordination::SemaphoreName;
 use vvm::{
-    AcquireOptions, Coordination, Incarnation, KillerThread, LeaseConfig, LeaseStore, LeaseValue,
-    RecordingKiller, SemaphoreStore, SessionHandle, Slot,
+    lifecycle::Incarnation,
+    session::LeaseValue,
+    store::{LeaseStore, SemaphoreStore},
+    testing::RecordingKiller,
+    AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle, Slot,
 };
 
 /// Names the database of the second process; set only for it.

@@ -14,8 +14,10 @@ use std::time::Duration;
 use conformance::{value, ScratchDir, LONG_TTL};
 use tokio::task::JoinSet;
 use vvm::{
-    Acquired, Incarnation, Inserted, Lease, LeaseStore, Revision, SessionId, SessionKey,
-    SessionStore, Slot, StoreError,
+    lifecycle::{Incarnation, Revision},
+    session::{SessionId, SessionKey},
+    store::{Acquired, Inserted, Lease, LeaseStore, SessionStore, StoreError},
+    Slot,
 };
 use vvm_adapters::sqlite::{
     ClockError, StoreClock, APPLICATION_ID, BUSY_WAIT_MAX, REVISION_BOOT_GAP, SCHEMA_VERSION,
@@ -721,7 +723,7 @@ fn a_bad_machine_id_is_a_clear_error() {
 }
 
 /// Whether `change` resolves within `within`. Real time: the feed polls the file.
-async fn resolves(change: vvm::SlotChange, within: Duration) -> bool {
+async fn resolves(change: vvm::store::SlotChange, within: Duration) -> bool {
     tokio::time::timeout(within, change).await.is_ok()
 }
 
@@ -1354,8 +1356,8 @@ const CHILD_HOLDINGS: u32 = 2_000;
 /// The child: opens a session, acquires slots 1 to [`CHILD_HOLDINGS`] and 2 units of the
 /// semaphore `units`, says so, and keeps the session alive every 200 ms until it is killed.
 fn session_child(path: &str) -> ! {
-    use vvm::semaphore::SemaphoreName;
-    use vvm::{SemaphoreRequest, SemaphoreStore};
+    use vvm::coordination::SemaphoreName;
+    use vvm::store::{SemaphoreRequest, SemaphoreStore};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1380,7 +1382,7 @@ fn session_child(path: &str) -> ! {
         };
         store.semaphore(session(1), &units, create).await.unwrap();
         let acquire = SemaphoreRequest::Acquire {
-            request: vvm::next_request_id(),
+            request: vvm::store::next_request_id(),
             count: 2,
             data: Vec::new(),
             timeout_ms: 60_000,

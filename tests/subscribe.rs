@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config, foreign, pass, Journal, TestKiller, Worker};
-use vvm::observe::{observe, ObserveOptions};
+use vvm::{discovery::ObserveOptions, observe};
 use vvm::{
-    Phase, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmSnapshot, VvmSubscription,
+    lifecycle::{VvmSnapshot, VvmSubscription},
+    Phase, Service, ServiceContext, ServiceError, Services, Slot, Vvm,
 };
 use vvm_adapters::MemoryStore;
 
@@ -256,7 +257,9 @@ async fn every_change_feed_is_a_stream() {
         .create("config", 1, b"v1".to_vec())
         .await
         .unwrap();
-    let mut watch = coordination.watch("config", vvm::WatchKind::DATA).unwrap();
+    let mut watch = coordination
+        .watch("config", vvm::coordination::WatchKind::DATA)
+        .unwrap();
     let now = next_item(&mut watch).await.expect("never ends").unwrap();
     assert_eq!(now.data, b"v1");
     coordination

@@ -5,7 +5,12 @@
 
 use std::time::Duration;
 
-use vvm::{Incarnation, Lease, LeaseStore, LeaseValue, Slot, StoreError};
+use vvm::{
+    lifecycle::Incarnation,
+    session::LeaseValue,
+    store::{Lease, LeaseStore, StoreError},
+    Slot,
+};
 use vvm_adapters::txkv::{KvFault, MemoryKv, TxError, TxLeaseError, TxLeaseStore, TxOptions};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -258,7 +263,7 @@ fn bad_options_are_refused() {
 
 /// Whether `feed` resolves within `limit` (on the paused clock: as soon as nothing else can
 /// happen); it stays usable when it did not.
-async fn resolves_within(feed: &mut vvm::SlotChange, limit: Duration) -> bool {
+async fn resolves_within(feed: &mut vvm::store::SlotChange, limit: Duration) -> bool {
     tokio::time::timeout(limit, feed).await.is_ok()
 }
 

@@ -11,7 +11,10 @@ use common::{
     Worker, LEASE,
 };
 use tokio::sync::Notify;
-use vvm::{leaders, ErrorChain, LossReason, Phase, ServiceError, Services, Slot, Vvm, VvmError};
+use vvm::{
+    discovery::leaders, store::ErrorChain, LossReason, Phase, ServiceError, Services, Slot, Vvm,
+    VvmError,
+};
 use vvm_adapters::MemoryStore;
 
 const SLOT: Slot = Slot(1);
@@ -72,9 +75,9 @@ async fn a_second_vvm_for_the_only_slot_fails_to_acquire_and_the_first_shuts_dow
     let expected = VvmError::AcquisitionFailed {
         slots: 1,
         acquisition: Duration::from_secs(3),
-        refusals: vec![vvm::SlotRefusal {
+        refusals: vec![vvm::lifecycle::SlotRefusal {
             slot: SLOT,
-            reason: vvm::RefusalReason::HeldBy("10.0.0.1:7000".into()),
+            reason: vvm::lifecycle::RefusalReason::HeldBy("10.0.0.1:7000".into()),
         }],
     };
     assert_eq!(second.current_problem(), Some(expected.clone()));
@@ -456,13 +459,13 @@ async fn a_failed_acquisition_names_each_slot_and_why_it_was_not_won() {
     assert_eq!(refusals.len(), 2, "{problem}");
     assert_eq!(refusals[0].slot, Slot(1));
     assert!(
-        matches!(&refusals[0].reason, vvm::RefusalReason::Store(why) if why.contains("corrupt")),
+        matches!(&refusals[0].reason, vvm::lifecycle::RefusalReason::Store(why) if why.contains("corrupt")),
         "{problem}"
     );
     assert_eq!(refusals[1].slot, Slot(2));
     assert_eq!(
         refusals[1].reason,
-        vvm::RefusalReason::HeldBy("10.0.0.9:7000".into())
+        vvm::lifecycle::RefusalReason::HeldBy("10.0.0.9:7000".into())
     );
     let shown = problem.to_string();
     assert!(

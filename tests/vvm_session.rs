@@ -13,9 +13,11 @@ use common::faulty::{Call, Fault, Faulty, Hook};
 use common::{open_session, pass, IgnoresStop, Journal, TestKiller, Worker};
 use vvm::adapters::{MemoryStore, SqliteStore};
 use vvm::{
-    Clock, FencingToken, Instant, KillerThread, Launched, LeaseStore, LossReason, RecordingKiller,
-    Service, ServiceContext, ServiceError, Services, SessionHandle, SessionStore, Slot, TimeSource,
-    Vvm, VvmConfig, VvmError,
+    store::{LeaseStore, SessionStore},
+    testing::RecordingKiller,
+    time::{Clock, Instant, TimeSource},
+    FencingToken, KillerThread, Launched, LossReason, Service, ServiceContext, ServiceError,
+    Services, SessionHandle, Slot, Vvm, VvmConfig, VvmError,
 };
 
 const LEASE: Duration = Duration::from_secs(20);

@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use common::TestKiller;
 use hooked::{Hooked, Hooks, NoFeed};
-use vvm::{Inserted, LeaseStore, Services, Slot, StoreError, Vvm, VvmConfig};
+use vvm::{
+    store::{Inserted, LeaseStore, StoreError},
+    Services, Slot, Vvm, VvmConfig,
+};
 use vvm_adapters::{MemoryStore, SqliteStore};
 
 /// The shortest lease: renewals every 0.5 s.

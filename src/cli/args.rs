@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use vvm::ConfigError;
+use vvm::config::ConfigError;
 
 /// The spellings a boolean flag's environment variable accepts (also on the command line as
 /// `--flag=VALUE`), as systemd and most tools read them.
@@ -133,7 +133,7 @@ pub fn config_error(error: &ConfigError, name: impl Fn(&str) -> String) -> Strin
         ConfigError::NoSlots | ConfigError::TooManySlots { .. } => format!(
             "{}: {error}; give a number between 1 and {}",
             name("slots"),
-            vvm::vvm_core::SLOTS_MAX
+            vvm_core::SLOTS_MAX
         ),
         ConfigError::EmptyAddress
         | ConfigError::AddressTooLong { .. }

@@ -51,10 +51,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// Parses an acquisition window: a duration as [`parse_duration`], or `forever` for a standby
-/// that waits as long as it lives ([`vvm::ACQUISITION_FOREVER`]).
+/// that waits as long as it lives ([`vvm::config::ACQUISITION_FOREVER`]).
 pub fn parse_acquire(text: &str) -> Result<Duration, DurationError> {
     if text.trim() == "forever" {
-        return Ok(vvm::ACQUISITION_FOREVER);
+        return Ok(vvm::config::ACQUISITION_FOREVER);
     }
     parse_duration(text)
 }
@@ -65,10 +65,13 @@ mod tests {
 
     #[test]
     fn acquire_is_a_duration_or_forever() {
-        assert_eq!(parse_acquire("forever").unwrap(), vvm::ACQUISITION_FOREVER);
+        assert_eq!(
+            parse_acquire("forever").unwrap(),
+            vvm::config::ACQUISITION_FOREVER
+        );
         assert_eq!(
             parse_acquire(" forever ").unwrap(),
-            vvm::ACQUISITION_FOREVER
+            vvm::config::ACQUISITION_FOREVER
         );
         assert_eq!(parse_acquire("120s").unwrap(), Duration::from_secs(120));
         assert!(parse_acquire("Forever").is_err());

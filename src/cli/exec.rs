@@ -17,7 +17,7 @@
 //! # Two watchdogs
 //!
 //! The supervisor holds its own copy of the kill deadline: this service writes every new one to
-//! it (see [`KillDeadlines`](vvm::KillDeadlines)), and the supervisor ends the tree when it
+//! it (see [`KillDeadlines`](vvm::services::KillDeadlines)), and the supervisor ends the tree when it
 //! passes unextended, or at once when this process dies. [`GroupKiller`] replaces the production
 //! killer of this process: when the deadline passes it sends SIGKILL to the command's process
 //! group (one `kill` system call on a group id read from an atomic: no lock, no allocation, no
@@ -37,7 +37,9 @@ use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::process::Command;
 use tokio::sync::Notify;
 use vvm::{
-    Clock, ExitKiller, KillReport, Killer, Service, ServiceContext, ServiceError, TimeSource,
+    killer::{ExitKiller, KillReport, Killer},
+    time::{Clock, TimeSource},
+    Service, ServiceContext, ServiceError,
 };
 
 use super::supervise::{boot_ns, Containment, Outcome, Why, KILL_NOW, REPORT_BYTES, STOP};
@@ -256,14 +258,14 @@ impl Control {
     }
 
     /// Sends `deadline` (on the runtime's clock) as `CLOCK_BOOTTIME` nanoseconds.
-    fn send_deadline(&self, deadline: vvm::vvm_core::Instant) {
+    fn send_deadline(&self, deadline: vvm_core::Instant) {
         self.send(to_boot_ns(deadline));
     }
 }
 
 /// `deadline` on the runtime's clock as `CLOCK_BOOTTIME` nanoseconds: both clocks run on
 /// through a suspend, so the time left is the same on each. Never 0 (the stop record).
-fn to_boot_ns(deadline: vvm::vvm_core::Instant) -> u64 {
+fn to_boot_ns(deadline: vvm_core::Instant) -> u64 {
     let left = deadline.saturating_since(Clock.now());
     boot_ns()
         .saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
@@ -374,7 +376,7 @@ impl Tree {
         }
     }
 
-    fn send_deadline(&self, deadline: vvm::vvm_core::Instant) {
+    fn send_deadline(&self, deadline: vvm_core::Instant) {
         if let Some(control) = self.control() {
             control.send_deadline(deadline);
             self.resume();

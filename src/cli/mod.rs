@@ -57,8 +57,8 @@ pub fn block_on(future: impl Future<Output = ExitCode>) -> ExitCode {
     }
 }
 
-/// `error` and its causes on one line, `outer: inner: innermost` (see [`vvm::ErrorChain`]):
+/// `error` and its causes on one line, `outer: inner: innermost` (see [`vvm::store::ErrorChain`]):
 /// errors do not repeat their source in their own message, so a host prints the chain.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
-    vvm::ErrorChain(error).to_string()
+    vvm::store::ErrorChain(error).to_string()
 }

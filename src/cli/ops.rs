@@ -20,7 +20,10 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use vvm::{Clock, Launched, Phase, TimeSource, Vvm};
+use vvm::{
+    time::{Clock, TimeSource},
+    Launched, Phase, Vvm,
+};
 
 use admit::Admission;
 
@@ -185,7 +188,7 @@ async fn serve(listener: TcpListener, handle: PrometheusHandle, state: Arc<OpsSt
             Ok((stream, _)) => stream,
             Err(error) => {
                 // Out of descriptors, most likely: wait a little instead of spinning.
-                tracing::debug!(error = %vvm::ErrorChain(&error), "metrics endpoint: accept failed");
+                tracing::debug!(error = %vvm::store::ErrorChain(&error), "metrics endpoint: accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }

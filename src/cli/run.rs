@@ -284,7 +284,8 @@ fn is_busy(problem: &vvm::VvmError) -> bool {
                 && refusals.iter().all(|refusal| {
                     matches!(
                         refusal.reason,
-                        vvm::RefusalReason::Held | vvm::RefusalReason::HeldBy(_)
+                        vvm::lifecycle::RefusalReason::Held
+                            | vvm::lifecycle::RefusalReason::HeldBy(_)
                     )
                 })
         }

@@ -15,8 +15,10 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 use vvm::{
-    new_incarnation, AcquireOptions, Coordination, CoordinationError, KillerThread, LeaseValue,
-    ServeError, ServeTimeouts, Service, Services, SessionError, SessionHandle, VvmConfig,
+    coordination::{CoordinationError, ServeError, ServeTimeouts},
+    new_incarnation,
+    session::{LeaseValue, SessionError},
+    AcquireOptions, Coordination, KillerThread, Service, Services, SessionHandle, VvmConfig,
 };
 
 use super::host::{listen_for_signals, Host};
@@ -230,7 +232,7 @@ async fn close(coordination: &Coordination<Arc<AnyStore>>, lease: &vvm::LeaseCon
 /// Pings systemd's watchdog at every confirmed keepalive (each one moves the kill deadline
 /// later).
 async fn ping_on_keepalive(
-    mut deadlines: tokio::sync::watch::Receiver<Option<vvm::vvm_core::Instant>>,
+    mut deadlines: tokio::sync::watch::Receiver<Option<vvm_core::Instant>>,
     notifier: Arc<Notifier>,
 ) {
     let mut last = *deadlines.borrow_and_update();

@@ -11,13 +11,14 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use vvm::semaphore::{Description, DATA_BYTES_MAX};
-use vvm::vvm_core::semaphore::SemaphoreError;
-use vvm::NamesPage;
+use vvm::coordination::NamesPage;
+use vvm::coordination::{Description, DATA_BYTES_MAX};
 use vvm::{
-    Coordination, CoordinationError, KillerThread, LeaseConfig, LeaseValue, SessionHandle,
-    WatchKind,
+    coordination::{CoordinationError, WatchKind},
+    session::LeaseValue,
+    Coordination, KillerThread, LeaseConfig, SessionHandle,
 };
+use vvm_core::semaphore::SemaphoreError;
 
 use super::status::StopSignals;
 use super::store::{open_store, AnyStore};
@@ -54,7 +55,7 @@ pub async fn semaphore(args: SemaphoreArgs) -> ExitCode {
     let outcome = act(&coordination, &args.action).await;
     // Closing deletes the session record at once, rather than leaving it to its expiry.
     if let Err(e) = coordination.session().close().await {
-        tracing::debug!(error = %vvm::ErrorChain(&e), "the session was not closed cleanly");
+        tracing::debug!(error = %vvm::store::ErrorChain(&e), "the session was not closed cleanly");
     }
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -73,7 +74,7 @@ fn check(action: &SemaphoreAction) -> Result<(), String> {
         | SemaphoreAction::Delete { name, .. }
         | SemaphoreAction::SetLimit { name, .. } => name,
     };
-    vvm::semaphore::SemaphoreName::new(name)
+    vvm::coordination::SemaphoreName::new(name)
         .map_err(|e| format!("invalid semaphore name: {}", super::error_chain(&e)))?;
     match action {
         SemaphoreAction::Create { limit: 0, .. } => Err("--limit must be at least 1".to_owned()),
@@ -252,7 +253,7 @@ fn print_stamped(description: &Description, json: bool) -> bool {
 
 /// A limit as a person reads it: `unlimited` for an ephemeral semaphore's.
 fn shown_limit(limit: u64) -> String {
-    if limit == vvm::vvm_core::semaphore::EPHEMERAL_LIMIT {
+    if limit == vvm_core::semaphore::EPHEMERAL_LIMIT {
         "unlimited".to_owned()
     } else {
         limit.to_string()

@@ -12,8 +12,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vvm::observe::{observe, Departure, Holder, HolderChange, ObserveOptions};
 use vvm::Slot;
+use vvm::{
+    discovery::{Departure, Holder, HolderChange, ObserveOptions},
+    observe,
+};
 use vvm_adapters::url::StoreUrl;
 
 use super::store::open_store_read_only;
@@ -61,10 +64,10 @@ pub async fn status(args: StatusArgs) -> ExitCode {
             }
         }
     }
-    if args.slots == 0 || args.slots > vvm::vvm_core::SLOTS_MAX {
+    if args.slots == 0 || args.slots > vvm_core::SLOTS_MAX {
         return usage_error(&format!(
             "--slots must be between 1 and {}, not {}",
-            vvm::vvm_core::SLOTS_MAX,
+            vvm_core::SLOTS_MAX,
             args.slots
         ));
     }
@@ -92,7 +95,7 @@ pub async fn status(args: StatusArgs) -> ExitCode {
             tokio::select! {
                 change = observer.next() => match change {
                     Ok(change) => table.push(change),
-                    Err(e @ vvm::StoreError::Corrupt { slot, .. }) => {
+                    Err(e @ vvm::store::StoreError::Corrupt { slot, .. }) => {
                         bad = Some((Slot(slot), super::error_chain(&e)));
                         break;
                     }
@@ -333,7 +336,7 @@ impl Event {
 
 /// The last holder seen per slot.
 struct Events {
-    held: Vec<Option<vvm::LeaseValue>>,
+    held: Vec<Option<vvm::session::LeaseValue>>,
 }
 
 impl Events {
@@ -351,10 +354,10 @@ impl Events {
     /// Holders are reported only on a change, so a slot with another holder before and after
     /// changed hands, and the same holder now marked stopping is stopping; a free slot's holder
     /// went away as the observer judged it.
-    fn classify<S: vvm::LeaseStore>(
+    fn classify<S: vvm::store::LeaseStore>(
         &mut self,
         change: &HolderChange,
-        observer: &vvm::observe::Observer<S>,
+        observer: &vvm::Observer<S>,
     ) -> Event {
         let index = change.slot.0.saturating_sub(1) as usize;
         let before = self.held.get(index).cloned().flatten();

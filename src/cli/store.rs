@@ -146,7 +146,7 @@ pub async fn open_store_waiting(
     use tokio::signal::unix::{signal, SignalKind};
 
     let started = tokio::time::Instant::now();
-    let mut pauses = vvm::jittered_backoff(REOPEN_FIRST.min(round), round.max(REOPEN_FIRST));
+    let mut pauses = vvm::store::jittered_backoff(REOPEN_FIRST.min(round), round.max(REOPEN_FIRST));
     let mut said = false;
     // Listened for only once there is something to wait for: until then the default
     // disposition (the process ends) is as good, and nothing of the host is set up yet.

@@ -82,7 +82,7 @@ impl Notifier {
                         .chain(status.map(NotifyState::Status))
                         .collect();
                     if let Err(e) = sd_notify::notify(&states) {
-                        tracing::debug!(error = %vvm::ErrorChain(&e), "systemd notification failed");
+                        tracing::debug!(error = %vvm::store::ErrorChain(&e), "systemd notification failed");
                     }
                 }
             });
@@ -92,7 +92,7 @@ impl Notifier {
                 watchdog: sd_notify::watchdog_enabled(),
             },
             Err(e) => {
-                tracing::warn!(error = %vvm::ErrorChain(&e), "cannot start the systemd notifier: notifications are off");
+                tracing::warn!(error = %vvm::store::ErrorChain(&e), "cannot start the systemd notifier: notifications are off");
                 Notifier {
                     queue: None,
                     watchdog: None,
@@ -148,7 +148,7 @@ impl Notifier {
         match queue.try_send(message) {
             Ok(()) => true,
             Err(e) => {
-                tracing::debug!(error = %vvm::ErrorChain(&e), "systemd notification dropped");
+                tracing::debug!(error = %vvm::store::ErrorChain(&e), "systemd notification dropped");
                 false
             }
         }

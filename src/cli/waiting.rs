@@ -6,8 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use vvm::observe::{observe, HolderChange, ObserveOptions};
 use vvm::Slot;
+use vvm::{
+    discovery::{HolderChange, ObserveOptions},
+    observe,
+};
 
 use super::store::AnyStore;
 use super::systemd::Notifier;
@@ -41,8 +44,8 @@ pub async fn report(store: Arc<AnyStore>, slots: u32, own_address: String, notif
                         notifier.status(status);
                     }
                 }
-                Err(e @ vvm::StoreError::Corrupt { slot, .. }) => {
-                    let why = vvm::ErrorChain(&e).to_string();
+                Err(e @ vvm::store::StoreError::Corrupt { slot, .. }) => {
+                    let why = vvm::store::ErrorChain(&e).to_string();
                     if foreign_said.as_deref() != Some(why.as_str()) {
                         tracing::warn!(slot, error = %why, "waiting: the slot holds a record vvm did not write; it is never taken over while it lasts");
                         notifier.status(format!(
@@ -53,7 +56,7 @@ pub async fn report(store: Arc<AnyStore>, slots: u32, own_address: String, notif
                     tokio::time::sleep(RESYNC).await;
                 }
                 Err(e) => {
-                    tracing::debug!(error = %vvm::ErrorChain(&e), "cannot tell who holds the slot");
+                    tracing::debug!(error = %vvm::store::ErrorChain(&e), "cannot tell who holds the slot");
                     tokio::time::sleep(RESYNC).await;
                 }
             }
@@ -89,12 +92,12 @@ fn log_change(change: &HolderChange, own_address: &str) -> Option<String> {
 pub async fn report_queue(
     coordination: vvm::Coordination<Arc<AnyStore>>,
     name: String,
-    session: vvm::vvm_core::SessionKey,
+    session: vvm_core::SessionKey,
     notifier: &Notifier,
 ) {
     // Every change, the queue's included (neither kind set): this run's own request queued, a
     // waiter ahead gone, the owners changed — woken by the store's feed, never by looking.
-    let Ok(mut watch) = coordination.watch(&name, vvm::WatchKind::default()) else {
+    let Ok(mut watch) = coordination.watch(&name, vvm::coordination::WatchKind::default()) else {
         return std::future::pending().await;
     };
     let mut said = String::new();
@@ -102,7 +105,7 @@ pub async fn report_queue(
         let description = match watch.next().await {
             Ok(description) => description,
             Err(e) => {
-                tracing::debug!(error = %vvm::ErrorChain(&e), "cannot tell who holds the units");
+                tracing::debug!(error = %vvm::store::ErrorChain(&e), "cannot tell who holds the units");
                 tokio::time::sleep(RESYNC).await;
                 continue;
             }

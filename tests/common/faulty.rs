@@ -4,10 +4,15 @@
 use std::time::Duration;
 
 use vvm::adapters::MemoryStore;
-use vvm::semaphore::SemaphoreName;
+use vvm::coordination::SemaphoreName;
 use vvm::{
-    Acquired, Applied, Lease, LeaseStore, LeaseValue, Revision, SemaphoreChange, SemaphoreRequest,
-    SemaphoreStore, SemaphoreStoreError, SessionKey, SessionRecord, SessionStore, Slot, StoreError,
+    lifecycle::Revision,
+    session::{LeaseValue, SessionKey},
+    store::{
+        Acquired, Applied, Lease, LeaseStore, SemaphoreChange, SemaphoreRequest, SemaphoreStore,
+        SemaphoreStoreError, SessionRecord, SessionStore, StoreError,
+    },
+    Slot,
 };
 
 /// Which call the hook is asked about.

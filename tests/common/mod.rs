@@ -10,9 +10,13 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use vvm::{
-    Clock, Coordination, Incarnation, KillerThread, LeaseConfig, LeaseValue, ManualKillerTime,
-    RecordingKiller, SemaphoreStore, Service, ServiceContext, ServiceError, SessionHandle,
-    SessionStore, TimeSource, VvmConfig,
+    lifecycle::Incarnation,
+    session::LeaseValue,
+    store::{SemaphoreStore, SessionStore},
+    testing::{ManualKillerTime, RecordingKiller},
+    time::{Clock, TimeSource},
+    Coordination, KillerThread, LeaseConfig, Service, ServiceContext, ServiceError, SessionHandle,
+    VvmConfig,
 };
 
 /// The lease of every test VVM: renew every 5 s, retry after 1 s, store calls time out after

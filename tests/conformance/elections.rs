@@ -6,8 +6,10 @@
 //! session within its lease, whatever the store.
 
 use vvm::{
-    Elections, ElectionsError, FencingToken, KillerThread, Lease, LeaseConfig, LeaseStore,
-    LossReason, ManualKillerTime, RecordingKiller, SessionStore, Slot, Tenure,
+    elections::ElectionsError,
+    store::{Lease, LeaseStore, SessionStore},
+    testing::{ManualKillerTime, RecordingKiller},
+    Elections, FencingToken, KillerThread, LeaseConfig, LossReason, Slot, Tenure,
 };
 
 use super::{value, Harness, LONG_TTL};

@@ -7,7 +7,10 @@
 
 use std::time::Duration;
 
-use vvm::{Lease, LeaseStore, Slot};
+use vvm::{
+    store::{Lease, LeaseStore},
+    Slot,
+};
 
 use super::{value, Harness, LONG_TTL};
 

@@ -4,13 +4,13 @@
 //! - [`ttl`]: the four operations on TTL records — conditional writes, expiry, revisions,
 //!   independence of keys, and 1000 concurrent inserts on one key;
 //! - [`elections`]: the runtime's [`Elections`](vvm::Elections) acquiring, holding, losing and
-//!   releasing slots on one session of the store, for every [`vvm::SessionStore`];
+//!   releasing slots on one session of the store, for every [`vvm::store::SessionStore`];
 //! - [`observe`]: [`vvm::observe`] reporting every change of holder (and no renewal);
 //! - [`feed`]: the change feed, for stores that have one (`feed_cases!`);
-//! - [`sessions`]: session records and their holdings, for every [`vvm::SessionStore`]
+//! - [`sessions`]: session records and their holdings, for every [`vvm::store::SessionStore`]
 //!   (`session_cases!`);
 //! - [`semaphores`]: semaphores and the runtime's coordination on them, for every
-//!   [`vvm::SemaphoreStore`] (`semaphore_cases!`).
+//!   [`vvm::store::SemaphoreStore`] (`semaphore_cases!`).
 //!
 //! # Plugging a store in
 //! 1. Implement [`Harness`]: a fresh store per case, extra clients of it, a short TTL and a way
@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use vvm::{Incarnation, LeaseStore, LeaseValue};
+use vvm::{lifecycle::Incarnation, session::LeaseValue, store::LeaseStore};
 
 /// A TTL that outlives every case.
 pub const LONG_TTL: Duration = Duration::from_secs(3600);
@@ -71,7 +71,7 @@ pub trait Harness {
         self.pass(self.short_ttl() + Duration::from_millis(1))
     }
 
-    /// The lease of the elections cases: at least `vvm::LEASE_MIN`; each case lets up to
+    /// The lease of the elections cases: at least `vvm::config::LEASE_MIN`; each case lets up to
     /// about two leases pass.
     fn lease(&self) -> Duration;
 

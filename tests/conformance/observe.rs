@@ -8,8 +8,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use vvm::observe::{observe, HolderChange, ObserveOptions, Observer};
-use vvm::{Lease, LeaseStore, LeaseValue, Slot};
+use vvm::{
+    discovery::{HolderChange, ObserveOptions},
+    observe, Observer,
+};
+use vvm::{
+    session::LeaseValue,
+    store::{Lease, LeaseStore},
+    Slot,
+};
 
 use super::{value, Harness, LONG_TTL};
 

@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
-use vvm::semaphore::{Description, RequestId, SemaphoreName, Status};
+use vvm::coordination::{Description, RequestId, SemaphoreName, Status};
 use vvm::{
-    AcquireOptions, Applied, Coordination, CoordinationError, Incarnation, KillerThread,
-    LeaseConfig, RecordingKiller, SemaphoreError, SemaphoreRequest, SemaphoreStore,
-    SemaphoreStoreError, SessionHandle, SessionId, SessionKey, SessionStore, WatchKind,
+    coordination::{CoordinationError, SemaphoreError, WatchKind},
+    lifecycle::Incarnation,
+    session::{SessionId, SessionKey},
+    store::{Applied, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError, SessionStore},
+    testing::RecordingKiller,
+    AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle,
 };
 
 use super::{value, Harness, LONG_TTL};
@@ -25,7 +28,7 @@ fn name(text: &str) -> SemaphoreName {
 }
 
 /// Opens session `n` with `ttl`; the create must win.
-async fn open<S: SemaphoreStore>(store: &S, n: u64, ttl: Duration) -> vvm::Revision {
+async fn open<S: SemaphoreStore>(store: &S, n: u64, ttl: Duration) -> vvm::lifecycle::Revision {
     store
         .create_session(key(n), &value(n), ttl)
         .await
@@ -44,7 +47,7 @@ async fn run<S: SemaphoreStore>(
 
 /// An acquire made now.
 fn acquire(count: u64, data: &[u8], timeout_ms: u64) -> SemaphoreRequest {
-    acquire_as(vvm::next_request_id(), count, data, timeout_ms)
+    acquire_as(vvm::store::next_request_id(), count, data, timeout_ms)
 }
 
 /// An acquire numbered `request`: made earlier, or sent again.
@@ -216,8 +219,8 @@ where
     open(&store, 1, LONG_TTL).await;
     open(&store, 2, LONG_TTL).await;
     run(&store, 1, "lock", create(1)).await.expect("created");
-    let late_release = vvm::next_request_id();
-    let late_acquire = vvm::next_request_id();
+    let late_release = vvm::store::next_request_id();
+    let late_acquire = vvm::store::next_request_id();
     let granted = run(&store, 1, "lock", acquire(1, b"now", 60_000))
         .await
         .expect("runs");
@@ -225,7 +228,7 @@ where
         matches!(status(&granted), Status::Granted { .. }),
         "{granted:?}"
     );
-    let queued_by = vvm::next_request_id();
+    let queued_by = vvm::store::next_request_id();
     run(&store, 2, "lock", acquire_as(queued_by, 1, b"w", 60_000))
         .await
         .expect("queued");
@@ -284,7 +287,7 @@ where
     let store = harness.store().await;
     open(&store, 1, LONG_TTL).await;
     let ephemeral = SemaphoreRequest::Acquire {
-        request: vvm::next_request_id(),
+        request: vvm::store::next_request_id(),
         count: 1,
         data: b"me".to_vec(),
         timeout_ms: 0,
@@ -451,7 +454,7 @@ where
     let end = tokio::time::timeout(Duration::from_secs(10), grant.ended())
         .await
         .expect("the holder learns its grant ended");
-    assert_eq!(end, vvm::GrantEnd::Ended);
+    assert_eq!(end, vvm::coordination::GrantEnd::Ended);
     let (b, acquired) = tokio::time::timeout(Duration::from_secs(10), queued)
         .await
         .expect("the waiter learns")
@@ -579,7 +582,7 @@ where
             ))
         );
     }
-    let big = vec![0; vvm::semaphore::PARTY_DATA_BYTES_MAX + 1];
+    let big = vec![0; vvm::coordination::PARTY_DATA_BYTES_MAX + 1];
     let refused = run(&store, 1, "lock", acquire(1, &big, 0)).await;
     assert!(matches!(
         refused,
@@ -587,7 +590,7 @@ where
             SemaphoreError::DataTooLarge { .. }
         ))
     ));
-    let big = vec![0; vvm::semaphore::DATA_BYTES_MAX + 1];
+    let big = vec![0; vvm::coordination::DATA_BYTES_MAX + 1];
     let refused = run(
         &store,
         1,
@@ -773,7 +776,7 @@ where
     let raised = a.set_limit("lock", 2).await.expect("raised");
     assert_eq!(
         raised,
-        vvm::LimitSet {
+        vvm::coordination::LimitSet {
             previous: 1,
             granted: 1
         }
@@ -903,7 +906,7 @@ pub async fn semaphore_names_are_listed_in_pages<H: Harness>(harness: &H)
 where
     H::Store: SemaphoreStore,
 {
-    use vvm::{NamesPage, NamesPageError, NAMES_PAGE_MAX};
+    use vvm::coordination::{NamesPage, NamesPageError, NAMES_PAGE_MAX};
 
     let store = harness.store().await;
     let other = harness.client(&store).await;
@@ -924,7 +927,7 @@ where
         .await
         .expect("runs")
         .expect("granted");
-    let listed = |names: &vvm::SemaphoreNames| -> Vec<String> {
+    let listed = |names: &vvm::coordination::SemaphoreNames| -> Vec<String> {
         names.names.iter().map(|n| n.as_str().to_owned()).collect()
     };
     let all = store.semaphore_names(&everything()).await.expect("listed");

@@ -4,7 +4,10 @@
 
 use tokio::task::JoinSet;
 use vvm::{
-    Acquired, Incarnation, Lease, LeaseStore, Revision, SessionId, SessionKey, SessionStore, Slot,
+    lifecycle::{Incarnation, Revision},
+    session::{SessionId, SessionKey},
+    store::{Acquired, Lease, LeaseStore, SessionStore},
+    Slot,
 };
 
 use super::{value, Harness, LONG_TTL};

@@ -4,7 +4,12 @@
 use std::collections::HashSet;
 
 use tokio::task::JoinSet;
-use vvm::{Lease, LeaseStore, LeaseValue, Revision, Slot};
+use vvm::{
+    lifecycle::Revision,
+    session::LeaseValue,
+    store::{Lease, LeaseStore},
+    Slot,
+};
 
 use super::{value, Harness, LONG_TTL};
 
@@ -152,7 +157,7 @@ pub async fn cas_on_value_mismatch<H: Harness>(harness: &H) {
     let restarted = Lease {
         value: LeaseValue {
             address: lease.value.address.clone(),
-            incarnation: vvm::Incarnation(lease.value.incarnation.0 + 1),
+            incarnation: vvm::lifecycle::Incarnation(lease.value.incarnation.0 + 1),
             stopping: false,
         },
         revision: lease.revision,

@@ -6,7 +6,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use vvm::{Inserted, Lease, LeaseStore, LeaseValue, Revision, Slot, SlotChange, StoreError};
+use vvm::{
+    lifecycle::Revision,
+    session::LeaseValue,
+    store::{Inserted, Lease, LeaseStore, SlotChange, StoreError},
+    Slot,
+};
 
 /// What a [`Hooked`] store does around the calls it passes on. Every method has a default that
 /// changes nothing.

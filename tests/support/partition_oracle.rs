@@ -177,12 +177,12 @@ pub fn library_main(lease: Duration, round: Duration) {
                 Err(error) if error.is_unavailable() => {
                     tokio::time::sleep(round).await;
                 }
-                Err(error) => panic!("library host: {}", vvm::ErrorChain(&error)),
+                Err(error) => panic!("library host: {}", vvm::store::ErrorChain(&error)),
             }
         };
         let config = vvm::VvmConfig::builder(address.clone())
             .lease(lease)
-            .acquisition(vvm::ACQUISITION_FOREVER)
+            .acquisition(vvm::config::ACQUISITION_FOREVER)
             .round_interval(round);
         let services = vvm::Services::new()
             .with(LibraryService { address })
