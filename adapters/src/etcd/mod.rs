@@ -14,6 +14,12 @@
 //! The revision of a record is its `mod_revision`, which etcd takes from one counter for the
 //! whole cluster: it strictly increases per key, also across delete and re-insert.
 //!
+//! # Fencing the user's own writes
+//!
+//! [`EtcdStore::guard`] turns a holding's fencing token into comparisons for the user's own
+//! etcd transaction (etcd's `Mutex.IsOwner()`): its writes apply only while the holding is
+//! live. See [`EtcdGuard`].
+//!
 //! # Leases
 //!
 //! Each write binds the record to a fresh lease, so a swap restarts the TTL and an expired lease
@@ -81,6 +87,7 @@
 //! Reads only ever fail with [`StoreError::Failed`]: they write nothing.
 
 mod feed;
+mod guard;
 mod options;
 mod semaphore;
 mod session;
@@ -106,6 +113,10 @@ use vvm_runtime::{
 
 use feed::SeenRevision;
 pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
+pub use guard::{EtcdGuard, EtcdGuardError};
+/// The etcd client this store is built on, for the user's own transactions that an
+/// [`EtcdGuard`] fences: its `Compare`s are this crate's types.
+pub use etcd_client;
 pub use semaphore::{EtcdSemaphoreError, SEMAPHORE_ATTEMPTS_MAX};
 use session::Sessions;
 pub use session::SESSIONS_MAX;
