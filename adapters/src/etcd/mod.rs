@@ -328,6 +328,12 @@ impl EtcdStore {
         }
     }
 
+    /// A client of the store's connection (its endpoints, credentials and TLS), for the user's
+    /// own transactions, e.g. those an [`EtcdGuard`] fences. Cloning it shares the connection.
+    pub fn kv_client(&self) -> KvClient {
+        self.kv.clone()
+    }
+
     /// The key prefix of this store's records.
     pub fn prefix(&self) -> &str {
         &self.prefix
