@@ -27,7 +27,11 @@ const CONFIG: &str = "app/config";
 
 /// Writes `value` as the application's configuration, guarded by the holding of `token`:
 /// whether it landed (`false`: the holding was over, nothing was written).
-async fn guarded_write(store: &AnyStore, token: FencingToken, value: &str) -> Result<bool, BoxError> {
+async fn guarded_write(
+    store: &AnyStore,
+    token: FencingToken,
+    value: &str,
+) -> Result<bool, BoxError> {
     match store {
         AnyStore::Etcd(store) => {
             let guard = store.guard(token)?;

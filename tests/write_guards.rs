@@ -100,7 +100,10 @@ async fn etcd_a_deposed_leaders_guarded_write_is_refused() {
     let guard = store.guard(a).unwrap();
     assert_eq!(guard.key(), b"guard/1");
     assert_eq!(guard.token(), a);
-    assert!(etcd_guarded_put(&store, &mut raw, a, "a1").await, "A is live");
+    assert!(
+        etcd_guarded_put(&store, &mut raw, a, "a1").await,
+        "A is live"
+    );
     assert_eq!(etcd_data(&mut raw).await.as_deref(), Some("a1"));
 
     // A is deposed: the lease of its session (and of its holding) ends.
@@ -149,8 +152,7 @@ async fn etcd_a_deposed_leaders_guarded_write_is_refused() {
 // covers: Guard.Etcd, Guard.Deposed
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_guard_spans_renewals_and_ends_with_the_tenure() {
-    let Some(cluster) = single("etcd_a_guard_spans_renewals_and_ends_with_the_tenure").await
-    else {
+    let Some(cluster) = single("etcd_a_guard_spans_renewals_and_ends_with_the_tenure").await else {
         return;
     };
     let store = store(&cluster, "renewed/").await;
@@ -260,8 +262,11 @@ fn sqlite_data(conn: &Connection) -> Option<String> {
 fn user_connection(path: &std::path::Path) -> Connection {
     let conn = Connection::open(path).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn.execute("CREATE TABLE IF NOT EXISTS app (k TEXT PRIMARY KEY, v TEXT)", [])
-        .unwrap();
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS app (k TEXT PRIMARY KEY, v TEXT)",
+        [],
+    )
+    .unwrap();
     conn
 }
 

@@ -54,15 +54,14 @@ pub enum EtcdGuardError {
 /// ```no_run
 /// # async fn example(store: vvm_adapters::EtcdStore, token: vvm_core::FencingToken)
 /// #     -> Result<(), Box<dyn std::error::Error>> {
-/// use etcd_client::{Client, Txn, TxnOp};
+/// use vvm_adapters::etcd::etcd_client::{Txn, TxnOp};
 ///
 /// // `token`: from `Elections::acquire`, `Holding`, or a service's `ServiceContext::token()`.
 /// let guard = store.guard(token)?;
 /// let txn = Txn::new()
 ///     .when(guard.compares())
 ///     .and_then([TxnOp::put("app/config", "written by the leader", None)]);
-/// let mut client = Client::connect(["127.0.0.1:2379"], None).await?;
-/// if !client.txn(txn).await?.succeeded() {
+/// if !store.kv_client().txn(txn).await?.succeeded() {
 ///     // Deposed: nothing was written. Stop acting as leader.
 /// }
 /// # Ok(()) }

@@ -111,12 +111,12 @@ use vvm_runtime::{
     Cause, ErrorChain, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,
 };
 
-use feed::SeenRevision;
-pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
-pub use guard::{EtcdGuard, EtcdGuardError};
 /// The etcd client this store is built on, for the user's own transactions that an
 /// [`EtcdGuard`] fences: its `Compare`s are this crate's types.
 pub use etcd_client;
+use feed::SeenRevision;
+pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
+pub use guard::{EtcdGuard, EtcdGuardError};
 pub use semaphore::{EtcdSemaphoreError, SEMAPHORE_ATTEMPTS_MAX};
 use session::Sessions;
 pub use session::SESSIONS_MAX;

@@ -124,6 +124,9 @@ impl SqliteGuardError {
 /// # Ok(()) }
 /// ```
 ///
+/// The user's commits to the file wake the change feeds of the store's handles (in every
+/// process on the file) for one look each — a read of the rows they watch — as any commit does.
+///
 /// **Publishing as the leader without re-election** (etcd's `Proclaim`): a leader that holds a
 /// semaphore grant (`Coordination::acquire`) publishes new data with
 /// `SemaphoreGrant::replace(count, data)`, in place, keeping its order id and token; a leader of

@@ -124,12 +124,12 @@ pub use error::SqliteStoreError;
 pub use feed::LOCK_WATCH_SLOTS_MAX;
 pub use file::{Sharing, Untrusted};
 pub use guard::{SqliteGuard, SqliteGuardError};
-/// The SQLite binding this store is built on, for the user's own transactions that a
-/// [`SqliteGuard`] checks.
-pub use rusqlite;
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
 pub use notify::{FEED_SAFETY_LOOK, SETTLE_LOOKS_MS};
 pub use probe::write_locked;
+/// The SQLite binding this store is built on, for the user's own transactions that a
+/// [`SqliteGuard`] checks.
+pub use rusqlite;
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 pub use session::SWEEP_SESSIONS_MAX;
 
