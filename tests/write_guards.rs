@@ -16,10 +16,11 @@ use conformance::ScratchDir;
 use etcd_client::{Client, Txn, TxnOp};
 use etcd_support::{single, store};
 use vvm::{
-    Acquired, FencingToken, Incarnation, LeaseStore, LeaseValue, Revision, SessionId, SessionKey,
+    AcquireOptions, Acquired, Coordination, FencingToken, Incarnation, KillerThread, LeaseConfig,
+    LeaseStore, LeaseValue, RecordingKiller, Revision, SessionHandle, SessionId, SessionKey,
     SessionStore, Slot,
 };
-use vvm_adapters::etcd::{EtcdGuardError, EtcdStore};
+use vvm_adapters::etcd::{EtcdGuard, EtcdGuardError, EtcdStore};
 use vvm_adapters::sqlite::rusqlite::{Connection, TransactionBehavior};
 use vvm_adapters::sqlite::{ClockError, SqliteGuardError, StoreClock};
 use vvm_adapters::SqliteStore;
@@ -70,10 +71,28 @@ async fn etcd_guarded_put(
     data: &str,
 ) -> bool {
     let guard = store.guard(token).expect("a token of this store");
+    etcd_put(raw, &guard, data).await
+}
+
+/// The user's own transaction, guarded by `guard`: puts `data`; whether it applied.
+async fn etcd_put(raw: &mut Client, guard: &EtcdGuard, data: &str) -> bool {
     let txn = Txn::new()
         .when(guard.compares())
         .and_then([TxnOp::put(DATA, data, None)]);
     raw.txn(txn).await.unwrap().succeeded()
+}
+
+/// A killer that records instead of ending the test process.
+fn killer() -> KillerThread {
+    KillerThread::new(RecordingKiller::new())
+}
+
+/// A coordination of its own session for `n`.
+async fn member<S: vvm::SemaphoreStore + Clone>(store: &S, n: u64) -> Coordination<S> {
+    let session = SessionHandle::open(store.clone(), LeaseConfig::default(), value(n), &killer())
+        .await
+        .expect("the session opens");
+    Coordination::new(session)
 }
 
 async fn etcd_data(raw: &mut Client) -> Option<String> {
@@ -99,7 +118,7 @@ async fn etcd_a_deposed_leaders_guarded_write_is_refused() {
     let a = etcd_holder(&store, 1).await;
     let guard = store.guard(a).unwrap();
     assert_eq!(guard.key(), b"guard/1");
-    assert_eq!(guard.token(), a);
+    assert_eq!(guard.created_max(), a.revision.0 as i64);
     assert!(
         etcd_guarded_put(&store, &mut raw, a, "a1").await,
         "A is live"
@@ -192,14 +211,68 @@ async fn etcd_a_guard_spans_renewals_and_ends_with_the_tenure() {
     assert!(etcd_guarded_put(&store, &mut raw, token(other), "other").await);
     assert_eq!(etcd_data(&mut raw).await.as_deref(), Some("other"));
 
-    assert_eq!(
-        store.guard(token(Revision(0))).unwrap_err(),
-        EtcdGuardError::NotAnEtcdRevision { revision: 0 }
+    assert!(matches!(
+        store.guard(token(Revision(0))),
+        Err(EtcdGuardError::NotAnEtcdRevision { revision: 0 })
+    ));
+    assert!(matches!(
+        store.guard(token(Revision(u64::MAX))),
+        Err(EtcdGuardError::NotAnEtcdRevision { revision: u64::MAX })
+    ));
+}
+
+/// A leader by a semaphore grant writes through its grant's guard; its session's lease is
+/// revoked from outside and the waiting candidate B is granted: A's guarded write is refused,
+/// B's lands, and a guard of A's ended grant is refused up front.
+// covers: Guard.EtcdGrant, Guard.Deposed
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_deposed_grant_holders_guarded_write_is_refused() {
+    let Some(cluster) = single("etcd_a_deposed_grant_holders_guarded_write_is_refused").await
+    else {
+        return;
+    };
+    let store = store(&cluster, "grants/").await;
+    let mut raw = Client::connect(cluster.endpoints(), None).await.unwrap();
+
+    let a = member(&store, 1).await;
+    a.create("leader", 1, Vec::new()).await.unwrap();
+    let a_grant = a
+        .acquire("leader", AcquireOptions::new(1))
+        .await
+        .unwrap()
+        .expect("granted");
+    let a_guard = store.grant_guard(&a_grant).await.unwrap();
+    assert!(a_guard.key().starts_with(b"grants/\0semaphore/leader\0"));
+    assert!(etcd_put(&mut raw, &a_guard, "a1").await, "A leads");
+
+    let b = member(&store, 2).await;
+    let waiting = tokio::spawn(async move {
+        let wait = AcquireOptions::new(1).timeout(Duration::from_secs(30));
+        let grant = b.acquire("leader", wait).await;
+        (b, grant)
+    });
+    // A is deposed: its session's lease ends (as its expiry does).
+    let record = raw
+        .get(store.session_key(a_grant.session()), None)
+        .await
+        .unwrap();
+    let lease = record.kvs().first().expect("A's session record").lease();
+    raw.lease_revoke(lease).await.unwrap();
+    let (_b, b_grant) = waiting.await.unwrap();
+    let b_grant = b_grant
+        .unwrap()
+        .expect("B is granted once A's session ended");
+    let b_guard = store.grant_guard(&b_grant).await.unwrap();
+    assert!(
+        !etcd_put(&mut raw, &a_guard, "a2").await,
+        "B leads: A's write must be refused"
     );
-    assert_eq!(
-        store.guard(token(Revision(u64::MAX))).unwrap_err(),
-        EtcdGuardError::NotAnEtcdRevision { revision: u64::MAX }
-    );
+    assert!(etcd_put(&mut raw, &b_guard, "b1").await, "B leads");
+    assert_eq!(etcd_data(&mut raw).await.as_deref(), Some("b1"));
+    assert!(matches!(
+        store.grant_guard(&a_grant).await,
+        Err(EtcdGuardError::GrantOver { .. })
+    ));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -347,6 +420,78 @@ async fn sqlite_a_deposed_leaders_guarded_write_is_refused() {
         "the slot is B's: A's write must be refused"
     );
     sqlite_guarded_write(&store, &mut conn, b, "b1").expect("B leads");
+    assert_eq!(sqlite_data(&conn).as_deref(), Some("b1"));
+}
+
+/// The user's own `BEGIN IMMEDIATE` transaction on `conn`, checked by `guard`: writes `data`
+/// and commits when it passes; its answer.
+fn sqlite_checked_write(
+    guard: &vvm_adapters::sqlite::SqliteGuard,
+    conn: &mut Connection,
+    data: &str,
+) -> Result<(), SqliteGuardError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
+    guard.check(&tx)?;
+    tx.execute(
+        "INSERT OR REPLACE INTO app (k, v) VALUES ('config', ?1)",
+        [data],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    Ok(())
+}
+
+/// A leader by a semaphore grant writes through its grant's guard; its session expires by the
+/// store's clock — the semaphore's row still names it owner, as nothing wrote it since — and
+/// the guard refuses at once; B is granted, A's write is still refused, B's lands.
+// covers: Guard.SqliteGrant, Guard.Deposed
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_deposed_grant_holders_guarded_write_is_refused() {
+    let dir = ScratchDir::new("vvm-guard-sqlite-grant");
+    let path = dir.file("store.sqlite");
+    let clock = ManualClock::new();
+    let store = SqliteStore::builder()
+        .clock(clock.clone())
+        .open(&path)
+        .unwrap();
+    let mut conn = user_connection(&path);
+
+    let a = member(&store, 1).await;
+    a.create("leader", 1, Vec::new()).await.unwrap();
+    let a_grant = a
+        .acquire("leader", AcquireOptions::new(1))
+        .await
+        .unwrap()
+        .expect("granted");
+    let a_guard = store.grant_guard(&a_grant);
+    sqlite_checked_write(&a_guard, &mut conn, "a1").expect("A leads");
+
+    // A's session expires by the store's clock.
+    clock.advance(LeaseConfig::default().lease() + Duration::from_millis(1));
+    let refused = sqlite_checked_write(&a_guard, &mut conn, "a2");
+    assert!(
+        matches!(refused, Err(SqliteGuardError::GrantOver { .. })),
+        "A's session expired: {refused:?}"
+    );
+
+    let b = member(&store, 2).await;
+    let b_grant = b
+        .acquire(
+            "leader",
+            AcquireOptions::new(1).timeout(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap()
+        .expect("B is granted: A's session expired");
+    let b_guard = store.grant_guard(&b_grant);
+    let refused = sqlite_checked_write(&a_guard, &mut conn, "a3");
+    assert!(
+        refused.as_ref().is_err_and(SqliteGuardError::is_deposed),
+        "B leads: A's write must be refused: {refused:?}"
+    );
+    sqlite_checked_write(&b_guard, &mut conn, "b1").expect("B leads");
     assert_eq!(sqlite_data(&conn).as_deref(), Some("b1"));
 }
 

@@ -23,14 +23,25 @@
 //! etcd's recipe compares `create_revision == r` with the revision of the key's creation;
 //! the inequality is the same test for every token vvm hands out, including those of renewals,
 //! which are `mod_revision`s of the same key.
+//!
+//! **A semaphore grant** ([`EtcdStore::grant_guard`]) is guarded by its party key
+//! (`<prefix> NUL semaphore/<name> NUL <session>`, bound to the session's lease): the key is
+//! created in the transaction that makes the session a party and is deleted when it stops
+//! being one (its release, its session's end, a forced delete); an owner stays an owner while
+//! it is a party (a replace keeps its order id; nothing demotes an owner to a waiter). The
+//! guard reads, in one snapshot, the semaphore's state — which must show the grant's session
+//! owning with the grant's order id — and the party key's `create_revision` `c`, and compares
+//! `0 < create_revision <= c`: true exactly while that party key, and so that ownership, lasts.
 
-use etcd_client::{Compare, CompareOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use vvm_core::{FencingToken, Revision};
+use vvm_runtime::{SemaphoreGrant, SemaphoreStore, StoreError};
 
-use super::EtcdStore;
+use super::semaphore::decode;
+use super::{read_failed, EtcdStore, Resend};
 
-/// Why [`EtcdStore::guard`] refused a token.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why [`EtcdStore::guard`] refused a token, or [`EtcdStore::grant_guard`] a grant.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EtcdGuardError {
     /// The revision is 0 or does not fit etcd's signed 64-bit revisions: not a revision etcd
@@ -40,10 +51,23 @@ pub enum EtcdGuardError {
         /// The token's revision.
         revision: u64,
     },
+    /// The grant is over already: the semaphore does not show its session owning with its
+    /// order id, or its party key is gone.
+    #[error("the grant of semaphore {name} (order id {order_id}) is over")]
+    GrantOver {
+        /// The semaphore.
+        name: String,
+        /// The grant's order id.
+        order_id: u64,
+    },
+    /// The semaphore could not be read (the cluster out of reach, an undecodable state).
+    #[error("the semaphore could not be read")]
+    Store(#[source] StoreError),
 }
 
-/// The comparisons that make the user's own etcd transaction apply only while one holding of a
-/// slot is live: obtained from [`EtcdStore::guard`] with the holding's fencing token.
+/// The comparisons that make the user's own etcd transaction apply only while one holding is
+/// live: obtained from [`EtcdStore::guard`] with a slot's fencing token, or from
+/// [`EtcdStore::grant_guard`] with a semaphore grant.
 ///
 /// Put [`compares`](Self::compares) into the transaction's `when` (with any comparisons of
 /// your own): its `and_then` writes apply only while the holding is live; once the holder is
@@ -75,31 +99,32 @@ pub enum EtcdGuardError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdGuard {
     key: Vec<u8>,
-    token: FencingToken,
-    /// The token's revision as etcd's signed revisions: `1..i64::MAX`.
-    revision: i64,
+    /// The highest `create_revision` the key may have: `1..i64::MAX`.
+    created_max: i64,
 }
 
 impl EtcdGuard {
-    /// The key the comparisons read: the slot's key ([`EtcdStore::key`]).
+    /// The key the comparisons read: the slot's key ([`EtcdStore::key`]) for a slot's
+    /// holding, the session's party key of the semaphore for a grant.
     pub fn key(&self) -> &[u8] {
         &self.key
     }
 
-    /// The fencing token the guard was made from.
-    pub fn token(&self) -> FencingToken {
-        self.token
+    /// The highest `create_revision` the key may have: the token's revision for a slot's
+    /// holding, the party key's own `create_revision` for a grant.
+    pub fn created_max(&self) -> i64 {
+        self.created_max
     }
 
-    /// The comparisons to put into the transaction's `when`: the slot's key exists
-    /// (`create_revision > 0`) and was created at or before the token's revision
-    /// (`create_revision < revision + 1`). Both are true exactly while the holding the token
-    /// belongs to is live (see the module documentation).
+    /// The comparisons to put into the transaction's `when`: the key exists
+    /// (`create_revision > 0`) and was created at or before [`created_max`](Self::created_max)
+    /// (`create_revision < created_max + 1`). Both are true exactly while the holding is live
+    /// (see the module documentation).
     pub fn compares(&self) -> Vec<Compare> {
         vec![
             Compare::create_revision(self.key.clone(), CompareOp::Greater, 0),
-            // `revision` is below i64::MAX (checked by `guard`): no overflow.
-            Compare::create_revision(self.key.clone(), CompareOp::Less, self.revision + 1),
+            // `created_max` is below i64::MAX (checked when made): no overflow.
+            Compare::create_revision(self.key.clone(), CompareOp::Less, self.created_max + 1),
         ]
     }
 }
@@ -110,14 +135,64 @@ impl EtcdStore {
     /// only while that holding is live. See [`EtcdGuard`]. Sends nothing.
     pub fn guard(&self, token: FencingToken) -> Result<EtcdGuard, EtcdGuardError> {
         let Revision(revision) = token.revision;
-        let signed = i64::try_from(revision)
+        let created_max = i64::try_from(revision)
             .ok()
             .filter(|r| (1..i64::MAX).contains(r))
             .ok_or(EtcdGuardError::NotAnEtcdRevision { revision })?;
         Ok(EtcdGuard {
             key: self.key(token.slot),
-            token,
-            revision: signed,
+            created_max,
+        })
+    }
+
+    /// The guard of a semaphore grant held through this store (or an `AnyStore` around it):
+    /// comparisons for the user's own etcd transaction that make its writes apply only while
+    /// the grant lasts. Reads the semaphore's state and the grant's party key in one
+    /// snapshot; [`EtcdGuardError::GrantOver`] when the grant has ended already.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn grant_guard<S: SemaphoreStore + Clone>(
+        &self,
+        grant: &SemaphoreGrant<S>,
+    ) -> Result<EtcdGuard, EtcdGuardError> {
+        let state_key = self.semaphore_key(grant.name());
+        let party_key = EtcdStore::party_key(&state_key, grant.session());
+        let txn = Txn::new().and_then([
+            TxnOp::get(state_key, None::<GetOptions>),
+            TxnOp::get(party_key.clone(), None::<GetOptions>),
+        ]);
+        let response = self
+            .resend(Resend::Broken, || {
+                let (mut kv, txn) = (self.kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await
+            .map_err(|error| EtcdGuardError::Store(read_failed(error)))?;
+        let mut reads = response.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+            _ => None,
+        });
+        let (state, party) = (reads.next().flatten(), reads.next().flatten());
+        let (semaphore, _) = decode(state.as_ref().map(etcd_client::KeyValue::value))
+            .map_err(|source| EtcdGuardError::Store(StoreError::failed(source)))?;
+        let owned = semaphore.is_some_and(|semaphore| {
+            semaphore
+                .owners()
+                .iter()
+                .any(|o| o.session == grant.session() && o.order_id == grant.order_id())
+        });
+        let created = party.map_or(0, |kv| kv.create_revision());
+        if !owned || !(1..i64::MAX).contains(&created) {
+            return Err(EtcdGuardError::GrantOver {
+                name: grant.name().as_str().to_owned(),
+                order_id: grant.order_id().0,
+            });
+        }
+        Ok(EtcdGuard {
+            key: party_key,
+            created_max: created,
         })
     }
 }

@@ -17,6 +17,13 @@
 //! the check (`BEGIN` deferred, nothing written yet) would not hold the lock, so the check
 //! refuses it ([`SqliteGuardError::NotWriteTransaction`]).
 //!
+//! **A semaphore grant** ([`SqliteStore::grant_guard`]) is checked the same way on the
+//! semaphore's row: its stored state must show the grant's session owning with the grant's
+//! order id, and that session's row must be live (`session::load`, the judgement of every
+//! session operation). The state is the truth of a semaphore on this store; the only change a
+//! transaction applies to it without writing is the removal of parties whose sessions are no
+//! longer live — which the session's judgement covers.
+//!
 //! **Why the exact revision.** Revisions come from one counter of the file that never goes
 //! back, and every write of a row takes a new one, so a row carries the token's revision only
 //! while it is the very record that write made: a new holder, or the same holder again after a
@@ -30,8 +37,9 @@
 use std::sync::Arc;
 
 use rusqlite::{Transaction, TransactionState};
-use vvm_core::{FencingToken, Revision};
-use vvm_runtime::StoreError;
+use vvm_core::semaphore::{OrderId, Semaphore, SemaphoreName};
+use vvm_core::{FencingToken, Revision, SessionKey};
+use vvm_runtime::{SemaphoreGrant, SemaphoreStore, StoreError};
 
 #[cfg(doc)]
 use rusqlite::TransactionBehavior;
@@ -39,7 +47,7 @@ use rusqlite::TransactionBehavior;
 use super::clock::{ClockError, StoreClock};
 use super::lock::{self, FileId};
 use super::record::{self, Judged, Now, TxError};
-use super::SqliteStore;
+use super::{parties, session, SqliteStore, SqliteStoreError};
 
 /// Why [`SqliteGuard::check`] refused: the holding is not live, or the check could not be made.
 /// In every case the user's transaction must not commit its writes (roll it back).
@@ -57,6 +65,15 @@ pub enum SqliteGuardError {
         revision: Revision,
         /// The revision of the live record found instead, if any.
         found: Option<Revision>,
+    },
+    /// The grant is over: the semaphore's state does not show its session owning with its order
+    /// id, or that session is not live by the store's clock.
+    #[error("the grant of semaphore {name} (order id {order_id}) is over")]
+    GrantOver {
+        /// The semaphore.
+        name: String,
+        /// The grant's order id.
+        order_id: u64,
     },
     /// The transaction does not hold the write lock: begin it with
     /// `TransactionBehavior::Immediate`.
@@ -84,16 +101,19 @@ pub enum SqliteGuardError {
 }
 
 impl SqliteGuardError {
-    /// Whether the holding is over ([`Deposed`](Self::Deposed)), as opposed to a check that
-    /// could not be made.
+    /// Whether the holding is over ([`Deposed`](Self::Deposed),
+    /// [`GrantOver`](Self::GrantOver)), as opposed to a check that could not be made.
     pub fn is_deposed(&self) -> bool {
-        matches!(self, SqliteGuardError::Deposed { .. })
+        matches!(
+            self,
+            SqliteGuardError::Deposed { .. } | SqliteGuardError::GrantOver { .. }
+        )
     }
 }
 
 /// A check for the user's own SQLite transaction, on the store's file, that lets its writes
-/// commit only while one holding of a slot is live: obtained from [`SqliteStore::guard`] with
-/// the holding's fencing token.
+/// commit only while one holding is live: obtained from [`SqliteStore::guard`] with a slot's
+/// fencing token, or from [`SqliteStore::grant_guard`] with a semaphore grant.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -133,27 +153,34 @@ impl SqliteGuardError {
 /// a slot writes its own data with a guarded transaction like the one above.
 #[derive(Clone)]
 pub struct SqliteGuard {
-    token: FencingToken,
+    held: Held,
     clock: Arc<dyn StoreClock>,
     /// The store's file, when known: the transaction's must be the same.
     file: Option<FileId>,
 }
 
+/// What a guard checks.
+#[derive(Clone, Debug)]
+enum Held {
+    /// A slot's holding: its row in `vvm_leases`.
+    Slot(FencingToken),
+    /// A semaphore grant: its owner in the semaphore's row of `vvm_semaphores`.
+    Grant {
+        name: SemaphoreName,
+        session: SessionKey,
+        order_id: OrderId,
+    },
+}
+
 impl std::fmt::Debug for SqliteGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteGuard")
-            .field("token", &self.token)
+            .field("held", &self.held)
             .finish_non_exhaustive()
     }
 }
 
 impl SqliteGuard {
-    /// The fencing token the guard was made from; the row it reads is its slot's row of the
-    /// store's `vvm_leases` table.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
-
     /// Passes when the holding is live, read and judged inside `tx`, which must hold the write
     /// lock (begun [`TransactionBehavior::Immediate`]): then the transaction's writes commit
     /// while the holding is live (see the module documentation). On an error, roll the
@@ -180,20 +207,79 @@ impl SqliteGuard {
             boot_id: self.clock.boot_id(),
             ns: i64::try_from(since_boot.as_nanos()).unwrap_or(i64::MAX),
         };
-        let found = match record::load(tx, self.token.slot, now) {
-            Ok(Judged::Live(stored, _)) => stored.revision(),
-            Ok(Judged::Absent) => None,
-            Err(TxError::Busy) => return Err(SqliteGuardError::Busy),
-            Err(TxError::Store(error)) => return Err(SqliteGuardError::Store(error)),
-        };
-        match found {
-            Some(revision) if revision == self.token.revision => Ok(()),
-            found => Err(SqliteGuardError::Deposed {
-                slot: self.token.slot.0,
-                revision: self.token.revision,
-                found,
-            }),
+        match &self.held {
+            Held::Slot(token) => check_slot(tx, *token, now),
+            Held::Grant {
+                name,
+                session,
+                order_id,
+            } => check_grant(tx, name, *session, *order_id, now),
         }
+    }
+}
+
+fn tx_error(error: TxError) -> SqliteGuardError {
+    match error {
+        TxError::Busy => SqliteGuardError::Busy,
+        TxError::Store(error) => SqliteGuardError::Store(error),
+    }
+}
+
+/// The slot's row is live and carries the token's revision.
+fn check_slot(
+    tx: &Transaction<'_>,
+    token: FencingToken,
+    now: Now<'_>,
+) -> Result<(), SqliteGuardError> {
+    let found = match record::load(tx, token.slot, now).map_err(tx_error)? {
+        Judged::Live(stored, _) => stored.revision(),
+        Judged::Absent => None,
+    };
+    match found {
+        Some(revision) if revision == token.revision => Ok(()),
+        found => Err(SqliteGuardError::Deposed {
+            slot: token.slot.0,
+            revision: token.revision,
+            found,
+        }),
+    }
+}
+
+/// The semaphore's state shows `session` owning with `order_id`, and the session is live.
+fn check_grant(
+    tx: &Transaction<'_>,
+    name: &SemaphoreName,
+    session: SessionKey,
+    order_id: OrderId,
+    now: Now<'_>,
+) -> Result<(), SqliteGuardError> {
+    let state = parties::load(tx, name)
+        .map_err(tx_error)?
+        .and_then(|row| row.state);
+    let owned = match state {
+        Some(bytes) => Semaphore::decode(&bytes)
+            .map_err(|source| {
+                SqliteGuardError::Store(StoreError::failed(SqliteStoreError::Damaged {
+                    what: format!("the state of semaphore {name} cannot be decoded: {source}"),
+                    source: None,
+                }))
+            })?
+            .owners()
+            .iter()
+            .any(|o| o.session == session && o.order_id == order_id),
+        None => false,
+    };
+    let live = owned
+        && matches!(
+            session::load(tx, session, now).map_err(tx_error)?,
+            Judged::Live(..)
+        );
+    match live {
+        true => Ok(()),
+        false => Err(SqliteGuardError::GrantOver {
+            name: name.as_str().to_owned(),
+            order_id: order_id.0,
+        }),
     }
 }
 
@@ -202,8 +288,23 @@ impl SqliteStore {
     /// transaction on this store's file that lets its writes commit only while that holding is
     /// live. See [`SqliteGuard`]. Reads nothing until checked.
     pub fn guard(&self, token: FencingToken) -> SqliteGuard {
+        self.guard_of(Held::Slot(token))
+    }
+
+    /// The guard of a semaphore grant held through this store (or an `AnyStore` around it): a
+    /// check for the user's own transaction on this store's file that lets its writes commit
+    /// only while the grant lasts. See [`SqliteGuard`]. Reads nothing until checked.
+    pub fn grant_guard<S: SemaphoreStore + Clone>(&self, grant: &SemaphoreGrant<S>) -> SqliteGuard {
+        self.guard_of(Held::Grant {
+            name: grant.name().clone(),
+            session: grant.session(),
+            order_id: grant.order_id(),
+        })
+    }
+
+    fn guard_of(&self, held: Held) -> SqliteGuard {
         SqliteGuard {
-            token,
+            held,
             clock: Arc::clone(&self.shared.clock),
             file: self.shared.file,
         }
