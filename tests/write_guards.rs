@@ -351,9 +351,11 @@ fn deposed(result: Result<(), SqliteGuardError>) -> Option<Revision> {
 }
 
 /// Leader A (a holding on its session) writes through its guard in the user's own
-/// `BEGIN IMMEDIATE` transaction; A's session expires by the store's clock — A's holding row
-/// is still there, with no expiry of its own — and the guard refuses A's write at once; B
-/// takes the slot, A's write is still refused, B's lands. A transaction that does not hold
+/// `BEGIN IMMEDIATE` transaction; while such a transaction is open, B cannot take the slot,
+/// even after A's session expired, so A's checked write commits before any takeover. Once
+/// A's session expired by the store's clock — A's holding row is still there, with no expiry
+/// of its own — the guard refuses A's write at once; B takes the slot, A's write is still
+/// refused, B's lands. A transaction that does not hold
 /// the write lock, or that is on another file, is refused whatever the holding.
 // covers: Guard.Sqlite, Guard.Deposed, Guard.SqliteImmediate
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,24 +400,43 @@ async fn sqlite_a_deposed_leaders_guarded_write_is_refused() {
     ));
     drop(tx);
 
-    // A's session expires by the store's clock (no keepalive): its holding is over.
-    clock.advance(ttl + Duration::from_millis(1));
-    let refused = sqlite_guarded_write(&store, &mut conn, a, "a2");
-    assert!(refused.as_ref().is_err_and(SqliteGuardError::is_deposed));
-    assert_eq!(deposed(refused), None, "no live record");
-    assert_eq!(sqlite_data(&conn).as_deref(), Some("a1"));
-
+    // B's session, outliving A's.
     store
-        .create_session(session(2), &value(2), ttl)
+        .create_session(session(2), &value(2), ttl * 3)
         .await
         .unwrap()
         .expect("created");
+    // A's guarded transaction holds the write lock from its check to its commit: A's session
+    // expires meanwhile, and still B cannot take the slot before A's write is committed.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
+    store.guard(a).check(&tx).expect("A is live");
+    clock.advance(ttl + Duration::from_millis(1));
+    let during = store.acquire(SLOT, session(2)).await;
+    assert!(
+        matches!(during, Err(vvm::StoreError::Failed { .. })),
+        "the write lock is A's: {during:?}"
+    );
+    tx.execute(
+        "INSERT OR REPLACE INTO app (k, v) VALUES ('config', 'a2')",
+        [],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+
+    // A's session has expired by the store's clock (no keepalive): its holding is over.
+    let refused = sqlite_guarded_write(&store, &mut conn, a, "a3");
+    assert!(refused.as_ref().is_err_and(SqliteGuardError::is_deposed));
+    assert_eq!(deposed(refused), None, "no live record");
+    assert_eq!(sqlite_data(&conn).as_deref(), Some("a2"));
+
     let b = match store.acquire(SLOT, session(2)).await.unwrap() {
         Acquired::Written(revision) => token(revision),
         other => panic!("B did not take the slot: {other:?}"),
     };
     assert_eq!(
-        deposed(sqlite_guarded_write(&store, &mut conn, a, "a3")),
+        deposed(sqlite_guarded_write(&store, &mut conn, a, "a4")),
         Some(b.revision),
         "the slot is B's: A's write must be refused"
     );
