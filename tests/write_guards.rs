@@ -388,6 +388,14 @@ async fn sqlite_a_deposed_leaders_guarded_write_is_refused() {
         store.guard(a).check(&tx),
         Err(SqliteGuardError::NotWriteTransaction)
     ));
+    // Deferred, having read already: a reader's snapshot, still no lock.
+    let _: i64 = tx
+        .query_row("SELECT count(*) FROM app", [], |row| row.get(0))
+        .unwrap();
+    assert!(matches!(
+        store.guard(a).check(&tx),
+        Err(SqliteGuardError::NotWriteTransaction)
+    ));
     drop(tx);
     // Another file.
     let mut elsewhere = user_connection(&dir.file("other.sqlite"));
