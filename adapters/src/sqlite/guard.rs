@@ -37,7 +37,7 @@
 use std::sync::Arc;
 
 use rusqlite::{Transaction, TransactionState};
-use vvm_core::semaphore::{OrderId, Semaphore, SemaphoreName};
+use vvm_core::semaphore::{DecodeError, OrderId, Semaphore, SemaphoreName};
 use vvm_core::{FencingToken, Revision, SessionKey};
 use vvm_runtime::{SemaphoreGrant, SemaphoreStore, StoreError};
 
@@ -47,7 +47,7 @@ use rusqlite::TransactionBehavior;
 use super::clock::{ClockError, StoreClock};
 use super::lock::{self, FileId};
 use super::record::{self, Judged, Now, TxError};
-use super::{parties, session, SqliteStore, SqliteStoreError};
+use super::{parties, session, SqliteStore};
 
 /// Why [`SqliteGuard::check`] refused: the holding is not live, or the check could not be made.
 /// In every case the user's transaction must not commit its writes (roll it back).
@@ -89,6 +89,15 @@ pub enum SqliteGuardError {
     /// nothing was judged; roll back and try again.
     #[error("the store's file was busy")]
     Busy,
+    /// The semaphore's stored state cannot be decoded: whether the grant lasts cannot be told.
+    #[error("the state of semaphore {name} cannot be decoded")]
+    Undecodable {
+        /// The semaphore.
+        name: String,
+        /// What is wrong with it.
+        #[source]
+        source: DecodeError,
+    },
     /// The store's clock could not be read.
     #[error("the store's clock cannot be read")]
     Clock(#[source] ClockError),
@@ -258,11 +267,9 @@ fn check_grant(
         .and_then(|row| row.state);
     let owned = match state {
         Some(bytes) => Semaphore::decode(&bytes)
-            .map_err(|source| {
-                SqliteGuardError::Store(StoreError::failed(SqliteStoreError::Damaged {
-                    what: format!("the state of semaphore {name} cannot be decoded: {source}"),
-                    source: None,
-                }))
+            .map_err(|source| SqliteGuardError::Undecodable {
+                name: name.as_str().to_owned(),
+                source,
             })?
             .owners()
             .iter()
