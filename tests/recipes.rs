@@ -1,6 +1,10 @@
-//! The three coordination recipes of `examples/`, run on the memory store and on SQLite.
+//! The recipes of `examples/`: the three coordination recipes on the memory store and on
+//! SQLite, and the fenced writes on SQLite and a real etcd on loopback.
 
 mod conformance;
+
+#[path = "support/etcd.rs"]
+mod etcd_support;
 
 #[allow(dead_code)]
 #[path = "../examples/recipe_leader.rs"]
@@ -13,6 +17,10 @@ mod recipe_discovery;
 #[allow(dead_code)]
 #[path = "../examples/recipe_config.rs"]
 mod recipe_config;
+
+#[allow(dead_code)]
+#[path = "../examples/recipe_guard.rs"]
+mod recipe_guard;
 
 use conformance::ScratchDir;
 use vvm::adapters::{MemoryStore, SqliteStore};
@@ -84,4 +92,27 @@ async fn configuration_on_memory_and_sqlite() {
         .await
         .expect("runs");
     assert_eq!(ended, ["v3", "v3", "v3"]);
+}
+
+/// A leader's guarded write lands; after its session was ended from outside and another was
+/// elected, its late write under the old token is refused by the store, and the new leader's
+/// stays.
+// covers: Guard.Recipe
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_on_sqlite_and_etcd() {
+    let expected = vec![("A", true), ("B", true), ("A late", false)];
+    let dir = ScratchDir::new("vvm-recipe-guard");
+    let store = vvm::adapters::open::AnyStore::Sqlite(sqlite(&dir));
+    let (writes, config) = recipe_guard::run(store, &killer()).await.expect("runs");
+    assert_eq!(writes, expected, "sqlite");
+    assert_eq!(config.as_deref(), Some("from 10.0.0.2"), "sqlite");
+
+    let Some(cluster) = etcd_support::single("fenced_writes_on_sqlite_and_etcd").await else {
+        return;
+    };
+    let store = etcd_support::store(&cluster, "recipe-guard/").await;
+    let store = vvm::adapters::open::AnyStore::Etcd(Box::new(store));
+    let (writes, config) = recipe_guard::run(store, &killer()).await.expect("runs");
+    assert_eq!(writes, expected, "etcd");
+    assert_eq!(config.as_deref(), Some("from 10.0.0.2"), "etcd");
 }

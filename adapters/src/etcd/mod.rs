@@ -14,6 +14,12 @@
 //! The revision of a record is its `mod_revision`, which etcd takes from one counter for the
 //! whole cluster: it strictly increases per key, also across delete and re-insert.
 //!
+//! # Fencing the user's own writes
+//!
+//! [`EtcdStore::guard`] turns a holding's fencing token into comparisons for the user's own
+//! etcd transaction (etcd's `Mutex.IsOwner()`): its writes apply only while the holding is
+//! live. See [`EtcdGuard`].
+//!
 //! # Leases
 //!
 //! Each write binds the record to a fresh lease, so a swap restarts the TTL and an expired lease
@@ -81,6 +87,7 @@
 //! Reads only ever fail with [`StoreError::Failed`]: they write nothing.
 
 mod feed;
+mod guard;
 mod options;
 mod semaphore;
 mod session;
@@ -104,8 +111,12 @@ use vvm_runtime::{
     Cause, ErrorChain, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,
 };
 
+/// The etcd client this store is built on, for the user's own transactions that an
+/// [`EtcdGuard`] fences: its `Compare`s are this crate's types.
+pub use etcd_client;
 use feed::SeenRevision;
 pub use feed::UNKNOWN_PAUSE as FEED_UNKNOWN_PAUSE;
+pub use guard::{EtcdGuard, EtcdGuardError};
 pub use semaphore::{EtcdSemaphoreError, SEMAPHORE_ATTEMPTS_MAX};
 use session::Sessions;
 pub use session::SESSIONS_MAX;
@@ -315,6 +326,12 @@ impl EtcdStore {
             // Out of reach or without a quorum: waited for like any other unavailability.
             Err(error) => Err(connect_error(error)),
         }
+    }
+
+    /// A client of the store's connection (its endpoints, credentials and TLS), for the user's
+    /// own transactions, e.g. those an [`EtcdGuard`] fences. Cloning it shares the connection.
+    pub fn kv_client(&self) -> KvClient {
+        self.kv.clone()
     }
 
     /// The key prefix of this store's records.

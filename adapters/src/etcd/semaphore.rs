@@ -115,7 +115,7 @@ const DELETED: u8 = b'D';
 const SEMAPHORE_PART: &str = "\0semaphore/";
 
 /// The decoded state key: the state, or the counters a deleted semaphore left.
-type Stored = (Option<Semaphore>, Option<(Generation, OrderId)>);
+pub(super) type Stored = (Option<Semaphore>, Option<(Generation, OrderId)>);
 
 fn encode(write: &Write) -> Option<Vec<u8>> {
     let mut bytes = vec![VERSION];
@@ -142,7 +142,8 @@ fn be(bytes: &[u8]) -> Result<u64, DecodeError> {
     Ok(u64::from_be_bytes(array))
 }
 
-fn decode(bytes: Option<&[u8]>) -> Result<Stored, DecodeError> {
+/// Decodes a state key's value (`EtcdStore::grant_guard` reads it too).
+pub(super) fn decode(bytes: Option<&[u8]>) -> Result<Stored, DecodeError> {
     match bytes {
         None => Ok((None, None)),
         Some([VERSION, STATE, state @ ..]) => Ok((Some(Semaphore::decode(state)?), None)),
@@ -204,7 +205,7 @@ impl EtcdStore {
     }
 
     /// The key of `session`'s party in the semaphore whose key is `state_key`.
-    fn party_key(state_key: &[u8], session: SessionKey) -> Vec<u8> {
+    pub(super) fn party_key(state_key: &[u8], session: SessionKey) -> Vec<u8> {
         let mut key = state_key.to_vec();
         key.push(0);
         key.extend_from_slice(session.to_string().as_bytes());

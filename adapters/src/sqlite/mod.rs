@@ -83,6 +83,10 @@
 //! [`SemaphoreStore`](vvm_runtime::SemaphoreStore). One row per name holds the encoded state;
 //! every operation is one write transaction that judges the parties' sessions by their rows.
 //!
+//! **Fencing the user's own writes**: [`SqliteStore::guard`] turns a holding's fencing token
+//! into a check the user runs inside their own `BEGIN IMMEDIATE` transaction on the same file:
+//! its writes commit only while the holding is live. See [`SqliteGuard`].
+//!
 //! **Corrupt rows** never panic the decoder: a live record that cannot be read is
 //! [`StoreError::Corrupt`] for `get` and never matches an expected lease, so it is not
 //! overwritten or deleted before it expires.
@@ -92,6 +96,7 @@ mod clock;
 mod error;
 mod feed;
 mod file;
+mod guard;
 mod lock;
 mod notify;
 mod parties;
@@ -118,9 +123,13 @@ pub use clock::{
 pub use error::SqliteStoreError;
 pub use feed::LOCK_WATCH_SLOTS_MAX;
 pub use file::{Sharing, Untrusted};
+pub use guard::{SqliteGuard, SqliteGuardError};
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
 pub use notify::{FEED_SAFETY_LOOK, SETTLE_LOOKS_MS};
 pub use probe::write_locked;
+/// The SQLite binding this store is built on, for the user's own transactions that a
+/// [`SqliteGuard`] checks.
+pub use rusqlite;
 pub use schema::{APPLICATION_ID, REVISION_BOOT_GAP, SCHEMA_VERSION};
 pub use session::SWEEP_SESSIONS_MAX;
 

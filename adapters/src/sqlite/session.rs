@@ -82,7 +82,7 @@ fn corrupt(session: SessionKey, source: ValueError) -> StoreError {
 }
 
 /// Reads and judges the session row of `key`.
-fn load(tx: &Transaction<'_>, key: SessionKey, now: Now<'_>) -> Result<Judged, TxError> {
+pub(super) fn load(tx: &Transaction<'_>, key: SessionKey, now: Now<'_>) -> Result<Judged, TxError> {
     let row: Option<Row> = tx
         .prepare_cached(
             "SELECT value, revision, boot_id, expires_ns FROM vvm_sessions \

@@ -353,6 +353,11 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
         self.order_id
     }
 
+    /// The key of the session that holds the grant: its party in the semaphore.
+    pub fn session(&self) -> vvm_core::SessionKey {
+        self.inner.session.key()
+    }
+
     /// The fencing token: the generation of this grant, above every earlier grant's of the
     /// semaphore. Pass it along with writes so that a resource can refuse a former owner's.
     pub fn token(&self) -> Generation {
