@@ -18,7 +18,7 @@ use vvm::adapters::etcd::etcd_client::{Txn, TxnOp};
 use vvm::adapters::open::{open, AnyStore};
 use vvm::adapters::sqlite::rusqlite::{Connection, TransactionBehavior};
 use vvm::adapters::sqlite::SqliteGuardError;
-use vvm::{Elections, FencingToken, KillerThread, LeaseConfig, SessionStore, Slot};
+use vvm::{store::SessionStore, Elections, FencingToken, KillerThread, LeaseConfig, Slot};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 

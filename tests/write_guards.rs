@@ -16,9 +16,11 @@ use conformance::ScratchDir;
 use etcd_client::{Client, Txn, TxnOp};
 use etcd_support::{single, store};
 use vvm::{
-    AcquireOptions, Acquired, Coordination, FencingToken, Incarnation, KillerThread, LeaseConfig,
-    LeaseStore, LeaseValue, RecordingKiller, Revision, SessionHandle, SessionId, SessionKey,
-    SessionStore, Slot,
+    lifecycle::{Incarnation, Revision},
+    session::{LeaseValue, SessionId, SessionKey},
+    store::{Acquired, LeaseStore, SessionStore},
+    testing::RecordingKiller,
+    AcquireOptions, Coordination, FencingToken, KillerThread, LeaseConfig, SessionHandle, Slot,
 };
 use vvm_adapters::etcd::{EtcdGuard, EtcdGuardError, EtcdStore};
 use vvm_adapters::sqlite::rusqlite::{Connection, TransactionBehavior};
@@ -88,7 +90,7 @@ fn killer() -> KillerThread {
 }
 
 /// A coordination of its own session for `n`.
-async fn member<S: vvm::SemaphoreStore + Clone>(store: &S, n: u64) -> Coordination<S> {
+async fn member<S: vvm::store::SemaphoreStore + Clone>(store: &S, n: u64) -> Coordination<S> {
     let session = SessionHandle::open(store.clone(), LeaseConfig::default(), value(n), &killer())
         .await
         .expect("the session opens");
@@ -183,7 +185,7 @@ async fn etcd_a_guard_spans_renewals_and_ends_with_the_tenure() {
         .await
         .unwrap()
         .expect("free");
-    let lease = vvm::Lease {
+    let lease = vvm::store::Lease {
         value: value(1),
         revision: first,
     };
@@ -196,7 +198,7 @@ async fn etcd_a_guard_spans_renewals_and_ends_with_the_tenure() {
     assert!(etcd_guarded_put(&store, &mut raw, token(first), "first").await);
     assert!(etcd_guarded_put(&store, &mut raw, token(renewed), "renewed").await);
 
-    let lease = vvm::Lease {
+    let lease = vvm::store::Lease {
         value: value(1),
         revision: renewed,
     };
@@ -423,7 +425,7 @@ async fn sqlite_a_deposed_leaders_guarded_write_is_refused() {
     clock.advance(ttl + Duration::from_millis(1));
     let during = store.acquire(SLOT, session(2)).await;
     assert!(
-        matches!(during, Err(vvm::StoreError::Failed { .. })),
+        matches!(during, Err(vvm::store::StoreError::Failed { .. })),
         "the write lock is A's: {during:?}"
     );
     tx.execute(
@@ -546,7 +548,7 @@ async fn sqlite_a_per_slot_record_is_guarded_by_its_latest_token() {
         .unwrap()
         .expect("free");
     sqlite_guarded_write(&store, &mut conn, token(first), "first").expect("live");
-    let lease = vvm::Lease {
+    let lease = vvm::store::Lease {
         value: value(1),
         revision: first,
     };
