@@ -174,7 +174,9 @@ pub mod time {
 
 /// For store authors: the contracts a store implements ([`LeaseStore`](store::LeaseStore),
 /// [`SessionStore`](store::SessionStore), [`SemaphoreStore`](store::SemaphoreStore)), their
-/// records and errors, and the helpers the built-in stores share.
+/// records and errors, and the helpers the built-in stores share. The crate `vvm-conformance`
+/// holds the suite every built-in store passes, one test per case for a store written anywhere:
+/// implement its `Harness` and call one macro per part (`ttl_cases!`, `session_cases!`, …).
 pub mod store {
     pub use vvm_runtime::semaphore_store::{transact, undecodable, Write};
     pub use vvm_runtime::store::VALUE_MAX_BYTES;

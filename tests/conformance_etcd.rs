@@ -3,16 +3,15 @@
 //! ends. etcd judges expiry on its own clock, so letting time pass really sleeps. Without etcd
 //! installed every case prints one line saying it was skipped (under CI it fails instead).
 
-mod conformance;
 #[path = "support/etcd.rs"]
 mod etcd_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use conformance::Harness;
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::EtcdStore;
+use vvm_conformance::Harness;
 
 /// etcd looks for expired leases every 0.5 s and then commits their revocation: a record is
 /// gone this long after its TTL at the latest, on an idle loopback node.
@@ -79,21 +78,21 @@ impl Harness for Etcd {
     }
 }
 
-conformance::ttl_cases!(
+vvm_conformance::ttl_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Etcd::start().await {
         Some(etcd) => etcd,
         None => return,
     }
 );
-conformance::elections_cases!(
+vvm_conformance::elections_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Etcd::start().await {
         Some(etcd) => etcd,
         None => return,
     }
 );
-conformance::feed_cases!(
+vvm_conformance::feed_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Etcd::start().await {
         Some(etcd) => etcd,
@@ -106,7 +105,7 @@ conformance::feed_cases!(
 mod three_members {
     use super::*;
 
-    conformance::observe_cases!(
+    vvm_conformance::observe_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         match Etcd::start_members(3).await {
             Some(etcd) => etcd,
@@ -114,7 +113,7 @@ mod three_members {
         }
     );
 }
-conformance::session_cases!(
+vvm_conformance::session_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Etcd::start().await {
         Some(etcd) => etcd,
@@ -122,7 +121,7 @@ conformance::session_cases!(
     }
 );
 // covers: Et.Semaphores
-conformance::semaphore_cases!(
+vvm_conformance::semaphore_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Etcd::start().await {
         Some(etcd) => etcd,

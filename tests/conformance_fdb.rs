@@ -4,17 +4,15 @@
 //! otherwise every case prints one line saying it was skipped. Each case works under its own key
 //! prefix. Expiry is by observation on this process's clock, so letting time pass really sleeps.
 
-mod conformance;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use conformance::Harness;
 use vvm_adapters::foundationdb::{open, FdbStore, NetworkAutoStop};
 use vvm_adapters::txkv::TxOptions;
+use vvm_conformance::Harness;
 
 struct Fdb {
     network: &'static NetworkAutoStop,
@@ -93,28 +91,28 @@ impl Harness for Fdb {
     }
 }
 
-conformance::ttl_cases!(
+vvm_conformance::ttl_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Fdb::start() {
         Some(fdb) => fdb,
         None => return,
     }
 );
-conformance::observe_cases!(
+vvm_conformance::observe_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Fdb::start() {
         Some(fdb) => fdb,
         None => return,
     }
 );
-conformance::elections_cases!(
+vvm_conformance::elections_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Fdb::start() {
         Some(fdb) => fdb,
         None => return,
     }
 );
-conformance::feed_cases!(
+vvm_conformance::feed_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Fdb::start() {
         Some(fdb) => fdb,

@@ -1,12 +1,10 @@
 //! The store conformance suite on the memory store, on tokio's paused clock (which is also the
 //! store's clock): letting time pass costs nothing.
 
-mod conformance;
-
 use std::time::Duration;
 
-use conformance::Harness;
 use vvm_adapters::MemoryStore;
+use vvm_conformance::Harness;
 
 struct Memory;
 
@@ -34,27 +32,27 @@ impl Harness for Memory {
     }
 }
 
-conformance::feed_cases!(
+vvm_conformance::feed_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );
-conformance::observe_cases!(
+vvm_conformance::observe_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );
-conformance::ttl_cases!(
+vvm_conformance::ttl_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );
-conformance::elections_cases!(
+vvm_conformance::elections_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );
-conformance::session_cases!(
+vvm_conformance::session_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );
-conformance::semaphore_cases!(
+vvm_conformance::semaphore_cases!(
     #[tokio::test(start_paused = true)]
     Memory
 );

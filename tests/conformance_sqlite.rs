@@ -8,16 +8,14 @@
 //! the same file, as separate processes would have. Their lock wait is longer than the default
 //! so that a machine busy with other builds does not turn a slow lock into a failed case.
 
-mod conformance;
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use conformance::{Harness, ScratchDir};
 use vvm::time::{Clock, TimeSource};
 use vvm_adapters::sqlite::{ClockError, StoreClock};
 use vvm_adapters::SqliteStore;
+use vvm_conformance::{Harness, ScratchDir};
 
 /// The lock wait of the test stores.
 const BUSY_WAIT: Duration = Duration::from_secs(2);
@@ -95,28 +93,28 @@ impl Harness for Sqlite {
 mod paused_clock {
     use super::*;
 
-    conformance::ttl_cases!(
+    vvm_conformance::ttl_cases!(
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
-    conformance::elections_cases!(
+    vvm_conformance::elections_cases!(
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
-    conformance::observe_cases!(
+    vvm_conformance::observe_cases!(
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
-    conformance::feed_cases!(
+    vvm_conformance::feed_cases!(
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
     // covers: Sq.Sessions
-    conformance::session_cases!(
+    vvm_conformance::session_cases!(
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
-    conformance::semaphore_cases!(
+    vvm_conformance::semaphore_cases!(
         #[tokio::test(start_paused = true)]
         Sqlite::new(true)
     );
@@ -126,19 +124,19 @@ mod paused_clock {
 mod boot_clock {
     use super::*;
 
-    conformance::ttl_cases!(
+    vvm_conformance::ttl_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         Sqlite::new(false)
     );
-    conformance::observe_cases!(
+    vvm_conformance::observe_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         Sqlite::new(false)
     );
-    conformance::session_cases!(
+    vvm_conformance::session_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         Sqlite::new(false)
     );
-    conformance::semaphore_cases!(
+    vvm_conformance::semaphore_cases!(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         Sqlite::new(false)
     );

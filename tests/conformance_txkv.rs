@@ -2,12 +2,10 @@
 //! run over the in-memory transactional key-value store on tokio's paused clock. Expiry is by
 //! observation: the suite's clients are clones of one store, so they share one process's notes.
 
-mod conformance;
-
 use std::time::Duration;
 
-use conformance::Harness;
 use vvm_adapters::txkv::{MemoryKv, TxLeaseStore, TxOptions};
+use vvm_conformance::Harness;
 
 struct Txkv;
 
@@ -35,28 +33,28 @@ impl Harness for Txkv {
     }
 }
 
-conformance::observe_cases!(
+vvm_conformance::observe_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
-conformance::ttl_cases!(
+vvm_conformance::ttl_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
-conformance::elections_cases!(
+vvm_conformance::elections_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
-conformance::feed_cases!(
+vvm_conformance::feed_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
-conformance::session_cases!(
+vvm_conformance::session_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );
 // covers: Tx.Semaphores
-conformance::semaphore_cases!(
+vvm_conformance::semaphore_cases!(
     #[tokio::test(start_paused = true)]
     Txkv
 );

@@ -1,8 +1,6 @@
 //! The recipes of `examples/`: the three coordination recipes on the memory store and on
 //! SQLite, and the fenced writes on SQLite and a real etcd on loopback.
 
-mod conformance;
-
 #[path = "support/etcd.rs"]
 mod etcd_support;
 
@@ -22,9 +20,9 @@ mod recipe_config;
 #[path = "../examples/recipe_guard.rs"]
 mod recipe_guard;
 
-use conformance::ScratchDir;
 use vvm::adapters::{MemoryStore, SqliteStore};
 use vvm::{testing::RecordingKiller, KillerThread};
+use vvm_conformance::ScratchDir;
 
 /// A killer that records instead of ending the test process (the recipes' `main` uses
 /// `KillerThread::global()`).

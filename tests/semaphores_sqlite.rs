@@ -2,18 +2,16 @@
 //! semaphore (this test binary started again as the second process), the migrations of
 //! version-4 and version-5 files, and the parties' index that ends a closed session's parties.
 
-mod conformance;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use conformance::{value, ScratchDir};
 use vvm::adapters::SqliteStore;
 use vvm::{
     testing::RecordingKiller, AcquireOptions, Coordination, KillerThread, LeaseConfig,
     SessionHandle,
 };
+use vvm_conformance::{value, ScratchDir};
 
 /// Names the database of the second process; set only for it.
 const CHILD_DB: &str = "VVM_SEMAPHORE_CHILD_DB";

@@ -3,15 +3,12 @@
 //! keep revisions increasing, corrupt records are reported and kept, a held lock fails a
 //! call cleanly after a bounded wait, and a file belongs to one machine.
 
-mod conformance;
-
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::{value, ScratchDir, LONG_TTL};
 use tokio::task::JoinSet;
 use vvm::{
     lifecycle::{Incarnation, Revision},
@@ -23,6 +20,7 @@ use vvm_adapters::sqlite::{
     ClockError, StoreClock, APPLICATION_ID, BUSY_WAIT_MAX, REVISION_BOOT_GAP, SCHEMA_VERSION,
 };
 use vvm_adapters::{SqliteStore, SqliteStoreError};
+use vvm_conformance::{value, ScratchDir, LONG_TTL};
 
 const SLOT: Slot = Slot(5);
 

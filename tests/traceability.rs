@@ -13,6 +13,7 @@ const CODE_ROOTS: &[&str] = &[
     "adapters",
     "sim",
     "sequencer",
+    "conformance",
     "src",
     "tests",
     "benches",

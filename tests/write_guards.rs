@@ -6,13 +6,10 @@
 #[path = "support/etcd.rs"]
 mod etcd_support;
 
-mod conformance;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::ScratchDir;
 use etcd_client::{Client, Txn, TxnOp};
 use etcd_support::{single, store};
 use vvm::{
@@ -26,6 +23,7 @@ use vvm_adapters::etcd::{EtcdGuard, EtcdGuardError, EtcdStore};
 use vvm_adapters::sqlite::rusqlite::{Connection, TransactionBehavior};
 use vvm_adapters::sqlite::{ClockError, SqliteGuardError, StoreClock};
 use vvm_adapters::SqliteStore;
+use vvm_conformance::ScratchDir;
 
 const SLOT: Slot = Slot(1);
 const LONG_TTL: Duration = Duration::from_secs(3600);

@@ -12,7 +12,7 @@ use vvm::{
     Slot,
 };
 
-use super::{value, Harness, LONG_TTL};
+use crate::{value, Harness, LONG_TTL};
 
 /// Bound of every wait for a feed that must resolve.
 pub const FEED_LIMIT: Duration = Duration::from_secs(30);
@@ -42,6 +42,7 @@ async fn held<H: Harness>(harness: &H) -> (H::Store, H::Store, Lease) {
     (holder, waiter, held)
 }
 
+/// A feed subscribed before a release wakes when the record is deleted.
 pub async fn feed_wakes_on_a_deletion<H: Harness>(harness: &H) {
     let (holder, waiter, held) = held(harness).await;
     let feed = waiter.changed(&[SLOT]);
@@ -52,6 +53,7 @@ pub async fn feed_wakes_on_a_deletion<H: Harness>(harness: &H) {
     );
 }
 
+/// A feed wakes when the record passes to another holder (a swap of its value).
 pub async fn feed_wakes_on_another_holder<H: Harness>(harness: &H) {
     let (holder, waiter, held) = held(harness).await;
     let feed = waiter.changed(&[SLOT]);
@@ -66,6 +68,8 @@ pub async fn feed_wakes_on_another_holder<H: Harness>(harness: &H) {
     );
 }
 
+/// A deletion and a reinsert made after the feed was asked for, before it was first polled,
+/// still wake it.
 pub async fn feed_wakes_on_a_deletion_and_reinsert_after_the_call<H: Harness>(harness: &H) {
     let (holder, waiter, held) = held(harness).await;
     let feed = waiter.changed(&[SLOT]);

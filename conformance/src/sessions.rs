@@ -10,7 +10,7 @@ use vvm::{
     Slot,
 };
 
-use super::{value, Harness, LONG_TTL};
+use crate::{value, Harness, LONG_TTL};
 
 fn key(n: u64) -> SessionKey {
     SessionKey {

@@ -12,7 +12,7 @@ use vvm::{
     Elections, FencingToken, KillerThread, LeaseConfig, LossReason, Slot, Tenure,
 };
 
-use super::{value, Harness, LONG_TTL};
+use crate::{value, Harness, LONG_TTL};
 
 const SLOT: Slot = Slot(3);
 const OTHER_SLOT: Slot = Slot(4);

@@ -18,12 +18,12 @@ use vvm::{
     Slot,
 };
 
-use super::{value, Harness, LONG_TTL};
+use crate::{value, Harness, LONG_TTL};
 
 const SLOT: Slot = Slot(1);
 const OTHER_SLOT: Slot = Slot(2);
 /// Longest wait for one answer.
-const ANSWER_WAIT: Duration = Duration::from_secs(30);
+pub const ANSWER_WAIT: Duration = Duration::from_secs(30);
 /// How often the observers of these cases look at least.
 const RESYNC: Duration = Duration::from_millis(100);
 /// Three looks at least: long enough to see an answer that should not come.
@@ -163,10 +163,10 @@ pub async fn observe_reports_a_new_holder_but_no_renewal<H: Harness>(harness: &H
 }
 
 /// One test per observe case: `observe_cases!(#[test attribute] harness-expression);`.
-#[allow(unused_macros)]
+#[macro_export]
 macro_rules! observe_cases {
     (#[$test:meta] $harness:expr) => {
-        $crate::conformance::observe_cases!(@cases #[$test] $harness;
+        $crate::observe_cases!(@cases #[$test] $harness;
             observe_first_answers_are_the_slots_as_they_are,
             observe_reports_a_taken_and_a_released_slot,
             observe_reports_an_expired_record,
@@ -177,10 +177,8 @@ macro_rules! observe_cases {
         $(
             #[$test]
             async fn $case() {
-                $crate::conformance::observe::$case(&$harness).await;
+                $crate::observe::$case(&$harness).await;
             }
         )+
     };
 }
-#[allow(unused_imports)]
-pub(crate) use observe_cases;

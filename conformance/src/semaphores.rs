@@ -14,7 +14,7 @@ use vvm::{
     AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle,
 };
 
-use super::{value, Harness, LONG_TTL};
+use crate::{value, Harness, LONG_TTL};
 
 fn key(n: u64) -> SessionKey {
     SessionKey {

@@ -11,7 +11,7 @@ use vvm::{
     Slot,
 };
 
-use super::{value, Harness, LONG_TTL};
+use crate::{value, Harness, LONG_TTL};
 
 const KEY: Slot = Slot(1);
 const OTHER_KEY: Slot = Slot(2);

@@ -18,18 +18,18 @@
 //!    with an injected clock) run under `start_paused` and let time pass with
 //!    `tokio::time::sleep`, which then costs nothing; stores with a real clock (SQLite's boot
 //!    clock, etcd's server-side leases) use a short real TTL and really sleep.
-//! 2. In a test file: `mod conformance;` and one macro call per part, naming the test
+//! 2. In a test file of the store's crate (with `vvm-conformance` and tokio, feature
+//!    `test-util` when paused, as dev-dependencies): one macro call per part, naming the test
 //!    attribute and the harness:
 //!    ```ignore
-//!    conformance::ttl_cases!(#[tokio::test(start_paused = true)] crate::harness());
-//!    conformance::elections_cases!(#[tokio::test(start_paused = true)] crate::harness());
+//!    vvm_conformance::ttl_cases!(#[tokio::test(start_paused = true)] crate::harness());
+//!    vvm_conformance::elections_cases!(#[tokio::test(start_paused = true)] crate::harness());
 //!    ```
 //!    Each case becomes its own test named after the case, e.g.
 //!    `cargo test --test conformance_sqlite -- cas_after_expiry`.
 //!
 //! Cases never assert on speed, and never check that a short-TTL record is still alive (a slow
 //! machine may have let it expire): liveness is checked on records with [`LONG_TTL`].
-#![allow(dead_code)]
 
 pub mod elections;
 pub mod feed;
@@ -133,10 +133,10 @@ impl Drop for ScratchDir {
 }
 
 /// One test per TTL case: `ttl_cases!(#[test attribute] harness-expression);`.
-#[allow(unused_macros)]
+#[macro_export]
 macro_rules! ttl_cases {
     (#[$test:meta] $harness:expr) => {
-        $crate::conformance::ttl_cases!(@cases #[$test] $harness;
+        $crate::ttl_cases!(@cases #[$test] $harness;
             insert_into_empty,
             no_insert_over_a_live_record,
             insert_after_expiry,
@@ -158,19 +158,17 @@ macro_rules! ttl_cases {
         $(
             #[$test]
             async fn $case() {
-                $crate::conformance::ttl::$case(&$harness).await;
+                $crate::ttl::$case(&$harness).await;
             }
         )+
     };
 }
-#[allow(unused_imports)]
-pub(crate) use ttl_cases;
 
 /// One test per elections case: `elections_cases!(#[test attribute] harness-expression);`.
-#[allow(unused_macros)]
+#[macro_export]
 macro_rules! elections_cases {
     (#[$test:meta] $harness:expr) => {
-        $crate::conformance::elections_cases!(@cases #[$test] $harness;
+        $crate::elections_cases!(@cases #[$test] $harness;
             elections_acquire_hold_and_release,
             elections_acquire_fails_while_another_holds,
             elections_a_deleted_session_loses_every_slot,
@@ -185,21 +183,17 @@ macro_rules! elections_cases {
         $(
             #[$test]
             async fn $case() {
-                $crate::conformance::elections::$case(&$harness).await;
+                $crate::elections::$case(&$harness).await;
             }
         )+
     };
 }
-#[allow(unused_imports)]
-pub(crate) use elections_cases;
-#[allow(unused_imports)]
-pub(crate) use observe::observe_cases;
 
 /// One test per change-feed case: `feed_cases!(#[test attribute] harness-expression);`.
-#[allow(unused_macros)]
+#[macro_export]
 macro_rules! feed_cases {
     (#[$test:meta] $harness:expr) => {
-        $crate::conformance::feed_cases!(@cases #[$test] $harness;
+        $crate::feed_cases!(@cases #[$test] $harness;
             feed_wakes_on_a_deletion,
             feed_wakes_on_another_holder,
             feed_wakes_on_a_deletion_and_reinsert_after_the_call,
@@ -210,19 +204,17 @@ macro_rules! feed_cases {
             // covers: St.ChangeFeed
             #[$test]
             async fn $case() {
-                $crate::conformance::feed::$case(&$harness).await;
+                $crate::feed::$case(&$harness).await;
             }
         )+
     };
 }
-#[allow(unused_imports)]
-pub(crate) use feed_cases;
 
 /// One test per session case: `session_cases!(#[test attribute] harness-expression);`.
-#[allow(unused_macros)]
+#[macro_export]
 macro_rules! session_cases {
     (#[$test:meta] $harness:expr) => {
-        $crate::conformance::session_cases!(@cases #[$test] $harness;
+        $crate::session_cases!(@cases #[$test] $harness;
             session_create_read_and_keep_alive,
             session_expiry_ends_every_holding,
             session_delete_ends_every_holding,
@@ -235,19 +227,17 @@ macro_rules! session_cases {
         $(
             #[$test]
             async fn $case() {
-                $crate::conformance::sessions::$case(&$harness).await;
+                $crate::sessions::$case(&$harness).await;
             }
         )+
     };
 }
-#[allow(unused_imports)]
-pub(crate) use session_cases;
 
 /// One test per semaphore case: `semaphore_cases!(#[test attribute] harness-expression);`.
-#[allow(unused_macros)]
+#[macro_export]
 macro_rules! semaphore_cases {
     (#[$test:meta] $harness:expr) => {
-        $crate::conformance::semaphore_cases!(@cases #[$test] $harness;
+        $crate::semaphore_cases!(@cases #[$test] $harness;
             semaphore_queue_is_fifo,
             semaphore_acquire_again_replaces_in_place,
             semaphore_try_once_never_queues,
@@ -271,10 +261,8 @@ macro_rules! semaphore_cases {
         $(
             #[$test]
             async fn $case() {
-                $crate::conformance::semaphores::$case(&$harness).await;
+                $crate::semaphores::$case(&$harness).await;
             }
         )+
     };
 }
-#[allow(unused_imports)]
-pub(crate) use semaphore_cases;
