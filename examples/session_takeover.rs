@@ -3,7 +3,8 @@
 //! parent SIGKILLs it and times, from the kill, its own first acquire and its last. On SQLite the
 //! first acquire ends the dead session at once — its lock is free (`Sq.SessionLock`) — with every
 //! holding in one transaction, so every slot is free from then on; on etcd it waits for the
-//! session's lease to expire.
+//! session's lease to expire. Both sides acquire in batches (`SessionHandle::acquire_many`: one
+//! SQLite transaction per 1 024 slots).
 //!
 //! ```text
 //! cargo run --release --example session_takeover -- sqlite 100000 4
@@ -87,9 +88,10 @@ async fn hold<S: SessionStore + Clone>(store: S, holdings: u32, lease: u64) -> R
     let killer = KillerThread::new(RecordingKiller::new());
     let lease = LeaseConfig::new(Duration::from_secs(lease))?;
     let session = SessionHandle::open(store, lease, value(1), &killer).await?;
-    let mut held = Vec::with_capacity(holdings as usize);
-    for slot in 0..holdings {
-        held.push(session.acquire(Slot(slot)).await?.ok_or("a slot is held")?);
+    let slots: Vec<Slot> = (0..holdings).map(Slot).collect();
+    let held = session.acquire_many(&slots).await?;
+    if held.iter().any(Option::is_none) {
+        return Err("a slot is held".into());
     }
     println!("ready");
     std::future::pending::<()>().await;
@@ -139,14 +141,21 @@ async fn take_over<S: SessionStore + Clone>(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    let mut next = 1;
-    while next < holdings {
-        match session.acquire(Slot(next)).await? {
-            Some(holding) => {
-                taken.push(holding);
-                next += 1;
+    // The rest in batches (one transaction per batch on SQLite); a slot still held is asked for
+    // again after a pause.
+    let mut left: Vec<Slot> = (1..holdings).map(Slot).collect();
+    while !left.is_empty() {
+        let answers = session.acquire_many(&left).await?;
+        let mut refused = Vec::new();
+        for (slot, holding) in left.iter().zip(answers) {
+            match holding {
+                Some(holding) => taken.push(holding),
+                None => refused.push(*slot),
             }
-            None => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+        left = refused;
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
     let all = killed.elapsed();

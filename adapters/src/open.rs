@@ -523,6 +523,14 @@ impl vvm_runtime::SessionStore for AnyStore {
     ) -> Result<vvm_runtime::Acquired, StoreError> {
         each_store!(self, s => s.acquire(slot, key).await)
     }
+
+    async fn acquire_batch(
+        &self,
+        slots: Vec<Slot>,
+        key: vvm_core::SessionKey,
+    ) -> Result<Vec<vvm_runtime::Acquired>, StoreError> {
+        each_store!(self, s => s.acquire_batch(slots, key).await)
+    }
 }
 
 impl vvm_runtime::SemaphoreStore for AnyStore {

@@ -103,7 +103,35 @@ pub trait SessionStore: LeaseStore {
         slot: Slot,
         key: SessionKey,
     ) -> impl Future<Output = Result<Acquired, StoreError>> + Send;
+
+    /// [`acquire`](Self::acquire) of each of `slots` (at most [`ACQUIRE_BATCH_MAX`], no slot
+    /// twice) for the session `key`: the answer for `slots[i]` at `i`, each as `acquire` would
+    /// give it, idempotent alike. Once the session is found gone, the rest are
+    /// [`Acquired::SessionGone`] too. A store that can should decide them all in one
+    /// transaction (SQLite does); by default they are `acquire`d one after another.
+    fn acquire_batch(
+        &self,
+        slots: Vec<Slot>,
+        key: SessionKey,
+    ) -> impl Future<Output = Result<Vec<Acquired>, StoreError>> + Send {
+        async move {
+            let mut answers = Vec::with_capacity(slots.len());
+            for slot in slots {
+                let answer = match answers.last() {
+                    Some(Acquired::SessionGone) => Acquired::SessionGone,
+                    _ => self.acquire(slot, key).await?,
+                };
+                answers.push(answer);
+            }
+            Ok(answers)
+        }
+    }
 }
+
+/// Most slots of one [`SessionStore::acquire_batch`] call: a store that decides them in one
+/// transaction holds its write lock for about this many writes, so that other sessions'
+/// keepalives wait milliseconds, not seconds.
+pub const ACQUIRE_BATCH_MAX: usize = 1024;
 
 /// A shared store is a store of sessions too (a process may hand one connection to sessions,
 /// VVMs and observers).
@@ -147,5 +175,13 @@ impl<S: SessionStore> SessionStore for std::sync::Arc<S> {
         key: SessionKey,
     ) -> impl Future<Output = Result<Acquired, StoreError>> + Send {
         S::acquire(self, slot, key)
+    }
+
+    fn acquire_batch(
+        &self,
+        slots: Vec<Slot>,
+        key: SessionKey,
+    ) -> impl Future<Output = Result<Vec<Acquired>, StoreError>> + Send {
+        S::acquire_batch(self, slots, key)
     }
 }

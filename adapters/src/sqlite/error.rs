@@ -176,6 +176,15 @@ pub enum SqliteStoreError {
         #[source]
         source: Option<rusqlite::Error>,
     },
+    /// An [`acquire_batch`](vvm_runtime::SessionStore::acquire_batch) of more slots than one
+    /// transaction takes; nothing was written. The session handle splits its batches.
+    #[error("{slots} slots in one acquire, at most {max}")]
+    BatchTooLarge {
+        /// The slots asked for.
+        slots: usize,
+        /// The most one call takes.
+        max: usize,
+    },
     /// A live session record that cannot be read (its value, or its revision): it is never
     /// kept alive, deleted or acquired for, and ends at its expiry. A session row whose
     /// liveness cannot be told (boot id or expiry unreadable) is this error for every session

@@ -208,6 +208,52 @@ fn let_go(shared: &Shared, key: SessionKey) {
     lock::registry().let_go_session(&lock::session_path(&shared.path, key));
 }
 
+/// The session `key`, live, with a readable value (a holding carries the session's value: an
+/// unreadable one is not copied); `None` when it is not live.
+fn live_session(
+    tx: &Transaction<'_>,
+    key: SessionKey,
+    now: Now<'_>,
+) -> Result<Option<Stored>, TxError> {
+    match load(tx, key, now)? {
+        Judged::Absent => Ok(None),
+        Judged::Live(stored, _) => {
+            read(key, &stored)?;
+            Ok(Some(stored))
+        }
+    }
+}
+
+/// The acquire of `slot` for the live `session` `key`, in `tx`: the slot judged free, then the
+/// holding written. A slot whose live record is a holding of this session answers its
+/// revision; a live holding of another session whose process is gone by its lock ends that
+/// session (`end_if_dead`) and is taken. The flag says whether it wrote.
+fn acquire_in(
+    tx: &Transaction<'_>,
+    shared: &Shared,
+    session: &Stored,
+    slot: Slot,
+    key: SessionKey,
+    now: Now<'_>,
+) -> Result<(Acquired, bool), TxError> {
+    let free = match record::load(tx, slot, now)? {
+        Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
+            Some(holder) if holder == key => {
+                return Ok((Acquired::Written(stored.lease(slot)?.revision), false));
+            }
+            Some(holder) => end_if_dead(tx, shared, holder)?,
+            None => false,
+        },
+        Judged::Absent => true,
+    };
+    if !free {
+        return Ok((Acquired::Held, false));
+    }
+    let bytes = session.bytes().unwrap_or_default();
+    let revision = record::write_holding(tx, slot, bytes, key, now)?;
+    Ok((Acquired::Written(revision), true))
+}
+
 impl SessionStore for SqliteStore {
     /// One transaction: a dead row under `key` is replaced, its holdings deleted with it (they
     /// must not live again with the new session), and a few other dead sessions are swept. The
@@ -354,28 +400,52 @@ impl SessionStore for SqliteStore {
         self.writable()?;
         self.blocking(move |conn, shared| {
             transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
-                let session = match load(tx, key, now)? {
-                    Judged::Absent => return Ok(Step::read(Acquired::SessionGone)),
-                    Judged::Live(stored, _) => stored,
+                let Some(session) = live_session(tx, key, now)? else {
+                    return Ok(Step::read(Acquired::SessionGone));
                 };
-                // The holding carries the session's value: an unreadable one is not copied.
-                read(key, &session)?;
-                let free = match record::load(tx, slot, now)? {
-                    Judged::Live(stored, _) => match record::holding_of(tx, slot)? {
-                        Some(holder) if holder == key => {
-                            return Ok(Step::read(Acquired::Written(stored.lease(slot)?.revision)))
-                        }
-                        Some(holder) => end_if_dead(tx, shared, holder)?,
-                        None => false,
-                    },
-                    Judged::Absent => true,
+                let (acquired, wrote) = acquire_in(tx, shared, &session, slot, key, now)?;
+                Ok(if wrote {
+                    Step::wrote(acquired)
+                } else {
+                    Step::read(acquired)
+                })
+            })
+        })
+        .await
+    }
+
+    /// Every slot in one transaction, judged as [`acquire`](Self::acquire) judges one: the
+    /// session is read once, and the write lock is held for at most
+    /// [`ACQUIRE_BATCH_MAX`](vvm_runtime::ACQUIRE_BATCH_MAX) holdings.
+    async fn acquire_batch(
+        &self,
+        slots: Vec<Slot>,
+        key: SessionKey,
+    ) -> Result<Vec<Acquired>, StoreError> {
+        if slots.len() > vvm_runtime::ACQUIRE_BATCH_MAX {
+            return Err(StoreError::failed(SqliteStoreError::BatchTooLarge {
+                slots: slots.len(),
+                max: vvm_runtime::ACQUIRE_BATCH_MAX,
+            }));
+        }
+        self.writable()?;
+        self.blocking(move |conn, shared| {
+            transact(conn, shared, TransactionBehavior::Immediate, |tx, now| {
+                let Some(session) = live_session(tx, key, now)? else {
+                    return Ok(Step::read(vec![Acquired::SessionGone; slots.len()]));
                 };
-                if !free {
-                    return Ok(Step::read(Acquired::Held));
+                let mut answers = Vec::with_capacity(slots.len());
+                let mut wrote_any = false;
+                for &slot in &slots {
+                    let (acquired, wrote) = acquire_in(tx, shared, &session, slot, key, now)?;
+                    wrote_any |= wrote;
+                    answers.push(acquired);
                 }
-                let bytes = session.bytes().unwrap_or_default();
-                let revision = record::write_holding(tx, slot, bytes, key, now)?;
-                Ok(Step::wrote(Acquired::Written(revision)))
+                Ok(if wrote_any {
+                    Step::wrote(answers)
+                } else {
+                    Step::read(answers)
+                })
             })
         })
         .await

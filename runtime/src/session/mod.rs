@@ -111,6 +111,16 @@ pub enum SessionError {
     /// A store call did not answer within the store-call timeout.
     #[error("store call did not answer within the store-call timeout")]
     TimedOut,
+    /// A batch acquire's store answered for another number of slots than it was asked for
+    /// (a store that breaks [`SessionStore::acquire_batch`]'s contract); what it may have
+    /// written is the session's.
+    #[error("the store answered {answers} acquires for {asked} slots")]
+    BatchAnswers {
+        /// The slots asked for in the call.
+        asked: usize,
+        /// The answers it gave.
+        answers: usize,
+    },
 }
 
 struct Shared<S> {
@@ -331,6 +341,113 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
                 _ => SessionError::Closed,
             }),
         }
+    }
+
+    /// [`acquire`](Self::acquire) of every slot of `slots` (no slot twice), in as few store calls
+    /// as the store allows: [`SessionStore::acquire_batch`] of up to
+    /// [`ACQUIRE_BATCH_MAX`](crate::ACQUIRE_BATCH_MAX) slots each (one SQLite transaction each),
+    /// each call within the store-call timeout per slot and sent again when its outcome is
+    /// unknown, as a single acquire is. The answer for `slots[i]` is at `i`: the holding, or
+    /// `None` when someone else holds the slot. A slot this handle holds or acquires already,
+    /// or one named twice, refuses the whole call before anything is claimed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire), for every slot at once: dropping the future gives every
+    /// slot not yet handed out back to the handle and detaches its holding; records the store may
+    /// still write for them are left to the session.
+    pub async fn acquire_many(
+        &self,
+        slots: &[Slot],
+    ) -> Result<Vec<Option<Holding<S>>>, SessionError> {
+        {
+            let mut claimed = self.lock_slots();
+            let mut named = HashSet::with_capacity(slots.len());
+            if let Some(&slot) = slots
+                .iter()
+                .find(|slot| claimed.contains(slot) || !named.insert(**slot))
+            {
+                return Err(SessionError::AlreadyHeld { slot: slot.0 });
+            }
+            claimed.extend(slots.iter().copied());
+        }
+        let mut claims: Vec<SlotClaim<'_, S>> = slots
+            .iter()
+            .map(|&slot| SlotClaim {
+                shared: &self.shared,
+                slot,
+                kept: false,
+            })
+            .collect();
+        for &slot in slots {
+            self.delete_left(slot).await?;
+        }
+        let mut attached = Vec::with_capacity(slots.len());
+        for _ in slots {
+            let (reply, answer) = oneshot::channel();
+            self.shared
+                .commands
+                .send(Command::Attach { reply })
+                .map_err(|_| SessionError::Closed)?;
+            let holding = answer
+                .await
+                .map_err(|_| SessionError::Closed)?
+                .map_err(SessionError::AttachRefused)?;
+            attached.push(Attached {
+                shared: &self.shared,
+                holding,
+                kept: false,
+            });
+        }
+        let mut answers = Vec::with_capacity(slots.len());
+        for chunk in slots.chunks(crate::session_store::ACQUIRE_BATCH_MAX) {
+            let per_slot = self.shared.lease.store_timeout();
+            let timeout = per_slot.saturating_mul(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+            let mut sends = 0;
+            let got = loop {
+                sends += 1;
+                let call = self.shared.store.acquire_batch(chunk.to_vec(), self.key);
+                match tokio::time::timeout(timeout, call).await {
+                    Ok(Ok(got)) => break got,
+                    Ok(Err(error)) if error.is_unknown() && sends < ACQUIRE_SENDS_MAX => {}
+                    Ok(Err(error)) => return Err(SessionError::Store(error)),
+                    Err(_) if sends < ACQUIRE_SENDS_MAX => {}
+                    Err(_) => return Err(SessionError::TimedOut),
+                }
+            };
+            if got.len() != chunk.len() {
+                return Err(SessionError::BatchAnswers {
+                    asked: chunk.len(),
+                    answers: got.len(),
+                });
+            }
+            answers.extend(got);
+        }
+        if answers.contains(&Acquired::SessionGone) {
+            return Err(match self.status() {
+                SessionStatus::Lost(reason) => SessionError::Lost(reason),
+                _ => SessionError::Closed,
+            });
+        }
+        let mut holdings = Vec::with_capacity(slots.len());
+        for ((acquired, claim), attach) in answers.into_iter().zip(&mut claims).zip(&mut attached)
+        {
+            holdings.push(match acquired {
+                Acquired::Written(revision) => {
+                    attach.kept = true;
+                    claim.kept = true;
+                    Some(Holding {
+                        shared: self.shared.clone(),
+                        slot: claim.slot,
+                        revision,
+                        holding: attach.holding,
+                        detached: false,
+                    })
+                }
+                Acquired::Held | Acquired::SessionGone => None,
+            });
+        }
+        Ok(holdings)
     }
 
     /// Deletes the record of a holding of `slot` dropped without a release, if there is one.
