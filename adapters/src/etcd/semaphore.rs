@@ -300,20 +300,52 @@ impl EtcdStore {
         let state_key = self.semaphore_key(name);
         let snapshot = self.snapshot(&state_key, session).await?;
         between.await;
-        let session_left = |party| {
-            let left = if party == session {
-                snapshot.lease.map(|_| Duration::MAX)
-            } else if snapshot
+        let decoded = decode(snapshot.bytes.as_deref());
+        let owners = match &decoded {
+            Ok((Some(state), _)) => state.owners().iter().map(|o| o.session).collect(),
+            _ => HashSet::new(),
+        };
+        let present = |party| {
+            snapshot
                 .party_keys
                 .contains(&Self::party_key(&state_key, party))
-            {
+        };
+        // The TTL an owner gone without a release is waited for: the caller's own (the
+        // owner's went with its lease), asked of etcd only when this store does not know it.
+        let gone_owner = owners
+            .iter()
+            .any(|owner| *owner != session && !present(*owner));
+        let own_ttl = match (gone_owner, snapshot.lease) {
+            (true, Some(lease)) => Some(self.own_ttl(session, lease).await),
+            _ => None,
+        };
+        // A caller listed in the state whose party key is gone while its session lives had
+        // the key deleted from outside (`etcdctl del`): its party is over for it, as if its
+        // session ended (its successors wait as for any owner gone without a release).
+        let caller_listed = match &decoded {
+            Ok((stored, _)) => parties(stored.as_ref()).contains(&session),
+            Err(_) => false,
+        };
+        let caller_removed = caller_listed && !present(session);
+        let session_left = |party| {
+            let left = if party == session {
+                snapshot
+                    .lease
+                    .filter(|_| !caller_removed)
+                    .map(|_| Duration::MAX)
+            } else if present(party) {
+                self.unreleased.live(party);
                 Some(self.known_ttl(party).unwrap_or(Duration::MAX))
+            } else if owners.contains(&party) {
+                // Its key went without a release (`Et.SemaphoreUnreleased`).
+                self.unreleased
+                    .left(party, own_ttl.unwrap_or(Duration::MAX))
             } else {
                 None
             };
             Ok::<_, std::convert::Infallible>(left)
         };
-        let decided = match decode(snapshot.bytes.as_deref()) {
+        let decided = match decoded {
             Ok((stored, counters)) => {
                 let before = parties(stored.as_ref());
                 let Ok(decided) = transact(stored, counters, session, name, request, session_left);
@@ -371,6 +403,27 @@ impl EtcdStore {
             .and_then(ops);
         let response = self.write(txn, 0, Resend::Unsent).await?;
         Ok(response.succeeded().then_some(Ok(applied)))
+    }
+
+    /// The TTL of the caller's own `session`, whose lease is `lease`: as this store made or
+    /// kept it alive, else as etcd granted it. `Duration::MAX` when etcd cannot tell (an owner
+    /// gone without a release then counts as one until a later judgement can).
+    async fn own_ttl(&self, session: SessionKey, lease: i64) -> Duration {
+        if let Some(ttl) = self.known_ttl(session) {
+            return ttl;
+        }
+        let answer = self
+            .resend(Resend::Broken, || {
+                let mut client = self.lease.clone();
+                async move { client.time_to_live(lease, None).await }
+            })
+            .await;
+        match answer {
+            Ok(answer) if answer.granted_ttl() > 0 => {
+                Duration::from_secs(answer.granted_ttl().unsigned_abs())
+            }
+            _ => Duration::MAX,
+        }
     }
 
     /// The semaphores `session` (whose record is `record`) is a party of, by the keys bound to

@@ -251,6 +251,7 @@ impl SqliteStoreBuilder {
                     }
                 },
                 unclaimed: std::sync::Mutex::default(),
+                unreleased: crate::unreleased::Unreleased::default(),
                 feed: Arc::new(feed::Feed::new(path, self.read_only)),
             }),
         })
@@ -268,6 +269,9 @@ struct Shared {
     /// Slots where this process met another holder's live record (`None`), or found no row on
     /// a used slot, and when (boot-clock nanoseconds) it first saw that (`Some`); see `insert`.
     unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, Option<i64>>>,
+    /// Semaphore parties whose session row this handle found deleted from outside, and the
+    /// TTLs of the sessions it made (`semaphore.rs`).
+    unreleased: crate::unreleased::Unreleased,
     /// The one change feed of this handle and its clones, which every waiter subscribes to;
     /// see [`feed`].
     feed: Arc<feed::Feed>,

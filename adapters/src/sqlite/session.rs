@@ -129,7 +129,10 @@ fn end(tx: &Transaction<'_>, key: (i64, i64)) -> Result<(), TxError> {
         .execute(key)?;
     tx.prepare_cached("DELETE FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2")?
         .execute(key)?;
-    Ok(())
+    // Its parties go with its row, in every path that ends a session (a delete, a dead
+    // process, a sweep of expired rows): a party whose session row is absent is then one
+    // removed from outside, whose units still count as used (`semaphore.rs`).
+    super::parties::end_parties(tx, record::session_key(key.0, key.1))
 }
 
 /// Removes up to [`SWEEP_SESSIONS_MAX`] dead sessions — of another boot, or expired — with
@@ -193,7 +196,6 @@ pub(super) fn end_if_dead(
         return Ok(false);
     };
     end(tx, record::session_columns(key))?;
-    super::parties::end_parties(tx, key)?;
     // Removed while locked: a transaction rolled back after this leaves a row naming a file that
     // is gone, which then ends at its expiry, as a session naming no lock.
     lock::remove(&path);
@@ -262,6 +264,7 @@ impl SessionStore for SqliteStore {
             match &result {
                 // Written, or perhaps written: the row names the lock, kept for the session's life.
                 Ok(Some(_)) | Err(StoreError::Unknown { .. }) => {
+                    shared.unreleased.own_ttl(key, ttl);
                     registry.keep_session(&path, fresh)
                 }
                 // Nothing written: a lock taken for this create goes with its file.
@@ -303,6 +306,8 @@ impl SessionStore for SqliteStore {
             .await?;
         if absent {
             let_go(&self.shared, key);
+        } else if kept.is_some() {
+            self.shared.unreleased.own_ttl(key, ttl);
         }
         Ok(kept)
     }
@@ -321,7 +326,6 @@ impl SessionStore for SqliteStore {
                 match load(tx, key, now)? {
                     Judged::Live(stored, _) if ours(key, &stored, expected) => {
                         end(tx, record::session_columns(key))?;
-                        super::parties::end_parties(tx, key)?;
                         Ok(Step::wrote((true, true)))
                     }
                     Judged::Live(..) => Ok(Step::read((false, false))),
@@ -330,6 +334,7 @@ impl SessionStore for SqliteStore {
             })
             .await?;
         if over {
+            self.shared.unreleased.forget(key);
             let_go(&self.shared, key);
         }
         Ok(deleted)
