@@ -100,7 +100,7 @@ async fn the_queue_is_the_creation_order_of_the_party_keys() {
         .get(start.clone(), Some(GetOptions::new().with_range(end)))
         .await
         .expect("read");
-    let mut keys: Vec<(i64, String, i64)> = parties
+    let all: Vec<(i64, String, i64)> = parties
         .kvs()
         .iter()
         .map(|kv| {
@@ -108,6 +108,12 @@ async fn the_queue_is_the_creation_order_of_the_party_keys() {
             (kv.create_revision(), session, kv.lease())
         })
         .collect();
+    // Each party's mark (`<party key> NUL`, `Et.SemaphoreUnreleased`) is bound to no lease.
+    let (marks, mut keys): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|(_, session, _)| session.ends_with('\0'));
+    assert_eq!(marks.len(), keys.len(), "{marks:?} {keys:?}");
+    assert!(marks.iter().all(|(_, _, lease)| *lease == 0), "{marks:?}");
     keys.sort();
     assert!(keys.iter().all(|(_, _, lease)| *lease != 0), "{keys:?}");
     let by_creation: Vec<String> = keys.into_iter().map(|(_, session, _)| session).collect();
@@ -119,8 +125,9 @@ async fn the_queue_is_the_creation_order_of_the_party_keys() {
 }
 
 /// An owner's session that ends on etcd (its lease expires) wakes a waiter's feed without
-/// anybody writing, and the next look grants the waiter.
-// covers: Sem.Store.LeaseEndWakes, Et.Semaphores
+/// anybody writing; the owner is then waited out for its TTL, and the next look after that
+/// grants the waiter.
+// covers: Sem.Store.LeaseEndWakes, Et.Semaphores, Et.SemaphoreUnreleased
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_party_whose_lease_ends_wakes_the_feed() {
     let Some(cluster) = single("a_party_whose_lease_ends_wakes_the_feed").await else {
@@ -159,6 +166,19 @@ async fn a_party_whose_lease_ends_wakes_the_feed() {
     // Nothing is written: only etcd's expiry of the lease can wake it (within its lease check).
     let woke = tokio::time::timeout(SHORT_TTL + Duration::from_secs(3), &mut change).await;
     assert!(woke.is_ok(), "the end of the owner's lease woke the feed");
+    // An expired lease and a revoked one look alike: the owner, gone without a release, is
+    // waited out for its TTL from this first sight (`Et.SemaphoreUnreleased`).
+    let first = store
+        .semaphore(key(2), &name, SemaphoreRequest::Describe)
+        .await
+        .expect("described");
+    assert!(first.expired.is_empty(), "{first:?}");
+    let left = first.parties_expire_in.expect("the owner is waited out");
+    assert!(
+        left <= SHORT_TTL,
+        "the owner's own TTL, from its mark: {left:?}"
+    );
+    tokio::time::sleep(left + Duration::from_millis(50)).await;
     let after = store
         .semaphore(key(2), &name, SemaphoreRequest::Describe)
         .await

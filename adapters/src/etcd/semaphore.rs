@@ -162,6 +162,20 @@ fn decode(bytes: Option<&[u8]>) -> Result<Stored, DecodeError> {
     }
 }
 
+/// The value of a party's mark: its session's TTL in milliseconds, in decimal.
+fn mark(ttl: Duration) -> Vec<u8> {
+    u64::try_from(ttl.as_millis())
+        .unwrap_or(u64::MAX)
+        .to_string()
+        .into_bytes()
+}
+
+/// The TTL a mark's value names (`None`: not a mark this module wrote).
+fn read_mark(value: &[u8]) -> Option<Duration> {
+    let ms: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
+    Some(Duration::from_millis(ms))
+}
+
 /// The sessions that own or wait in `state`.
 fn parties(state: Option<&Semaphore>) -> HashSet<SessionKey> {
     state.map_or_else(HashSet::new, |state| {
@@ -193,6 +207,9 @@ struct Snapshot {
     bytes: Option<Vec<u8>>,
     /// The party keys that exist.
     party_keys: HashSet<Vec<u8>>,
+    /// The parties' marks that exist, by their party key: the TTL each names (`None`:
+    /// unreadable).
+    marks: std::collections::HashMap<Vec<u8>, Option<Duration>>,
     /// The caller's session lease, when its record exists.
     lease: Option<i64>,
 }
@@ -208,6 +225,14 @@ impl EtcdStore {
         let mut key = state_key.to_vec();
         key.push(0);
         key.extend_from_slice(session.to_string().as_bytes());
+        key
+    }
+
+    /// The mark of the party whose key is `party_key`: that key and a NUL byte (see
+    /// `Et.SemaphoreUnreleased` in the module documentation).
+    fn mark_key(party_key: &[u8]) -> Vec<u8> {
+        let mut key = party_key.to_vec();
+        key.push(0);
         key
     }
 
@@ -245,13 +270,10 @@ impl EtcdStore {
         parties_start.push(0);
         let txn = Txn::new().and_then([
             TxnOp::get(state_key.to_vec(), None),
+            // Values too: a party key's is empty, a mark's a few digits.
             TxnOp::get(
                 parties_start,
-                Some(
-                    GetOptions::new()
-                        .with_range(Self::range_end(state_key))
-                        .with_keys_only(),
-                ),
+                Some(GetOptions::new().with_range(Self::range_end(state_key))),
             ),
             TxnOp::get(
                 self.session_key(session),
@@ -265,14 +287,23 @@ impl EtcdStore {
         let (revision, bytes) = state.kvs().first().map_or((0, None), |kv| {
             (kv.mod_revision(), Some(kv.value().to_vec()))
         });
+        let mut keys = HashSet::new();
+        let mut marks = std::collections::HashMap::new();
+        for kv in party_keys.kvs() {
+            match kv.key().strip_suffix(&[0]) {
+                Some(party) => {
+                    marks.insert(party.to_vec(), read_mark(kv.value()));
+                }
+                None => {
+                    keys.insert(kv.key().to_vec());
+                }
+            }
+        }
         Ok(Snapshot {
             revision,
             bytes,
-            party_keys: party_keys
-                .kvs()
-                .iter()
-                .map(|kv| kv.key().to_vec())
-                .collect(),
+            party_keys: keys,
+            marks,
             lease: record.kvs().first().map(|kv| kv.lease()),
         })
     }
@@ -310,13 +341,13 @@ impl EtcdStore {
                 .party_keys
                 .contains(&Self::party_key(&state_key, party))
         };
-        // The TTL an owner gone without a release is waited for: the caller's own (the
-        // owner's went with its lease), asked of etcd only when this store does not know it.
-        let gone_owner = owners
-            .iter()
-            .any(|owner| *owner != session && !present(*owner));
-        let own_ttl = match (gone_owner, snapshot.lease) {
-            (true, Some(lease)) => Some(self.own_ttl(session, lease).await),
+        // The caller's own TTL: written in its mark when it joins, and the TTL an owner gone
+        // without a release and without a readable mark is waited for.
+        let caller_joins = !present(session);
+        let own_ttl = match snapshot.lease {
+            Some(lease) if caller_joins || !owners.is_empty() => {
+                Some(self.own_ttl(session, lease).await)
+            }
             _ => None,
         };
         // A caller listed in the state whose party key is gone while its session lives had
@@ -337,9 +368,15 @@ impl EtcdStore {
                 self.unreleased.live(party);
                 Some(self.known_ttl(party).unwrap_or(Duration::MAX))
             } else if owners.contains(&party) {
-                // Its key went without a release (`Et.SemaphoreUnreleased`).
-                self.unreleased
-                    .left(party, own_ttl.unwrap_or(Duration::MAX))
+                // Its key went without a release (`Et.SemaphoreUnreleased`): waited out for
+                // the TTL its mark names, else the caller's.
+                let mark = snapshot
+                    .marks
+                    .get(&Self::party_key(&state_key, party))
+                    .copied()
+                    .flatten();
+                let ttl = mark.or(own_ttl).unwrap_or(Duration::MAX);
+                self.unreleased.left(party, ttl)
             } else {
                 None
             };
@@ -377,12 +414,25 @@ impl EtcdStore {
                 let now = parties(Some(state)).contains(&session);
                 if now && !snapshot.party_keys.contains(&caller_key) {
                     ops.push(TxnOp::put(
+                        Self::mark_key(&caller_key),
+                        mark(own_ttl.unwrap_or(Duration::MAX)),
+                        None,
+                    ));
+                    ops.push(TxnOp::put(
                         caller_key,
                         Vec::new(),
                         Some(PutOptions::new().with_lease(lease)),
                     ));
                 } else if !now && before.contains(&session) {
+                    ops.push(TxnOp::delete(Self::mark_key(&caller_key), None));
                     ops.push(TxnOp::delete(caller_key, None));
+                }
+                // The parties ended as expired: their keys are gone, their marks go now.
+                for expired in &applied.expired {
+                    let party = Self::party_key(&state_key, *expired);
+                    if snapshot.marks.contains_key(&party) {
+                        ops.push(TxnOp::delete(Self::mark_key(&party), None));
+                    }
                 }
             }
             Write::Delete { .. } => {
@@ -505,7 +555,9 @@ impl EtcdStore {
                 kv.mod_revision(),
             ));
             ops.push(TxnOp::put(key.clone(), bytes, None));
-            ops.push(TxnOp::delete(Self::party_key(&key, session), None));
+            let party = Self::party_key(&key, session);
+            ops.push(TxnOp::delete(Self::mark_key(&party), None));
+            ops.push(TxnOp::delete(party, None));
         }
         Ok(Txn::new().when(compares).and_then(ops).or_else([TxnOp::get(
             record_key,

@@ -59,8 +59,8 @@ use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 use super::parties::{load, parties, store};
 use super::record::{self, Now, TxError};
 use super::session::end_if_dead;
-use crate::unreleased::Unreleased;
 use super::{transact as in_transaction, SqliteStore, Step};
+use crate::unreleased::Unreleased;
 
 /// A session judged by its row.
 enum Judged {
