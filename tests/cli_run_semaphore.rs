@@ -518,7 +518,7 @@ fn a_holder_of_units_whose_semaphore_is_deleted_from_outside_stops_at_once_on_sq
 /// The holder's session row deleted alone (`DELETE FROM vvm_sessions`): nothing of the
 /// semaphore's row changes, yet the store's feed wakes the grant's watch and the grant ends at
 /// once, not at the session's next keepalive.
-// covers: Sq.SemaphoreUnreleased, Cli.RunSemaphoreRemoved
+// covers: Sq.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
 #[test]
 fn a_holder_of_units_whose_session_row_is_deleted_from_outside_stops_at_once_on_sqlite() {
     let dir = temp_dir("vvm-run-semaphore-session-removed");
@@ -625,7 +625,7 @@ fn successor_of_removed_units_waits(store: &str, dir: &Path, remove: impl FnOnce
 
 /// The holder's session row deleted by hand (`DELETE FROM vvm_sessions`, the first session
 /// made): its units pass no sooner than its session would have run out.
-// covers: Sq.SemaphoreUnreleased, Cli.RunSemaphoreRemoved
+// covers: Sq.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
 #[test]
 fn the_successor_of_units_whose_session_row_is_deleted_from_outside_waits_on_sqlite() {
     let dir = temp_dir("vvm-run-semaphore-successor");
@@ -692,7 +692,7 @@ fn etcd_successor_of_removed_units_waits(test: &str, how: cli_support::tree::Rem
     drop(cluster);
 }
 
-// covers: Et.SemaphoreUnreleased, Cli.RunSemaphoreRemoved
+// covers: Et.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
 #[test]
 fn the_successor_of_units_whose_session_lease_is_revoked_from_outside_waits_on_etcd() {
     etcd_successor_of_removed_units_waits(
@@ -701,7 +701,7 @@ fn the_successor_of_units_whose_session_lease_is_revoked_from_outside_waits_on_e
     );
 }
 
-// covers: Et.SemaphoreUnreleased, Cli.RunSemaphoreRemoved
+// covers: Et.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
 #[test]
 fn the_successor_of_units_whose_party_key_is_deleted_from_outside_waits_on_etcd() {
     etcd_successor_of_removed_units_waits(

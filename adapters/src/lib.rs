@@ -46,7 +46,7 @@ pub use etcd::EtcdStore;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-#[cfg(any(feature = "etcd", feature = "sqlite"))]
+#[cfg(any(feature = "etcd", feature = "sqlite", feature = "txkv"))]
 mod unreleased;
 
 #[cfg(feature = "sqlite")]

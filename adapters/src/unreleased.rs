@@ -1,14 +1,17 @@
-//! What a store handle remembers of semaphore parties found gone without a release of their
+//! What a store handle remembers of semaphore owners found gone without a release of their
 //! own (a session removed from outside): when it first saw each so, and the TTLs of the
 //! sessions it made. The rule itself is the core's
-//! ([`unreleased_party_left`](vvm_core::semaphore::unreleased_party_left)); the etcd and SQLite
-//! stores share this memory of it.
+//! ([`unreleased_party_left`](vvm_core::semaphore::unreleased_party_left)); the etcd, SQLite and
+//! transactional stores share this memory of it, each on its own clock (the time it judges
+//! sessions by: the boot clock for SQLite, the runtime's for etcd, the store's time source for
+//! the transactional stores).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vvm_core::semaphore::{unreleased_party_left, SessionKey};
+use vvm_core::Instant;
 
 /// Most sessions remembered, in each of the two maps. Beyond it the oldest first sight is
 /// forgotten: that party is then waited for a TTL again from its next sight (later, never
@@ -18,33 +21,34 @@ const SESSIONS_MAX: usize = 4_096;
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub(crate) struct Unreleased {
-    /// Parties found gone without a release, and when this handle first saw each so.
-    gone_since: Mutex<HashMap<SessionKey, Instant>>,
+    /// Parties found gone without a release: when this handle first saw each so, and the TTL
+    /// it knew for it then.
+    gone_since: Mutex<HashMap<SessionKey, (Instant, Duration)>>,
     /// The TTL of each session this handle created or kept alive.
     ttls: Mutex<HashMap<SessionKey, Duration>>,
 }
 
 impl Unreleased {
-    /// `party` was found gone without a release, and its session's TTL is `ttl`: how much
-    /// longer it counts as a party (`None`: end it as expired). The first call for a party
-    /// notes when it was first seen so, and logs it.
-    pub(crate) fn left(&self, party: SessionKey, ttl: Duration) -> Option<Duration> {
-        let now = Instant::now();
+    /// `party` was found gone without a release at `now`, and its session's TTL is `ttl`: how
+    /// much longer it counts as a party (`None`: end it as expired). The first call for a party
+    /// notes when it was first seen so and that TTL (the best known: a store may know the
+    /// party's own only until it is gone), and logs it.
+    pub(crate) fn left(&self, party: SessionKey, ttl: Duration, now: Instant) -> Option<Duration> {
         let mut gone = self
             .gone_since
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if !gone.contains_key(&party) && gone.len() >= SESSIONS_MAX {
-            let oldest = gone.iter().min_by_key(|(_, at)| **at).map(|(key, _)| *key);
+            let oldest = gone.iter().min_by_key(|(_, at)| at.0).map(|(key, _)| *key);
             if let Some(oldest) = oldest {
                 gone.remove(&oldest);
             }
         }
-        let since = *gone.entry(party).or_insert_with(|| {
-            tracing::warn!(session = %party, ttl_ms = ttl.as_millis(), "a semaphore party's session was removed from outside without a release: its units count as used for a session TTL");
-            now
+        let (since, ttl) = *gone.entry(party).or_insert_with(|| {
+            tracing::warn!(session = %party, ttl_ms = ttl.as_millis(), "a semaphore owner's session was removed from outside without a release: its units count as used for a session TTL");
+            (now, ttl)
         });
-        let left = unreleased_party_left(now.saturating_duration_since(since), ttl);
+        let left = unreleased_party_left(now.saturating_since(since), ttl);
         if left.is_none() {
             gone.remove(&party);
         }
@@ -105,18 +109,22 @@ mod tests {
     fn a_gone_party_counts_from_its_first_sight_and_a_live_one_is_forgotten() {
         let unreleased = Unreleased::default();
         let ttl = Duration::from_millis(40);
-        let first = unreleased.left(key(1), ttl).expect("counted");
-        assert!(first <= ttl);
-        std::thread::sleep(Duration::from_millis(20));
-        let later = unreleased.left(key(1), ttl).expect("still counted");
-        assert!(later <= ttl - Duration::from_millis(20), "{later:?}");
-        std::thread::sleep(Duration::from_millis(25));
-        assert_eq!(unreleased.left(key(1), ttl), None, "its session ran out");
+        let at = |ms: u64| Instant::from_nanos(1_000_000_000 + ms * 1_000_000);
+        assert_eq!(unreleased.left(key(1), ttl, at(0)), Some(ttl));
+        assert_eq!(
+            unreleased.left(key(1), ttl, at(30)),
+            Some(Duration::from_millis(10)),
+            "counted from the first sight"
+        );
+        assert_eq!(
+            unreleased.left(key(1), ttl, at(40)),
+            None,
+            "its session ran out"
+        );
         // Seen gone, then live: counted again from a new first sight.
-        unreleased.left(key(2), ttl);
-        std::thread::sleep(Duration::from_millis(45));
+        unreleased.left(key(2), ttl, at(0));
         unreleased.live(key(2));
-        assert!(unreleased.left(key(2), ttl).is_some());
+        assert_eq!(unreleased.left(key(2), ttl, at(45)), Some(ttl));
         unreleased.own_ttl(key(3), ttl);
         assert_eq!(unreleased.ttl_of(key(3)), Some(ttl));
         unreleased.forget(key(3));

@@ -9,6 +9,7 @@
 //! <prefix> NUL "semaphore/" n            0x01 'S' <Semaphore::encode>                       no lease
 //!                                        0x01 'D' <generation: u64 BE> <next order id: u64 BE>
 //! <prefix> NUL "semaphore/" n NUL s      empty                                              the session's lease
+//! <prefix> NUL "semaphore/" n NUL s NUL  the session's TTL in ms, in decimal (its mark)      no lease
 //! ```
 //!
 //! The prefix holds no NUL byte ([`EtcdOptions::prefix`](super::EtcdOptions::prefix)) and a
@@ -20,7 +21,7 @@
 //!
 //! | operation | etcd requests |
 //! |---|---|
-//! | `semaphore` | one read transaction: the state key, the party keys of the semaphore (keys only), the caller's session record; then [`transact`]; then, when it writes, `if mod_revision(state) == read && lease(caller's record) == L then put(state), put(caller's party key, L) when it joined, delete(caller's party key) when it left, delete(every party key) when the semaphore is deleted`; a false comparison runs it all again |
+//! | `semaphore` | one read transaction: the state key, the party keys and marks of the semaphore, the caller's session record; then [`transact`]; then, when it writes, `if mod_revision(state) == read && lease(caller's record) == L then put(state), put(caller's party key, L) and its mark when it joined, delete(caller's party key and mark) when it left, delete(the mark of each party removed as expired), delete(every party key and mark) when the semaphore is deleted`; a false comparison runs it all again |
 //! | `delete_session` (`session` module) | the record's lease, and the keys bound to it (`LeaseTimeToLive` with keys): its party keys name its semaphores; one read of their states; `if mod_revision(record) == expected && mod_revision(each state) == read then delete(record), put(each state without the session's party), delete(its party keys)`; then the lease is revoked |
 //!
 //! **Why one key for the state, not etcd's recipe shape** (a key per waiter, queued by its
@@ -41,15 +42,28 @@
 //!
 //! **Liveness is etcd's.** A party key is bound to its session's lease, so etcd deletes it when
 //! the session ends (expiry, or the revocation of a deleted session): a party is live exactly
-//! while its key exists, read in the same snapshot as the state. A party whose key is gone is
-//! removed as by its expiry ([`transact`]'s lazy step), and the deletion of its key is an event
-//! in the semaphore's key range, so it wakes every waiter and watch of the semaphore (see the
-//! change feed): a dead owner's units pass on within etcd's lease check (0.5 s) of its expiry,
-//! not at some later look. The time a party has left ([`Applied::parties_expire_in`]) is its
+//! while its key exists, read in the same snapshot as the state. A waiter whose key is gone is
+//! removed as by its expiry ([`transact`]'s lazy step); an owner a TTL later (below). The
+//! deletion of its key is an event in the semaphore's key range, so it wakes every waiter and
+//! watch of the semaphore (see the change feed) at once. The time a party has left ([`Applied::parties_expire_in`]) is its
 //! session's TTL when this store knows it (an upper bound: etcd reports no more), else none.
 //! The caller is live when its session record is, and the write compares the record's lease,
 //! so a session that ended between the read and the write makes the write false (and the next
 //! attempt answers `SessionGone`); a party key is never bound to an ended lease.
+//!
+//! **Owners gone without a release** (`Et.SemaphoreUnreleased`): etcd deletes a party key alike
+//! for an expiry, a revocation of its lease (`etcdctl lease revoke`) and a `del`; a session kept
+//! alive by `LeaseKeepAlive` writes nothing, so nothing tells them apart. An owner of units whose
+//! key is gone while the state still lists it did not release them (a release removes it from the
+//! state in the same transaction) and may act until its session would have run out: it stays
+//! counted, in its place, until its TTL after this store handle first saw the key gone
+//! (`crate::unreleased`, the rule `vvm_core::semaphore::unreleased_party_left`); the answer's
+//! [`Applied::parties_expire_in`] brings a waiter back then. The TTL is its mark's, written when
+//! it joined (a key without a lease, which outlives it); without one (a party of an earlier
+//! version), the caller's own. A waiter so gone holds no units and goes at once. A caller listed
+//! in the state whose own key is gone while its session lives (`etcdctl del` of that key) is
+//! answered `SessionGone`: its grant ends at once. The price: a dead owner's units pass on a
+//! TTL after its expiry was seen, not at it.
 //!
 //! **Change feed**: one etcd watch over the semaphore's key range; any event wakes it: a write
 //! of the state, a party joining or leaving, a party's lease ending. Nothing committed after
@@ -64,7 +78,10 @@
 //! answer "already exists"); so a write whose connection broke is [`StoreError::Unknown`].
 //!
 //! **Costs.** One read transaction (the state, up to [`PARTIES_MAX`](vvm_core::semaphore::PARTIES_MAX)
-//! party keys, one record) and at most one write transaction of at most three operations.
+//! party keys and as many marks, one record) and at most one write transaction of at most four
+//! operations and one per party removed as expired. When this store does not know the caller's
+//! TTL (a session it did not make) and the caller joins or the semaphore has owners, one
+//! `LeaseTimeToLive` asks etcd for it.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -358,6 +375,7 @@ impl EtcdStore {
             Err(_) => false,
         };
         let caller_removed = caller_listed && !present(session);
+        let now = vvm_runtime::TimeSource::now(&vvm_runtime::Clock);
         let session_left = |party| {
             let left = if party == session {
                 snapshot
@@ -376,7 +394,7 @@ impl EtcdStore {
                     .copied()
                     .flatten();
                 let ttl = mark.or(own_ttl).unwrap_or(Duration::MAX);
-                self.unreleased.left(party, ttl)
+                self.unreleased.left(party, ttl, now)
             } else {
                 None
             };

@@ -129,7 +129,9 @@ fn session_left(
                     Judged::Over | Judged::Absent => Duration::ZERO,
                 },
             };
-            unreleased.left(key, ttl)
+            // On the store's clock, as its expiries.
+            let at = vvm_core::Instant::from_nanos(u64::try_from(now.ns).unwrap_or(0));
+            unreleased.left(key, ttl, at)
         }
     })
 }
