@@ -1,6 +1,5 @@
 //! What a store handle remembers of semaphore owners found gone without a release of their
-//! own (a session removed from outside): when it first saw each so, and the TTLs of the
-//! sessions it made. The rule itself is the core's
+//! own (a session removed from outside): when it first saw each so, and the TTL it knew then. The rule itself is the core's
 //! ([`unreleased_party_left`](vvm_core::semaphore::unreleased_party_left)); the etcd, SQLite and
 //! transactional stores share this memory of it, each on its own clock (the time it judges
 //! sessions by: the boot clock for SQLite, the runtime's for etcd, the store's time source for
@@ -13,7 +12,7 @@ use std::time::Duration;
 use vvm_core::semaphore::{unreleased_party_left, SessionKey};
 use vvm_core::Instant;
 
-/// Most sessions remembered, in each of the two maps. Beyond it the oldest first sight is
+/// Most sessions remembered. Beyond it the oldest first sight is
 /// forgotten: that party is then waited for a TTL again from its next sight (later, never
 /// sooner).
 const SESSIONS_MAX: usize = 4_096;
@@ -24,8 +23,6 @@ pub(crate) struct Unreleased {
     /// Parties found gone without a release: when this handle first saw each so, and the TTL
     /// it knew for it then.
     gone_since: Mutex<HashMap<SessionKey, (Instant, Duration)>>,
-    /// The TTL of each session this handle created or kept alive.
-    ttls: Mutex<HashMap<SessionKey, Duration>>,
 }
 
 impl Unreleased {
@@ -66,31 +63,6 @@ impl Unreleased {
             gone.remove(&party);
         }
     }
-
-    /// This handle created or kept alive `session` with `ttl`.
-    pub(crate) fn own_ttl(&self, session: SessionKey, ttl: Duration) {
-        let mut ttls = self.ttls.lock().unwrap_or_else(PoisonError::into_inner);
-        if ttls.len() < SESSIONS_MAX || ttls.contains_key(&session) {
-            ttls.insert(session, ttl);
-        }
-    }
-
-    /// The TTL this handle gave `session`, if it made it.
-    pub(crate) fn ttl_of(&self, session: SessionKey) -> Option<Duration> {
-        self.ttls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&session)
-            .copied()
-    }
-
-    /// `session` is over (deleted by this handle): its TTL is forgotten.
-    pub(crate) fn forget(&self, session: SessionKey) {
-        self.ttls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&session);
-    }
 }
 
 #[cfg(test)]
@@ -125,9 +97,5 @@ mod tests {
         unreleased.left(key(2), ttl, at(0));
         unreleased.live(key(2));
         assert_eq!(unreleased.left(key(2), ttl, at(45)), Some(ttl));
-        unreleased.own_ttl(key(3), ttl);
-        assert_eq!(unreleased.ttl_of(key(3)), Some(ttl));
-        unreleased.forget(key(3));
-        assert_eq!(unreleased.ttl_of(key(3)), None);
     }
 }

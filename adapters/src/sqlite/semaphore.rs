@@ -58,7 +58,7 @@ use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 
 use super::parties::{load, parties, store};
 use super::record::{self, Now, TxError};
-use super::session::end_if_dead;
+use super::session::{end_if_dead, SessionTtls};
 use super::{transact as in_transaction, SqliteStore, Step};
 use crate::unreleased::Unreleased;
 
@@ -104,7 +104,7 @@ fn judge(tx: &Transaction<'_>, key: SessionKey, now: Now<'_>) -> Result<Judged, 
 /// own (the owner's is gone with its row). A waiter so removed holds no units: it goes at once.
 fn session_left(
     tx: &Transaction<'_>,
-    unreleased: &Unreleased,
+    (unreleased, ttls): (&Unreleased, &SessionTtls),
     caller: SessionKey,
     key: SessionKey,
     owner: bool,
@@ -122,7 +122,7 @@ fn session_left(
         Judged::Absent => {
             // A caller whose TTL this handle does not know (it did not make the session):
             // its own time left, the one lease length known here.
-            let ttl = match unreleased.ttl_of(caller) {
+            let ttl = match ttls.of(caller) {
                 Some(ttl) => ttl,
                 None => match judge(tx, caller, now)? {
                     Judged::Live(left) => left,
@@ -140,7 +140,7 @@ fn session_left(
 /// judged, the core operation run, and what it decided written.
 fn decide(
     tx: &Transaction<'_>,
-    unreleased: &Unreleased,
+    unreleased: (&Unreleased, &SessionTtls),
     now: Now<'_>,
     session: SessionKey,
     name: &SemaphoreName,
@@ -212,7 +212,8 @@ impl SemaphoreStore for SqliteStore {
                             end_if_dead(tx, shared, *suspect)?;
                         }
                     }
-                    decide(tx, &shared.unreleased, now, session, &name, &request)
+                    let unreleased = (&shared.unreleased, &shared.session_ttls);
+                    decide(tx, unreleased, now, session, &name, &request)
                 })
             })
             .await;

@@ -204,6 +204,41 @@ pub(super) fn end_if_dead(
     Ok(true)
 }
 
+/// Most sessions whose TTL a handle remembers.
+const SESSION_TTLS_MAX: usize = 4_096;
+
+/// The TTL of each session a store handle made or kept alive (its own sessions: a handle
+/// makes a few).
+#[derive(Debug, Default)]
+pub(super) struct SessionTtls(std::sync::Mutex<std::collections::HashMap<SessionKey, Duration>>);
+
+impl SessionTtls {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionKey, Duration>> {
+        // Every critical section leaves the map consistent; a poisoned lock is usable.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `session` was made or kept alive with `ttl`.
+    fn note(&self, session: SessionKey, ttl: Duration) {
+        let mut ttls = self.map();
+        if ttls.len() < SESSION_TTLS_MAX || ttls.contains_key(&session) {
+            ttls.insert(session, ttl);
+        }
+    }
+
+    /// `session` is over.
+    fn forget(&self, session: SessionKey) {
+        self.map().remove(&session);
+    }
+
+    /// The TTL `session` was made or last kept alive with, if by this handle.
+    pub(super) fn of(&self, session: SessionKey) -> Option<Duration> {
+        self.map().get(&session).copied()
+    }
+}
+
 /// Lets go of this process's lock of the session `key` (and removes its file) once the session
 /// is known to be over: deleted, or its row found absent.
 fn let_go(shared: &Shared, key: SessionKey) {
@@ -264,7 +299,7 @@ impl SessionStore for SqliteStore {
             match &result {
                 // Written, or perhaps written: the row names the lock, kept for the session's life.
                 Ok(Some(_)) | Err(StoreError::Unknown { .. }) => {
-                    shared.unreleased.own_ttl(key, ttl);
+                    shared.session_ttls.note(key, ttl);
                     registry.keep_session(&path, fresh)
                 }
                 // Nothing written: a lock taken for this create goes with its file.
@@ -307,7 +342,7 @@ impl SessionStore for SqliteStore {
         if absent {
             let_go(&self.shared, key);
         } else if kept.is_some() {
-            self.shared.unreleased.own_ttl(key, ttl);
+            self.shared.session_ttls.note(key, ttl);
         }
         Ok(kept)
     }
@@ -334,7 +369,7 @@ impl SessionStore for SqliteStore {
             })
             .await?;
         if over {
-            self.shared.unreleased.forget(key);
+            self.shared.session_ttls.forget(key);
             let_go(&self.shared, key);
         }
         Ok(deleted)
