@@ -515,6 +515,24 @@ fn a_holder_of_units_whose_semaphore_is_deleted_from_outside_stops_at_once_on_sq
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The holder's session row deleted alone (`DELETE FROM vvm_sessions`): nothing of the
+/// semaphore's row changes, yet the store's feed wakes the grant's watch and the grant ends at
+/// once, not at the session's next keepalive.
+// covers: Sq.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
+#[test]
+fn a_holder_of_units_whose_session_row_is_deleted_from_outside_stops_at_once_on_sqlite() {
+    let dir = temp_dir("vvm-run-semaphore-session-removed");
+    let file = dir.join("s.sqlite");
+    let store = format!("sqlite:{}", file.display());
+    holder_of_units_stops_at_once(&store, &dir, || {
+        let database = rusqlite::Connection::open(&file).unwrap();
+        database.busy_timeout(Duration::from_secs(5)).unwrap();
+        let deleted = database.execute("DELETE FROM vvm_sessions", []).unwrap();
+        assert_eq!(deleted, 1, "the holder's session row");
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// [`holder_of_units_stops_at_once`] on a real etcd, everything under the prefix removed as
 /// `how` says.
 fn etcd_holder_of_units_stops_at_once(test: &str, how: cli_support::tree::Removal) {
@@ -545,6 +563,149 @@ fn a_holder_of_units_whose_session_lease_is_revoked_from_outside_stops_at_once_o
 fn a_holder_of_units_whose_keys_are_deleted_from_outside_stops_at_once_on_etcd() {
     etcd_holder_of_units_stops_at_once(
         "a_holder_of_units_whose_keys_are_deleted_from_outside_stops_at_once_on_etcd",
+        cli_support::tree::Removal::Delete,
+    );
+}
+
+/// The lease of the runs of [`successor_of_removed_units_waits`]: their sessions' TTL too.
+const SUCCESSOR_LEASE: Duration = Duration::from_secs(4);
+
+/// A semaphore of limit 1, its holder and a queued successor (`vvm run --semaphore work`, lease
+/// [`SUCCESSOR_LEASE`]); `remove` takes the holder's units away from outside without a release.
+/// The holder did not release them and may act until its session would have run out — its last
+/// keepalive came at most `L/4` before the removal — so the successor's command must not start
+/// before `3L/4` after the removal (the safety bound; it waits a whole TTL from its first sight).
+/// Then a unit released by its holder (SIGTERM of the successor's `vvm`) still passes to the
+/// next run at once: within `L/4`, on a loaded machine.
+fn successor_of_removed_units_waits(store: &str, dir: &Path, remove: impl FnOnce()) {
+    let lease = format!("{}s", SUCCESSOR_LEASE.as_secs());
+    let log = dir.join("commands.log");
+    let created = semaphore(store, &["create", "work", "--limit", "1"]);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let start_of = |n: u32| {
+        lines(&log)
+            .iter()
+            .find(|(_, start, m)| *start && *m == n)
+            .map(|(ns, _, _)| *ns)
+    };
+    let mut holder = runner_with_lease(store, &log, 1, &lease);
+    wait_until(dir, "the holder's command started", || starts(&log) == 1);
+    let mut successor = runner_with_lease(store, &log, 2, &lease);
+    wait_until(dir, "the successor queued", || waiters(store) == 1);
+
+    let removed_ns = wall_ns();
+    remove();
+    wait_until(dir, "the successor's command started", || starts(&log) == 2);
+    let waited = Duration::from_nanos((start_of(2).unwrap() - removed_ns) as u64);
+    println!("the successor's command started {waited:?} after the holder's units were removed");
+    let safe = SUCCESSOR_LEASE * 3 / 4;
+    assert!(
+        waited >= safe,
+        "the successor's command started {waited:?} after the holder's units were removed, \
+         before the holder's session could have run out ({safe:?})"
+    );
+    let _ = exit_within(&mut holder.0, WAIT);
+
+    let mut next = runner_with_lease(store, &log, 3, &lease);
+    wait_until(dir, "the next run queued", || waiters(store) == 1);
+    let released_ns = wall_ns();
+    assert_eq!(
+        signal_and_wait(&mut successor.0, Signal::TERM, WAIT),
+        Some(0)
+    );
+    wait_until(dir, "the next command started", || starts(&log) == 3);
+    let passed = Duration::from_nanos((start_of(3).unwrap() - released_ns) as u64);
+    println!("a released unit passed on after {passed:?}");
+    assert!(
+        passed < SUCCESSOR_LEASE / 4,
+        "a released unit passed on {passed:?} after its release"
+    );
+    assert_eq!(signal_and_wait(&mut next.0, Signal::TERM, WAIT), Some(0));
+}
+
+/// The holder's session row deleted by hand (`DELETE FROM vvm_sessions`, the first session
+/// made): its units pass no sooner than its session would have run out.
+// covers: Sq.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
+#[test]
+fn the_successor_of_units_whose_session_row_is_deleted_from_outside_waits_on_sqlite() {
+    let dir = temp_dir("vvm-run-semaphore-successor");
+    let file = dir.join("s.sqlite");
+    let store = format!("sqlite:{}", file.display());
+    successor_of_removed_units_waits(&store, &dir, || {
+        let database = rusqlite::Connection::open(&file).unwrap();
+        database.busy_timeout(Duration::from_secs(5)).unwrap();
+        let deleted = database
+            .execute(
+                "DELETE FROM vvm_sessions WHERE revision = (SELECT min(revision) FROM vvm_sessions)",
+                [],
+            )
+            .unwrap();
+        assert_eq!(deleted, 1, "the holder's session row");
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Takes the units of the first party of semaphore `work` (the holder: its key was created
+/// first) away on the etcd at `endpoints`, under `vvm run`'s default prefix, as `how` says:
+/// `etcdctl del` of its party key (its session's lease lives on), or `etcdctl lease revoke` of
+/// its session's lease (the session's every key goes, the party key among them).
+fn remove_first_party(endpoints: &[String], how: cli_support::tree::Removal) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut raw = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        let parties = "vvm/slot/\0semaphore/work\0";
+        let options = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_keys_only();
+        let found = raw.get(parties, Some(options)).await.unwrap();
+        let first = found
+            .kvs()
+            .iter()
+            .min_by_key(|kv| kv.create_revision())
+            .expect("the holder's party key");
+        match how {
+            cli_support::tree::Removal::Delete => {
+                let deleted = raw.delete(first.key(), None).await.unwrap();
+                assert_eq!(deleted.deleted(), 1);
+            }
+            cli_support::tree::Removal::Revoke => {
+                raw.lease_revoke(first.lease()).await.unwrap();
+            }
+        }
+    });
+}
+
+/// [`successor_of_removed_units_waits`] on a real etcd, the holder's units removed as `how` says.
+fn etcd_successor_of_removed_units_waits(test: &str, how: cli_support::tree::Removal) {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let Some(cluster) = runtime.block_on(etcd_support::start(test, 1)) else {
+        return;
+    };
+    let dir = temp_dir("vvm-run-semaphore-successor-etcd");
+    successor_of_removed_units_waits(&cluster.store_url(), &dir, || {
+        remove_first_party(&cluster.endpoints(), how);
+    });
+    let _ = std::fs::remove_dir_all(dir);
+    drop(cluster);
+}
+
+// covers: Et.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
+#[test]
+fn the_successor_of_units_whose_session_lease_is_revoked_from_outside_waits_on_etcd() {
+    etcd_successor_of_removed_units_waits(
+        "the_successor_of_units_whose_session_lease_is_revoked_from_outside_waits_on_etcd",
+        cli_support::tree::Removal::Revoke,
+    );
+}
+
+// covers: Et.SemaphoreUnreleased, Sem.Store.Unreleased, Cli.RunSemaphoreRemoved
+#[test]
+fn the_successor_of_units_whose_party_key_is_deleted_from_outside_waits_on_etcd() {
+    etcd_successor_of_removed_units_waits(
+        "the_successor_of_units_whose_party_key_is_deleted_from_outside_waits_on_etcd",
         cli_support::tree::Removal::Delete,
     );
 }

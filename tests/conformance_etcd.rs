@@ -70,6 +70,10 @@ impl Harness for Etcd {
         Duration::from_secs(4)
     }
 
+    fn waits_out_ended_owners(&self) -> bool {
+        true
+    }
+
     /// Every case starts its own etcd node and the cases run side by side: on two loaded cores a
     /// lease grant plus a transaction (each with a disk sync) can take longer than `L/40` =
     /// 100 ms. Just below the retry interval (`L/20` = 200 ms).

@@ -11,11 +11,7 @@ use std::time::Duration;
 use etcd_client::GetOptions;
 use etcd_support::{single, store};
 use vvm::coordination::SemaphoreName;
-use vvm::{
-    lifecycle::Incarnation,
-    session::{LeaseValue, SessionId, SessionKey},
-    store::{SemaphoreRequest, SemaphoreStore, SessionStore},
-};
+use vvm::{lifecycle::Incarnation, session::{LeaseValue, SessionId, SessionKey}, store::{SemaphoreRequest, SemaphoreStore, SessionStore}};
 
 const LONG_TTL: Duration = Duration::from_secs(3600);
 const SHORT_TTL: Duration = Duration::from_secs(2);
@@ -102,7 +98,7 @@ async fn the_queue_is_the_creation_order_of_the_party_keys() {
         .get(start.clone(), Some(GetOptions::new().with_range(end)))
         .await
         .expect("read");
-    let mut keys: Vec<(i64, String, i64)> = parties
+    let all: Vec<(i64, String, i64)> = parties
         .kvs()
         .iter()
         .map(|kv| {
@@ -110,6 +106,12 @@ async fn the_queue_is_the_creation_order_of_the_party_keys() {
             (kv.create_revision(), session, kv.lease())
         })
         .collect();
+    // Each party's mark (`<party key> NUL`, `Et.SemaphoreUnreleased`) is bound to no lease.
+    let (marks, mut keys): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|(_, session, _)| session.ends_with('\0'));
+    assert_eq!(marks.len(), keys.len(), "{marks:?} {keys:?}");
+    assert!(marks.iter().all(|(_, _, lease)| *lease == 0), "{marks:?}");
     keys.sort();
     assert!(keys.iter().all(|(_, _, lease)| *lease != 0), "{keys:?}");
     let by_creation: Vec<String> = keys.into_iter().map(|(_, session, _)| session).collect();
@@ -121,8 +123,9 @@ async fn the_queue_is_the_creation_order_of_the_party_keys() {
 }
 
 /// An owner's session that ends on etcd (its lease expires) wakes a waiter's feed without
-/// anybody writing, and the next look grants the waiter.
-// covers: Sem.Store.LeaseEndWakes, Et.Semaphores
+/// anybody writing; the owner is then waited out for its TTL, and the next look after that
+/// grants the waiter.
+// covers: Sem.Store.LeaseEndWakes, Et.Semaphores, Et.SemaphoreUnreleased
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_party_whose_lease_ends_wakes_the_feed() {
     let Some(cluster) = single("a_party_whose_lease_ends_wakes_the_feed").await else {
@@ -161,6 +164,19 @@ async fn a_party_whose_lease_ends_wakes_the_feed() {
     // Nothing is written: only etcd's expiry of the lease can wake it (within its lease check).
     let woke = tokio::time::timeout(SHORT_TTL + Duration::from_secs(3), &mut change).await;
     assert!(woke.is_ok(), "the end of the owner's lease woke the feed");
+    // An expired lease and a revoked one look alike: the owner, gone without a release, is
+    // waited out for its TTL from this first sight (`Et.SemaphoreUnreleased`).
+    let first = store
+        .semaphore(key(2), &name, SemaphoreRequest::Describe)
+        .await
+        .expect("described");
+    assert!(first.expired.is_empty(), "{first:?}");
+    let left = first.parties_expire_in.expect("the owner is waited out");
+    assert!(
+        left <= SHORT_TTL,
+        "the owner's own TTL, from its mark: {left:?}"
+    );
+    tokio::time::sleep(left + Duration::from_millis(50)).await;
     let after = store
         .semaphore(key(2), &name, SemaphoreRequest::Describe)
         .await
@@ -192,10 +208,7 @@ fn watchers(endpoint: &str) -> u64 {
 // covers: Et.SharedWatch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
-    use vvm::{
-        coordination::WatchKind, testing::RecordingKiller, Coordination, KillerThread, LeaseConfig,
-        SessionHandle,
-    };
+    use vvm::{Coordination, KillerThread, LeaseConfig, SessionHandle, coordination::WatchKind, testing::RecordingKiller};
     const WATCHERS: usize = 100;
     let Some(cluster) = single("the_watches_of_one_semaphore_share_one_etcd_watch").await else {
         return;
@@ -255,8 +268,8 @@ async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
 // covers: Sem.Store.WaitOutage
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_acquire_rides_out_an_outage_its_session_rides_out() {
-    use vvm::{session::SessionStatus, SessionHandle};
-    use vvm::{testing::RecordingKiller, AcquireOptions, Coordination, KillerThread, LeaseConfig};
+    use vvm::{SessionHandle, session::SessionStatus};
+    use vvm::{AcquireOptions, Coordination, KillerThread, LeaseConfig, testing::RecordingKiller};
     let test = "a_queued_acquire_rides_out_an_outage_its_session_rides_out";
     let Some(mut cluster) = single(test).await else {
         return;

@@ -34,7 +34,10 @@
 //! ([`Semaphore::expire_session`], lazy expiry); then the one core operation; a write wakes the
 //! feed. Deleting a session record removes its parties in the same transaction (eager expiry).
 //! Keepalives give the record a new revision (the transactional store's way, `KeepAlives::Bump`
-//! of the sessions model), so that a keepalive that lands late makes the next one refused.
+//! of the sessions model), so that a keepalive that lands late makes the next one refused. An
+//! owner's record removed from outside (budget `removals`) leaves its parties and wakes the feed;
+//! the store counts its units until a TTL after the removal (`Sem.Store.Unreleased`), and
+//! `Rule::RemovedNotWaited` (expired at once) must break the limit.
 //!
 //! Every step is one of: deliver the oldest call of a process (applied atomically, answered at
 //! once) or a late one whose caller gave up; a fault on a call within the budget (failed, lost,
@@ -123,6 +126,9 @@ struct Budget {
     late_timers: u8,
     /// Acquires per process.
     acquires: u8,
+    /// Owners' session records removed from outside (a SQLite row deleted, an etcd lease
+    /// revoked by hand), their parties left in the semaphore.
+    removals: u8,
 }
 
 /// Two faults of any kind on any call, a crash, a close, one late timer, two acquires each.
@@ -134,6 +140,7 @@ const FULL: Budget = Budget {
     closes: 1,
     late_timers: 1,
     acquires: 2,
+    removals: 0,
 };
 
 /// No fault; every process acquires once, timers on time: the queue and its wake-ups alone.
@@ -145,6 +152,7 @@ const CALM: Budget = Budget {
     closes: 0,
     late_timers: 0,
     acquires: 1,
+    removals: 0,
 };
 
 /// One keepalive timer left unfired past its instant (it fires at any later instant, or
@@ -164,6 +172,14 @@ const ONE_LATE_KEEPALIVE: Budget = Budget {
     ..CALM
 };
 
+/// One owner's session record removed from outside at any moment (`Sem.Store.Unreleased`):
+/// the owner's keepalive is refused and its services stop as late as the scheduler likes (or
+/// at its killer), while its units stay counted for a TTL after the removal.
+const ONE_REMOVAL: Budget = Budget {
+    removals: 1,
+    ..CALM
+};
+
 /// The rules of the runtime and store; all but [`Rule::Sound`] are broken on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Rule {
@@ -178,6 +194,10 @@ enum Rule {
     /// Unsound, in the store: a release's write does not wake the feed, so the waiter it grants
     /// is not told.
     ReleaseNotWoken,
+    /// Unsound, in the store: an owner whose session record was removed from outside is
+    /// removed at the next transaction, as if it had expired (the stores before
+    /// `Sem.Store.Unreleased`).
+    RemovedNotWaited,
 }
 
 /// The acquire of one process, as the runtime drives it.
@@ -299,6 +319,13 @@ struct World {
     lost_while_owning: bool,
     /// A process was killed at its deadline while its services ran.
     killed_while_owning: bool,
+    /// Owners whose session record was removed from outside, each with the instant until
+    /// which its units count (the removal plus the session's TTL).
+    removed: Vec<(SessionKey, u64)>,
+    /// Removals made.
+    removals: u8,
+    /// A queued request was granted after an owner's record was removed from outside.
+    granted_after_removal: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -311,6 +338,8 @@ enum Action {
     Look(usize),
     /// Process `p` stops its services and releases.
     Release(usize),
+    /// The adversary removes the session record of owner `p` from outside.
+    Remove(usize),
     /// The services of process `p`, told to stop, have stopped; the holding is detached.
     Stop(usize),
 }
@@ -329,6 +358,7 @@ const TWO_OWNERS: &str = "two owners act at once";
 const FROM_QUEUE: &str = "a queued request is granted after others left";
 const LOST_WHILE_OWNING: &str = "a session is lost while its owner acts";
 const KILLED_WHILE_OWNING: &str = "a process is killed at its deadline while owning";
+const GRANTED_AFTER_REMOVAL: &str = "a request is granted after an owner was removed from outside";
 
 struct SemaphoreModel {
     /// Units each process asks for; one process per entry.
@@ -374,6 +404,14 @@ impl World {
         })
     }
 
+    /// Whether `p` owns units under a live session record (which the adversary may remove).
+    fn removable(&self, p: usize) -> bool {
+        let Some(key) = self.key_of(p) else {
+            return false;
+        };
+        self.semaphore.owners().iter().any(|o| o.session == key) && self.live_party(key).is_some()
+    }
+
     fn acts(&self, p: usize) -> bool {
         self.procs[p].acq.acting()
     }
@@ -397,10 +435,20 @@ impl World {
         }
     }
 
-    /// Removes expired session records.
+    /// Removes expired session records, and the memory of removed owners whose wait is over.
     fn prune(&mut self) {
         let now_ns = self.now_ns;
         self.sessions.retain(|r| now_ns < r.expires_ns);
+        self.removed.retain(|(_, until)| now_ns < *until);
+    }
+
+    /// Until when the units of `party`, whose record was removed from outside, still count.
+    fn counted_until(&self, party: SessionKey) -> Option<u64> {
+        let now_ns = self.now_ns;
+        self.removed
+            .iter()
+            .find(|(k, until)| *k == party && now_ns < *until)
+            .map(|(_, until)| *until)
     }
 
     /// Units the owners whose services run hold together.
@@ -568,7 +616,11 @@ impl SemaphoreModel {
 
     /// After a transaction: the ledger judges it, and a write wakes the feed.
     fn written(&self, world: &mut World, before: &Semaphore, release: bool) {
+        let from_queue = world.granted_from_queue;
         world.observe_queue(before);
+        if world.removals > 0 && world.granted_from_queue && !from_queue {
+            world.granted_after_removal = true;
+        }
         let silent = release && self.rule == Rule::ReleaseNotWoken;
         if world.semaphore != *before && !silent {
             world.wake();
@@ -687,8 +739,10 @@ impl Calls for SemaphoreModel {
                     .map(|o| o.session)
                     .chain(before.waiters().iter().map(|w| w.session))
                     .collect();
+                let waits = self.rule != Rule::RemovedNotWaited;
                 for party in parties {
-                    if world.live_party(party).is_none() {
+                    let counted = waits && world.counted_until(party).is_some();
+                    if world.live_party(party).is_none() && !counted {
                         world.semaphore.expire_session(party);
                     }
                 }
@@ -716,7 +770,10 @@ impl Calls for SemaphoreModel {
                     .chain(semaphore.waiters().iter().map(|w| w.session))
                     .filter(|&k| k != me);
                 let expire_in_ns = others
-                    .filter_map(|k| world.live_party(k).map(|r| r.expires_ns - now_ns))
+                    .filter_map(|k| match world.live_party(k) {
+                        Some(r) => Some(r.expires_ns - now_ns),
+                        None => world.counted_until(k).map(|until| until - now_ns),
+                    })
                     .min();
                 Answer::Sem(SemAnswer::Applied { owns, expire_in_ns })
             }
@@ -883,6 +940,9 @@ impl Model for SemaphoreModel {
             granted_from_queue: false,
             lost_while_owning: false,
             killed_while_owning: false,
+            removed: Vec::new(),
+            removals: 0,
+            granted_after_removal: false,
         };
         for p in 0..self.processes() {
             self.start(&mut world, p, 0);
@@ -906,6 +966,9 @@ impl Model for SemaphoreModel {
                 Acq::Running => actions.push(Action::Release(p)),
                 Acq::Stopping => actions.push(Action::Stop(p)),
                 _ => {}
+            }
+            if world.removals < self.budget.removals && world.removable(p) {
+                actions.push(Action::Remove(p));
             }
             session_steps(self, world, p, actions);
         }
@@ -944,6 +1007,16 @@ impl Model for SemaphoreModel {
                 Self::send_sem(&mut world, p, SemOp::Release);
             }
             Action::Stop(p) => Self::give_back(&mut world, p),
+            Action::Remove(p) => {
+                let key = world.key_of(p).expect("an owner has a session");
+                let now_ns = world.now_ns;
+                world.sessions.retain(|r| r.key.session_key() != key);
+                world.removed.push((key, now_ns + LEASE_NS));
+                world.removals += 1;
+                // The deletion wakes the semaphore's feed (`Sq.SemaphoreUnreleased`: the owners'
+                // rows are compared; on etcd the party key's deletion is an event).
+                world.wake();
+            }
         }
         // One order for the calls of different processes: only each one's own order matters.
         world.msgs.sort_by_key(|m| m.p);
@@ -975,6 +1048,9 @@ impl Model for SemaphoreModel {
             }),
             Property::sometimes(KILLED_WHILE_OWNING, |_, world: &World| {
                 world.killed_while_owning
+            }),
+            Property::sometimes(GRANTED_AFTER_REMOVAL, |_, world: &World| {
+                world.granted_after_removal
             }),
         ]
     }
@@ -1082,6 +1158,41 @@ fn semaphores_every_run_of_a_late_keepalive() {
         search: Search::Exhaustive(None),
         reach: &[LOST_WHILE_OWNING, KILLED_WHILE_OWNING, FROM_QUEUE],
     });
+}
+
+// covers: Verify.SemaphoreSafety, Verify.SemaphoreWakeup, Sem.Store.Unreleased
+/// Every run to the horizon (`1.5·L`) of an owner of 2 and a waiter of 1 where the owner's
+/// session record is removed from outside at any moment: its keepalive is refused and its
+/// services stop at any instant or at its killer; its units stay counted for a TTL after the
+/// removal, and the waiter is granted only then.
+#[test]
+fn semaphores_every_run_of_an_owner_removed_from_outside() {
+    check_sound(Check {
+        counts: &[2, 1],
+        budget: ONE_REMOVAL,
+        horizon_ns: SHORT_HORIZON_NS,
+        rule: Rule::Sound,
+        search: Search::Exhaustive(None),
+        reach: &[LOST_WHILE_OWNING, GRANTED_AFTER_REMOVAL],
+    });
+}
+
+// covers: Verify.SemaphoreCanFail, Sem.Store.Unreleased
+/// A store that removes an owner removed from outside at once, as if expired: the waiter is
+/// granted while the owner's services still run, three units on a semaphore of two.
+#[test]
+fn semaphores_a_removed_owner_not_waited_out_is_caught() {
+    check_caught(
+        Check {
+            counts: &[2, 1],
+            budget: ONE_REMOVAL,
+            horizon_ns: SHORT_HORIZON_NS,
+            rule: Rule::RemovedNotWaited,
+            search: Search::DepthFirst,
+            reach: &[],
+        },
+        SAFETY,
+    );
 }
 
 // covers: Verify.SemaphoreCanFail

@@ -46,6 +46,9 @@ pub use etcd::EtcdStore;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(any(feature = "etcd", feature = "sqlite", feature = "txkv"))]
+mod unreleased;
+
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteStoreError};
 

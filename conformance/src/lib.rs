@@ -71,6 +71,14 @@ pub trait Harness {
         self.pass(self.short_ttl() + Duration::from_millis(1))
     }
 
+    /// Whether the store cannot tell a session's expiry from its removal from outside, so that
+    /// an owner of semaphore units whose session ended is waited out for its TTL after a store
+    /// handle first saw it gone (etcd: a lease expired and a lease revoked look alike,
+    /// `Et.SemaphoreUnreleased`); the others remove it at the first look after its expiry.
+    fn waits_out_ended_owners(&self) -> bool {
+        false
+    }
+
     /// The lease of the elections cases: at least `vvm::config::LEASE_MIN`; each case lets up to
     /// about two leases pass.
     fn lease(&self) -> Duration;

@@ -5,14 +5,7 @@
 use std::time::Duration;
 
 use vvm::coordination::{Description, RequestId, SemaphoreName, Status};
-use vvm::{
-    coordination::{CoordinationError, SemaphoreError, WatchKind},
-    lifecycle::Incarnation,
-    session::{SessionId, SessionKey},
-    store::{Applied, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError, SessionStore},
-    testing::RecordingKiller,
-    AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle,
-};
+use vvm::{AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle, coordination::{CoordinationError, SemaphoreError, WatchKind}, lifecycle::Incarnation, session::{SessionId, SessionKey}, store::{Applied, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError, SessionStore}, testing::RecordingKiller};
 
 use crate::{value, Harness, LONG_TTL};
 
@@ -411,6 +404,7 @@ where
     assert_eq!(owners(&left), [key(1)], "the deleted session left at once");
     harness.expire().await;
     let other = harness.client(&store).await;
+    wait_out_ended_owner(harness, &other, 2, "lock").await;
     let created = run(&other, 2, "lock", create(1)).await.expect("runs");
     assert_eq!(created.expired, [key(1)]);
     let description = created.description.expect("created");
@@ -487,6 +481,26 @@ where
         .expect("free once the holder released");
 }
 
+/// On a store that waits out an ended owner ([`Harness::waits_out_ended_owners`]): the first
+/// look of `store` (by session `n`) at `name` after the owner's session ended still counts the
+/// owner, says it is waited for at most the short TTL, and removes nothing; then that TTL
+/// passes. Elsewhere nothing.
+async fn wait_out_ended_owner<H: Harness>(harness: &H, store: &H::Store, n: u64, name: &str)
+where
+    H::Store: SemaphoreStore,
+{
+    if !harness.waits_out_ended_owners() {
+        return;
+    }
+    let first = run(store, n, name, SemaphoreRequest::Describe)
+        .await
+        .expect("runs");
+    assert!(first.expired.is_empty(), "{first:?}");
+    let left = first.parties_expire_in.expect("the owner is waited out");
+    assert!(left <= harness.short_ttl(), "{left:?}");
+    harness.expire().await;
+}
+
 /// An owner whose session expired is removed by the next operation on the semaphore, which
 /// grants the waiter behind it; before that, every answer says when the owner's session
 /// expires.
@@ -511,6 +525,7 @@ where
     assert!(hint <= harness.short_ttl(), "{hint:?}");
     harness.expire().await;
     let other = harness.client(&store).await;
+    wait_out_ended_owner(harness, &other, 2, "lock").await;
     let after = run(&other, 2, "lock", SemaphoreRequest::Describe)
         .await
         .expect("runs");
@@ -906,7 +921,7 @@ pub async fn semaphore_names_are_listed_in_pages<H: Harness>(harness: &H)
 where
     H::Store: SemaphoreStore,
 {
-    use vvm::coordination::{NamesPage, NamesPageError, NAMES_PAGE_MAX};
+    use vvm::coordination::{NAMES_PAGE_MAX, NamesPage, NamesPageError};
 
     let store = harness.store().await;
     let other = harness.client(&store).await;

@@ -159,6 +159,9 @@ pub struct EtcdStore {
     sessions: Arc<std::sync::Mutex<Sessions>>,
     /// What this store's candidates saw of their slots' records (see the `vanished` module).
     vanished: Arc<vanished::Vanished>,
+    /// Owners of semaphore units found gone without a release, and when first seen so (see the
+    /// `semaphore` module).
+    unreleased: Arc<crate::unreleased::Unreleased>,
     /// Sends of one request at most while members refuse or break the connection: twice the endpoints
     /// plus one, at most [`SENDS_MAX`].
     sends_max: usize,
@@ -225,6 +228,7 @@ impl EtcdStore {
             feeds: Arc::default(),
             sessions: Arc::default(),
             vanished: Arc::default(),
+            unreleased: Arc::default(),
             sends_max,
         })
     }

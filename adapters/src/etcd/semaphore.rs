@@ -9,6 +9,7 @@
 //! <prefix> NUL "semaphore/" n            0x01 'S' <Semaphore::encode>                       no lease
 //!                                        0x01 'D' <generation: u64 BE> <next order id: u64 BE>
 //! <prefix> NUL "semaphore/" n NUL s      empty                                              the session's lease
+//! <prefix> NUL "semaphore/" n NUL s NUL  the session's TTL in ms, in decimal (its mark)      no lease
 //! ```
 //!
 //! The prefix holds no NUL byte ([`EtcdOptions::prefix`](super::EtcdOptions::prefix)) and a
@@ -20,7 +21,7 @@
 //!
 //! | operation | etcd requests |
 //! |---|---|
-//! | `semaphore` | one read transaction: the state key, the party keys of the semaphore (keys only), the caller's session record; then [`transact`]; then, when it writes, `if mod_revision(state) == read && lease(caller's record) == L then put(state), put(caller's party key, L) when it joined, delete(caller's party key) when it left, delete(every party key) when the semaphore is deleted`; a false comparison runs it all again |
+//! | `semaphore` | one read transaction: the state key, the party keys and marks of the semaphore, the caller's session record; then [`transact`]; then, when it writes, `if mod_revision(state) == read && lease(caller's record) == L then put(state), put(caller's party key, L) and its mark when it joined, delete(caller's party key and mark) when it left, delete(the mark of each party removed as expired), delete(every party key and mark) when the semaphore is deleted`; a false comparison runs it all again |
 //! | `delete_session` (`session` module) | the record's lease, and the keys bound to it (`LeaseTimeToLive` with keys): its party keys name its semaphores; one read of their states; `if mod_revision(record) == expected && mod_revision(each state) == read then delete(record), put(each state without the session's party), delete(its party keys)`; then the lease is revoked |
 //!
 //! **Why one key for the state, not etcd's recipe shape** (a key per waiter, queued by its
@@ -41,15 +42,28 @@
 //!
 //! **Liveness is etcd's.** A party key is bound to its session's lease, so etcd deletes it when
 //! the session ends (expiry, or the revocation of a deleted session): a party is live exactly
-//! while its key exists, read in the same snapshot as the state. A party whose key is gone is
-//! removed as by its expiry ([`transact`]'s lazy step), and the deletion of its key is an event
-//! in the semaphore's key range, so it wakes every waiter and watch of the semaphore (see the
-//! change feed): a dead owner's units pass on within etcd's lease check (0.5 s) of its expiry,
-//! not at some later look. The time a party has left ([`Applied::parties_expire_in`]) is its
+//! while its key exists, read in the same snapshot as the state. A waiter whose key is gone is
+//! removed as by its expiry ([`transact`]'s lazy step); an owner a TTL later (below). The
+//! deletion of its key is an event in the semaphore's key range, so it wakes every waiter and
+//! watch of the semaphore (see the change feed) at once. The time a party has left ([`Applied::parties_expire_in`]) is its
 //! session's TTL when this store knows it (an upper bound: etcd reports no more), else none.
 //! The caller is live when its session record is, and the write compares the record's lease,
 //! so a session that ended between the read and the write makes the write false (and the next
 //! attempt answers `SessionGone`); a party key is never bound to an ended lease.
+//!
+//! **Owners gone without a release** (`Et.SemaphoreUnreleased`): etcd deletes a party key alike
+//! for an expiry, a revocation of its lease (`etcdctl lease revoke`) and a `del`; a session kept
+//! alive by `LeaseKeepAlive` writes nothing, so nothing tells them apart. An owner of units whose
+//! key is gone while the state still lists it did not release them (a release removes it from the
+//! state in the same transaction) and may act until its session would have run out: it stays
+//! counted, in its place, until its TTL after this store handle first saw the key gone
+//! (`crate::unreleased`, the rule `vvm_core::semaphore::unreleased_party_left`); the answer's
+//! [`Applied::parties_expire_in`] brings a waiter back then. The TTL is its mark's, written when
+//! it joined (a key without a lease, which outlives it); without one (a party of an earlier
+//! version), the caller's own. A waiter so gone holds no units and goes at once. A caller listed
+//! in the state whose own key is gone while its session lives (`etcdctl del` of that key) is
+//! answered `SessionGone`: its grant ends at once. The price: a dead owner's units pass on a
+//! TTL after its expiry was seen, not at it.
 //!
 //! **Change feed**: one etcd watch over the semaphore's key range; any event wakes it: a write
 //! of the state, a party joining or leaving, a party's lease ending. Nothing committed after
@@ -64,7 +78,10 @@
 //! answer "already exists"); so a write whose connection broke is [`StoreError::Unknown`].
 //!
 //! **Costs.** One read transaction (the state, up to [`PARTIES_MAX`](vvm_core::semaphore::PARTIES_MAX)
-//! party keys, one record) and at most one write transaction of at most three operations.
+//! party keys and as many marks, one record) and at most one write transaction of at most four
+//! operations and one per party removed as expired. When this store does not know the caller's
+//! TTL (a session it did not make) and the caller joins or the semaphore has owners, one
+//! `LeaseTimeToLive` asks etcd for it.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -163,6 +180,20 @@ pub(super) fn decode(bytes: Option<&[u8]>) -> Result<Stored, DecodeError> {
     }
 }
 
+/// The value of a party's mark: its session's TTL in milliseconds, in decimal.
+fn mark(ttl: Duration) -> Vec<u8> {
+    u64::try_from(ttl.as_millis())
+        .unwrap_or(u64::MAX)
+        .to_string()
+        .into_bytes()
+}
+
+/// The TTL a mark's value names (`None`: not a mark this module wrote).
+fn read_mark(value: &[u8]) -> Option<Duration> {
+    let ms: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
+    Some(Duration::from_millis(ms))
+}
+
 /// The sessions that own or wait in `state`.
 fn parties(state: Option<&Semaphore>) -> HashSet<SessionKey> {
     state.map_or_else(HashSet::new, |state| {
@@ -194,6 +225,9 @@ struct Snapshot {
     bytes: Option<Vec<u8>>,
     /// The party keys that exist.
     party_keys: HashSet<Vec<u8>>,
+    /// The parties' marks that exist, by their party key: the TTL each names (`None`:
+    /// unreadable).
+    marks: std::collections::HashMap<Vec<u8>, Option<Duration>>,
     /// The caller's session lease, when its record exists.
     lease: Option<i64>,
 }
@@ -209,6 +243,14 @@ impl EtcdStore {
         let mut key = state_key.to_vec();
         key.push(0);
         key.extend_from_slice(session.to_string().as_bytes());
+        key
+    }
+
+    /// The mark of the party whose key is `party_key`: that key and a NUL byte (see
+    /// `Et.SemaphoreUnreleased` in the module documentation).
+    fn mark_key(party_key: &[u8]) -> Vec<u8> {
+        let mut key = party_key.to_vec();
+        key.push(0);
         key
     }
 
@@ -246,13 +288,10 @@ impl EtcdStore {
         parties_start.push(0);
         let txn = Txn::new().and_then([
             TxnOp::get(state_key.to_vec(), None),
+            // Values too: a party key's is empty, a mark's a few digits.
             TxnOp::get(
                 parties_start,
-                Some(
-                    GetOptions::new()
-                        .with_range(Self::range_end(state_key))
-                        .with_keys_only(),
-                ),
+                Some(GetOptions::new().with_range(Self::range_end(state_key))),
             ),
             TxnOp::get(
                 self.session_key(session),
@@ -266,14 +305,23 @@ impl EtcdStore {
         let (revision, bytes) = state.kvs().first().map_or((0, None), |kv| {
             (kv.mod_revision(), Some(kv.value().to_vec()))
         });
+        let mut keys = HashSet::new();
+        let mut marks = std::collections::HashMap::new();
+        for kv in party_keys.kvs() {
+            match kv.key().strip_suffix(&[0]) {
+                Some(party) => {
+                    marks.insert(party.to_vec(), read_mark(kv.value()));
+                }
+                None => {
+                    keys.insert(kv.key().to_vec());
+                }
+            }
+        }
         Ok(Snapshot {
             revision,
             bytes,
-            party_keys: party_keys
-                .kvs()
-                .iter()
-                .map(|kv| kv.key().to_vec())
-                .collect(),
+            party_keys: keys,
+            marks,
             lease: record.kvs().first().map(|kv| kv.lease()),
         })
     }
@@ -301,20 +349,59 @@ impl EtcdStore {
         let state_key = self.semaphore_key(name);
         let snapshot = self.snapshot(&state_key, session).await?;
         between.await;
-        let session_left = |party| {
-            let left = if party == session {
-                snapshot.lease.map(|_| Duration::MAX)
-            } else if snapshot
+        let decoded = decode(snapshot.bytes.as_deref());
+        let owners = match &decoded {
+            Ok((Some(state), _)) => state.owners().iter().map(|o| o.session).collect(),
+            _ => HashSet::new(),
+        };
+        let present = |party| {
+            snapshot
                 .party_keys
                 .contains(&Self::party_key(&state_key, party))
-            {
+        };
+        // The caller's own TTL: written in its mark when it joins, and the TTL an owner gone
+        // without a release and without a readable mark is waited for.
+        let caller_joins = !present(session);
+        let own_ttl = match snapshot.lease {
+            Some(lease) if caller_joins || !owners.is_empty() => {
+                Some(self.own_ttl(session, lease).await)
+            }
+            _ => None,
+        };
+        // A caller listed in the state whose party key is gone while its session lives had
+        // the key deleted from outside (`etcdctl del`): its party is over for it, as if its
+        // session ended (its successors wait as for any owner gone without a release).
+        let caller_listed = match &decoded {
+            Ok((stored, _)) => parties(stored.as_ref()).contains(&session),
+            Err(_) => false,
+        };
+        let caller_removed = caller_listed && !present(session);
+        let now = vvm_runtime::TimeSource::now(&vvm_runtime::Clock);
+        let session_left = |party| {
+            let left = if party == session {
+                snapshot
+                    .lease
+                    .filter(|_| !caller_removed)
+                    .map(|_| Duration::MAX)
+            } else if present(party) {
+                self.unreleased.live(party);
                 Some(self.known_ttl(party).unwrap_or(Duration::MAX))
+            } else if owners.contains(&party) {
+                // Its key went without a release (`Et.SemaphoreUnreleased`): waited out for
+                // the TTL its mark names, else the caller's.
+                let mark = snapshot
+                    .marks
+                    .get(&Self::party_key(&state_key, party))
+                    .copied()
+                    .flatten();
+                let ttl = mark.or(own_ttl).unwrap_or(Duration::MAX);
+                self.unreleased.left(party, ttl, now)
             } else {
                 None
             };
             Ok::<_, std::convert::Infallible>(left)
         };
-        let decided = match decode(snapshot.bytes.as_deref()) {
+        let decided = match decoded {
             Ok((stored, counters)) => {
                 let before = parties(stored.as_ref());
                 let Ok(decided) = transact(stored, counters, session, name, request, session_left);
@@ -346,12 +433,25 @@ impl EtcdStore {
                 let now = parties(Some(state)).contains(&session);
                 if now && !snapshot.party_keys.contains(&caller_key) {
                     ops.push(TxnOp::put(
+                        Self::mark_key(&caller_key),
+                        mark(own_ttl.unwrap_or(Duration::MAX)),
+                        None,
+                    ));
+                    ops.push(TxnOp::put(
                         caller_key,
                         Vec::new(),
                         Some(PutOptions::new().with_lease(lease)),
                     ));
                 } else if !now && before.contains(&session) {
+                    ops.push(TxnOp::delete(Self::mark_key(&caller_key), None));
                     ops.push(TxnOp::delete(caller_key, None));
+                }
+                // The parties ended as expired: their keys are gone, their marks go now.
+                for expired in &applied.expired {
+                    let party = Self::party_key(&state_key, *expired);
+                    if snapshot.marks.contains_key(&party) {
+                        ops.push(TxnOp::delete(Self::mark_key(&party), None));
+                    }
                 }
             }
             Write::Delete { .. } => {
@@ -372,6 +472,27 @@ impl EtcdStore {
             .and_then(ops);
         let response = self.write(txn, 0, Resend::Unsent).await?;
         Ok(response.succeeded().then_some(Ok(applied)))
+    }
+
+    /// The TTL of the caller's own `session`, whose lease is `lease`: as this store made or
+    /// kept it alive, else as etcd granted it. `Duration::MAX` when etcd cannot tell (an owner
+    /// gone without a release then counts as one until a later judgement can).
+    async fn own_ttl(&self, session: SessionKey, lease: i64) -> Duration {
+        if let Some(ttl) = self.known_ttl(session) {
+            return ttl;
+        }
+        let answer = self
+            .resend(Resend::Broken, || {
+                let mut client = self.lease.clone();
+                async move { client.time_to_live(lease, None).await }
+            })
+            .await;
+        match answer {
+            Ok(answer) if answer.granted_ttl() > 0 => {
+                Duration::from_secs(answer.granted_ttl().unsigned_abs())
+            }
+            _ => Duration::MAX,
+        }
     }
 
     /// The semaphores `session` (whose record is `record`) is a party of, by the keys bound to
@@ -453,7 +574,9 @@ impl EtcdStore {
                 kv.mod_revision(),
             ));
             ops.push(TxnOp::put(key.clone(), bytes, None));
-            ops.push(TxnOp::delete(Self::party_key(&key, session), None));
+            let party = Self::party_key(&key, session);
+            ops.push(TxnOp::delete(Self::mark_key(&party), None));
+            ops.push(TxnOp::delete(party, None));
         }
         Ok(Txn::new().when(compares).and_then(ops).or_else([TxnOp::get(
             record_key,

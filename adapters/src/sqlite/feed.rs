@@ -12,7 +12,8 @@
 //! each subscriber is woken only when what it waits on changed: a slot's row deleted or holding
 //! another value (another holder, or another incarnation of one) than when its wait began, a
 //! semaphore's row written. A renewal rewrites a slot's row with the same value and a new
-//! revision: it does not wake the waiter, who would only be refused again.
+//! revision: it does not wake the waiter, who would only be refused again. A session row of an
+//! owner of units deleted (by hand, from outside) wakes the semaphore's waits too.
 //!
 //! This replaced a look at `data_version` every 10 ms by every waiting future on its own: 100
 //! served grants cost 4 % of a core and 1 000 cost 26 % while nothing changed, a waiting `vvm run`
@@ -197,11 +198,11 @@ struct SlotWait {
     wake: Arc<Notify>,
 }
 
-/// A wait on a semaphore: its name, the version of its row when the wait began (`None` inside:
-/// no row; `None` outside: not read yet), whether that changed.
+/// A wait on a semaphore: its name, what it compares ([`NameSeen`]) when the wait began
+/// (`None` outside: not read yet), whether that changed.
 struct NameWait {
     name: SemaphoreName,
-    row: Option<Option<i64>>,
+    row: Option<NameSeen>,
     changed: bool,
     wake: Arc<Notify>,
 }
@@ -229,11 +230,40 @@ impl Drop for Subscription {
     }
 }
 
-/// The version of `name`'s row (`None`: no row).
-fn row_version(conn: &Connection, name: &SemaphoreName) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached("SELECT version FROM vvm_semaphores WHERE name = ?1")?
-        .query_row([name.as_str()], |row| row.get(0))
-        .optional()
+/// What a wait on a semaphore compares: its row's version and how many of its owners' sessions
+/// have a row. A session row deleted from outside (`DELETE FROM vvm_sessions`, by hand) writes
+/// nothing to the semaphore's row, yet ends that owner's grant and starts its successors' wait
+/// (`semaphore.rs`): the count makes it a change.
+type NameSeen = Option<(i64, usize)>;
+
+/// What a wait on `name` compares (`None`: no row). O(owners), each session row by its key.
+fn row_version(conn: &Connection, name: &SemaphoreName) -> rusqlite::Result<NameSeen> {
+    let row: Option<(i64, Option<Vec<u8>>)> = conn
+        .prepare_cached("SELECT version, state FROM vvm_semaphores WHERE name = ?1")?
+        .query_row([name.as_str()], |row| {
+            let state = match row.get_ref(1)? {
+                ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Some(bytes.to_vec()),
+                _ => None,
+            };
+            Ok((row.get(0)?, state))
+        })
+        .optional()?;
+    let Some((version, state)) = row else {
+        return Ok(None);
+    };
+    let owners: std::collections::HashSet<SessionKey> = state
+        .and_then(|bytes| Semaphore::decode(&bytes).ok())
+        .map(|state| state.owners().iter().map(|owner| owner.session).collect())
+        .unwrap_or_default();
+    let mut present = 0;
+    for owner in owners {
+        let found = conn
+            .prepare_cached("SELECT 1 FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2")?
+            .query_row(record::session_columns(owner), |_| Ok(()))
+            .optional()?;
+        present += usize::from(found.is_some());
+    }
+    Ok(Some((version, present)))
 }
 
 impl Feed {
@@ -327,7 +357,7 @@ impl Feed {
         state: &mut State,
         keys: &[u32],
         names: &[&SemaphoreName],
-    ) -> Option<(Seen, Vec<Option<i64>>)> {
+    ) -> Option<(Seen, Vec<NameSeen>)> {
         self.looks.fetch_add(1, Ordering::Relaxed);
         let read_only = self.read_only;
         let path = Arc::clone(&self.path);

@@ -260,6 +260,8 @@ impl SqliteStoreBuilder {
                     }
                 },
                 unclaimed: std::sync::Mutex::default(),
+                unreleased: crate::unreleased::Unreleased::default(),
+                session_ttls: session::SessionTtls::default(),
                 feed: Arc::new(feed::Feed::new(path, self.read_only)),
             }),
         })
@@ -277,6 +279,12 @@ struct Shared {
     /// Slots where this process met another holder's live record (`None`), or found no row on
     /// a used slot, and when (boot-clock nanoseconds) it first saw that (`Some`); see `insert`.
     unclaimed: std::sync::Mutex<std::collections::HashMap<Slot, Option<i64>>>,
+    /// Semaphore owners whose session row this handle found deleted from outside, and when it
+    /// first saw each so (`semaphore.rs`).
+    unreleased: crate::unreleased::Unreleased,
+    /// The TTL of each session this handle made or kept alive: what an owner deleted from
+    /// outside is waited out for (`semaphore.rs`).
+    session_ttls: session::SessionTtls,
     /// The one change feed of this handle and its clones, which every waiter subscribes to;
     /// see [`feed`].
     feed: Arc<feed::Feed>,

@@ -12,6 +12,16 @@
 //! ([`SemaphoreStore::semaphore_changed`]) watches the locks of the sessions owning units besides
 //! the file's version, so a SIGKILLed owner's units pass on at once, not at its session's expiry.
 //!
+//! **Owners removed from outside** (`Sq.SemaphoreUnreleased`): every store path that ends a
+//! session (its delete, a dead process, a sweep of expired rows, `session.rs`) removes its
+//! parties in the same transaction, so an owner of units whose session row is *absent* had it
+//! deleted by hand (`DELETE FROM vvm_sessions`, "unsticking" a lock). It did not release its
+//! units and may act until its session would have run out, so they count as used (its place in
+//! the queue kept) until the caller's session TTL after this handle first saw the row gone
+//! (`crate::unreleased`, the rule `vvm_core::semaphore::unreleased_party_left`): the answer's
+//! [`Applied::parties_expire_in`] brings a waiter back then. An expired row is judged dead at
+//! once, as before, and a waiter so removed, holding no units, goes at once.
+//!
 //! **The parties' index** (`vvm_semaphore_parties`, schema version 6): one row per session and
 //! semaphore it is a party of, written with the semaphore's row in the same transaction (the
 //! parties that left deleted, those that joined inserted), so it always names exactly the
@@ -48,16 +58,24 @@ use vvm_runtime::{NamesPage, SemaphoreNames, StoreError, UnreadableName};
 
 use super::parties::{load, parties, store};
 use super::record::{self, Now, TxError};
-use super::session::end_if_dead;
+use super::session::{end_if_dead, SessionTtls};
 use super::{transact as in_transaction, SqliteStore, Step};
+use crate::unreleased::Unreleased;
 
-/// The time the session `key` has left by its row, `None` when it is not live. A row whose
-/// liveness cannot be told counts as live for ever: its parties are never removed on a guess.
-fn session_left(
-    tx: &Transaction<'_>,
-    key: SessionKey,
-    now: Now<'_>,
-) -> Result<Option<Duration>, TxError> {
+/// A session judged by its row.
+enum Judged {
+    /// Live, with this much time left (`Duration::MAX`: a row whose liveness cannot be told,
+    /// which counts as live for ever: its parties are never removed on a guess).
+    Live(Duration),
+    /// Expired, or of another boot.
+    Over,
+    /// No row: the session was ended by a store (which removes its parties in the same
+    /// transaction) or its row was deleted from outside.
+    Absent,
+}
+
+/// The session `key` judged by its row.
+fn judge(tx: &Transaction<'_>, key: SessionKey, now: Now<'_>) -> Result<Judged, TxError> {
     let judged = tx
         .prepare_cached(
             "SELECT boot_id, expires_ns FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2",
@@ -66,22 +84,63 @@ fn session_left(
             Ok(match (row.get_ref(0)?, row.get_ref(1)?) {
                 (ValueRef::Text(boot), ValueRef::Integer(expires_ns)) => {
                     if boot != now.boot_id.as_bytes() || expires_ns <= now.ns {
-                        None
+                        Judged::Over
                     } else {
-                        Some(Duration::from_nanos(expires_ns.abs_diff(now.ns)))
+                        Judged::Live(Duration::from_nanos(expires_ns.abs_diff(now.ns)))
                     }
                 }
-                _ => Some(Duration::MAX),
+                _ => Judged::Live(Duration::MAX),
             })
         })
         .optional()?;
-    Ok(judged.flatten())
+    Ok(judged.unwrap_or(Judged::Absent))
+}
+
+/// The time the session `key` (an owner of units when `owner`) has left as a party of a
+/// semaphore operated on by `caller`, `None` when it is over. An owner other than the caller
+/// whose row is absent was removed from outside without a release (every store path that ends
+/// a session removes its parties with its row, `session.rs`): it counts as a party for a
+/// session TTL after this handle first saw it so (`unreleased`), the TTL being the caller's
+/// own (the owner's is gone with its row). A waiter so removed holds no units: it goes at once.
+fn session_left(
+    tx: &Transaction<'_>,
+    (unreleased, ttls): (&Unreleased, &SessionTtls),
+    caller: SessionKey,
+    key: SessionKey,
+    owner: bool,
+    now: Now<'_>,
+) -> Result<Option<Duration>, TxError> {
+    Ok(match judge(tx, key, now)? {
+        Judged::Live(left) => {
+            if key != caller {
+                unreleased.live(key);
+            }
+            Some(left)
+        }
+        Judged::Over => None,
+        Judged::Absent if key == caller || !owner => None,
+        Judged::Absent => {
+            // A caller whose TTL this handle does not know (it did not make the session):
+            // its own time left, the one lease length known here.
+            let ttl = match ttls.of(caller) {
+                Some(ttl) => ttl,
+                None => match judge(tx, caller, now)? {
+                    Judged::Live(left) => left,
+                    Judged::Over | Judged::Absent => Duration::ZERO,
+                },
+            };
+            // On the store's clock, as its expiries.
+            let at = vvm_core::Instant::from_nanos(u64::try_from(now.ns).unwrap_or(0));
+            unreleased.left(key, ttl, at)
+        }
+    })
 }
 
 /// The body of a semaphore's transaction: the row read and decoded, the parties' sessions
 /// judged, the core operation run, and what it decided written.
 fn decide(
     tx: &Transaction<'_>,
+    unreleased: (&Unreleased, &SessionTtls),
     now: Now<'_>,
     session: SessionKey,
     name: &SemaphoreName,
@@ -114,8 +173,11 @@ fn decide(
         },
     };
     let before = parties(stored.as_ref());
+    let owners: HashSet<SessionKey> = stored.as_ref().map_or_else(HashSet::new, |state| {
+        state.owners().iter().map(|owner| owner.session).collect()
+    });
     let decided = transact(stored, counters, session, name, request.clone(), |key| {
-        session_left(tx, key, now)
+        session_left(tx, unreleased, session, key, owners.contains(&key), now)
     })?;
     match decided {
         Ok((write, applied)) => {
@@ -150,7 +212,8 @@ impl SemaphoreStore for SqliteStore {
                             end_if_dead(tx, shared, *suspect)?;
                         }
                     }
-                    decide(tx, now, session, &name, &request)
+                    let unreleased = (&shared.unreleased, &shared.session_ttls);
+                    decide(tx, unreleased, now, session, &name, &request)
                 })
             })
             .await;

@@ -129,7 +129,10 @@ fn end(tx: &Transaction<'_>, key: (i64, i64)) -> Result<(), TxError> {
         .execute(key)?;
     tx.prepare_cached("DELETE FROM vvm_sessions WHERE incarnation = ?1 AND id = ?2")?
         .execute(key)?;
-    Ok(())
+    // Its parties go with its row, in every path that ends a session (a delete, a dead
+    // process, a sweep of expired rows): a party whose session row is absent is then one
+    // removed from outside, whose units still count as used (`semaphore.rs`).
+    super::parties::end_parties(tx, record::session_key(key.0, key.1))
 }
 
 /// Removes up to [`SWEEP_SESSIONS_MAX`] dead sessions — of another boot, or expired — with
@@ -193,13 +196,47 @@ pub(super) fn end_if_dead(
         return Ok(false);
     };
     end(tx, record::session_columns(key))?;
-    super::parties::end_parties(tx, key)?;
     // Removed while locked: a transaction rolled back after this leaves a row naming a file that
     // is gone, which then ends at its expiry, as a session naming no lock.
     lock::remove(&path);
     drop(lock);
     tracing::info!(session = %key, "session ended at once: its lock was free, so its process is gone");
     Ok(true)
+}
+
+/// Most sessions whose TTL a handle remembers.
+const SESSION_TTLS_MAX: usize = 4_096;
+
+/// The TTL of each session a store handle made or kept alive (its own sessions: a handle
+/// makes a few).
+#[derive(Debug, Default)]
+pub(super) struct SessionTtls(std::sync::Mutex<std::collections::HashMap<SessionKey, Duration>>);
+
+impl SessionTtls {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionKey, Duration>> {
+        // Every critical section leaves the map consistent; a poisoned lock is usable.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `session` was made or kept alive with `ttl`.
+    fn note(&self, session: SessionKey, ttl: Duration) {
+        let mut ttls = self.map();
+        if ttls.len() < SESSION_TTLS_MAX || ttls.contains_key(&session) {
+            ttls.insert(session, ttl);
+        }
+    }
+
+    /// `session` is over.
+    fn forget(&self, session: SessionKey) {
+        self.map().remove(&session);
+    }
+
+    /// The TTL `session` was made or last kept alive with, if by this handle.
+    pub(super) fn of(&self, session: SessionKey) -> Option<Duration> {
+        self.map().get(&session).copied()
+    }
 }
 
 /// Lets go of this process's lock of the session `key` (and removes its file) once the session
@@ -308,6 +345,7 @@ impl SessionStore for SqliteStore {
             match &result {
                 // Written, or perhaps written: the row names the lock, kept for the session's life.
                 Ok(Some(_)) | Err(StoreError::Unknown { .. }) => {
+                    shared.session_ttls.note(key, ttl);
                     registry.keep_session(&path, fresh)
                 }
                 // Nothing written: a lock taken for this create goes with its file.
@@ -349,6 +387,8 @@ impl SessionStore for SqliteStore {
             .await?;
         if absent {
             let_go(&self.shared, key);
+        } else if kept.is_some() {
+            self.shared.session_ttls.note(key, ttl);
         }
         Ok(kept)
     }
@@ -367,7 +407,6 @@ impl SessionStore for SqliteStore {
                 match load(tx, key, now)? {
                     Judged::Live(stored, _) if ours(key, &stored, expected) => {
                         end(tx, record::session_columns(key))?;
-                        super::parties::end_parties(tx, key)?;
                         Ok(Step::wrote((true, true)))
                     }
                     Judged::Live(..) => Ok(Step::read((false, false))),
@@ -376,6 +415,7 @@ impl SessionStore for SqliteStore {
             })
             .await?;
         if over {
+            self.shared.session_ttls.forget(key);
             let_go(&self.shared, key);
         }
         Ok(deleted)

@@ -270,6 +270,9 @@ pub struct TxLeaseStore<K> {
     /// The version of each semaphore record this process last read or wrote: the change feed's
     /// baseline (see the `semaphore` module).
     pub(super) semaphores: Arc<Mutex<SemaphoreVersions>>,
+    /// Owners of semaphore units whose session record this process found cleared from outside,
+    /// and when it first saw each so (see the `semaphore` module, `Tx.SemaphoreUnreleased`).
+    pub(super) unreleased: Arc<crate::unreleased::Unreleased>,
 }
 
 impl<K> Clone for TxLeaseStore<K> {
@@ -280,6 +283,7 @@ impl<K> Clone for TxLeaseStore<K> {
             notes: self.notes.clone(),
             time: self.time.clone(),
             semaphores: self.semaphores.clone(),
+            unreleased: self.unreleased.clone(),
         }
     }
 }
@@ -313,6 +317,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             notes: Arc::default(),
             time: Arc::new(time),
             semaphores: Arc::default(),
+            unreleased: Arc::default(),
         }
     }
 
@@ -325,6 +330,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             notes: Arc::default(),
             time: self.time.clone(),
             semaphores: Arc::default(),
+            unreleased: Arc::default(),
         }
     }
 
@@ -439,6 +445,11 @@ impl<K: TxKv> TxLeaseStore<K> {
             value,
             session: None,
         }
+    }
+
+    /// The TTL of the session `key`'s record as this process last noted it, if it did.
+    pub(super) fn session_ttl(&self, key: SessionKey) -> Option<Duration> {
+        self.notes().get(&Target::Session(key)).map(|note| note.ttl)
     }
 
     /// The time the session `key`, which a transaction that started at `started` just judged

@@ -38,6 +38,14 @@
 //! has left ([`Applied::parties_expire_in`]) is what is left of that TTL. Every session record
 //! read is a read of the transaction, so a keepalive committed meanwhile makes it run again.
 //!
+//! **Owners cleared from outside** (`Tx.SemaphoreUnreleased`): a session record whose key holds
+//! nothing at all was cleared, and a session's own delete removes its parties in the same
+//! transaction, so an owner of units left behind had its record cleared from outside (`fdbcli`
+//! `clear`). It did not release its units and may act until its session would have run out: it
+//! stays counted, in its place, until its TTL (as this process noted it, else the caller's)
+//! after this process first saw it so (`crate::unreleased`), then goes as expired. A waiter so
+//! cleared holds no units and goes at once.
+//!
 //! **Change feed.** [`SemaphoreStore::semaphore_changed`] rests on the store's watches, as the
 //! slots' feed does: a round reads the semaphore's key and watches it in one read-only
 //! transaction; it resolves when the version read differs from the baseline (the last version
@@ -65,6 +73,18 @@ use super::lease::{
     TxLeaseStore, BACKOFF_MAX, FEED_UNKNOWN_PAUSE,
 };
 use super::{KvTx, TxError, TxKv};
+
+/// A session judged by its record.
+enum Judged {
+    /// Live, with this much time left (`Duration::MAX`: not known, or a record that cannot be
+    /// read, which is never judged on a guess).
+    Live(Duration),
+    /// Expired by observation, or deleted.
+    Over,
+    /// Its key cleared: by a delete of its own, which removes its parties in the same
+    /// transaction, or from outside (`Tx.SemaphoreUnreleased`).
+    Cleared,
+}
 
 /// Most semaphores one session may be a party of at once on a transactional store: its parties
 /// key then stays below 64 KiB (FoundationDB's values are at most 100 000 bytes).
@@ -344,14 +364,13 @@ impl<K: TxKv> TxLeaseStore<K> {
         read_in(tx, key, far, vvm_core::Slot(0), self.options.timeout).await
     }
 
-    /// The time the session `key` has left as this process judges it, reading its record in
-    /// `tx`; `None` when it is not live.
+    /// The session `key` judged by its record, read in `tx`.
     async fn session_left_in(
         &self,
         tx: &mut K::Tx,
         key: SessionKey,
         started: Instant,
-    ) -> Result<Result<Option<Duration>, TxError>, StoreError> {
+    ) -> Result<Result<Judged, TxError>, StoreError> {
         let bytes = match self.get_in(tx, &self.session_key(key)).await? {
             Ok(bytes) => bytes,
             Err(retry) => return Ok(Err(retry)),
@@ -365,10 +384,13 @@ impl<K: TxKv> TxLeaseStore<K> {
             read_at,
         );
         Ok(Ok(match state {
-            State::Absent { .. } => None,
+            // No bytes at all: cleared. A session's delete removes its parties in the same
+            // transaction, so a party left behind was cleared from outside.
+            State::Absent { .. } if bytes.is_none() => Judged::Cleared,
+            State::Absent { .. } => Judged::Over,
             // Not a session record of this format: live for ever, never judged on a guess.
-            State::Unreadable => Some(Duration::MAX),
-            State::Live { .. } => Some(
+            State::Unreadable => Judged::Live(Duration::MAX),
+            State::Live { .. } => Judged::Live(
                 self.session_time_left(key, started)
                     .unwrap_or(Duration::MAX),
             ),
@@ -436,10 +458,32 @@ impl<K: TxKv> TxLeaseStore<K> {
             }
         };
         let before = parties(stored.state.as_ref());
+        let owners: HashSet<SessionKey> =
+            stored.state.as_ref().map_or_else(HashSet::new, |state| {
+                state.owners().iter().map(|owner| owner.session).collect()
+            });
         let mut left = HashMap::new();
         for party in std::iter::once(session).chain(before.iter().copied()) {
             if let std::collections::hash_map::Entry::Vacant(entry) = left.entry(party) {
-                entry.insert(read_or_retry!(self.session_left_in(&mut tx, party, started)));
+                // The TTL an owner cleared from outside is waited for: its own as noted, else
+                // the caller's (read before the judgement, which forgets a cleared one's note).
+                let ttl = self
+                    .session_ttl(party)
+                    .or_else(|| self.session_ttl(session));
+                let judged = read_or_retry!(self.session_left_in(&mut tx, party, started));
+                let judged = match judged {
+                    Judged::Live(left) => {
+                        self.unreleased.live(party);
+                        Some(left)
+                    }
+                    Judged::Over => None,
+                    Judged::Cleared if party == session || !owners.contains(&party) => None,
+                    Judged::Cleared => {
+                        let ttl = ttl.unwrap_or(Duration::MAX);
+                        self.unreleased.left(party, ttl, self.time.now())
+                    }
+                };
+                entry.insert(judged);
             }
         }
         let Ok(decided) = transact(
@@ -787,6 +831,94 @@ mod tests {
 
     fn name(text: &str) -> SemaphoreName {
         SemaphoreName::new(text).expect("valid")
+    }
+
+    /// The session record of an owner of units cleared from outside (`fdbcli` `clear`): its
+    /// units stay counted for a TTL from the first sight, then it goes as expired and the
+    /// waiter behind it is granted; a waiter's record cleared goes at once.
+    // covers: Tx.SemaphoreUnreleased, Sem.Store.Unreleased
+    #[tokio::test(start_paused = true)]
+    async fn an_owner_cleared_from_outside_is_waited_out_for_a_ttl() {
+        let store = TxLeaseStore::new(MemoryKv::new(), TxOptions::default());
+        let key = |n| SessionKey {
+            incarnation: Incarnation(n),
+            id: SessionId(1),
+        };
+        let ttl = Duration::from_secs(4);
+        for n in 1..=3 {
+            let value = LeaseValue::new(format!("10.0.0.{n}:7000"), Incarnation(n));
+            // The waiter's own TTL is long: the owner is waited out for its own, as noted.
+            let own = if n == 2 {
+                Duration::from_secs(3600)
+            } else {
+                ttl
+            };
+            store
+                .create_session(key(n), &value, own)
+                .await
+                .expect("runs")
+                .expect("created");
+        }
+        let lock = name("lock");
+        let create = SemaphoreRequest::Create {
+            limit: 1,
+            data: Vec::new(),
+        };
+        store
+            .semaphore(key(2), &lock, create)
+            .await
+            .expect("created");
+        let acquire = |request| SemaphoreRequest::Acquire {
+            request: vvm_core::semaphore::RequestId(request),
+            count: 1,
+            data: Vec::new(),
+            timeout_ms: 60_000,
+            ephemeral: false,
+        };
+        for n in 1..=3 {
+            store
+                .semaphore(key(n), &lock, acquire(n))
+                .await
+                .expect("granted or queued");
+        }
+        let clear = |n| {
+            let key = store.session_key(key(n));
+            let kv = std::sync::Arc::clone(&store.kv);
+            async move {
+                let mut tx = kv.begin().expect("a transaction");
+                tx.clear(&key);
+                tx.commit().await.expect("cleared");
+            }
+        };
+        clear(1).await;
+        clear(3).await;
+        let described = |n| store.semaphore(key(n), &lock, SemaphoreRequest::Describe);
+        let first = described(2).await.expect("runs");
+        assert_eq!(first.expired, [key(3)], "the waiter went at once");
+        let owners: Vec<SessionKey> = first
+            .description
+            .as_ref()
+            .expect("exists")
+            .owners
+            .iter()
+            .map(|o| o.session)
+            .collect();
+        assert_eq!(owners, [key(1)], "the owner is still counted");
+        assert_eq!(first.parties_expire_in, Some(ttl));
+        tokio::time::advance(ttl - Duration::from_millis(1)).await;
+        let still = described(2).await.expect("runs");
+        assert!(still.expired.is_empty(), "{still:?}");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let after = described(2).await.expect("runs");
+        assert_eq!(after.expired, [key(1)]);
+        let owners: Vec<SessionKey> = after
+            .description
+            .expect("exists")
+            .owners
+            .iter()
+            .map(|o| o.session)
+            .collect();
+        assert_eq!(owners, [key(2)], "the waiter was granted");
     }
 
     #[test]

@@ -67,6 +67,7 @@ mod invariants;
 mod name;
 mod outcome;
 mod state;
+mod unreleased;
 mod view;
 
 pub use codec::DecodeError;
@@ -74,6 +75,7 @@ pub use invariants::Violation;
 pub use name::{NameError, SemaphoreName};
 pub use outcome::{Changes, Description, Grant, Outcome, SemaphoreError, Status};
 pub use state::Semaphore;
+pub use unreleased::unreleased_party_left;
 
 /// Longest semaphore name, in bytes.
 pub const NAME_BYTES_MAX: usize = 255;
