@@ -184,6 +184,7 @@ pub mod store {
         jittered_backoff, next_request_id, Acquired, Applied, CallTimedOut, Cause, ErrorChain,
         Inserted, Lease, LeaseStore, SemaphoreChange, SemaphoreRequest, SemaphoreStore,
         SemaphoreStoreError, SessionRecord, SessionStore, SlotChange, StoreError, ValueError,
+        ACQUIRE_BATCH_MAX,
     };
 }
 

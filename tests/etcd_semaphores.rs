@@ -11,7 +11,11 @@ use std::time::Duration;
 use etcd_client::GetOptions;
 use etcd_support::{single, store};
 use vvm::coordination::SemaphoreName;
-use vvm::{lifecycle::Incarnation, session::{LeaseValue, SessionId, SessionKey}, store::{SemaphoreRequest, SemaphoreStore, SessionStore}};
+use vvm::{
+    lifecycle::Incarnation,
+    session::{LeaseValue, SessionId, SessionKey},
+    store::{SemaphoreRequest, SemaphoreStore, SessionStore},
+};
 
 const LONG_TTL: Duration = Duration::from_secs(3600);
 const SHORT_TTL: Duration = Duration::from_secs(2);
@@ -208,7 +212,10 @@ fn watchers(endpoint: &str) -> u64 {
 // covers: Et.SharedWatch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
-    use vvm::{Coordination, KillerThread, LeaseConfig, SessionHandle, coordination::WatchKind, testing::RecordingKiller};
+    use vvm::{
+        coordination::WatchKind, testing::RecordingKiller, Coordination, KillerThread, LeaseConfig,
+        SessionHandle,
+    };
     const WATCHERS: usize = 100;
     let Some(cluster) = single("the_watches_of_one_semaphore_share_one_etcd_watch").await else {
         return;
@@ -268,8 +275,8 @@ async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
 // covers: Sem.Store.WaitOutage
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_acquire_rides_out_an_outage_its_session_rides_out() {
-    use vvm::{SessionHandle, session::SessionStatus};
-    use vvm::{AcquireOptions, Coordination, KillerThread, LeaseConfig, testing::RecordingKiller};
+    use vvm::{session::SessionStatus, SessionHandle};
+    use vvm::{testing::RecordingKiller, AcquireOptions, Coordination, KillerThread, LeaseConfig};
     let test = "a_queued_acquire_rides_out_an_outage_its_session_rides_out";
     let Some(mut cluster) = single(test).await else {
         return;

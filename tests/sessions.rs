@@ -230,6 +230,72 @@ async fn a_slot_is_held_once_per_session() {
     );
 }
 
+/// Many slots at once: each answered as a single acquire would be, at its index; a slot named
+/// twice or held by the handle already refuses the whole call and claims nothing.
+// covers: Session.AcquireMany
+#[tokio::test(start_paused = true)]
+async fn acquire_many_answers_each_slot_as_acquire_would_and_refuses_a_repeated_slot() {
+    let store = Counted::default();
+    let killer = TestKiller::new();
+    let mine = open(&store, 1, &killer).await;
+    let other = open(&store, 2, &killer).await;
+    let taken = other.acquire(Slot(2)).await.expect("runs").expect("free");
+    let slots = [Slot(1), Slot(2), Slot(3)];
+    let held = mine.acquire_many(&slots).await.expect("runs");
+    assert_eq!(
+        held.iter().map(Option::is_some).collect::<Vec<_>>(),
+        [true, false, true]
+    );
+    for holding in held.iter().flatten() {
+        let record = store
+            .get(holding.slot())
+            .await
+            .expect("read")
+            .expect("written");
+        assert_eq!(record.revision, holding.revision());
+    }
+    assert!(matches!(
+        mine.acquire_many(&[Slot(4), Slot(1)]).await,
+        Err(SessionError::AlreadyHeld { slot: 1 })
+    ));
+    assert!(matches!(
+        mine.acquire_many(&[Slot(5), Slot(5)]).await,
+        Err(SessionError::AlreadyHeld { slot: 5 })
+    ));
+    // A refused call claimed nothing: slots 4 and 5 are free for the handle.
+    let again = mine.acquire_many(&[Slot(4), Slot(5)]).await.expect("runs");
+    assert!(again.iter().all(Option::is_some));
+    drop(taken);
+}
+
+/// On SQLite, a batch is one transaction of at most `ACQUIRE_BATCH_MAX` slots: the store refuses
+/// a larger call and writes nothing; the handle splits 2 500 slots into three.
+// covers: Session.AcquireMany
+#[tokio::test]
+async fn acquire_many_on_sqlite_splits_into_transactions_of_at_most_the_batch_bound() {
+    let dir = vvm_conformance::ScratchDir::new("acquire-many");
+    let store = vvm::adapters::SqliteStore::open(dir.path().join("s.sqlite")).unwrap();
+    let killer = TestKiller::new();
+    let session = SessionHandle::open(
+        store.clone(),
+        LeaseConfig::new(Duration::from_secs(10)).expect("valid"),
+        value(1),
+        &killer.thread,
+    )
+    .await
+    .expect("opens");
+    let key = session.key();
+    let too_many: Vec<Slot> = (0..=vvm::store::ACQUIRE_BATCH_MAX as u32)
+        .map(Slot)
+        .collect();
+    assert!(store.acquire_batch(too_many, key).await.is_err());
+    assert_eq!(store.get(Slot(0)).await.unwrap(), None, "nothing written");
+    let slots: Vec<Slot> = (0..2_500).map(Slot).collect();
+    let held = session.acquire_many(&slots).await.expect("runs");
+    assert_eq!(held.iter().flatten().count(), 2_500);
+    assert!(store.get(Slot(2_499)).await.unwrap().is_some());
+}
+
 /// An acquire in flight holds the session open: a close asked meanwhile is refused, and the
 /// acquire then ends with a holding.
 // covers: Session.AttachBeforeAcquire

@@ -5,7 +5,14 @@
 use std::time::Duration;
 
 use vvm::coordination::{Description, RequestId, SemaphoreName, Status};
-use vvm::{AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle, coordination::{CoordinationError, SemaphoreError, WatchKind}, lifecycle::Incarnation, session::{SessionId, SessionKey}, store::{Applied, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError, SessionStore}, testing::RecordingKiller};
+use vvm::{
+    coordination::{CoordinationError, SemaphoreError, WatchKind},
+    lifecycle::Incarnation,
+    session::{SessionId, SessionKey},
+    store::{Applied, SemaphoreRequest, SemaphoreStore, SemaphoreStoreError, SessionStore},
+    testing::RecordingKiller,
+    AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle,
+};
 
 use crate::{value, Harness, LONG_TTL};
 
@@ -921,7 +928,7 @@ pub async fn semaphore_names_are_listed_in_pages<H: Harness>(harness: &H)
 where
     H::Store: SemaphoreStore,
 {
-    use vvm::coordination::{NAMES_PAGE_MAX, NamesPage, NamesPageError};
+    use vvm::coordination::{NamesPage, NamesPageError, NAMES_PAGE_MAX};
 
     let store = harness.store().await;
     let other = harness.client(&store).await;

@@ -382,23 +382,27 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
         for &slot in slots {
             self.delete_left(slot).await?;
         }
-        let mut attached = Vec::with_capacity(slots.len());
-        for _ in slots {
-            let (reply, answer) = oneshot::channel();
-            self.shared
-                .commands
-                .send(Command::Attach { reply })
-                .map_err(|_| SessionError::Closed)?;
-            let holding = answer
-                .await
-                .map_err(|_| SessionError::Closed)?
-                .map_err(SessionError::AttachRefused)?;
-            attached.push(Attached {
+        // One round trip to the session's task for every holding.
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .commands
+            .send(Command::AttachMany {
+                count: slots.len(),
+                reply,
+            })
+            .map_err(|_| SessionError::Closed)?;
+        let ids = answer
+            .await
+            .map_err(|_| SessionError::Closed)?
+            .map_err(SessionError::AttachRefused)?;
+        let mut attached: Vec<Attached<'_, S>> = ids
+            .into_iter()
+            .map(|holding| Attached {
                 shared: &self.shared,
                 holding,
                 kept: false,
-            });
-        }
+            })
+            .collect();
         let mut answers = Vec::with_capacity(slots.len());
         for chunk in slots.chunks(crate::session_store::ACQUIRE_BATCH_MAX) {
             let per_slot = self.shared.lease.store_timeout();
@@ -430,8 +434,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             });
         }
         let mut holdings = Vec::with_capacity(slots.len());
-        for ((acquired, claim), attach) in answers.into_iter().zip(&mut claims).zip(&mut attached)
-        {
+        for ((acquired, claim), attach) in answers.into_iter().zip(&mut claims).zip(&mut attached) {
             holdings.push(match acquired {
                 Acquired::Written(revision) => {
                     attach.kept = true;

@@ -24,6 +24,12 @@ pub(super) enum Command {
     Attach {
         reply: oneshot::Sender<Result<HoldingId, AttachRefusal>>,
     },
+    /// Attach `count` new holdings at once (a batch acquire); answered with their ids, or with
+    /// why the first refused one was refused (then none is attached).
+    AttachMany {
+        count: usize,
+        reply: oneshot::Sender<Result<Vec<HoldingId>, AttachRefusal>>,
+    },
     /// A holding's services stopped and its record was released or is left to the session.
     Detach { holding: HoldingId },
     /// Close the session once no holding is attached.
@@ -81,6 +87,10 @@ impl<S: SessionStore + Clone> Task<S> {
                     let holding = self.take_id();
                     self.attaching = Some(reply);
                     SessionEvent::Attach { now, holding }
+                }
+                Wake::Command(Some(Command::AttachMany { count, reply })) => {
+                    self.attach_many(count, reply);
+                    continue;
                 }
                 Wake::Command(Some(Command::Detach { holding })) => {
                     self.free_ids.push(holding.0);
@@ -274,6 +284,56 @@ impl<S: SessionStore + Clone> Task<S> {
                 if let Some(reply) = self.attaching.take() {
                     let _ = reply.send(Err(refusal));
                 }
+            }
+        }
+    }
+
+    /// Attaches `count` holdings, one machine event each, in one wake of the task: a batch
+    /// acquire costs one round trip to the task, not one per slot. All or none: after a refusal
+    /// the ones attached already are detached again.
+    fn attach_many(
+        &mut self,
+        count: usize,
+        reply: oneshot::Sender<Result<Vec<HoldingId>, AttachRefusal>>,
+    ) {
+        let mut out = SessionEffects::new();
+        let mut ids = Vec::with_capacity(count);
+        let mut refused = None;
+        for _ in 0..count {
+            let (sender, mut answer) = oneshot::channel();
+            self.attaching = Some(sender);
+            let holding = self.take_id();
+            out.clear();
+            self.machine.handle(
+                &SessionEvent::Attach {
+                    now: Clock.now(),
+                    holding,
+                },
+                &mut out,
+            );
+            self.execute_all(&out);
+            self.attaching = None;
+            match answer.try_recv() {
+                Ok(Ok(id)) => ids.push(id),
+                Ok(Err(refusal)) => {
+                    refused = Some(refusal);
+                    break;
+                }
+                // The machine answered neither way: the session is not there to attach to.
+                Err(_) => {
+                    refused = Some(AttachRefusal::NotAlive);
+                    break;
+                }
+            }
+        }
+        let answer = match refused {
+            Some(refusal) => Err(refusal),
+            None => Ok(ids.clone()),
+        };
+        if reply.send(answer).is_err() || refused.is_some() {
+            // The caller gave up, or not all could be attached: nothing acts under them.
+            for id in ids {
+                self.detach_now(id);
             }
         }
     }
