@@ -322,7 +322,8 @@ impl Feed {
             // No busy wait (rusqlite's default is 5 s): a look that finds the file busy is
             // simply repeated at the next event or the settling looks.
             let opened = Connection::open_with_flags(path, flags)
-                .and_then(|opened| opened.busy_timeout(Duration::ZERO).map(|()| opened));
+                .and_then(|opened| opened.busy_timeout(Duration::ZERO).map(|()| opened))
+                .and_then(|opened| super::schema::stable_plans(&opened).map(|()| opened));
             match opened {
                 Ok(opened) => state.conn = Some(opened),
                 Err(error) => {

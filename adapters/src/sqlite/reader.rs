@@ -45,6 +45,10 @@ pub(crate) fn connect(path: &Path) -> Result<Connection, SqliteStoreError> {
             what: "clearing the busy handler",
             source,
         })?;
+    super::schema::stable_plans(&conn).map_err(|source| SqliteStoreError::Sqlite {
+        what: "fixing the query plans",
+        source,
+    })?;
     Ok(conn)
 }
 
