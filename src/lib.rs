@@ -5,7 +5,7 @@
 //! down in a strict order: services, then the leadership monitor, then the release of the key.
 //!
 //! This crate re-exports [`vvm_core`] and [`vvm_runtime`], and the stores of [`adapters`]
-//! behind features: `memory` (default), `sqlite`, `etcd`, `etcd-tls`, `foundationdb`, `url`,
+//! behind features: `memory` (default), `sqlite`, `etcd`, `etcd-tls`, `foundationdb`, `postgres`, `url`,
 //! `open`. The `cli` feature builds the `vvm` host binary. The README's quick start, a complete
 //! program on the memory store, is compiled and run with the tests.
 //!
@@ -80,7 +80,7 @@ pub use vvm_core::{
 pub use vvm_runtime::*;
 
 /// The lease stores, each behind the feature of its name (`memory`, the default; `sqlite`,
-/// `etcd`, `etcd-tls`, `foundationdb`), store URLs (`url`) and opening the store a URL names
+/// `etcd`, `etcd-tls`, `foundationdb`, `postgres`), store URLs (`url`) and opening the store a URL names
 /// (`open`).
 #[doc(inline)]
 pub use vvm_adapters as adapters;
