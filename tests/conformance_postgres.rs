@@ -67,6 +67,7 @@ impl Harness for Postgres {
     }
 }
 
+// covers: Pg.Mapping
 conformance::ttl_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Postgres::start() {

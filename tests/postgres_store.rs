@@ -155,6 +155,7 @@ fn two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file() {
 }
 
 // covers: Pg.Schema
+// covers: Pg.Clock
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_newer_and_forbidden_schemas_are_refused_in_one_line() {
     let Some(server) =
@@ -172,8 +173,19 @@ async fn foreign_newer_and_forbidden_schemas_are_refused_in_one_line() {
     );
     assert!(refused.to_string().contains("not a vvm store"), "{refused}");
 
-    // Made by this build, then marked as made by a newer one.
+    // Made by this build: two tables of bytes and text, no time anywhere (expiry is judged by
+    // observation, so the server's clock is never read and its steps change nothing).
     drop(store(&server, "later").await);
+    let columns = server.admin(
+        "SELECT string_agg(table_name || '.' || column_name || ':' || data_type, ',' \
+         ORDER BY table_name, column_name) FROM information_schema.columns \
+         WHERE table_schema = 'later'",
+    );
+    assert_eq!(
+        columns.trim(),
+        "vvm_kv.key:bytea,vvm_kv.value:bytea,vvm_meta.name:text,vvm_meta.value:text"
+    );
+    // Then marked as made by a newer one.
     server.admin("UPDATE later.vvm_meta SET value = '2' WHERE name = 'version'");
     let refused = open(config(&server, "vvm", "later"), TxOptions::default())
         .await

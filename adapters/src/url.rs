@@ -1168,4 +1168,123 @@ mod tests {
         let most = format!("etcd:{}", vec!["h:1"; ETCD_ENDPOINTS_MAX].join(","));
         assert!(StoreUrl::parse(&most).is_ok());
     }
+
+    fn postgres_of(url: &str) -> PostgresUrl {
+        match StoreUrl::parse(url) {
+            Ok(StoreUrl::Postgres(postgres)) => postgres,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    // covers: Pg.Url
+    #[test]
+    fn postgres_urls_parse_with_defaults_and_options_and_hide_the_user() {
+        let url = postgres_of("postgres://vvm@db.example/app");
+        assert_eq!(
+            (
+                url.host.as_str(),
+                url.port,
+                url.user.as_str(),
+                url.dbname.as_str()
+            ),
+            ("db.example", 5432, "vvm", "app")
+        );
+        assert_eq!(
+            postgres_of("postgresql://alice@10.0.0.1:6543").dbname,
+            "alice"
+        );
+        assert_eq!(postgres_of("postgres://a@[::1]:5/d").host, "::1");
+        let url = postgres_of(
+            "postgres://al%40ice@h:1/d?schema=s1&prefix=p%2F&password-file=%2Frun%2Fpw\
+             &connect-timeout-ms=250&connections=3&sslmode=prefer",
+        );
+        assert_eq!(url.user, "al@ice");
+        assert_eq!(url.schema.as_deref(), Some("s1"));
+        assert_eq!(url.prefix.as_deref(), Some("p/"));
+        assert_eq!(
+            url.password_file.as_deref(),
+            Some(std::path::Path::new("/run/pw"))
+        );
+        assert_eq!(url.connect_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(url.connections, Some(3));
+        let shown = StoreUrl::Postgres(url.clone()).to_string();
+        assert_eq!(
+            shown,
+            "postgres://<redacted>@h:1/d?schema=s1&prefix=p%2F&password-file=%3Credacted%3E&connect-timeout-ms=250&connections=3"
+        );
+        assert!(!format!("{url:?}").contains("ice") && !format!("{url:?}").contains("/run/pw"));
+        // The canonical form parses back to the same options (but the hidden ones).
+        assert_eq!(
+            postgres_of(
+                &shown
+                    .replace("%3Credacted%3E", "%2Frun%2Fpw")
+                    .replace("<redacted>", "al%40ice")
+            ),
+            url
+        );
+    }
+
+    // covers: Pg.Url, Url.Secrets
+    #[test]
+    fn postgres_urls_refuse_passwords_tls_they_cannot_give_and_pgpass() {
+        for (url, expected) in [
+            ("postgres://vvm:hunter2@h/d", UrlError::CredentialsInUrl),
+            (
+                "postgres://vvm@h/d?password=hunter2",
+                UrlError::PasswordInUrl,
+            ),
+            (
+                "postgres://h/d",
+                UrlError::PostgresForm("the user is missing (USER@ before the host)"),
+            ),
+            (
+                "postgres:h",
+                UrlError::PostgresForm("the // after the scheme is missing"),
+            ),
+            (
+                "postgres://vvm@h:0/d",
+                UrlError::PostgresForm("the port is not a number from 1 to 65535"),
+            ),
+            (
+                "postgres://vvm@h/d/e",
+                UrlError::PostgresForm("the database name holds a /"),
+            ),
+        ] {
+            assert_eq!(StoreUrl::parse(url), Err(expected), "{url}");
+        }
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let refused =
+                StoreUrl::parse(&format!("postgres://vvm@h/d?sslmode={mode}")).unwrap_err();
+            assert!(matches!(
+                refused,
+                UrlError::BadParameter {
+                    name: "sslmode",
+                    ..
+                }
+            ));
+            assert!(refused.to_string().contains("TLS"), "{refused}");
+        }
+        for mode in ["disable", "allow", "prefer"] {
+            assert!(StoreUrl::parse(&format!("postgres://vvm@h/d?sslmode={mode}")).is_ok());
+        }
+        let refused = StoreUrl::parse("postgres://vvm@h/d?passfile=%2Froot%2F.pgpass").unwrap_err();
+        assert!(refused.to_string().contains("password-file="), "{refused}");
+        for (url, name) in [
+            ("postgres://vvm@h/d?connections=0", "connections"),
+            ("postgres://vvm@h/d?connections=257", "connections"),
+            ("postgres://vvm@h/d?schema=", "schema"),
+        ] {
+            assert!(
+                matches!(StoreUrl::parse(url), Err(UrlError::BadParameter { name: n, .. }) if n == name),
+                "{url}"
+            );
+        }
+        assert!(matches!(
+            StoreUrl::parse("postgres://vvm@h/d?schemas=x"),
+            Err(UrlError::UnknownParameter {
+                store: "postgres",
+                near_miss: Some(_)
+            })
+        ));
+    }
 }

@@ -229,6 +229,7 @@ async fn listen(driver: tokio_postgres::Config, channel: String, waiters: Arc<Wa
 mod tests {
     use super::*;
 
+    // covers: Pg.Feed
     #[test]
     fn payloads_wake_their_key_and_others_wake_everyone() {
         assert_eq!(decode_hex("6b31"), Some(b"k1".to_vec()));
