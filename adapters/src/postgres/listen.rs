@@ -21,10 +21,13 @@ const RECONNECT_PAUSE_FIRST: Duration = Duration::from_millis(50);
 /// Longest pause between two attempts to connect the listener.
 const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(2);
 
+/// The waiters of one key: an id (to unregister) and the waiter's own [`Notify`].
+type KeyWaiters = Vec<(u64, Arc<Notify>)>;
+
 /// The waiters, by key: each has its own [`Notify`], so a wake-up before it waits is kept.
 #[derive(Default)]
 struct Waiters {
-    by_key: Mutex<HashMap<Vec<u8>, Vec<(u64, Arc<Notify>)>>>,
+    by_key: Mutex<HashMap<Vec<u8>, KeyWaiters>>,
     count: Mutex<usize>,
     next: AtomicU64,
 }
@@ -58,7 +61,7 @@ impl Waiters {
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
