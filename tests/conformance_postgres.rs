@@ -104,7 +104,7 @@ conformance::session_cases!(
         None => return,
     }
 );
-// covers: Pg.Semaphores
+// covers: Tx.Semaphores
 conformance::semaphore_cases!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     match Postgres::start() {

@@ -289,7 +289,7 @@ pub async fn open(config: PgConfig, options: TxOptions) -> Result<PgStore, PgOpe
 #[non_exhaustive]
 pub enum PgError {
     /// What the server or the driver said.
-    #[error("PostgreSQL: {0}")]
+    #[error("the PostgreSQL statement failed")]
     Postgres(#[from] tokio_postgres::Error),
     /// The watch's transaction did not commit.
     #[error("watch cancelled: its transaction did not commit")]
