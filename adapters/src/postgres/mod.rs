@@ -337,39 +337,34 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A connection taken from the pool; back to it when dropped `clean` (outside a transaction).
+/// A connection taken from the pool, under its permit; handed back with [`Shared::release`]
+/// (dropped instead, it is closed, which ends any transaction on it).
 struct Checkout {
-    conn: Option<Conn>,
-    shared: Arc<Shared>,
+    conn: Conn,
     permit: Option<OwnedSemaphorePermit>,
+    /// Outside a transaction: ready for the next one.
     clean: bool,
 }
 
-impl Checkout {
-    fn conn(&self) -> &Conn {
-        // Present from `checkout` until `drop`.
-        self.conn.as_ref().expect("a checkout holds its connection")
-    }
-}
-
-impl Drop for Checkout {
-    fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else {
-            return;
-        };
+impl Shared {
+    /// Hands a connection back: kept when `clean`; left inside a transaction (a timeout, a
+    /// dropped operation), rolled back aside under its permit and kept then; without a runtime,
+    /// or lost, closed (which rolls back).
+    fn release(self: &Arc<Self>, checkout: Checkout) {
+        let Checkout {
+            conn,
+            permit,
+            clean,
+        } = checkout;
         if conn.client.is_closed() {
             return;
         }
-        if self.clean {
-            self.shared.put_back(conn);
+        if clean {
+            self.put_back(conn);
             return;
         }
-        // Left inside a transaction (a timeout, a dropped operation): roll back aside and keep
-        // the connection, under its permit; without a runtime it is closed, which rolls back.
-        // The task holds no `Checkout`: dropping it (a runtime shutting down) spawns nothing.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let shared = self.shared.clone();
-            let permit = self.permit.take();
+            let shared = self.clone();
             runtime.spawn(async move {
                 let rollback = conn.client.batch_execute("ROLLBACK");
                 if let Ok(Ok(())) = tokio::time::timeout(CONNECT_TIMEOUT_DEFAULT, rollback).await {
@@ -379,9 +374,7 @@ impl Drop for Checkout {
             });
         }
     }
-}
 
-impl Shared {
     /// Keeps an idle connection for the next transaction (at most `connections_max`).
     fn put_back(&self, conn: Conn) {
         let mut idle = lock(&self.idle);
@@ -399,8 +392,7 @@ impl Shared {
             _ => self.connect().await?,
         };
         Ok(Checkout {
-            conn: Some(conn),
-            shared: self.clone(),
+            conn,
             permit,
             clean: false,
         })
@@ -429,14 +421,16 @@ impl Shared {
     /// The value under `key` now, outside any transaction.
     async fn read(self: &Arc<Self>, key: &[u8]) -> Result<Option<Vec<u8>>, TxError> {
         let mut checkout = self.checkout().await.map_err(failed)?;
-        let conn = checkout.conn();
+        let conn = &checkout.conn;
+        // On an error the connection is dropped (closed): it may be broken.
         let row = conn
             .client
             .query_opt(&conn.get, &[&key])
             .await
             .map_err(failed)?;
         checkout.clean = true;
-        Ok(row.map(|row| row.get(0)))
+        self.release(checkout);
+        row.map(|row| row.try_get(0)).transpose().map_err(failed)
     }
 }
 
@@ -524,33 +518,26 @@ fn map_error(error: tokio_postgres::Error, stage: Stage) -> TxError {
 impl PgTx {
     /// The transaction's connection, beginning the transaction on first use.
     async fn begun(&mut self) -> Result<&Conn, TxError> {
-        if self.checkout.is_none() {
-            let checkout = self.shared.checkout().await.map_err(failed)?;
-            checkout
-                .conn()
-                .client
-                .batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-                .await
-                .map_err(|error| map_error(error, Stage::Before))?;
-            self.checkout = Some(checkout);
-        }
-        Ok(self
-            .checkout
-            .as_ref()
-            .map(Checkout::conn)
-            .expect("just set"))
+        let checkout = match self.checkout.take() {
+            Some(checkout) => checkout,
+            None => {
+                let checkout = self.shared.checkout().await.map_err(failed)?;
+                checkout
+                    .conn
+                    .client
+                    .batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                    .await
+                    .map_err(|error| map_error(error, Stage::Before))?;
+                checkout
+            }
+        };
+        Ok(&self.checkout.insert(checkout).conn)
     }
 
     /// Rolls back after a failed statement, so that the connection serves again.
     async fn abandon(&mut self) {
         if let Some(checkout) = &mut self.checkout {
-            if checkout
-                .conn()
-                .client
-                .batch_execute("ROLLBACK")
-                .await
-                .is_ok()
-            {
+            if checkout.conn.client.batch_execute("ROLLBACK").await.is_ok() {
                 checkout.clean = true;
             }
         }
@@ -570,6 +557,14 @@ impl PgTx {
             .batch_execute("COMMIT")
             .await
             .map_err(|error| map_error(error, Stage::Commit))
+    }
+}
+
+impl Drop for PgTx {
+    fn drop(&mut self) {
+        if let Some(checkout) = self.checkout.take() {
+            self.shared.release(checkout);
+        }
     }
 }
 
@@ -595,7 +590,7 @@ impl KvTx for PgTx {
         let conn = self.begun().await?;
         let row = conn.client.query_opt(&conn.get, &[&key]).await;
         let value: Option<Vec<u8>> = match row {
-            Ok(row) => row.map(|row| row.get(0)),
+            Ok(row) => row.map(|row| row.try_get(0)).transpose().map_err(failed)?,
             Err(error) => {
                 self.abandon().await;
                 return Err(map_error(error, Stage::Before));
@@ -635,10 +630,11 @@ impl KvTx for PgTx {
                 return Err(map_error(error, Stage::Before));
             }
         };
-        let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = rows
-            .into_iter()
-            .map(|row| (row.get(0), Some(row.get(1))))
-            .collect();
+        let mut merged = BTreeMap::new();
+        for row in rows {
+            let value: Vec<u8> = row.try_get(1).map_err(failed)?;
+            merged.insert(row.try_get::<_, Vec<u8>>(0).map_err(failed)?, Some(value));
+        }
         for (key, value) in self.writes.range(bounds) {
             merged.insert(key.clone(), value.clone());
         }

@@ -82,7 +82,7 @@ async fn look(
             &[&format!("{schema}.vvm_meta"), &format!("{schema}.vvm_kv")],
         )
         .await?;
-    let (meta, kv): (Option<String>, Option<String>) = (row.get(0), row.get(1));
+    let (meta, kv): (Option<String>, Option<String>) = (row.try_get(0)?, row.try_get(1)?);
     match (meta, kv) {
         (None, None) => Ok(Found::Nothing),
         (None, Some(_)) => Ok(Found::KvOnly),
@@ -93,7 +93,10 @@ async fn look(
                     &[],
                 )
                 .await?;
-            Ok(Found::Version(version.map(|row| row.get(0))))
+            // A value column of another type is someone else's table: no version then.
+            Ok(Found::Version(
+                version.and_then(|row| row.try_get::<_, String>(0).ok()),
+            ))
         }
     }
 }
@@ -183,7 +186,10 @@ pub(super) async fn ensure(shared: &Arc<Shared>) -> Result<(), PgOpenError> {
         .await
         .map_err(setup)?;
     if !missing.is_empty() {
-        let rights: Vec<String> = missing.iter().map(|row| row.get(0)).collect();
+        let rights: Vec<String> = missing
+            .iter()
+            .filter_map(|row| row.try_get(0).ok())
+            .collect();
         return Err(PgOpenError::Privilege {
             user: config.user.clone(),
             needed: format!(
