@@ -1,5 +1,5 @@
 //! The PostgreSQL store (feature `postgres`): the lease logic of
-//! [`TxLeaseStore`](crate::txkv::TxLeaseStore) (expiry by observation) over a thin [`TxKv`]
+//! [`TxLeaseStore`] (expiry by observation) over a thin [`TxKv`]
 //! mapping of PostgreSQL transactions on one table.
 //!
 //! | [`TxKv`] | PostgreSQL |
