@@ -259,7 +259,8 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
 
     // Every connection of the store killed, the listening one included: the next operations
     // are served on new connections, and the change feed still reports a release.
-    let changed = other.changed(&[Slot(1)]);
+    // Spawned: its round runs (reads the slot, registers its watch) before the kill.
+    let changed = tokio::spawn(other.changed(&[Slot(1)]));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = server.admin(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -270,7 +271,8 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
     assert!(holder.compare_and_delete(Slot(1), &lease).await.unwrap());
     tokio::time::timeout(Duration::from_secs(8), changed)
         .await
-        .expect("the feed reports the release after its connection was killed");
+        .expect("the feed reports the release after its connection was killed")
+        .unwrap();
 
     // The server stopped and started again under a holder: once it is back, the holder renews
     // its record and the store serves as before.
@@ -289,14 +291,46 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
         .await
         .unwrap();
     assert!(renewed.is_some(), "the holder renews after the restart");
-    let changed = other.changed(&[Slot(2)]);
+    let changed = tokio::spawn(other.changed(&[Slot(2)]));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let lease = vvm::Lease {
-        value: mine,
+        value: mine.clone(),
         revision: renewed.unwrap(),
     };
     assert!(holder.compare_and_delete(Slot(2), &lease).await.unwrap());
     tokio::time::timeout(Duration::from_secs(8), changed)
         .await
-        .expect("the feed reports the release after the restart");
+        .expect("the feed reports the release after the restart")
+        .unwrap();
+
+    // A release while no connection listens (the listening one killed, the row deleted at
+    // once): its notification is lost, and the watch learns of it by reading again when the
+    // new `LISTEN` holds, well before its 10 s bound.
+    holder
+        .insert_if_not_exists(Slot(3), &mine, ttl)
+        .await
+        .unwrap()
+        .expect("the slot was free");
+    let changed = tokio::spawn(other.changed(&[Slot(3)]));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listeners = server.admin(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'vvm' AND query LIKE 'LISTEN%') AS killed; \
+         DELETE FROM failures.vvm_kv WHERE key = convert_to('vvm/slot/3', 'UTF8');",
+    );
+    assert!(
+        listeners
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+            >= 1,
+        "{listeners}"
+    );
+    tokio::time::timeout(Duration::from_secs(8), changed)
+        .await
+        .expect("the feed reports a release whose notification was lost")
+        .unwrap();
 }
