@@ -334,3 +334,46 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
         .expect("the feed reports a release whose notification was lost")
         .unwrap();
 }
+
+// covers: Pg.Failures
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_bounds_every_call_by_the_timeout_and_serves_again_when_resumed() {
+    let test = "a_paused_server_bounds_every_call_by_the_timeout_and_serves_again_when_resumed";
+    let Some(server) = PgServer::start(test) else {
+        return;
+    };
+    let timeout = Duration::from_millis(800);
+    let options = TxOptions::default().timeout(timeout).unwrap();
+    let holder = open(config(&server, "vvm", "paused"), options)
+        .await
+        .expect("the store opens");
+    let mine = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
+    let ttl = Duration::from_secs(3600);
+    let revision = holder
+        .insert_if_not_exists(Slot(1), &mine, ttl)
+        .await
+        .unwrap()
+        .expect("the slot was free");
+    let lease = vvm::Lease {
+        value: mine.clone(),
+        revision,
+    };
+    // Paused past the deadline: a renewal neither hangs nor succeeds; it fails within its
+    // timeout (plus scheduling), so the runtime's own deadline decides, as on every store.
+    server.signal_all(Signal::STOP);
+    let started = Instant::now();
+    let renewal = holder.compare_and_swap(Slot(1), &lease, &mine, ttl).await;
+    let took = started.elapsed();
+    server.signal_all(Signal::CONT);
+    assert!(renewal.is_err(), "{renewal:?}");
+    assert!(took < timeout * 5, "the call took {took:?}");
+    // Resumed: served again (the paused call's transaction was rolled back or may have
+    // committed: either the old revision is live, or a newer one written by this holder).
+    let live = until_served(&holder, Slot(1)).await.expect("still held");
+    assert_eq!(live.value, mine);
+    assert!(holder
+        .compare_and_swap(Slot(1), &live, &mine, ttl)
+        .await
+        .unwrap()
+        .is_some());
+}

@@ -260,6 +260,44 @@ impl PgServer {
         self.run(test);
     }
 
+    /// The server's processes: the postmaster (from `postmaster.pid`) and its children.
+    pub fn pids(&self) -> Vec<i32> {
+        let text =
+            std::fs::read_to_string(self.dir.join("data/postmaster.pid")).unwrap_or_default();
+        let Some(postmaster) = text
+            .lines()
+            .next()
+            .and_then(|line| line.trim().parse::<i32>().ok())
+        else {
+            return Vec::new();
+        };
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // `pid (comm) state ppid …`: the fields after the last `)`.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|field| field.parse::<i32>().ok());
+            if ppid == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Sends `signal` to every process of the server (SIGSTOP pauses it, SIGCONT resumes it).
+    pub fn signal_all(&self, signal: rustix::process::Signal) {
+        for pid in self.pids() {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, signal);
+            }
+        }
+    }
+
     /// The loopback port.
     pub fn port(&self) -> u16 {
         self.port
