@@ -48,6 +48,10 @@ main() {
   command -v ip >/dev/null 2>&1 || need+=(iproute2)
   # openssl: the etcd TLS test makes its certificate authority and certificates with it.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  # postgresql: the PostgreSQL tests start servers of their own with Debian's initdb and postgres.
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+    need+=(postgresql)
+  fi
   # libclang: the FoundationDB client crate generates its bindings at build time.
   if ! find_libclang >/dev/null; then
     need+=(libclang-dev)

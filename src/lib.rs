@@ -12,7 +12,7 @@
 //! | slots held without services around them | [`Elections`] |
 //! | counted semaphores, queues, owners' data, watches | [`Coordination`] on a [`SessionHandle`] |
 //! | who leads, once or on every change | [`discovery::leaders`], [`observe`] |
-//! | a store | [`adapters`]: `memory` (default), `sqlite`, `etcd`, `etcd-tls`, `foundationdb` features; `open` turns a URL into any of them |
+//! | a store | [`adapters`]: `memory` (default), `sqlite`, `etcd`, `etcd-tls`, `postgres`, `foundationdb` features; `open` turns a URL into any of them |
 //!
 //! The root holds the application API only; each other item has one home: [`config`],
 //! [`lifecycle`], [`services`], [`elections`], [`discovery`], [`session`], [`coordination`],
@@ -200,7 +200,7 @@ pub mod testing {
 pub use vvm_runtime::metrics;
 
 /// The lease stores, each behind the feature of its name (`memory`, the default; `sqlite`,
-/// `etcd`, `etcd-tls`, `foundationdb`), store URLs (`url`) and opening the store a URL names
+/// `etcd`, `etcd-tls`, `foundationdb`, `postgres`), store URLs (`url`) and opening the store a URL names
 /// (`open`).
 #[doc(inline)]
 pub use vvm_adapters as adapters;

@@ -176,9 +176,9 @@ impl From<GuardArgs> for cli::supervise::Supervision {
 /// Arguments of `vvm run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Where the leases live: `sqlite:PATH`, `etcd://HOST:PORT[,…][/?PARAMETERS]`, `fdb:[FILE]`
-    /// or `memory:` [default: sqlite:$XDG_STATE_HOME/vvm/vvm.sqlite, else
-    /// sqlite:~/.local/state/vvm/vvm.sqlite].
+    /// Where the leases live: `sqlite:PATH`, `etcd://HOST:PORT[,…][/?PARAMETERS]`,
+    /// `postgres://USER@HOST[:PORT][/DB][?PARAMETERS]`, `fdb:[FILE]` or `memory:` [default:
+    /// sqlite:$XDG_STATE_HOME/vvm/vvm.sqlite, else sqlite:~/.local/state/vvm/vvm.sqlite].
     #[arg(short, long, env = "VVM_STORE", value_name = "URL")]
     store: Option<String>,
     /// Number of slots; this VVM tries slots 1..=N.

@@ -8,6 +8,7 @@
 //! | `sqlite` | `SqliteStore`: processes of one host, expiry by `CLOCK_BOOTTIME` |
 //! | `etcd`, `etcd-tls`, `etcd-cluster` | `EtcdStore` over etcd's leases; TLS; throw-away clusters for tests |
 //! | `txkv`, `foundationdb` | lease logic over a transactional key-value store; FoundationDB under it |
+//! | `postgres` | the same lease logic over one PostgreSQL table, watches by `LISTEN`/`NOTIFY` |
 //! | `url`, `open` | store URLs with options (`url`), and `open::open(url, &lease)` → `open::AnyStore` |
 //!
 //! ```
@@ -63,3 +64,6 @@ pub mod txkv;
 
 #[cfg(feature = "foundationdb")]
 pub mod foundationdb;
+
+#[cfg(feature = "postgres")]
+pub mod postgres;

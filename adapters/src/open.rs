@@ -22,7 +22,7 @@ use crate::url::{StoreUrl, UrlError};
 
 mod files;
 
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 use files::read_file;
 pub use files::{ParameterFile, PemKind};
 
@@ -47,6 +47,9 @@ pub enum AnyStore {
     /// `fdb:[CLUSTER-FILE]`, opened by [`open_fdb`].
     #[cfg(feature = "foundationdb")]
     Fdb(Box<FdbHandle>),
+    /// `postgres://…`.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgStore),
 }
 
 impl std::fmt::Debug for AnyStore {
@@ -60,6 +63,8 @@ impl std::fmt::Debug for AnyStore {
             AnyStore::Etcd(_) => "etcd",
             #[cfg(feature = "foundationdb")]
             AnyStore::Fdb(_) => "fdb",
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(_) => "postgres",
             #[allow(unreachable_patterns)]
             _ => "none",
         };
@@ -151,6 +156,21 @@ pub enum OpenError {
     #[cfg(feature = "etcd")]
     #[error("the etcd store failed")]
     Etcd(#[source] crate::etcd::EtcdError),
+    /// An option of the PostgreSQL store is not usable.
+    #[cfg(feature = "postgres")]
+    #[error("the PostgreSQL store cannot be set up as asked (parameter {parameter})")]
+    PostgresOption {
+        /// The URL parameter at fault.
+        parameter: &'static str,
+        /// What is wrong.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// PostgreSQL could not be reached, refused the user, or holds a schema this store cannot
+    /// use.
+    #[cfg(feature = "postgres")]
+    #[error("the PostgreSQL store failed")]
+    Postgres(#[source] crate::postgres::PgOpenError),
     /// FoundationDB could not be opened.
     #[cfg(feature = "foundationdb")]
     #[error("cannot open FoundationDB")]
@@ -177,6 +197,8 @@ impl OpenError {
             | OpenError::NotAFile { .. } => true,
             #[cfg(feature = "etcd")]
             OpenError::EtcdOption { .. } => true,
+            #[cfg(feature = "postgres")]
+            OpenError::PostgresOption { .. } => true,
             _ => false,
         }
     }
@@ -189,6 +211,8 @@ impl OpenError {
         match self {
             #[cfg(feature = "etcd")]
             OpenError::Etcd(error) => error.is_unavailable(),
+            #[cfg(feature = "postgres")]
+            OpenError::Postgres(error) => error.is_unavailable(),
             _ => false,
         }
     }
@@ -245,6 +269,8 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
         }
         #[cfg(feature = "etcd")]
         StoreUrl::Etcd(etcd) => open_etcd(etcd, lease, true).await,
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(postgres) => open_postgres(postgres).await,
         StoreUrl::Fdb(_) if cfg!(feature = "foundationdb") => Err(OpenError::FdbNeedsNetwork),
         other => Err(OpenError::NotBuilt {
             scheme: other.scheme(),
@@ -252,6 +278,7 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
                 StoreUrl::Memory => "memory",
                 StoreUrl::Sqlite(_) => "sqlite",
                 StoreUrl::Etcd(_) => "etcd",
+                StoreUrl::Postgres(_) => "postgres",
                 _ => "foundationdb",
             },
         }),
@@ -309,6 +336,55 @@ async fn open_etcd(
         store.check_writable().await.map_err(OpenError::Etcd)?;
     }
     Ok(AnyStore::Etcd(Box::new(store)))
+}
+
+/// Opens a PostgreSQL store (creating its schema on first use).
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenError> {
+    use crate::postgres::PgConfig;
+    use crate::txkv::TxOptions;
+
+    let option = |parameter: &'static str| {
+        move |source: Box<dyn std::error::Error + Send + Sync>| OpenError::PostgresOption {
+            parameter,
+            source,
+        }
+    };
+    let mut config = PgConfig::new(&url.host, url.port, &url.user, &url.dbname)
+        .map_err(|error| option("user")(error.into()))?;
+    if let Some(schema) = &url.schema {
+        config = config
+            .schema(schema)
+            .map_err(|error| option("schema")(error.into()))?;
+    }
+    if let Some(timeout) = url.connect_timeout {
+        config = config.connect_timeout(timeout);
+    }
+    if let Some(connections) = url.connections {
+        config = config
+            .connections_max(connections)
+            .map_err(|error| option("connections")(error.into()))?;
+    }
+    if let Some(file) = &url.password_file {
+        let password = read_file("password-file", file)?;
+        let password = String::from_utf8(password).map_err(|error| OpenError::ReadFile {
+            parameter: "password-file",
+            path: ParameterFile::new("password-file", file),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, error),
+        })?;
+        // The first line: files written by `echo` end with a newline that is not part of it.
+        config = config.password(password.lines().next().unwrap_or_default());
+    }
+    let mut options = TxOptions::default();
+    if let Some(prefix) = &url.prefix {
+        options = options
+            .prefix(prefix.as_str())
+            .map_err(|error| option("prefix")(error.into()))?;
+    }
+    let store = crate::postgres::open(config, options)
+        .await
+        .map_err(OpenError::Postgres)?;
+    Ok(AnyStore::Postgres(store))
 }
 
 #[cfg(feature = "etcd-tls")]
@@ -427,6 +503,8 @@ macro_rules! each_store {
                 let $s = &handle.store;
                 $call
             }
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres($s) => $call,
         }
     };
 }

@@ -8,6 +8,15 @@
 //! | `etcd://HOST:PORT[,HOST:PORT…][/][?PARAMETERS]` | the etcd cluster with these members (`[v6]:PORT` for IPv6) |
 //! | `etcd:HOST:PORT[,HOST:PORT…][?PARAMETERS]` | the same, in the short form (`http://` or `https://` may precede each endpoint) |
 //! | `fdb:` or `fdb:CLUSTER-FILE` | FoundationDB, with the default cluster file or the one given |
+//! | `postgres://USER@HOST[:PORT][/DATABASE][?PARAMETERS]` (or `postgresql://`) | PostgreSQL (port 5432 and database `USER` by default) |
+//!
+//! The parameters of PostgreSQL: `schema=S` (the schema of its tables, default `vvm`),
+//! `prefix=P` (as etcd's), `password-file=F` (the password, first line of `F`),
+//! `connect-timeout-ms=N`, `connections=N` (most connections of one process, default 8) and
+//! `sslmode=disable|allow|prefer` (all three connect without TLS, which this build does not
+//! have: `require`, `verify-ca` and `verify-full` are refused rather than silently weakened).
+//! `passfile=` (libpq's `.pgpass` format) is refused: name a file holding the password alone
+//! with `password-file=`.
 //!
 //! The parameters of etcd (values percent-encoded, each at most once):
 //!
@@ -75,11 +84,24 @@ const ETCD_PARAMETERS: &[&str] = &[
     "request-timeout-ms",
 ];
 
+/// The parameters of `postgres:` URLs.
+const POSTGRES_PARAMETERS: &[&str] = &[
+    "schema",
+    "prefix",
+    "password-file",
+    "connect-timeout-ms",
+    "connections",
+    "sslmode",
+];
+/// Most connections a `postgres:` URL may ask for.
+pub const POSTGRES_CONNECTIONS_MAX: usize = 256;
+
 /// The parameters the store of `scheme` takes.
 fn parameters_of(scheme: &str) -> &'static [&'static str] {
     match scheme {
         "sqlite" => SQLITE_PARAMETERS,
         "etcd" => ETCD_PARAMETERS,
+        "postgres" => POSTGRES_PARAMETERS,
         _ => &[],
     }
 }
@@ -88,7 +110,7 @@ fn parameters_of(scheme: &str) -> &'static [&'static str] {
 const REDACTED: &str = "<redacted>";
 /// The short list of forms that error messages end with.
 const FORMS: &str =
-    "use memory:, sqlite:PATH, etcd://HOST:PORT[,HOST:PORT...][/?PARAMETERS] or fdb:[CLUSTER-FILE]";
+    "use memory:, sqlite:PATH, etcd://HOST:PORT[,HOST:PORT...][/?PARAMETERS], postgres://USER@HOST[:PORT][/DATABASE][?PARAMETERS] or fdb:[CLUSTER-FILE]";
 
 /// A parsed store URL.
 #[derive(Clone, PartialEq, Eq)]
@@ -102,6 +124,33 @@ pub enum StoreUrl {
     Etcd(EtcdUrl),
     /// `fdb:[CLUSTER-FILE]`: the cluster file, or `None` for FoundationDB's default.
     Fdb(Option<PathBuf>),
+    /// `postgres://…` or `postgresql://…`.
+    Postgres(PostgresUrl),
+}
+
+/// The PostgreSQL server, database and options. `Display` and `Debug` hide the user and the
+/// password file.
+#[derive(Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresUrl {
+    /// The host (a name or an address; IPv6 without brackets).
+    pub host: String,
+    /// The port (5432 unless given).
+    pub port: u16,
+    /// The user.
+    pub user: String,
+    /// The database (the user's name unless given).
+    pub dbname: String,
+    /// `schema=`.
+    pub schema: Option<String>,
+    /// `prefix=`.
+    pub prefix: Option<String>,
+    /// `password-file=`.
+    pub password_file: Option<PathBuf>,
+    /// `connect-timeout-ms=`.
+    pub connect_timeout: Option<Duration>,
+    /// `connections=`.
+    pub connections: Option<usize>,
 }
 
 /// The SQLite file and its options.
@@ -199,6 +248,9 @@ pub enum UrlError {
     /// `password=`: a password does not belong in a URL.
     #[error("password= is refused: a password does not belong in a URL; put it in a file and name the file with password-file=")]
     PasswordInUrl,
+    /// A `postgres://` URL not of the form `postgres://USER@HOST[:PORT][/DATABASE][?…]`.
+    #[error("postgres:// needs postgres://USER@HOST[:PORT][/DATABASE][?PARAMETERS]: {0}")]
+    PostgresForm(&'static str),
     /// Something other than `/` after the endpoints of `etcd://`, or a `#fragment`.
     #[error("etcd:// takes nothing between the endpoints and the '?' but one '/', and no '#'")]
     BadPath,
@@ -259,18 +311,20 @@ impl StoreUrl {
             "etcd" => parse_etcd(rest).map(StoreUrl::Etcd),
             "fdb" if rest.is_empty() => Ok(StoreUrl::Fdb(None)),
             "fdb" => Ok(StoreUrl::Fdb(Some(PathBuf::from(rest)))),
+            "postgres" | "postgresql" => parse_postgres(url).map(StoreUrl::Postgres),
             other if other.contains(['/', '@']) => Err(UrlError::NoScheme),
             other => Err(UrlError::UnknownScheme(other.chars().take(32).collect())),
         }
     }
 
-    /// The scheme: `memory`, `sqlite`, `etcd` or `fdb`.
+    /// The scheme: `memory`, `sqlite`, `etcd`, `fdb` or `postgres`.
     pub fn scheme(&self) -> &'static str {
         match self {
             StoreUrl::Memory => "memory",
             StoreUrl::Sqlite(_) => "sqlite",
             StoreUrl::Etcd(_) => "etcd",
             StoreUrl::Fdb(_) => "fdb",
+            StoreUrl::Postgres(_) => "postgres",
         }
     }
 }
@@ -304,6 +358,7 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Etcd(etcd) => write!(f, "{etcd}"),
             StoreUrl::Fdb(None) => write!(f, "fdb:"),
             StoreUrl::Fdb(Some(path)) => write!(f, "fdb:{}", path.display()),
+            StoreUrl::Postgres(postgres) => write!(f, "{postgres}"),
         }
     }
 }
@@ -365,6 +420,185 @@ impl fmt::Debug for EtcdUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "EtcdUrl({self})")
     }
+}
+
+impl fmt::Display for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        write!(
+            f,
+            "postgres://{REDACTED}@{host}:{}/{}",
+            self.port, self.dbname
+        )?;
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for (name, value) in [("schema", &self.schema), ("prefix", &self.prefix)] {
+            if let Some(value) = value {
+                query.append_pair(name, value);
+            }
+        }
+        if self.password_file.is_some() {
+            query.append_pair("password-file", REDACTED);
+        }
+        if let Some(timeout) = self.connect_timeout {
+            query.append_pair("connect-timeout-ms", &timeout.as_millis().to_string());
+        }
+        if let Some(connections) = self.connections {
+            query.append_pair("connections", &connections.to_string());
+        }
+        let query = query.finish();
+        if !query.is_empty() {
+            write!(f, "?{query}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PostgresUrl({self})")
+    }
+}
+
+/// `postgres://USER@HOST[:PORT][/DATABASE][?PARAMETERS]`, as libpq's URIs without a password.
+fn parse_postgres(input: &str) -> Result<PostgresUrl, UrlError> {
+    let form = UrlError::PostgresForm;
+    // Checked before parsing: the parser's errors would not say that a password was there.
+    let authority = input
+        .split_once("://")
+        .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or_default())
+        .ok_or(form("the // after the scheme is missing"))?;
+    if authority
+        .rsplit_once('@')
+        .is_some_and(|(info, _)| info.contains(':'))
+    {
+        return Err(UrlError::CredentialsInUrl);
+    }
+    let parsed = url::Url::parse(input).map_err(|error| {
+        form(match error {
+            url::ParseError::InvalidPort => "the port is not a number from 1 to 65535",
+            url::ParseError::EmptyHost => "the host is missing",
+            _ => "it is not a URL",
+        })
+    })?;
+    if parsed.fragment().is_some() {
+        return Err(form("a #fragment is not part of it"));
+    }
+    let user = percent_decoded(parsed.username()).ok_or(form("the user is not UTF-8"))?;
+    if user.is_empty() {
+        return Err(form("the user is missing (USER@ before the host)"));
+    }
+    text("user", &user)?;
+    let host = match parsed.host() {
+        Some(url::Host::Domain(name)) if !name.is_empty() => name.to_owned(),
+        Some(url::Host::Ipv4(address)) => address.to_string(),
+        Some(url::Host::Ipv6(address)) => address.to_string(),
+        _ => return Err(form("the host is missing")),
+    };
+    let port = match parsed.port() {
+        Some(0) => return Err(form("the port is not a number from 1 to 65535")),
+        Some(port) => port,
+        None => 5432,
+    };
+    let path = parsed.path().strip_prefix('/').unwrap_or(parsed.path());
+    if path.contains('/') {
+        return Err(form("the database name holds a /"));
+    }
+    let dbname = match percent_decoded(path) {
+        Some(name) if !name.is_empty() => text("database", &name)?,
+        Some(_) => user.clone(),
+        None => return Err(form("the database name is not UTF-8")),
+    };
+    let mut postgres = PostgresUrl {
+        host,
+        port,
+        user,
+        dbname,
+        ..PostgresUrl::default()
+    };
+    let mut sslmode = None;
+    for (name, value) in parsed.query().map(parameters).into_iter().flatten() {
+        let value = value.as_ref();
+        match name.as_ref() {
+            "schema" => set_once(&mut postgres.schema, "schema", text("schema", value)?)?,
+            "prefix" => set_once(&mut postgres.prefix, "prefix", text("prefix", value)?)?,
+            "password" => return Err(UrlError::PasswordInUrl),
+            "password-file" => set_once(
+                &mut postgres.password_file,
+                "password-file",
+                file("password-file", value)?,
+            )?,
+            "passfile" => {
+                return Err(UrlError::BadParameter {
+                    name: "passfile",
+                    reason: "libpq's .pgpass format is not read; name a file holding the password alone with password-file=",
+                })
+            }
+            "connect-timeout-ms" => set_once(
+                &mut postgres.connect_timeout,
+                "connect-timeout-ms",
+                milliseconds("connect-timeout-ms", value, 1, TIMEOUT_MAX_MS)?,
+            )?,
+            "connections" => {
+                let count = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|count| (1..=POSTGRES_CONNECTIONS_MAX).contains(count))
+                    .ok_or(UrlError::BadParameter {
+                        name: "connections",
+                        reason: "it must be a whole number from 1 to 256",
+                    })?;
+                set_once(&mut postgres.connections, "connections", count)?;
+            }
+            "sslmode" => {
+                let mode = match value {
+                    "disable" | "allow" | "prefer" => value.to_owned(),
+                    "require" | "verify-ca" | "verify-full" => {
+                        return Err(UrlError::BadParameter {
+                            name: "sslmode",
+                            reason: "TLS towards PostgreSQL is not built into vvm, so it cannot be required; use sslmode=disable over a Unix socket, loopback or a trusted network",
+                        })
+                    }
+                    _ => {
+                        return Err(UrlError::BadParameter {
+                            name: "sslmode",
+                            reason: "it must be disable, allow, prefer, require, verify-ca or verify-full",
+                        })
+                    }
+                };
+                set_once(&mut sslmode, "sslmode", mode)?;
+            }
+            other => return Err(unknown("postgres", POSTGRES_PARAMETERS, other)),
+        }
+    }
+    Ok(postgres)
+}
+
+/// `text` with its `%XX` escapes decoded, if the result is UTF-8.
+fn percent_decoded(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escaped = (bytes[at] == b'%')
+            .then(|| text.get(at + 1..at + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            None => {
+                decoded.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(decoded).ok()
 }
 
 /// `sqlite:PATH[?busy-wait-ms=N]`: the path is literal (not percent-decoded) up to the first `?`.
@@ -933,5 +1167,124 @@ mod tests {
         ));
         let most = format!("etcd:{}", vec!["h:1"; ETCD_ENDPOINTS_MAX].join(","));
         assert!(StoreUrl::parse(&most).is_ok());
+    }
+
+    fn postgres_of(url: &str) -> PostgresUrl {
+        match StoreUrl::parse(url) {
+            Ok(StoreUrl::Postgres(postgres)) => postgres,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    // covers: Pg.Url
+    #[test]
+    fn postgres_urls_parse_with_defaults_and_options_and_hide_the_user() {
+        let url = postgres_of("postgres://vvm@db.example/app");
+        assert_eq!(
+            (
+                url.host.as_str(),
+                url.port,
+                url.user.as_str(),
+                url.dbname.as_str()
+            ),
+            ("db.example", 5432, "vvm", "app")
+        );
+        assert_eq!(
+            postgres_of("postgresql://alice@10.0.0.1:6543").dbname,
+            "alice"
+        );
+        assert_eq!(postgres_of("postgres://a@[::1]:5/d").host, "::1");
+        let url = postgres_of(
+            "postgres://al%40ice@h:1/d?schema=s1&prefix=p%2F&password-file=%2Frun%2Fpw\
+             &connect-timeout-ms=250&connections=3&sslmode=prefer",
+        );
+        assert_eq!(url.user, "al@ice");
+        assert_eq!(url.schema.as_deref(), Some("s1"));
+        assert_eq!(url.prefix.as_deref(), Some("p/"));
+        assert_eq!(
+            url.password_file.as_deref(),
+            Some(std::path::Path::new("/run/pw"))
+        );
+        assert_eq!(url.connect_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(url.connections, Some(3));
+        let shown = StoreUrl::Postgres(url.clone()).to_string();
+        assert_eq!(
+            shown,
+            "postgres://<redacted>@h:1/d?schema=s1&prefix=p%2F&password-file=%3Credacted%3E&connect-timeout-ms=250&connections=3"
+        );
+        assert!(!format!("{url:?}").contains("ice") && !format!("{url:?}").contains("/run/pw"));
+        // The canonical form parses back to the same options (but the hidden ones).
+        assert_eq!(
+            postgres_of(
+                &shown
+                    .replace("%3Credacted%3E", "%2Frun%2Fpw")
+                    .replace("<redacted>", "al%40ice")
+            ),
+            url
+        );
+    }
+
+    // covers: Pg.Url, Url.Secrets
+    #[test]
+    fn postgres_urls_refuse_passwords_tls_they_cannot_give_and_pgpass() {
+        for (url, expected) in [
+            ("postgres://vvm:hunter2@h/d", UrlError::CredentialsInUrl),
+            (
+                "postgres://vvm@h/d?password=hunter2",
+                UrlError::PasswordInUrl,
+            ),
+            (
+                "postgres://h/d",
+                UrlError::PostgresForm("the user is missing (USER@ before the host)"),
+            ),
+            (
+                "postgres:h",
+                UrlError::PostgresForm("the // after the scheme is missing"),
+            ),
+            (
+                "postgres://vvm@h:0/d",
+                UrlError::PostgresForm("the port is not a number from 1 to 65535"),
+            ),
+            (
+                "postgres://vvm@h/d/e",
+                UrlError::PostgresForm("the database name holds a /"),
+            ),
+        ] {
+            assert_eq!(StoreUrl::parse(url), Err(expected), "{url}");
+        }
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let refused =
+                StoreUrl::parse(&format!("postgres://vvm@h/d?sslmode={mode}")).unwrap_err();
+            assert!(matches!(
+                refused,
+                UrlError::BadParameter {
+                    name: "sslmode",
+                    ..
+                }
+            ));
+            assert!(refused.to_string().contains("TLS"), "{refused}");
+        }
+        for mode in ["disable", "allow", "prefer"] {
+            assert!(StoreUrl::parse(&format!("postgres://vvm@h/d?sslmode={mode}")).is_ok());
+        }
+        let refused = StoreUrl::parse("postgres://vvm@h/d?passfile=%2Froot%2F.pgpass").unwrap_err();
+        assert!(refused.to_string().contains("password-file="), "{refused}");
+        for (url, name) in [
+            ("postgres://vvm@h/d?connections=0", "connections"),
+            ("postgres://vvm@h/d?connections=257", "connections"),
+            ("postgres://vvm@h/d?schema=", "schema"),
+        ] {
+            assert!(
+                matches!(StoreUrl::parse(url), Err(UrlError::BadParameter { name: n, .. }) if n == name),
+                "{url}"
+            );
+        }
+        assert!(matches!(
+            StoreUrl::parse("postgres://vvm@h/d?schemas=x"),
+            Err(UrlError::UnknownParameter {
+                store: "postgres",
+                near_miss: Some(_)
+            })
+        ));
     }
 }

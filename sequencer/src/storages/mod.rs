@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `memory` (default) | [`memory::MemorySeqStorage`]: one process, with a PLog of its own and injectable faults (tests, benchmarks) |
 //! | `sqlite` | `sqlite::SqliteSeqStorage`: one SQLite file, numbers and the PLog's sequence columns |
-//! | `txkv` | `txkv::TxKvSeqStorage`: any transactional key-value store of `vvm-adapters` (FoundationDB, its in-memory twin) |
+//! | `txkv` | `txkv::TxKvSeqStorage`: any transactional key-value store of `vvm-adapters` (FoundationDB, PostgreSQL, the in-memory twin) |
 
 #[cfg(feature = "memory")]
 pub mod memory;

@@ -86,6 +86,18 @@ pub struct TxKvSeqStorage<K> {
 #[cfg(feature = "foundationdb")]
 pub type FdbSeqStorage = TxKvSeqStorage<vvm_adapters::foundationdb::FdbKv>;
 
+/// The sequencer's storage on PostgreSQL, sharing the lease store's table and connections:
+/// `TxKvSeqStorage::new(lease_store.kv().clone(), first_offset)`.
+#[cfg(feature = "postgres")]
+pub type PgSeqStorage = TxKvSeqStorage<vvm_adapters::postgres::PgKv>;
+
+// The PostgreSQL mapping is a storage too (its futures are `Send`, its transaction fits).
+#[cfg(feature = "postgres")]
+const _: fn() = || {
+    fn storage<S: SeqStorage>() {}
+    storage::<PgSeqStorage>();
+};
+
 // The FoundationDB mapping is only type-checked where libfdb_c is missing: make sure it is a
 // storage (its futures are `Send`, its transaction fits the trait).
 #[cfg(feature = "foundationdb")]

@@ -1,0 +1,379 @@
+//! The PostgreSQL store against real servers started by the tests (`support/postgres.rs`):
+//! a hand-off between two `vvm run` hosts through the binary, with a password file and a
+//! prefix; schemas that are refused (foreign, newer, a user without rights); and the store riding
+//! out killed connections and a restarted server. Without PostgreSQL installed every test prints
+//! one line saying it was skipped (under CI it fails instead).
+
+mod cli_support;
+#[path = "support/postgres.rs"]
+mod postgres_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cli_support::{leading_child, signal_and_wait, temp_dir, vvm_within};
+use postgres_support::{PgServer, PASSWORD};
+use rustix::process::Signal;
+use vvm::{lifecycle::Incarnation, session::LeaseValue, store::LeaseStore, Slot};
+use vvm_adapters::postgres::{open, PgConfig, PgOpenError, PgStore};
+use vvm_adapters::txkv::TxOptions;
+
+fn config(server: &PgServer, user: &str, schema: &str) -> PgConfig {
+    PgConfig::new("127.0.0.1", server.port(), user, "postgres")
+        .and_then(|config| config.schema(schema))
+        .expect("the configuration is valid")
+}
+
+async fn store(server: &PgServer, schema: &str) -> PgStore {
+    open(config(server, "vvm", schema), TxOptions::default())
+        .await
+        .expect("the store opens")
+}
+
+// covers: Pg.Url
+// covers: Pg.Run
+#[test]
+fn two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file() {
+    let Some(server) =
+        PgServer::start("two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file")
+    else {
+        return;
+    };
+    let dir = temp_dir("vvm-pg-run");
+    let password_file = dir.join("pg-password");
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let store = format!(
+        "postgres://vvm_pw@127.0.0.1:{}/postgres?schema=team_a&prefix=jobs%2F&password-file={}",
+        server.port(),
+        password_file.display()
+    );
+    let mut first = leading_child(&store, "pg-a", Stdio::piped());
+    // The record is in the URL's schema, under its prefix.
+    let keys = server.admin("SELECT convert_from(key, 'UTF8') FROM team_a.vvm_kv ORDER BY key");
+    assert!(keys.lines().any(|key| key == "jobs/1"), "{keys}");
+
+    let (code, table, stderr) = vvm_within(
+        &["status", "--store", &store],
+        Duration::from_secs(30),
+        "vvm status",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(table.contains("pg-a"), "{table}");
+
+    let mut second = Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--store", &store])
+        .args(["--lease", "2s", "--address", "pg-b"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the vvm binary runs");
+    let lines = BufReader::new(second.stdout.take().unwrap()).lines();
+    let (sender, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    assert!(
+        received.recv_timeout(Duration::from_secs(3)).is_err(),
+        "the second host must wait while the first holds"
+    );
+    let handed = Instant::now();
+    let code = signal_and_wait(&mut first, Signal::TERM, Duration::from_secs(20));
+    let mut first_stderr = String::new();
+    std::io::Read::read_to_string(&mut first.stderr.take().unwrap(), &mut first_stderr).unwrap();
+    assert_eq!(code, Some(0), "{first_stderr}");
+    let line = received
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the second host leads after the first released");
+    assert!(line.starts_with("leading slot=1 "), "{line}");
+    // Released and taken through the change feed, not by waiting out a lease.
+    assert!(handed.elapsed() < Duration::from_secs(20));
+    let code = signal_and_wait(&mut second, Signal::TERM, Duration::from_secs(20));
+    let mut second_stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut second_stderr).unwrap();
+    assert_eq!(code, Some(0), "{second_stderr}");
+    for text in [&first_stderr, &second_stderr, &table, &stderr] {
+        assert!(!text.contains(PASSWORD), "{text}");
+    }
+
+    // A password in the URL: a usage error that does not echo it; TLS that cannot be given:
+    // refused, not weakened.
+    for (refused, says) in [
+        (
+            format!(
+                "postgres://vvm_pw:{PASSWORD}@127.0.0.1:{}/postgres",
+                server.port()
+            ),
+            "password-file",
+        ),
+        (
+            format!(
+                "postgres://vvm_pw@127.0.0.1:{}/postgres?password={PASSWORD}",
+                server.port()
+            ),
+            "password-file",
+        ),
+        (
+            format!(
+                "postgresql://vvm@127.0.0.1:{}/postgres?sslmode=require",
+                server.port()
+            ),
+            "TLS",
+        ),
+    ] {
+        let (code, _, stderr) = vvm_within(
+            &["status", "--store", &refused],
+            Duration::from_secs(30),
+            "vvm status",
+        );
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(!stderr.contains(PASSWORD), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    // A wrong password: exit 1, and the message names neither password.
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "not-the-password").unwrap();
+    let (code, _, stderr) = vvm_within(
+        &[
+            "status",
+            "--store",
+            &format!(
+                "postgres://vvm_pw@127.0.0.1:{}/postgres?schema=team_a&password-file={}",
+                server.port(),
+                wrong.display()
+            ),
+        ],
+        Duration::from_secs(30),
+        "vvm status",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(!stderr.contains("not-the-password") && !stderr.contains(PASSWORD));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// covers: Pg.Schema
+// covers: Pg.Clock
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_newer_and_forbidden_schemas_are_refused_in_one_line() {
+    let Some(server) =
+        PgServer::start("foreign_newer_and_forbidden_schemas_are_refused_in_one_line")
+    else {
+        return;
+    };
+    server.admin("CREATE SCHEMA theirs; CREATE TABLE theirs.vvm_kv (k int);");
+    let refused = open(config(&server, "vvm", "theirs"), TxOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, PgOpenError::ForeignSchema { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("not a vvm store"), "{refused}");
+
+    // Made by this build: two tables of bytes and text, no time anywhere (expiry is judged by
+    // observation, so the server's clock is never read and its steps change nothing).
+    drop(store(&server, "later").await);
+    let columns = server.admin(
+        "SELECT string_agg(table_name || '.' || column_name || ':' || data_type, ',' \
+         ORDER BY table_name, column_name) FROM information_schema.columns \
+         WHERE table_schema = 'later'",
+    );
+    assert_eq!(
+        columns.trim(),
+        "vvm_kv.key:bytea,vvm_kv.value:bytea,vvm_meta.name:text,vvm_meta.value:text"
+    );
+    // Then marked as made by a newer one.
+    server.admin("UPDATE later.vvm_meta SET value = '2' WHERE name = 'version'");
+    let refused = open(config(&server, "vvm", "later"), TxOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, PgOpenError::NewerSchema { found: 2, .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("upgrade vvm"), "{refused}");
+    assert!(!refused.to_string().contains('\n'));
+
+    // A user that may log in and nothing more: told which right it lacks, to create the
+    // schema, and to use one that exists.
+    let refused = open(config(&server, "vvm_ro", "mine"), TxOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, PgOpenError::Privilege { user, needed } if user == "vvm_ro" && needed.contains("CREATE on database postgres")),
+        "{refused:?}: {refused}"
+    );
+    drop(store(&server, "shared").await);
+    server.admin("GRANT USAGE ON SCHEMA shared TO vvm_ro; GRANT SELECT ON shared.vvm_kv, shared.vvm_meta TO vvm_ro;");
+    let refused = open(config(&server, "vvm_ro", "shared"), TxOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, PgOpenError::Privilege { needed, .. } if needed.starts_with("INSERT, UPDATE, DELETE on shared.vvm_kv")),
+        "{refused:?}: {refused}"
+    );
+}
+
+/// Waits until `store` answers `get` again (after connections were killed or the server
+/// restarted), for at most 30 s.
+async fn until_served(store: &PgStore, slot: Slot) -> Option<vvm::store::Lease> {
+    let started = Instant::now();
+    loop {
+        match store.get(slot).await {
+            Ok(lease) => return lease,
+            Err(error) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "still failing: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+// covers: Pg.Failures
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_and_a_restarted_server_are_ridden_out() {
+    let test = "killed_connections_and_a_restarted_server_are_ridden_out";
+    let Some(server) = PgServer::start(test) else {
+        return;
+    };
+    let holder = store(&server, "failures").await;
+    let other = store(&server, "failures").await;
+    let ttl = Duration::from_secs(3600);
+    let mine = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
+    let revision = holder
+        .insert_if_not_exists(Slot(1), &mine, ttl)
+        .await
+        .unwrap()
+        .expect("the slot was free");
+    let lease = vvm::store::Lease {
+        value: mine.clone(),
+        revision,
+    };
+    assert_eq!(other.get(Slot(1)).await.unwrap(), Some(lease.clone()));
+
+    // Every connection of the store killed, the listening one included: the next operations
+    // are served on new connections, and the change feed still reports a release.
+    // Spawned: its round runs (reads the slot, registers its watch) before the kill.
+    let changed = tokio::spawn(other.changed(&[Slot(1)]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = server.admin(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'vvm' AND pid <> pg_backend_pid()) AS killed",
+    );
+    assert!(killed.trim().parse::<u32>().unwrap() >= 2, "{killed}");
+    assert_eq!(until_served(&holder, Slot(1)).await, Some(lease.clone()));
+    assert!(holder.compare_and_delete(Slot(1), &lease).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(8), changed)
+        .await
+        .expect("the feed reports the release after its connection was killed")
+        .unwrap();
+
+    // The server stopped and started again under a holder: once it is back, the holder renews
+    // its record and the store serves as before.
+    let revision = holder
+        .insert_if_not_exists(Slot(2), &mine, ttl)
+        .await
+        .unwrap()
+        .expect("the slot was free");
+    server.stop();
+    assert!(holder.get(Slot(2)).await.is_err(), "no server, no answer");
+    server.restart(test);
+    let lease = until_served(&holder, Slot(2)).await.expect("kept");
+    assert_eq!(lease.revision, revision);
+    let renewed = holder
+        .compare_and_swap(Slot(2), &lease, &mine, ttl)
+        .await
+        .unwrap();
+    assert!(renewed.is_some(), "the holder renews after the restart");
+    let changed = tokio::spawn(other.changed(&[Slot(2)]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lease = vvm::store::Lease {
+        value: mine.clone(),
+        revision: renewed.unwrap(),
+    };
+    assert!(holder.compare_and_delete(Slot(2), &lease).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(8), changed)
+        .await
+        .expect("the feed reports the release after the restart")
+        .unwrap();
+
+    // A release while no connection listens (the listening one killed, the row deleted at
+    // once): its notification is lost, and the watch learns of it by reading again when the
+    // new `LISTEN` holds, well before its 10 s bound.
+    holder
+        .insert_if_not_exists(Slot(3), &mine, ttl)
+        .await
+        .unwrap()
+        .expect("the slot was free");
+    let changed = tokio::spawn(other.changed(&[Slot(3)]));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listeners = server.admin(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'vvm' AND query LIKE 'LISTEN%') AS killed; \
+         DELETE FROM failures.vvm_kv WHERE key = convert_to('vvm/slot/3', 'UTF8');",
+    );
+    assert!(
+        listeners
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+            >= 1,
+        "{listeners}"
+    );
+    tokio::time::timeout(Duration::from_secs(8), changed)
+        .await
+        .expect("the feed reports a release whose notification was lost")
+        .unwrap();
+}
+
+// covers: Pg.Failures
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_bounds_every_call_by_the_timeout_and_serves_again_when_resumed() {
+    let test = "a_paused_server_bounds_every_call_by_the_timeout_and_serves_again_when_resumed";
+    let Some(server) = PgServer::start(test) else {
+        return;
+    };
+    let timeout = Duration::from_millis(800);
+    let options = TxOptions::default().timeout(timeout).unwrap();
+    let holder = open(config(&server, "vvm", "paused"), options)
+        .await
+        .expect("the store opens");
+    let mine = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
+    let ttl = Duration::from_secs(3600);
+    let revision = holder
+        .insert_if_not_exists(Slot(1), &mine, ttl)
+        .await
+        .unwrap()
+        .expect("the slot was free");
+    let lease = vvm::store::Lease {
+        value: mine.clone(),
+        revision,
+    };
+    // Paused past the deadline: a renewal neither hangs nor succeeds; it fails within its
+    // timeout (plus scheduling), so the runtime's own deadline decides, as on every store.
+    server.signal_all(Signal::STOP);
+    let started = Instant::now();
+    let renewal = holder.compare_and_swap(Slot(1), &lease, &mine, ttl).await;
+    let took = started.elapsed();
+    server.signal_all(Signal::CONT);
+    assert!(renewal.is_err(), "{renewal:?}");
+    assert!(took < timeout * 5, "the call took {took:?}");
+    // Resumed: served again (the paused call's transaction was rolled back or may have
+    // committed: either the old revision is live, or a newer one written by this holder).
+    let live = until_served(&holder, Slot(1)).await.expect("still held");
+    assert_eq!(live.value, mine);
+    assert!(holder
+        .compare_and_swap(Slot(1), &live, &mine, ttl)
+        .await
+        .unwrap()
+        .is_some());
+}
