@@ -520,3 +520,56 @@ fn blocked_child() -> ! {
     // Not killed: end with an exit code the parent does not expect.
     std::process::exit(0);
 }
+
+/// A killer whose kill of `a` waits at a gate: the thread is busy (as if not scheduled) while
+/// other deadlines pass.
+struct Gated {
+    open: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    fired: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl vvm::killer::Killer for Gated {
+    fn kill(&self, report: &vvm::killer::KillReport) {
+        if &*report.label == "a" {
+            let (open, opened) = &*self.open;
+            let mut open = open.lock().unwrap();
+            while !*open {
+                open = opened.wait(open).unwrap();
+            }
+        }
+        self.fired.lock().unwrap().push(report.label.to_string());
+    }
+}
+
+/// A deadline that passed is final: a process stopped past it (here: a killer thread busy
+/// elsewhere) that confirms a renewal before the thread looks again must still be ended — the
+/// later deadline does not replace the passed one.
+// covers: Rt.KillerPassedFinal
+#[test]
+fn a_deadline_that_passed_is_not_taken_back_by_a_later_arm() {
+    let open = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let fired = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let thread = KillerThread::new(Gated {
+        open: open.clone(),
+        fired: fired.clone(),
+    });
+    let (a, b) = (thread.register("a"), thread.register("b"));
+    let now = Clock.now();
+    a.arm(now + Duration::from_millis(10));
+    b.arm(now + Duration::from_millis(30));
+    // The thread is held in a's kill; b's deadline passes meanwhile.
+    std::thread::sleep(Duration::from_millis(100));
+    // A renewal confirmed late would move b's deadline 10 s on.
+    b.arm(Clock.now() + Duration::from_secs(10));
+    *open.0.lock().unwrap() = true;
+    open.1.notify_all();
+    let start = std::time::Instant::now();
+    while fired.lock().unwrap().len() < 2 && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        *fired.lock().unwrap(),
+        ["a", "b"],
+        "b's passed deadline was taken back"
+    );
+}

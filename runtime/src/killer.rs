@@ -393,7 +393,9 @@ pub struct KillerEntry {
 }
 
 impl KillerEntry {
-    /// Replaces this entry's deadline by `at`.
+    /// Replaces this entry's deadline by `at` — unless the deadline it has passed already: a
+    /// passed deadline is never replaced, so the kill does not depend on the thread having
+    /// been scheduled before the next renewal was confirmed.
     pub fn arm(&self, at: Instant) {
         let shared = &self.thread.shared;
         let mut state = lock(&shared.state);
@@ -408,6 +410,19 @@ impl KillerEntry {
                     observed: now,
                 },
             }]);
+            return;
+        }
+        let now = shared.now(&state);
+        if state
+            .armed
+            .get(&self.id)
+            .is_some_and(|armed| armed.deadline <= now)
+        {
+            // A deadline that passed is final: the thread ends the process at its next look,
+            // however late it is scheduled (a process stopped past its deadline and resumed).
+            // A renewal confirmed after it — sent late, by a process that should have been
+            // ended already — must not take the kill back.
+            shared.wake.notify_all();
             return;
         }
         let armed = Armed {
