@@ -22,7 +22,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         "vvm run --semaphore pool --limit 3 -- ./job",
     ),
     (
-        "Hold the slot around several commands of a bash script (the token on one line):",
+        "Hold the slot around several commands of a bash script (the fencing token on one line):",
         "coproc vvm run --hold; read -r token <&\"${COPROC[0]}\"; ./step1; ./step2; kill \"$COPROC_PID\"",
     ),
     ("Watch who leads:", "vvm status --watch"),

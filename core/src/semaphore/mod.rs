@@ -103,9 +103,10 @@ const _: () = assert!(ENCODED_BYTES_MAX + NAME_BYTES_MAX < ETCD_REQUEST_BYTES_DE
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OrderId(pub u64);
 
-/// A semaphore's count of grants, and the token of each grant: the `n`-th grant of a semaphore
-/// carries generation `n`. An owner passes its token along with its writes so that a resource
-/// can refuse those of a former owner.
+/// A semaphore's count of grants, as the store keeps it: the `n`-th grant of a semaphore has
+/// generation `n`. Users meet it as the revision of the grant's [`FencingToken`](crate::FencingToken)
+/// (slot 0, printed `0:<n>`), which an owner passes along with its writes so that a resource can
+/// refuse those of a former owner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(pub u64);
 

@@ -213,7 +213,7 @@ impl<S: SessionStore + Clone> Task<S> {
                     slot,
                     revision: holding.revision(),
                 };
-                tracing::info!(slot = slot.0, revision = token.revision.0, "slot acquired");
+                tracing::info!(slot = slot.0, fencing_token = %token, "slot acquired");
                 self.holdings.insert(slot, holding);
                 self.tenures.send_modify(|tenures| {
                     tenures.slots.insert(slot, token.revision);
