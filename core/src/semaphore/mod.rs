@@ -110,6 +110,17 @@ pub struct OrderId(pub u64);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(pub u64);
 
+impl Generation {
+    /// The fencing token of the grant with this generation: slot 0 (a semaphore has no slots),
+    /// the generation as its revision, printed `0:<n>`.
+    pub fn fencing_token(self) -> crate::FencingToken {
+        crate::FencingToken {
+            slot: crate::Slot(0),
+            revision: crate::Revision(self.0),
+        }
+    }
+}
+
 /// Names one call of a session on a semaphore, so that a call the store applies late (its
 /// caller gave up waiting for the answer, the network held it) cannot act on what the session
 /// asked since. A session numbers its calls in increasing order; a party remembers the id of

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use vvm_core::semaphore::{Description, Generation, OrderId, RequestId, SemaphoreName, Status};
-use vvm_core::{FencingToken, HoldingId, LossReason, Revision, Slot};
+use vvm_core::{FencingToken, HoldingId, LossReason};
 
 use super::{expiry_look, AcquireOptions, CoordinationError, Inner};
 use crate::semaphore_store::{
@@ -368,11 +368,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     /// earlier grant's of the semaphore. Pass it along with writes so that a resource can
     /// refuse a former owner's.
     pub fn token(&self) -> FencingToken {
-        FencingToken {
-            // A semaphore has no slots.
-            slot: Slot(0),
-            revision: Revision(self.token.0),
-        }
+        self.token.fencing_token()
     }
 
     /// Lowers the count held or changes the data published, in place: the order id and the
