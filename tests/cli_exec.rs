@@ -116,7 +116,7 @@ fn kill_all(pids: &[i32]) {
     }
 }
 
-// covers: Cli.Exec, Cli.ExecStop
+// covers: Cli.Exec, Cli.ExecStop, Lease.TokenForm
 #[test]
 fn the_command_starts_only_while_leading_sees_its_token_and_gets_sigterm_on_shutdown() {
     let dir = temp_dir("vvm-exec-lead");

@@ -101,7 +101,7 @@ fn lingering_worker(
 
 /// The services see the grant's generation and the session's deadline, and are stopped while
 /// the grant is still held; it is released after.
-// covers: Sem.ServeOrder
+// covers: Sem.ServeOrder, Lease.TokenForm
 #[tokio::test(start_paused = true)]
 async fn services_run_under_the_grant_and_stop_before_its_release() {
     let store = MemoryStore::new();

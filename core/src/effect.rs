@@ -428,6 +428,7 @@ effect_buffer!(
 mod tests {
     use super::*;
 
+    // covers: Lease.TokenForm
     #[test]
     fn a_fencing_token_prints_as_slot_colon_revision_and_reads_back() {
         let token = FencingToken {
@@ -443,6 +444,7 @@ mod tests {
         assert_eq!(grant.to_string().parse(), Ok(grant));
     }
 
+    // covers: Lease.TokenForm
     #[test]
     fn only_the_printed_form_reads_as_a_fencing_token() {
         for text in [
