@@ -412,7 +412,12 @@ fn the_command_gets_only_the_documented_vvm_variables() {
         .collect();
     assert_eq!(
         names,
-        ["OTHER_SETTING", "VVM_ADDRESS", "VVM_FENCING_TOKEN", "VVM_SLOT"],
+        [
+            "OTHER_SETTING",
+            "VVM_ADDRESS",
+            "VVM_FENCING_TOKEN",
+            "VVM_SLOT"
+        ],
         "{seen}"
     );
     assert!(seen.contains("VVM_ADDRESS=env-a\n"), "{seen}");

@@ -377,7 +377,10 @@ fn a_semaphore_is_made_in_one_step() {
         .next()
         .expect("a token line")
         .unwrap();
-    assert!(first.starts_with("VVM_SLOT=0 VVM_FENCING_TOKEN=0:"), "{first}");
+    assert!(
+        first.starts_with("VVM_SLOT=0 VVM_FENCING_TOKEN=0:"),
+        "{first}"
+    );
     let (code, out, stderr) = describe("web");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(out.contains(" ephemeral "), "{out}");

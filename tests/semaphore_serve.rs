@@ -114,7 +114,11 @@ async fn services_run_under_the_grant_and_stop_before_its_release() {
         .unwrap()
         .expect("fits");
     let token = grant.token();
-    assert_eq!(token.to_string(), "0:1", "the first grant: slot 0, generation 1");
+    assert_eq!(
+        token.to_string(),
+        "0:1",
+        "the first grant: slot 0, generation 1"
+    );
     let seen = Seen::default();
     let stop = tokio::time::sleep(Duration::from_secs(30));
     grant

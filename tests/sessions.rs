@@ -223,11 +223,7 @@ async fn a_slot_is_held_once_per_session() {
     // slot deletes it, so the next tenure's fencing token is higher.
     assert!(store.get(Slot(1)).await.expect("read").is_some());
     let again = session.acquire(Slot(1)).await.expect("runs").expect("ours");
-    assert!(
-        again.token() > first,
-        "{} > {first}",
-        again.token()
-    );
+    assert!(again.token() > first, "{} > {first}", again.token());
 }
 
 /// Many slots at once: each answered as a single acquire would be, at its index; a slot named

@@ -45,8 +45,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot, watch};
 use vvm_core::semaphore::SemaphoreName;
 use vvm_core::{
-    AttachRefusal, FencingToken, HoldingId, Instant, LeaseConfig, LossReason, OpenRefusal, Revision, Session,
-    SessionId, SessionKey, Slot,
+    AttachRefusal, FencingToken, HoldingId, Instant, LeaseConfig, LossReason, OpenRefusal,
+    Revision, Session, SessionId, SessionKey, Slot,
 };
 
 use crate::killer::KillerThread;
