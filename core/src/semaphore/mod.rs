@@ -33,7 +33,7 @@
 //! - **Try once.** A timeout of 0 means: granted now or not at all, never queued. A queued
 //!   request replaced by a try that fails leaves the queue.
 //! - **Tokens.** Every grant raises the semaphore's [`Generation`] by one and gives it to the new
-//!   owner as its token: tokens strictly increase in grant order, so a resource that remembers
+//!   owner as its token (the revision of its [`FencingToken`](crate::FencingToken), on slot 0): tokens strictly increase in grant order, so a resource that remembers
 //!   the highest token it saw can refuse a former owner's late writes.
 //! - **Ephemeral semaphores** are made by the first acquire ([`Semaphore::ephemeral`], limit
 //!   `u64::MAX`, so that any count fits and `u64::MAX` means exclusive) and deleted when their

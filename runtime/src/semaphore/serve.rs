@@ -7,9 +7,10 @@
 //! while a service of ours may still act. Services read:
 //!
 //! - the **token**, the grant's [`SemaphoreGrant::token`]: `FencingToken { slot: Slot(0),
-//!   revision: <the grant's generation> }` — slot 0 because a semaphore has no slots; the revision rises with every grant of the semaphore, so
-//!   a resource can refuse a former owner's writes. `None` once the grant ended or the session's
-//!   kill deadline passed;
+//!   revision: <the grant's generation> }`, printed `0:<generation>` — slot 0 because a
+//!   semaphore has no slots; the revision rises with every grant of the semaphore, so a resource
+//!   can refuse a former owner's writes. `None` once the grant ended or the session's kill
+//!   deadline passed;
 //! - the **kill deadline**, which is the session's: it moves with each confirmed keepalive;
 //! - the **loss** signal, when the grant ends underneath (the session lost or closed, a forced
 //!   delete, the session's expiry seen by another party).
@@ -112,7 +113,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     ///         "worker".into()
     ///     }
     ///     async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
-    ///         assert!(context.token().is_some()); // the grant's generation, while held
+    ///         assert!(context.token().is_some()); // the grant's fencing token, while held
     ///         context.ready();
     ///         context.shutdown().requested().await;
     ///         Ok(())
