@@ -173,7 +173,7 @@ fn fresh(index: usize) -> Duration {
 const TREE_SCRIPT: &str = r#"log="$PWD/acts"
 perl -e 'use POSIX; POSIX::setsid(); exit 0 if fork; POSIX::close($_) for 0..1023;
   while (1) { sleep 1 }' &
-while :; do echo "$VVM_REVISION $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
+while :; do echo "${VVM_FENCING_TOKEN#*:} $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
 
 fn spawn_tree(dir: &Path, address: &str, store: &str, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_vvm"))

@@ -104,7 +104,7 @@ pub mod config {
 /// A [`Vvm`]'s states and what it reports: the typestate markers, its snapshot and
 /// subscription, why an acquisition was refused, the parts of a fencing token.
 pub mod lifecycle {
-    pub use vvm_core::{Incarnation, Revision};
+    pub use vvm_core::{FencingTokenError, Incarnation, Revision};
     pub use vvm_runtime::{
         ProblemFuture, Provided, RefusalReason, SlotRefusal, VvmSnapshot, VvmState,
         VvmSubscription, FAILING_PAUSE_ROUNDS_MAX,

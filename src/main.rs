@@ -216,7 +216,7 @@ pub struct RunArgs {
     )]
     store_unavailable: cli::store::Unavailable,
     /// Hold the slot (or the units) without a command, as `etcdctl lock NAME` does: print
-    /// `VVM_SLOT=N VVM_REVISION=T` (the fencing token) on one line of standard output once held,
+    /// `VVM_SLOT=N VVM_FENCING_TOKEN=N:R` on one line of standard output once held,
     /// and keep holding until SIGINT, SIGTERM or SIGHUP — a script's lock around several
     /// commands (see the README).
     #[arg(long, env = "VVM_HOLD", conflicts_with = "command", value_parser = BoolishValueParser::new())]
@@ -224,8 +224,8 @@ pub struct RunArgs {
     /// Time the command has to exit after SIGTERM before its process tree gets SIGKILL.
     #[arg(short, long, env = "VVM_GRACE", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
-    /// The command to run while this VVM leads, with `VVM_SLOT`, `VVM_REVISION` (its fencing
-    /// token) and `VVM_ADDRESS` set. Its tree gets SIGTERM on shutdown or loss of leadership,
+    /// The command to run while this VVM leads, with `VVM_SLOT`, `VVM_FENCING_TOKEN` (its
+    /// fencing token, `<slot>:<revision>`) and `VVM_ADDRESS` set. Its tree gets SIGTERM on shutdown or loss of leadership,
     /// SIGKILL after `--grace` or when the kill deadline passes. `vvm` exits with its status.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -240,7 +240,7 @@ pub struct RunArgs {
     /// Run under a grant of `--count` units of this semaphore instead of a slot: at most its
     /// limit in units run at once across every `vvm` on the store, granted in order of arrival.
     /// It must exist (`vvm semaphore create NAME --limit N`) unless `--limit` or `--ephemeral`
-    /// makes it; the command gets `VVM_SLOT=0` and `VVM_REVISION=<the grant's token>`. Not with
+    /// makes it; the command gets `VVM_SLOT=0` and `VVM_FENCING_TOKEN=0:<the grant's number>`. Not with
     /// `--metrics-addr`, whose `/leader` and slot metrics describe a slot.
     #[arg(long, env = "VVM_SEMAPHORE", value_name = "NAME", conflicts_with_all = ["slots", "metrics_addr"])]
     semaphore: Option<String>,

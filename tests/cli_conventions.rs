@@ -257,7 +257,7 @@ fn two_runs_from_two_directories_meet_on_the_users_store_and_the_standby_says_wh
     let second_lines = stderr_lines(&mut second);
     let waiting = wait_line(&second_lines, "waiting: the slot is held");
     let line = waiting.lines().last().unwrap_or_default();
-    for part in ["slot=1", "holder=first", "revision=", "left="] {
+    for part in ["slot=1", "holder=first", "fencing_token=1:", "left="] {
         assert!(line.contains(part), "{part} missing: {line}");
     }
     assert!(!waiting.contains("leadership acquired"), "{waiting}");
@@ -562,14 +562,14 @@ fn the_readme_use_block_runs_as_written() {
         let worker = dir.join("worker");
         std::fs::write(
             &worker,
-            "#!/bin/sh\n[ \"$1\" = --flag ] || exit 9\necho \"$VVM_REVISION\" > token.tmp && mv token.tmp token\nwhile :; do sleep 0.05; done\n",
+            "#!/bin/sh\n[ \"$1\" = --flag ] || exit 9\necho \"$VVM_FENCING_TOKEN\" > token.tmp && mv token.tmp token\nwhile :; do sleep 0.05; done\n",
         )
         .unwrap();
         std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
     }
     let mut first = run_line(&lines[1], &one, &home);
-    let first_token: u64 = wait_file(&one.join("token")).trim().parse().unwrap();
+    let first_token: vvm::FencingToken = wait_file(&one.join("token")).trim().parse().unwrap();
     let mut second = run_line(&lines[2], &two, &home);
     let mut watch = run_line(&lines[3], &home, &home);
     let watch_lines = {
@@ -595,7 +595,7 @@ fn the_readme_use_block_runs_as_written() {
     // Ctrl-C in terminal 1: terminal 2 takes over.
     interrupt(&first);
     assert_interrupted(&mut first);
-    let second_token: u64 = wait_file(&two.join("token")).trim().parse().unwrap();
+    let second_token: vvm::FencingToken = wait_file(&two.join("token")).trim().parse().unwrap();
     assert!(second_token > first_token);
     // A release and the take that follows within milliseconds, or both between two looks.
     let changes = wait_line_any(&watch_lines, &[" taken ", " passed-on "]);

@@ -116,7 +116,7 @@ fn kill_all(pids: &[i32]) {
     }
 }
 
-// covers: Cli.Exec, Cli.ExecStop
+// covers: Cli.Exec, Cli.ExecStop, Lease.TokenForm
 #[test]
 fn the_command_starts_only_while_leading_sees_its_token_and_gets_sigterm_on_shutdown() {
     let dir = temp_dir("vvm-exec-lead");
@@ -132,16 +132,16 @@ fn the_command_starts_only_while_leading_sees_its_token_and_gets_sigterm_on_shut
         .unwrap();
     let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
     let first = lines.next().expect("a line").expect("readable");
-    let holder_revision: u64 = first
+    let holder_token: vvm::FencingToken = first
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("revision="))
-        .expect("a revision")
+        .find_map(|w| w.strip_prefix("fencing_token="))
+        .expect("a fencing token")
         .parse()
         .unwrap();
 
     // The trap first: the test signals as soon as `env` appears.
     let script = r#"trap 'echo term > term.tmp && mv term.tmp term; exit 0' TERM
-echo "$VVM_SLOT $VVM_REVISION $VVM_ADDRESS" > env.tmp && mv env.tmp env
+echo "$VVM_SLOT $VVM_FENCING_TOKEN $VVM_ADDRESS" > env.tmp && mv env.tmp env
 while :; do sleep 0.05; done"#;
     let mut exec = exec_child(&dir, "exec-a", &[], script);
     // While the holder leads, the command must not start.
@@ -160,10 +160,13 @@ while :; do sleep 0.05; done"#;
     let fields: Vec<&str> = env.split_whitespace().collect();
     assert_eq!(fields.len(), 3, "{env:?}");
     assert_eq!(fields[0], "1", "VVM_SLOT in {env:?}");
-    let revision: u64 = fields[1].parse().expect("VVM_REVISION is a number");
+    let token: vvm::FencingToken = fields[1]
+        .parse()
+        .expect("VVM_FENCING_TOKEN is <slot>:<revision>");
+    assert_eq!(token.slot, vvm::Slot(1), "{env:?}");
     assert!(
-        revision > holder_revision,
-        "the fencing token {revision} does not exceed the previous holder's {holder_revision}"
+        token > holder_token,
+        "the fencing token {token} does not exceed the previous holder's {holder_token}"
     );
     assert_eq!(fields[2], "exec-a", "VVM_ADDRESS in {env:?}");
 
@@ -391,6 +394,8 @@ fn the_command_gets_only_the_documented_vvm_variables() {
             format!("password-file={}", password.display()),
         )
         .env("OTHER_SETTING", "kept")
+        // The name the fencing token had before: not passed on, like every `VVM_` variable.
+        .env("VVM_REVISION", "7")
         .env_remove("VVM_METRICS_ADDR")
         .env_remove("NOTIFY_SOCKET")
         .stdin(Stdio::null())
@@ -407,7 +412,12 @@ fn the_command_gets_only_the_documented_vvm_variables() {
         .collect();
     assert_eq!(
         names,
-        ["OTHER_SETTING", "VVM_ADDRESS", "VVM_REVISION", "VVM_SLOT"],
+        [
+            "OTHER_SETTING",
+            "VVM_ADDRESS",
+            "VVM_FENCING_TOKEN",
+            "VVM_SLOT"
+        ],
         "{seen}"
     );
     assert!(seen.contains("VVM_ADDRESS=env-a\n"), "{seen}");

@@ -263,7 +263,7 @@ fn ctrl_c_stops_the_calling_script() {
 }
 
 // covers: Cli.Hold
-/// `vvm run --hold`: no command; one line `VVM_SLOT=1 VVM_REVISION=T` once held, then the slot
+/// `vvm run --hold`: no command; one line `VVM_SLOT=1 VVM_FENCING_TOKEN=1:R` once held, then the slot
 /// stays held (a try-once elsewhere is busy) until a signal, which releases it at once (was:
 /// no such flag, exit 2).
 #[test]
@@ -290,10 +290,11 @@ fn hold_prints_the_token_and_holds_until_a_signal() {
             panic!("no token line: {other:?}; {}", stderr.join().unwrap());
         }
     };
-    let revision = first
-        .strip_prefix("VVM_SLOT=1 VVM_REVISION=")
+    let token = first
+        .strip_prefix("VVM_SLOT=1 VVM_FENCING_TOKEN=")
         .unwrap_or_else(|| panic!("{first}"));
-    assert!(revision.parse::<u64>().is_ok(), "{first}");
+    let token: vvm::FencingToken = token.parse().unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert_eq!(token.slot, vvm::Slot(1), "{first}");
     std::thread::sleep(Duration::from_millis(300));
     let (code, _, err) = vvm(&store, &["--acquire", "0", "--", "true"]);
     assert_eq!(code, Some(3), "held: {err}");
@@ -376,7 +377,10 @@ fn a_semaphore_is_made_in_one_step() {
         .next()
         .expect("a token line")
         .unwrap();
-    assert!(first.starts_with("VVM_SLOT=0 VVM_REVISION="), "{first}");
+    assert!(
+        first.starts_with("VVM_SLOT=0 VVM_FENCING_TOKEN=0:"),
+        "{first}"
+    );
     let (code, out, stderr) = describe("web");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(out.contains(" ephemeral "), "{out}");

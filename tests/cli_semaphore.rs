@@ -85,7 +85,7 @@ fn round_trip(store: &str) {
     let text = vvm(&store, &["describe", "config"]);
     let line = String::from_utf8_lossy(&text.stdout);
     assert!(
-        line.starts_with("semaphore config count=0/3 token=0"),
+        line.starts_with("semaphore config count=0/3 fencing_token=0:0"),
         "{line}"
     );
 

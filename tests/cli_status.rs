@@ -183,7 +183,11 @@ fn watch_a_tenure(store: &str, expire: bool) {
         taken["holder"]["incarnation"].as_str().map(str::len),
         Some(16)
     );
-    assert!(taken["holder"]["revision"].is_u64(), "{taken}");
+    let token: vvm::FencingToken = taken["holder"]["fencing_token"]
+        .as_str()
+        .and_then(|token| token.parse().ok())
+        .unwrap_or_else(|| panic!("no fencing token: {taken}"));
+    assert_eq!(token.slot, vvm::Slot(1), "{taken}");
     assert_eq!(taken["event"], "taken", "{taken}");
     assert_time(&taken);
     assert_eq!(taken["holder"]["stopping"], false, "{taken}");

@@ -134,7 +134,7 @@ fn ready_comes_only_once_leading_stopping_on_shutdown_and_no_watchdog_unasked() 
     assert!(
         waiting
             .iter()
-            .any(|m| m.starts_with("STATUS=Waiting: slot 1 is held by holder (revision ")),
+            .any(|m| m.starts_with("STATUS=Waiting: slot 1 is held by holder (fencing token 1:")),
         "{waiting:?}"
     );
 

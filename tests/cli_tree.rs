@@ -277,7 +277,7 @@ fn chaos_script(daemon: bool, ignore_term: bool) -> String {
         script.push_str(SCRIPT);
     } else {
         script.push_str(
-            r#"while :; do echo "$VVM_REVISION c $(date +%s%N)" >> "$PWD/acts"; sleep 0.02; done"#,
+            r#"while :; do echo "$VVM_FENCING_TOKEN c $(date +%s%N)" >> "$PWD/acts"; sleep 0.02; done"#,
         );
     }
     script

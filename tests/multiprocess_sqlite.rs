@@ -93,9 +93,10 @@ impl Fleet {
                 .strip_prefix("leading ")
                 .and_then(|rest| {
                     rest.split_whitespace()
-                        .find_map(|f| f.strip_prefix("revision="))
+                        .find_map(|f| f.strip_prefix("fencing_token="))
                 })
-                .and_then(|r| r.parse::<u64>().ok());
+                .and_then(|token| token.parse::<vvm::FencingToken>().ok())
+                .map(|token| token.revision.0);
             if let Some(revision) = revision.filter(|r| *r > above) {
                 return (index, revision);
             }
@@ -127,12 +128,12 @@ fn tenures(log: &Path) -> BTreeMap<u32, Vec<Tenure>> {
     let text = std::fs::read_to_string(log).expect("the acting log exists");
     let mut by_key: BTreeMap<(u32, u32, u64), (u64, u64)> = BTreeMap::new();
     for line in text.lines() {
-        let fields: Vec<u64> = line
-            .split(' ')
-            .map(|f| f.parse().expect("numeric field"))
-            .collect();
-        assert_eq!(fields.len(), 4, "malformed acting line {line:?}");
-        let (t, pid, slot, revision) = (fields[0], fields[1] as u32, fields[2] as u32, fields[3]);
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields.len(), 3, "malformed acting line {line:?}");
+        let number = |f: &str| f.parse::<u64>().expect("numeric field");
+        let token: vvm::FencingToken = fields[2].parse().expect("a fencing token");
+        let (t, pid) = (number(fields[0]), number(fields[1]) as u32);
+        let (slot, revision) = (token.slot.0, token.revision.0);
         let span = by_key.entry((slot, pid, revision)).or_insert((t, t));
         span.0 = span.0.min(t);
         span.1 = span.1.max(t);
@@ -315,9 +316,10 @@ impl Runner {
                 .strip_prefix("leading ")
                 .and_then(|rest| {
                     rest.split_whitespace()
-                        .find_map(|f| f.strip_prefix("revision="))
+                        .find_map(|f| f.strip_prefix("fencing_token="))
                 })
-                .and_then(|r| r.parse::<u64>().ok());
+                .and_then(|token| token.parse::<vvm::FencingToken>().ok())
+                .map(|token| token.revision.0);
             if let Some(revision) = revision {
                 return Some((at, revision));
             }
@@ -483,7 +485,7 @@ fn a_commands_tree_is_gone_before_a_successor_leads_after_vvm_died() {
     let (dir, store) = scratch("inherited-lock");
     let pid_file = dir.join("sleep.pid");
     let script = format!(
-        "echo leading revision=$VVM_REVISION; sleep 60 & echo $! > {}; wait",
+        "echo leading fencing_token=$VVM_FENCING_TOKEN; sleep 60 & echo $! > {}; wait",
         pid_file.display()
     );
     let mut holder = Runner::spawn(&store, "holder", "2s", &["sh", "-c", &script]);

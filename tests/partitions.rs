@@ -8,7 +8,7 @@
 //! namespaces every 20 ms, stamped on `CLOCK_BOOTTIME` (one clock for every namespace), so that
 //! each tenure is an interval `(host, token, first tick, last tick)`; and it writes to a fenced
 //! register in etcd every 50 ms: a transaction that puts `jepsen/w/<token>/<host>/<n>` only if
-//! the slot's key still exists and was created at or before its token (`VVM_REVISION`; a
+//! the slot's key still exists and was created at or before its token (`VVM_FENCING_TOKEN`'s revision; a
 //! successor's key is created after it). Checked after every round and at the end: no two
 //! tenures overlap, tokens rise strictly with time, and no write of a deposed holder lands
 //! (by etcd revision) after a write of its successor.

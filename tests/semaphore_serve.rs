@@ -18,7 +18,7 @@ use vvm::{
 /// What the service saw, for the test to judge.
 #[derive(Clone, Default)]
 struct Seen {
-    token: Arc<Mutex<Option<u64>>>,
+    token: Arc<Mutex<Option<vvm::FencingToken>>>,
     deadline_matches: Arc<Mutex<bool>>,
     /// Owners of the semaphore when the service was asked to stop: still ours, since the
     /// release follows the stop.
@@ -43,7 +43,7 @@ impl Service for Worker<MemoryStore> {
     }
 
     async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
-        *self.seen.token.lock().unwrap() = context.token().map(|t| t.revision.0);
+        *self.seen.token.lock().unwrap() = context.token();
         *self.seen.deadline_matches.lock().unwrap() =
             context.kill_deadline() == self.coordination.session().kill_deadline();
         context.ready();
@@ -101,7 +101,7 @@ fn lingering_worker(
 
 /// The services see the grant's generation and the session's deadline, and are stopped while
 /// the grant is still held; it is released after.
-// covers: Sem.ServeOrder
+// covers: Sem.ServeOrder, Lease.TokenForm
 #[tokio::test(start_paused = true)]
 async fn services_run_under_the_grant_and_stop_before_its_release() {
     let store = MemoryStore::new();
@@ -113,7 +113,12 @@ async fn services_run_under_the_grant_and_stop_before_its_release() {
         .await
         .unwrap()
         .expect("fits");
-    let token = grant.token().0;
+    let token = grant.token();
+    assert_eq!(
+        token.to_string(),
+        "0:1",
+        "the first grant: slot 0, generation 1"
+    );
     let seen = Seen::default();
     let stop = tokio::time::sleep(Duration::from_secs(30));
     grant

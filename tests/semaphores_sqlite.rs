@@ -45,7 +45,7 @@ async fn child_waits_for_the_lock() {
         .await
         .expect("the acquire runs")
         .expect("granted before the timeout");
-    println!("GRANTED token={}", grant.token().0);
+    println!("GRANTED token={}", grant.token());
     assert!(grant.release().await.expect("released"));
     assert!(coordination.session().close().await.expect("closed"));
 }
@@ -89,7 +89,7 @@ async fn a_waiter_in_another_process_is_granted_on_release() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let first = grant.token().0;
+    let first = grant.token();
     assert!(grant.release().await.expect("released"));
     let output = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
@@ -101,13 +101,14 @@ async fn a_waiter_in_another_process_is_granted_on_release() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let token: u64 = stdout
+    let token: vvm::FencingToken = stdout
         .lines()
         .find_map(|line| line.split_once("GRANTED token=").map(|(_, token)| token))
         .unwrap_or_else(|| panic!("the child was not granted: {stdout}"))
         .trim()
         .parse()
         .expect("a token");
+    assert_eq!(token.slot, first.slot, "{token} after {first}");
     assert!(token > first, "{token} after {first}");
 }
 

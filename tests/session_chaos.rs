@@ -152,7 +152,7 @@ async fn process(n: u64, store: ChaosStore, oracle: Arc<Mutex<Oracle>>, seed: u6
                     killer: killer.clone(),
                     label: label.clone(),
                 };
-                lock(&oracle).start(slot, holding.revision(), who);
+                lock(&oracle).start(slot, holding.token().revision, who);
                 let (oracle, session, label) = (oracle.clone(), session.clone(), label.clone());
                 let run = Duration::from_millis(rng.between(0, 40_000));
                 // Most services stop within L/4 of a loss; some outlive the kill deadline.

@@ -38,11 +38,14 @@ struct Seen {
     line: String,
 }
 
-/// `leading slot=S revision=R ...` → R.
+/// `leading slot=S fencing_token=S:R ...` → R.
 fn revision(line: &str) -> Option<u64> {
     line.strip_prefix("leading ")?
         .split_whitespace()
-        .find_map(|field| field.strip_prefix("revision=")?.parse().ok())
+        .find_map(|field| field.strip_prefix("fencing_token="))?
+        .parse::<vvm::FencingToken>()
+        .ok()
+        .map(|token| token.revision.0)
 }
 
 struct Round {

@@ -19,14 +19,69 @@ pub struct Revision(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Incarnation(pub u64);
 
-/// `(slot, revision)` of the last confirmed write: strictly increasing per slot across holders.
-/// Services pass it along with their own writes so that a stale leader's writes can be refused.
+/// The fencing token: `(slot, revision)` of the write that confirmed a holding, strictly
+/// increasing per slot across holders. Services pass it along with their own writes so that a
+/// stale leader's writes can be refused. A semaphore grant's token is one too, on slot 0, its
+/// revision the semaphore's count of grants (`1` for the first grant, then one more per grant).
+///
+/// It has one printed form, `<slot>:<revision>` (e.g. `1:4294967297`): [`Display`] writes it,
+/// [`FromStr`] reads it back, and the host gives it to its command as `VVM_FENCING_TOKEN`.
+///
+/// The numbers are the store's own, and only their order within one slot means anything:
+/// SQLite counts the writes of the whole file on one counter that jumps by 2^32 at the first
+/// open after each boot (so a power loss cannot hand out a revision twice: the first boot's
+/// first write is `4294967297`); etcd gives the cluster's revision of the write (shared by
+/// every key, so it starts low and rises by more than one); the memory store counts every
+/// write; FoundationDB and PostgreSQL count the writes of each slot's record. Tokens of
+/// different slots, stores or semaphores are not comparable.
+///
+/// [`Display`]: core::fmt::Display
+/// [`FromStr`]: core::str::FromStr
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken {
-    /// The slot held.
+    /// The slot held (0 for a semaphore grant).
     pub slot: Slot,
-    /// The store revision of the write that confirmed the lease.
+    /// The store revision of the write that confirmed the holding.
     pub revision: Revision,
+}
+
+impl core::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}:{}", self.slot.0, self.revision.0)
+    }
+}
+
+/// Text that is not a fencing token's printed form `<slot>:<revision>`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a fencing token: expected <slot>:<revision>, two decimal numbers")]
+pub struct FencingTokenError {
+    /// The text refused.
+    pub text: String,
+}
+
+impl core::str::FromStr for FencingToken {
+    type Err = FencingTokenError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let refused = || FencingTokenError {
+            text: text.to_owned(),
+        };
+        let (slot, revision) = text.split_once(':').ok_or_else(refused)?;
+        Ok(FencingToken {
+            slot: Slot(decimal(slot).ok_or_else(refused)?),
+            revision: Revision(decimal(revision).ok_or_else(refused)?),
+        })
+    }
+}
+
+/// `part` as a number, if it is written as `Display` writes one: `u64::from_str` takes a
+/// leading `+` and zeros, and one token must have one printed form.
+fn decimal<T: core::str::FromStr>(part: &str) -> Option<T> {
+    let digits = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (part.len() > 1 && part.starts_with('0')) {
+        return None;
+    }
+    part.parse().ok()
 }
 
 /// Names one store operation. A reply carrying an `OpId` that the machine no longer waits for
@@ -368,3 +423,54 @@ effect_buffer!(
     EFFECTS_MAX,
     Effect::StopServices
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // covers: Lease.TokenForm
+    #[test]
+    fn a_fencing_token_prints_as_slot_colon_revision_and_reads_back() {
+        let token = FencingToken {
+            slot: Slot(1),
+            revision: Revision(4_294_967_297),
+        };
+        assert_eq!(token.to_string(), "1:4294967297");
+        assert_eq!("1:4294967297".parse(), Ok(token));
+        let grant = FencingToken {
+            slot: Slot(0),
+            revision: Revision(u64::MAX),
+        };
+        assert_eq!(grant.to_string().parse(), Ok(grant));
+    }
+
+    // covers: Lease.TokenForm
+    #[test]
+    fn only_the_printed_form_reads_as_a_fencing_token() {
+        for text in [
+            "",
+            "1",
+            "1:",
+            ":2",
+            "1/2",
+            "1:2:3",
+            "+1:2",
+            "1:+2",
+            "01:2",
+            "1:02",
+            " 1:2",
+            "1:2 ",
+            "1:-2",
+            "4294967296:1",
+            "1:18446744073709551616",
+        ] {
+            assert_eq!(
+                text.parse::<FencingToken>(),
+                Err(FencingTokenError {
+                    text: text.to_owned()
+                }),
+                "{text:?}"
+            );
+        }
+    }
+}

@@ -72,8 +72,8 @@ pub use config::{
     RENEWAL_CALLS_PER_LEASE_MAX, RETRY_DOUBLINGS_MAX, ROUND_INTERVAL_DEFAULT, SLOTS_MAX,
 };
 pub use effect::{
-    Effect, Effects, FencingToken, Incarnation, LossReason, OpId, Problem, Record, Refusal, Reply,
-    Revision, Slot, TimerId, TimerKind, EFFECTS_MAX,
+    Effect, Effects, FencingToken, FencingTokenError, Incarnation, LossReason, OpId, Problem,
+    Record, Refusal, Reply, Revision, Slot, TimerId, TimerKind, EFFECTS_MAX,
 };
 pub use holding::{HoldingEvent, HoldingState, SessionLeadership};
 pub use leadership::{Held, Leadership, LeaseEvent, LeaseState, Pending};

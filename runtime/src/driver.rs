@@ -561,13 +561,13 @@ impl<S: LeaseStore> Driver<S> {
                 tracing::Span::current().record("slot", token.slot.0);
                 tracing::info!(
                     slot = token.slot.0,
-                    revision = token.revision.0,
+                    fencing_token = %token,
                     "leadership acquired"
                 );
                 next.token = Some(token);
             }
             Effect::Renewed { token } => {
-                tracing::debug!(revision = token.revision.0, "lease renewed");
+                tracing::debug!(fencing_token = %token, "lease renewed");
                 next.token = Some(token);
             }
             Effect::NotAcquired { slot, refusal } => {
@@ -597,7 +597,7 @@ impl<S: LeaseStore> Driver<S> {
                 crate::status::log_released(slot, deleted, held);
             }
             Effect::StartServices { token } => {
-                tracing::debug!(revision = token.revision.0, "starting services");
+                tracing::debug!(fencing_token = %token, "starting services");
                 services.start = Some(self.services.take().unwrap_or_default());
                 next.services_running = true;
             }

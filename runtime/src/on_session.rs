@@ -33,7 +33,7 @@ pub(crate) trait HeldSlot: Send {
 
 impl<S: SessionStore + Send + Sync + 'static> HeldSlot for Holding<S> {
     fn revision(&self) -> Revision {
-        Holding::revision(self)
+        Holding::token(self).revision
     }
 
     fn release(self: Box<Self>) -> BoxFuture<Result<bool, SessionError>> {

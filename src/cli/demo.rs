@@ -63,19 +63,15 @@ struct Seen {
     line: String,
 }
 
-/// `leading slot=S revision=R ...` → `(slot, revision)`.
+/// `leading slot=S fencing_token=S:R ...` → `(slot, revision)`.
 fn parse_leading(line: &str) -> Option<(u32, u64)> {
     let rest = line.strip_prefix("leading ")?;
-    let mut slot = None;
-    let mut revision = None;
-    for field in rest.split_whitespace() {
-        if let Some(v) = field.strip_prefix("slot=") {
-            slot = v.parse().ok();
-        } else if let Some(v) = field.strip_prefix("revision=") {
-            revision = v.parse().ok();
-        }
-    }
-    Some((slot?, revision?))
+    let token: vvm::FencingToken = rest
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("fencing_token="))?
+        .parse()
+        .ok()?;
+    Some((token.slot.0, token.revision.0))
 }
 
 /// Most SIGSTOPs tried to find a moment where the hung holder holds no write transaction.
@@ -267,7 +263,7 @@ impl Demo {
 
         let (first, slot, revision, _) = self.wait_leader(None, 0, FIRST_LEADER_WAIT)?;
         self.say(&format!(
-            "demo-{first} leads slot {slot} with fencing token {slot}/{revision}"
+            "demo-{first} leads slot {slot} with fencing token {slot}:{revision}"
         ));
 
         // 1. A crash: no release. On SQLite every holder keeps a lock on a per-slot file that the
@@ -287,7 +283,7 @@ impl Demo {
             DemoStore::Etcd => lease.mul_f64(1.10) + args.round + ETCD_EXPIRY_CHECK,
         };
         self.say(&format!(
-            "demo-{second} leads slot {slot} with token {slot}/{revision_2}: failover after SIGKILL {} ({})",
+            "demo-{second} leads slot {slot} with fencing token {slot}:{revision_2}: failover after SIGKILL {} ({})",
             figure(failover, lease),
             match args.store {
                 DemoStore::Sqlite => format!(
@@ -321,7 +317,7 @@ impl Demo {
             lease.mul_f64(1.10) + args.round + store_slack(args.store),
         );
         self.say(&format!(
-            "demo-{third} leads slot {slot} with token {slot}/{revision_3}: after the expiry, {} after SIGSTOP (bounds {:.2}s..{:.2}s: never before 0.75·L, at most 1.10·L + one round{})",
+            "demo-{third} leads slot {slot} with fencing token {slot}:{revision_3}: after the expiry, {} after SIGSTOP (bounds {:.2}s..{:.2}s: never before 0.75·L, at most 1.10·L + one round{})",
             figure(expiry_wait, lease),
             earliest.as_secs_f64(),
             latest.as_secs_f64(),
@@ -347,7 +343,7 @@ impl Demo {
         let handoff = at.saturating_duration_since(term_at);
         let handoff_bound = lease / 2;
         self.say(&format!(
-            "demo-{fourth} leads slot {slot} with token {slot}/{revision_4}: graceful hand-off {} (bound L/2 = {:.2}s, goal median 20 ms)",
+            "demo-{fourth} leads slot {slot} with fencing token {slot}:{revision_4}: graceful hand-off {} (bound L/2 = {:.2}s, goal median 20 ms)",
             figure(handoff, lease),
             handoff_bound.as_secs_f64()
         ));
@@ -446,10 +442,11 @@ mod tests {
     #[test]
     fn leading_lines_parse() {
         assert_eq!(
-            parse_leading("leading slot=2 revision=17 address=a pid=3"),
+            parse_leading("leading slot=2 fencing_token=2:17 address=a pid=3"),
             Some((2, 17))
         );
-        assert_eq!(parse_leading("leading slot=x revision=17"), None);
+        assert_eq!(parse_leading("leading slot=2 fencing_token=x:17"), None);
+        assert_eq!(parse_leading("leading slot=2 revision=17"), None);
         assert_eq!(parse_leading("something else"), None);
     }
 }

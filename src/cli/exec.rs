@@ -2,8 +2,8 @@
 //!
 //! The command is the VVM's one service ([`ExecService`]). It starts once this process leads,
 //! under a supervisor ([`supervise`](super::supervise): this binary in a hidden mode), in a
-//! process group of its own, with `VVM_SLOT`, `VVM_REVISION` (the fencing token of the write
-//! that confirmed the tenure it starts in) and `VVM_ADDRESS` in its environment. When the service
+//! process group of its own, with `VVM_SLOT`, `VVM_FENCING_TOKEN` (the fencing token of the
+//! write that confirmed the tenure it starts in, printed `<slot>:<revision>`) and `VVM_ADDRESS` in its environment. When the service
 //! is asked to stop (a shutdown, or a loss of leadership, which stops services at once) the
 //! supervisor sends SIGTERM to the command's group and to everything else the command started;
 //! if the command has not exited after the grace period, the whole tree gets SIGKILL.
@@ -132,7 +132,7 @@ impl Killer for GroupKiller {
 }
 
 /// Whether the variable `name` configures `vvm` itself (`VVM_…`), so that the command does not
-/// inherit it. The ones the command is given (`VVM_SLOT`, `VVM_REVISION`, `VVM_ADDRESS`) are set
+/// inherit it. The ones the command is given (`VVM_SLOT`, `VVM_FENCING_TOKEN`, `VVM_ADDRESS`) are set
 /// afresh after the inherited ones are removed.
 fn is_own_variable(name: &std::ffi::OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b"VVM_")
@@ -615,7 +615,7 @@ impl Service for ExecService {
             .arg("--")
             .args(&self.command)
             .env("VVM_SLOT", token.slot.0.to_string())
-            .env("VVM_REVISION", token.revision.0.to_string())
+            .env("VVM_FENCING_TOKEN", token.to_string())
             .env("VVM_ADDRESS", &self.address)
             // systemd's notifications are this process's to send (`NotifyAccess=main`).
             .env_remove("NOTIFY_SOCKET")
@@ -674,7 +674,7 @@ impl Service for ExecService {
         tracing::info!(
             pid,
             slot = token.slot.0,
-            revision = token.revision.0,
+            fencing_token = %token,
             containment = containment.name(),
             "command started"
         );

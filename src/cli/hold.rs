@@ -35,8 +35,8 @@ fn print_token(token: vvm::FencingToken) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(
         stdout,
-        "VVM_SLOT={} VVM_REVISION={}",
-        token.slot.0, token.revision.0
+        "VVM_SLOT={} VVM_FENCING_TOKEN={token}",
+        token.slot.0
     )
     .and_then(|()| stdout.flush());
 }

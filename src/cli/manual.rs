@@ -22,7 +22,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         "vvm run --semaphore pool --limit 3 -- ./job",
     ),
     (
-        "Hold the slot around several commands of a bash script (the token on one line):",
+        "Hold the slot around several commands of a bash script (the fencing token on one line):",
         "coproc vvm run --hold; read -r token <&\"${COPROC[0]}\"; ./step1; ./step2; kill \"$COPROC_PID\"",
     ),
     ("Watch who leads:", "vvm status --watch"),
@@ -42,6 +42,10 @@ const OTHER_VARIABLES: &[(&str, &str)] = &[
     (
         "NOTIFY_SOCKET",
         "Set by systemd (Type=notify): vvm run sends READY=1 once it leads, STATUS= lines and watchdog pings.",
+    ),
+    (
+        "VVM_FENCING_TOKEN",
+        "Set for the command of vvm run (with VVM_SLOT and VVM_ADDRESS): its fencing token, <slot>:<revision> (slot 0 for a semaphore grant). The revision is the store's number for the write that won the slot, so only the order of one slot's tokens means anything: a later tenure's is higher. Pass it with the command's writes so that a resource can refuse a former holder's.",
     ),
 ];
 

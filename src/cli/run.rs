@@ -29,7 +29,7 @@ const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 const ACTING_INTERVAL: Duration = Duration::from_millis(20);
 
 /// The demo service: while it runs (that is, while its VVM leads) it prints its fencing token
-/// every second and, when asked, appends `<host monotonic ns> <pid> <slot> <revision>` to an
+/// every second and, when asked, appends `<host monotonic ns> <pid> <fencing token>` to an
 /// acting log that a checker can use to prove no two processes acted on one slot at once.
 struct DemoService {
     address: String,
@@ -68,12 +68,7 @@ impl Service for DemoService {
                 return Ok(());
             };
             if let Some(file) = log {
-                let line = format!(
-                    "{} {pid} {} {}\n",
-                    host_monotonic_ns(),
-                    token.slot.0,
-                    token.revision.0
-                );
+                let line = format!("{} {pid} {token}\n", host_monotonic_ns());
                 // One write per line: appends of one line are not interleaved between processes.
                 file.write_all(line.as_bytes())
                     .map_err(|e| ServiceError::with_source("cannot append to the acting log", e))?;
@@ -92,8 +87,8 @@ impl Service for DemoService {
                 _ = report.tick() => if let Some(token) = context.token() {
                     let _ = writeln!(
                         std::io::stdout(),
-                        "leading slot={} revision={} address={} pid={pid}",
-                        token.slot.0, token.revision.0, self.address
+                        "leading slot={} fencing_token={token} address={} pid={pid}",
+                        token.slot.0, self.address
                     );
                 },
                 _ = acting.tick(), if log.is_some() => append(&mut log, &context)?,
@@ -349,8 +344,8 @@ async fn run_vvm(
         if vvm.current_problem().is_none() && !stop_requested.is_stopped() {
             let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
             notifier.ready(format!(
-                "Leading slot {} since {since} (revision {})",
-                token.slot.0, token.revision.0
+                "Leading slot {} since {since} (fencing token {token})",
+                token.slot.0
             ));
         }
     }

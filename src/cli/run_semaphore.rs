@@ -6,7 +6,7 @@
 //! the command's process group for a command), queues for the units in order of arrival with
 //! this run's address as its data (so `vvm semaphore describe` lists who runs), and runs the
 //! service under the grant ([`vvm::SemaphoreGrant::serve`]): the command gets `VVM_SLOT=0` and
-//! `VVM_REVISION=<the grant's token>`, its supervisor follows the session's kill deadline, and
+//! `VVM_FENCING_TOKEN=0:<the grant's number>` (the grant's token), its supervisor follows the session's kill deadline, and
 //! on SIGINT/SIGTERM, the command's clean exit or the end of the grant the command stops first,
 //! then the grant is released, then the session closed.
 
@@ -145,13 +145,13 @@ pub(super) async fn run_semaphore(
     tracing::info!(
         semaphore = name,
         count = units.count,
-        token = grant.token().0,
+        fencing_token = %grant.token(),
         "granted"
     );
     notifier.ready(format!(
-        "Holding {} of {name} (token {})",
+        "Holding {} of {name} (fencing token {})",
         super::waiting::units_text(units.count),
-        grant.token().0
+        grant.token()
     ));
     let watchdog = notifier.watchdog_enabled().then(|| {
         tokio::spawn(ping_on_keepalive(

@@ -284,22 +284,22 @@ fn shown_data(data: &[u8]) -> String {
 /// says so; its owners are former owners whose units stay counted until they stop.
 fn text_snapshot(d: &Description) -> String {
     let mut text = format!(
-        "semaphore {} count={}/{} token={}{}{} data={:?}",
+        "semaphore {} count={}/{} fencing_token={}{}{} data={:?}",
         d.name,
         d.count,
         shown_limit(d.limit),
-        d.generation.0,
+        d.generation.fencing_token(),
         if d.ephemeral { " ephemeral" } else { "" },
         if d.deleting { " being-deleted" } else { "" },
         shown_data(&d.data)
     );
     for owner in &d.owners {
         text.push_str(&format!(
-            "\n  owner  order={} session={} count={} token={} data={:?}",
+            "\n  owner  order={} session={} count={} fencing_token={} data={:?}",
             owner.order_id.0,
             owner.session,
             owner.count,
-            owner.token.0,
+            owner.token.fencing_token(),
             shown_data(&owner.data)
         ));
     }
@@ -316,7 +316,7 @@ fn text_snapshot(d: &Description) -> String {
     text
 }
 
-/// `{"name", "data", "count", "limit", "ephemeral", "deleting", "token", "owners": [...],
+/// `{"name", "data", "count", "limit", "ephemeral", "deleting", "fencing_token", "owners": [...],
 /// "waiters": [...]}`.
 fn json_snapshot(d: &Description) -> serde_json::Value {
     let owners: Vec<_> = d
@@ -325,7 +325,7 @@ fn json_snapshot(d: &Description) -> serde_json::Value {
         .map(|o| {
             serde_json::json!({
                 "order": o.order_id.0, "session": o.session.to_string(), "count": o.count,
-                "token": o.token.0, "data": shown_data(&o.data),
+                "fencing_token": o.token.fencing_token().to_string(), "data": shown_data(&o.data),
             })
         })
         .collect();
@@ -346,7 +346,7 @@ fn json_snapshot(d: &Description) -> serde_json::Value {
         "limit": d.limit,
         "ephemeral": d.ephemeral,
         "deleting": d.deleting,
-        "token": d.generation.0,
+        "fencing_token": d.generation.fencing_token().to_string(),
         "owners": owners,
         "waiters": waiters,
     })

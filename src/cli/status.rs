@@ -230,15 +230,15 @@ impl Output {
         } else {
             writeln!(
                 stdout,
-                "{:<6} {:<32} {:<18} {:>10} {:>10}",
-                "slot", "holder", "incarnation", "revision", "time left"
+                "{:<6} {:<32} {:<18} {:>14} {:>10}",
+                "slot", "holder", "incarnation", "fencing token", "time left"
             )?;
             for (slot, entry) in &entries {
                 match entry {
                     Ok(row) => writeln!(stdout, "{}", text_row(row))?,
                     Err(_) => writeln!(
                         stdout,
-                        "{:<6} {:<32} {:<18} {:>10} {:>10}",
+                        "{:<6} {:<32} {:<18} {:>14} {:>10}",
                         slot.0, "(corrupt record)", "-", "-", "-"
                     )?,
                 }
@@ -273,29 +273,29 @@ fn text_row(row: &HolderChange) -> String {
             token,
             time_left,
         }) => format!(
-            "{:<6} {:<32} {:<18} {:>10} {:>10}{}",
+            "{:<6} {:<32} {:<18} {:>14} {:>10}{}",
             row.slot.0,
             value.address,
             format!("{:016x}", value.incarnation.0),
-            token.revision.0,
+            token.to_string(),
             time_left.map_or_else(|| "?".to_owned(), |d| format!("{:.1}s", d.as_secs_f64())),
             if value.stopping { " stopping" } else { "" }
         ),
         None => format!(
-            "{:<6} {:<32} {:<18} {:>10} {:>10}",
+            "{:<6} {:<32} {:<18} {:>14} {:>10}",
             row.slot.0, "(free)", "-", "-", "-"
         ),
     }
 }
 
 /// `{"slot": 1, "holder": null}` or `{"slot": 1, "holder": {"address": ..., "incarnation":
-/// "16 hex digits", "revision": n, "time_left_ms": n | null, "stopping": bool}}`.
+/// "16 hex digits", "fencing_token": "slot:revision", "time_left_ms": n | null, "stopping": bool}}`.
 fn json_row(row: &HolderChange) -> serde_json::Value {
     let holder = row.holder.as_ref().map(|holder| {
         serde_json::json!({
             "address": holder.value.address,
             "incarnation": format!("{:016x}", holder.value.incarnation.0),
-            "revision": holder.token.revision.0,
+            "fencing_token": holder.token.to_string(),
             "time_left_ms": holder.time_left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
             "stopping": holder.value.stopping,
         })

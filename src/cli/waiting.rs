@@ -71,7 +71,7 @@ fn log_change(change: &HolderChange, own_address: &str) -> Option<String> {
         Some(holder) => tracing::info!(
             slot = change.slot.0,
             holder = %holder.value.address,
-            revision = holder.token.revision.0,
+            fencing_token = %holder.token,
             left = %holder.time_left.map_or_else(|| "?".to_owned(), |left| format!("{:.1}s", left.as_secs_f64())),
             "waiting: the slot is held; it passes on when released, or when its holder stops renewing"
         ),
@@ -79,8 +79,8 @@ fn log_change(change: &HolderChange, own_address: &str) -> Option<String> {
     }
     Some(match &change.holder {
         Some(holder) => format!(
-            "Waiting: slot {} is held by {} (revision {})",
-            change.slot.0, holder.value.address, holder.token.revision.0
+            "Waiting: slot {} is held by {} (fencing token {})",
+            change.slot.0, holder.value.address, holder.token
         ),
         None => format!("Slot {} is free: taking it", change.slot.0),
     })

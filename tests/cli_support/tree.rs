@@ -17,9 +17,9 @@ pub const LEASE: Duration = Duration::from_secs(2);
 pub const SCRIPT: &str = r#"log="$PWD/acts"
 perl -e 'use POSIX; use Time::HiRes; POSIX::setsid(); exit 0 if fork; POSIX::close($_) for 0..1023;
   while (1) { open(my $f, ">>", $ARGV[0]) or exit 1;
-    printf $f "%s d %.0f\n", $ENV{VVM_REVISION}, Time::HiRes::time() * 1e9; close($f);
+    printf $f "%s d %.0f\n", $ENV{VVM_FENCING_TOKEN}, Time::HiRes::time() * 1e9; close($f);
     Time::HiRes::sleep(0.02) }' "$log"
-while :; do echo "$VVM_REVISION c $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
+while :; do echo "$VVM_FENCING_TOKEN c $(date +%s%N)" >> "$log"; sleep 0.02; done"#;
 
 pub fn store_of(dir: &Path) -> String {
     format!("sqlite:{}", dir.join("vvm.sqlite").display())
@@ -101,14 +101,15 @@ pub fn tenures(log: &Path) -> BTreeMap<u64, Tenure> {
     let mut out: BTreeMap<u64, Tenure> = BTreeMap::new();
     for line in text.lines() {
         let mut parts = line.split_whitespace();
-        let (Some(revision), Some(kind), Some(at), None) =
+        let (Some(token), Some(kind), Some(at), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             continue; // a line cut by a kill
         };
-        let (Ok(revision), Ok(at)) = (revision.parse::<u64>(), at.parse::<u128>()) else {
+        let (Ok(token), Ok(at)) = (token.parse::<vvm::FencingToken>(), at.parse::<u128>()) else {
             continue;
         };
+        let revision = token.revision.0;
         let tenure = out.entry(revision).or_insert(Tenure {
             first_ns: at,
             last_ns: at,

@@ -39,7 +39,8 @@ pub fn ms(ns: u64) -> f64 {
 pub struct Acting {
     /// The host's name in the log.
     pub host: String,
-    /// Its tenure's token (`VVM_REVISION`, or the service's token at its start).
+    /// Its tenure's token's revision (of `VVM_FENCING_TOKEN`, or of the service's token at its
+    /// start).
     pub token: i64,
     /// Whether the register's writes are fenced.
     pub fenced: bool,
@@ -144,9 +145,10 @@ fn var(name: &str) -> String {
 
 /// `vvm run`'s command: acts with the token `vvm` gave it until `vvm` ends it.
 pub fn command_main() {
-    let token = var("VVM_REVISION")
+    let token: vvm::FencingToken = var("VVM_FENCING_TOKEN")
         .parse()
-        .expect("VVM_REVISION is a number");
+        .expect("VVM_FENCING_TOKEN is <slot>:<revision>");
+    let token = i64::try_from(token.revision.0).expect("an etcd revision fits an i64");
     let acting = Acting::from_env(var("VVM_ADDRESS"), token);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -193,7 +195,7 @@ pub fn library_main(lease: Duration, round: Duration) {
             .await;
         if let Some(token) = vvm.token() {
             // What the lab looks for to tell a holder from a standby that gave up.
-            println!("leadership acquired revision={}", token.revision.0);
+            println!("leadership acquired fencing_token={token}");
         }
         vvm.problem().await;
         let _ = vvm.shutdown().await;

@@ -33,7 +33,7 @@
 //! - **Try once.** A timeout of 0 means: granted now or not at all, never queued. A queued
 //!   request replaced by a try that fails leaves the queue.
 //! - **Tokens.** Every grant raises the semaphore's [`Generation`] by one and gives it to the new
-//!   owner as its token: tokens strictly increase in grant order, so a resource that remembers
+//!   owner as its token (the revision of its [`FencingToken`](crate::FencingToken), on slot 0): tokens strictly increase in grant order, so a resource that remembers
 //!   the highest token it saw can refuse a former owner's late writes.
 //! - **Ephemeral semaphores** are made by the first acquire ([`Semaphore::ephemeral`], limit
 //!   `u64::MAX`, so that any count fits and `u64::MAX` means exclusive) and deleted when their
@@ -103,11 +103,23 @@ const _: () = assert!(ENCODED_BYTES_MAX + NAME_BYTES_MAX < ETCD_REQUEST_BYTES_DE
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OrderId(pub u64);
 
-/// A semaphore's count of grants, and the token of each grant: the `n`-th grant of a semaphore
-/// carries generation `n`. An owner passes its token along with its writes so that a resource
-/// can refuse those of a former owner.
+/// A semaphore's count of grants, as the store keeps it: the `n`-th grant of a semaphore has
+/// generation `n`. Users meet it as the revision of the grant's [`FencingToken`](crate::FencingToken)
+/// (slot 0, printed `0:<n>`), which an owner passes along with its writes so that a resource can
+/// refuse those of a former owner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Generation(pub u64);
+
+impl Generation {
+    /// The fencing token of the grant with this generation: slot 0 (a semaphore has no slots),
+    /// the generation as its revision, printed `0:<n>`.
+    pub fn fencing_token(self) -> crate::FencingToken {
+        crate::FencingToken {
+            slot: crate::Slot(0),
+            revision: crate::Revision(self.0),
+        }
+    }
+}
 
 /// Names one call of a session on a semaphore, so that a call the store applies late (its
 /// caller gave up waiting for the answer, the network held it) cannot act on what the session

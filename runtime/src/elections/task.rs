@@ -209,11 +209,8 @@ impl<S: SessionStore + Clone> Task<S> {
         };
         match session.acquire(slot).await {
             Ok(Some(holding)) => {
-                let token = FencingToken {
-                    slot,
-                    revision: holding.revision(),
-                };
-                tracing::info!(slot = slot.0, revision = token.revision.0, "slot acquired");
+                let token = holding.token();
+                tracing::info!(slot = slot.0, fencing_token = %token, "slot acquired");
                 self.holdings.insert(slot, holding);
                 self.tenures.send_modify(|tenures| {
                     tenures.slots.insert(slot, token.revision);
@@ -249,7 +246,7 @@ impl<S: SessionStore + Clone> Task<S> {
         let held = self
             .holdings
             .get(&token.slot)
-            .is_some_and(|holding| holding.revision() == token.revision);
+            .is_some_and(|holding| holding.token() == token);
         if !held {
             return;
         }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use vvm_core::semaphore::{Description, Generation, OrderId, RequestId, SemaphoreName, Status};
-use vvm_core::{HoldingId, LossReason};
+use vvm_core::{FencingToken, HoldingId, LossReason};
 
 use super::{expiry_look, AcquireOptions, CoordinationError, Inner};
 use crate::semaphore_store::{
@@ -225,8 +225,7 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
     claim.queued = false;
     claim.kept = true;
     let holding = claim.holding.unwrap_or(HoldingId(0));
-    tracing::debug!(semaphore = %name, order_id = order_id.0, token = token.0, "semaphore granted");
-    Ok(Some(SemaphoreGrant {
+    let grant = SemaphoreGrant {
         inner: Arc::clone(inner),
         name,
         order_id,
@@ -234,7 +233,14 @@ pub(super) async fn acquire<S: SemaphoreStore + Clone>(
         timeout_ms: options.timeout_ms(),
         holding,
         done: false,
-    }))
+    };
+    tracing::debug!(
+        semaphore = %grant.name,
+        order_id = order_id.0,
+        fencing_token = %grant.token(),
+        "semaphore granted"
+    );
+    Ok(Some(grant))
 }
 
 /// Waits in the queue: woken by the feed, by the soonest expiry of another party, by the
@@ -358,10 +364,11 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
         self.inner.session.key()
     }
 
-    /// The fencing token: the generation of this grant, above every earlier grant's of the
-    /// semaphore. Pass it along with writes so that a resource can refuse a former owner's.
-    pub fn token(&self) -> Generation {
-        self.token
+    /// The fencing token: slot 0, its revision the generation of this grant, above every
+    /// earlier grant's of the semaphore. Pass it along with writes so that a resource can
+    /// refuse a former owner's.
+    pub fn token(&self) -> FencingToken {
+        self.token.fencing_token()
     }
 
     /// Lowers the count held or changes the data published, in place: the order id and the

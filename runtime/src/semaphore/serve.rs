@@ -6,10 +6,11 @@
 //! timeout), and only then is the grant released, so no other owner is granted these units
 //! while a service of ours may still act. Services read:
 //!
-//! - the **token** `FencingToken { slot: Slot(0), revision: <the grant's generation> }` — slot 0
-//!   because a semaphore has no slots; the revision rises with every grant of the semaphore, so
-//!   a resource can refuse a former owner's writes. `None` once the grant ended or the session's
-//!   kill deadline passed;
+//! - the **token**, the grant's [`SemaphoreGrant::token`]: `FencingToken { slot: Slot(0),
+//!   revision: <the grant's generation> }`, printed `0:<generation>` — slot 0 because a
+//!   semaphore has no slots; the revision rises with every grant of the semaphore, so a resource
+//!   can refuse a former owner's writes. `None` once the grant ended or the session's kill
+//!   deadline passed;
 //! - the **kill deadline**, which is the session's: it moves with each confirmed keepalive;
 //! - the **loss** signal, when the grant ends underneath (the session lost or closed, a forced
 //!   delete, the session's expiry seen by another party).
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use vvm_core::{FencingToken, Phase, Revision, Slot};
+use vvm_core::Phase;
 
 use super::grant::withdraw;
 use super::{CoordinationError, GrantEnd, SemaphoreGrant};
@@ -112,7 +113,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
     ///         "worker".into()
     ///     }
     ///     async fn run(self, mut context: ServiceContext) -> Result<(), ServiceError> {
-    ///         assert!(context.token().is_some()); // the grant's generation, while held
+    ///         assert!(context.token().is_some()); // the grant's fencing token, while held
     ///         context.ready();
     ///         context.shutdown().requested().await;
     ///         Ok(())
@@ -154,10 +155,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
             let _ = self.release().await;
             return Err(ServeError::SessionNotLive);
         }
-        let token = FencingToken {
-            slot: Slot(0),
-            revision: Revision(self.token.0),
-        };
+        let token = self.token();
         let (tenure, tenure_rx) = watch::channel(Status {
             phase: Phase::Running,
             running: true,
@@ -170,7 +168,7 @@ impl<S: SemaphoreStore + Clone> SemaphoreGrant<S> {
             start: timeouts.start,
             stop: timeouts.stop,
         };
-        tracing::info!(semaphore = %self.name, token = self.token.0, "starting services under the grant");
+        tracing::info!(semaphore = %self.name, fencing_token = %token, "starting services under the grant");
         let pipeline = Pipeline::start(services, tenure_rx, timeouts);
         // From here the grant is released only once the services stopped, even if this future
         // is dropped on the way (see `Serving`).

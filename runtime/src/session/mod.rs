@@ -29,7 +29,7 @@
 //! let session = SessionHandle::open(store, LeaseConfig::default(), value, &killer).await?;
 //! let first = session.acquire(Slot(1)).await?.expect("slot 1 is free");
 //! let second = session.acquire(Slot(2)).await?.expect("slot 2 is free");
-//! assert!(second.revision() > first.revision()); // fencing tokens
+//! assert!(second.token().revision > first.token().revision); // fencing tokens, one per slot
 //! first.release().await?;
 //! second.release().await?;
 //! assert!(session.close().await?, "the session record was deleted");
@@ -45,8 +45,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot, watch};
 use vvm_core::semaphore::SemaphoreName;
 use vvm_core::{
-    AttachRefusal, HoldingId, Instant, LeaseConfig, LossReason, OpenRefusal, Revision, Session,
-    SessionId, SessionKey, Slot,
+    AttachRefusal, FencingToken, HoldingId, Instant, LeaseConfig, LossReason, OpenRefusal,
+    Revision, Session, SessionId, SessionKey, Slot,
 };
 
 use crate::killer::KillerThread;
@@ -586,10 +586,13 @@ impl<S: SessionStore> Holding<S> {
         self.slot
     }
 
-    /// The revision of the holding's record: the fencing token of this tenure, above every
-    /// earlier one of the slot.
-    pub fn revision(&self) -> Revision {
-        self.revision
+    /// The fencing token of this tenure: the slot and the revision of the holding's record,
+    /// above every earlier one of the slot.
+    pub fn token(&self) -> FencingToken {
+        FencingToken {
+            slot: self.slot,
+            revision: self.revision,
+        }
     }
 
     /// Deletes the holding's record, then detaches it. `Ok(true)` when the record was ours and
