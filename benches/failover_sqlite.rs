@@ -392,7 +392,11 @@ fn main() {
                     .join(","),
             )
         })
-        .or_else(|| server.as_ref().map(|server| Remote::Postgres(server.port())));
+        .or_else(|| {
+            server
+                .as_ref()
+                .map(|server| Remote::Postgres(server.port()))
+        });
     let mut state = 0x5EED;
     for mode in modes {
         let figures: Vec<Duration> = (0..runs)

@@ -67,7 +67,10 @@ fn postgres() -> Postgres {
 async fn postgres_pair(
     server: &postgres_support::PgServer,
     schema: &str,
-) -> (vvm_adapters::postgres::PgStore, vvm_adapters::postgres::PgStore) {
+) -> (
+    vvm_adapters::postgres::PgStore,
+    vvm_adapters::postgres::PgStore,
+) {
     let open = || async {
         let config =
             vvm_adapters::postgres::PgConfig::new("127.0.0.1", server.port(), "vvm", "postgres")
