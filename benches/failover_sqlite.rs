@@ -25,9 +25,13 @@
 //! - `etcd-tree-kill`, `etcd-tree-handoff`: the same on a single-member etcd it starts on
 //!   loopback (each run under a prefix of its own); after a SIGKILL the successor leads once etcd
 //!   removed the expired lease (≈ L + its 0.5 s expiry check).
+//! - `pg-tree-kill`, `pg-tree-handoff`: the same on a PostgreSQL server it starts on loopback
+//!   (`tests/support/postgres.rs`; each run in a schema of its own); after a SIGKILL the
+//!   successor leads once it has seen the holder's record unchanged for a whole TTL
+//!   (`~Tx.Observation~`): L less the time since the holder's last renewal, give or take.
 //!
 //! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|tree-kill|tree-handoff|
-//! semaphore-tree-kill|etcd-tree-kill|etcd-tree-handoff|both] [RUNS]` (default: `both` = kill and stop, 20 runs).
+//! semaphore-tree-kill|etcd-tree-kill|etcd-tree-handoff|pg-tree-kill|pg-tree-handoff|both] [RUNS]` (default: `both` = kill and stop, 20 runs).
 //! Prints every run, then p50, p99 and the maximum per mode.
 
 use std::io::{BufRead, BufReader};
@@ -38,6 +42,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, Pid, Signal};
 use vvm_adapters::etcd::cluster::{ClusterOptions, EtcdCluster};
+
+#[path = "../tests/support/postgres.rs"]
+mod postgres_support;
 use vvm_adapters::sqlite::{BootClock, StoreClock};
 
 /// Longest wait for a `leading` line on a loaded machine.
@@ -238,13 +245,24 @@ fn wall_ns() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
+/// A server the remote modes run on.
+enum Remote {
+    /// An etcd cluster's endpoints, `HOST:PORT,…`.
+    Etcd(String),
+    /// A PostgreSQL server's loopback port.
+    Postgres(u16),
+}
+
 /// A tree mode (see the module documentation): on the SQLite file of a fresh directory, or, given
-/// `etcd` (a cluster's endpoints), on etcd under a prefix of this run's own.
-fn tree(mode: &str, index: usize, etcd: Option<&str>) -> Duration {
+/// a `remote` server, on it under a prefix (etcd) or in a schema (PostgreSQL) of this run's own.
+fn tree(mode: &str, index: usize, remote: Option<&Remote>) -> Duration {
     let dir = scratch(index);
     let log = dir.join("acts");
-    let store = match etcd {
-        Some(endpoints) => format!("etcd://{endpoints}/?prefix=run-{index}/"),
+    let store = match remote {
+        Some(Remote::Etcd(endpoints)) => format!("etcd://{endpoints}/?prefix=run-{index}/"),
+        Some(Remote::Postgres(port)) => {
+            format!("postgres://vvm@127.0.0.1:{port}/postgres?schema=run{index}")
+        }
         None => format!("sqlite:{}", dir.join("vvm.sqlite").display()),
     };
     let extra: &[&str] = match mode {
@@ -271,13 +289,16 @@ fn tree(mode: &str, index: usize, etcd: Option<&str>) -> Duration {
     Duration::from_nanos(u64::try_from(firsts[1].1.saturating_sub(sent_ns)).unwrap_or(u64::MAX))
 }
 
-fn run(mode: &str, index: usize, state: &mut u64, etcd: Option<&str>) -> Duration {
+fn run(mode: &str, index: usize, state: &mut u64, remote: Option<&Remote>) -> Duration {
     if mode == "fresh" {
         return fresh(index);
     }
-    if mode.starts_with("tree-") || mode.starts_with("etcd-tree-") || mode.starts_with("semaphore-")
+    if mode.starts_with("tree-")
+        || mode.starts_with("etcd-tree-")
+        || mode.starts_with("pg-tree-")
+        || mode.starts_with("semaphore-")
     {
-        return tree(mode, index, etcd);
+        return tree(mode, index, remote);
     }
     let dir = scratch(index);
     let database = dir.join("vvm.sqlite");
@@ -336,6 +357,8 @@ fn main() {
         "semaphore-tree-kill" => &["semaphore-tree-kill"],
         "etcd-tree-kill" => &["etcd-tree-kill"],
         "etcd-tree-handoff" => &["etcd-tree-handoff"],
+        "pg-tree-kill" => &["pg-tree-kill"],
+        "pg-tree-handoff" => &["pg-tree-handoff"],
         _ => &["kill", "stop"],
     };
     // The etcd modes: one single-member cluster on loopback for all their runs.
@@ -350,20 +373,35 @@ fn main() {
     } else {
         None
     };
+    // The PostgreSQL modes: one server on loopback for all their runs.
+    let server = if mode.starts_with("pg-") {
+        Some(postgres_support::PgServer::start("failover_sqlite").expect("PostgreSQL is installed"))
+    } else {
+        None
+    };
     // `HOST:PORT,…`, for URLs with a prefix of their own.
-    let etcd = cluster.as_ref().map(|cluster| {
-        cluster
-            .endpoints()
-            .iter()
-            .map(|endpoint| endpoint.trim_start_matches("http://").to_owned())
-            .collect::<Vec<_>>()
-            .join(",")
-    });
+    let remote = cluster
+        .as_ref()
+        .map(|cluster| {
+            Remote::Etcd(
+                cluster
+                    .endpoints()
+                    .iter()
+                    .map(|endpoint| endpoint.trim_start_matches("http://").to_owned())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        })
+        .or_else(|| {
+            server
+                .as_ref()
+                .map(|server| Remote::Postgres(server.port()))
+        });
     let mut state = 0x5EED;
     for mode in modes {
         let figures: Vec<Duration> = (0..runs)
             .map(|index| {
-                let figure = run(mode, index, &mut state, etcd.as_deref());
+                let figure = run(mode, index, &mut state, remote.as_ref());
                 println!("{mode} run {index:2}: {:.1} ms", figure.as_secs_f64() * 1e3);
                 figure
             })

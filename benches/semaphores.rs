@@ -17,7 +17,13 @@
 //!   `SemaphoreGrant::ended`) and WATCHES watches of the data (each awaiting `Watch::next`) wait
 //!   on one SQLite store and nothing changes but the session's keepalives, from `/proc/self/stat`.
 //!
-//! Run: `cargo bench --bench semaphores` (`-- --quick` for a short run).
+//! - With the `postgres` feature, `handoff/postgres` and `broadcast/postgres` on a PostgreSQL
+//!   server it starts on loopback (`tests/support/postgres.rs`), two store handles (each with its
+//!   own connections and listening connection) as two processes would have.
+//!
+//! Run: `cargo bench --bench semaphores` (`-- --quick` for a short run; `-- --latencies` for the
+//! printed hand-off and broadcast figures only). PostgreSQL too: `cargo bench --features postgres
+//! --bench semaphores -- --latencies`.
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +41,47 @@ use vvm::{
 };
 use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;
+
+#[cfg(feature = "postgres")]
+#[path = "../tests/support/postgres.rs"]
+mod postgres_support;
+
+/// A PostgreSQL server on loopback, when built with `postgres` (`None` said once without it).
+#[cfg(feature = "postgres")]
+type Postgres = Option<postgres_support::PgServer>;
+#[cfg(not(feature = "postgres"))]
+type Postgres = Option<()>;
+
+#[cfg(feature = "postgres")]
+fn postgres() -> Postgres {
+    postgres_support::PgServer::start("semaphores bench")
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres() -> Postgres {
+    None
+}
+
+/// Two handles of the PostgreSQL store on `server`, in schema `schema`.
+#[cfg(feature = "postgres")]
+async fn postgres_pair(
+    server: &postgres_support::PgServer,
+    schema: &str,
+) -> (
+    vvm_adapters::postgres::PgStore,
+    vvm_adapters::postgres::PgStore,
+) {
+    let open = || async {
+        let config =
+            vvm_adapters::postgres::PgConfig::new("127.0.0.1", server.port(), "vvm", "postgres")
+                .and_then(|config| config.schema(schema))
+                .expect("the configuration is valid");
+        vvm_adapters::postgres::open(config, vvm_adapters::txkv::TxOptions::default())
+            .await
+            .expect("the store opens")
+    };
+    (open().await, open().await)
+}
 
 const TTL: Duration = Duration::from_secs(3600);
 /// Hand-offs measured per store.
@@ -262,7 +309,7 @@ fn report_as(label: &str, what: &str, mut latencies: Vec<Duration>) {
     );
 }
 
-fn broadcast_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>) {
+fn broadcast_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>, postgres: &Postgres) {
     let memory = MemoryStore::new();
     report_as(
         "broadcast/memory",
@@ -288,9 +335,22 @@ fn broadcast_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>) {
             latencies,
         );
     }
+    #[cfg(feature = "postgres")]
+    if let Some(server) = postgres {
+        let latencies = runtime.block_on(async {
+            let (writer, readers) = postgres_pair(server, "broadcast").await;
+            broadcasts(writer, readers).await
+        });
+        report_as(
+            "broadcast/postgres",
+            "update -> all 100 watchers notified",
+            latencies,
+        );
+    }
+    let _ = postgres;
 }
 
-fn handoff_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>) {
+fn handoff_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>, postgres: &Postgres) {
     let memory = MemoryStore::new();
     report("memory", runtime.block_on(handoffs(memory.clone(), memory)));
     let path = scratch("semaphores-handoff");
@@ -304,6 +364,15 @@ fn handoff_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>) {
         });
         report("etcd", latencies);
     }
+    #[cfg(feature = "postgres")]
+    if let Some(server) = postgres {
+        let latencies = runtime.block_on(async {
+            let (first, second) = postgres_pair(server, "handoff").await;
+            handoffs(first, second).await
+        });
+        report("postgres", latencies);
+    }
+    let _ = postgres;
 }
 
 /// This process's user + system CPU time, from `/proc/self/stat` (clock ticks of 10 ms).
@@ -384,11 +453,16 @@ fn main() {
         .build()
         .expect("a runtime");
     let cluster = etcd(&runtime);
-    let mut criterion = Criterion::default().configure_from_args();
-    benches(&mut criterion, cluster.as_ref());
-    handoff_latency(&runtime, cluster.as_ref());
-    broadcast_latency(&runtime, cluster.as_ref());
-    criterion::Criterion::default()
-        .configure_from_args()
-        .final_summary();
+    let postgres = postgres();
+    if !args.iter().any(|arg| arg == "--latencies") {
+        let mut criterion = Criterion::default().configure_from_args();
+        benches(&mut criterion, cluster.as_ref());
+    }
+    handoff_latency(&runtime, cluster.as_ref(), &postgres);
+    broadcast_latency(&runtime, cluster.as_ref(), &postgres);
+    if !args.iter().any(|arg| arg == "--latencies") {
+        criterion::Criterion::default()
+            .configure_from_args()
+            .final_summary();
+    }
 }

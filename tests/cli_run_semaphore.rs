@@ -1,12 +1,15 @@
-//! `vvm run --semaphore NAME -- CMD` through the real binary, on SQLite and on a real etcd: three
-//! commands for a semaphore of limit 2. What a user sees is judged — the lines the commands
-//! themselves append when they start and when they stop: at no instant do more than two run,
+//! `vvm run --semaphore NAME -- CMD` through the real binary, on SQLite, on a real etcd and on a
+//! real PostgreSQL server: three commands for a semaphore of limit 2. What a user sees is
+//! judged — the lines the commands themselves append when they start and when they stop: at no
+//! instant do more than two run,
 //! the third starts only after one of the first two stopped, and every `vvm` exits 0 after
 //! SIGTERM. Then the typed refusals: an unknown semaphore, a count above the limit.
 
 mod cli_support;
 #[path = "support/etcd.rs"]
 mod etcd_support;
+#[path = "support/postgres.rs"]
+mod postgres_support;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -263,6 +266,22 @@ fn at_most_the_limit_of_commands_run_under_a_semaphore_on_etcd() {
     refusals(&cluster.store_url(), &dir);
     let _ = std::fs::remove_dir_all(dir);
     drop(cluster);
+}
+
+// covers: Cli.RunSemaphore
+// covers: Pg.Run
+#[test]
+fn at_most_the_limit_of_commands_run_under_a_semaphore_on_postgres() {
+    let test = "at_most_the_limit_of_commands_run_under_a_semaphore_on_postgres";
+    let Some(server) = postgres_support::PgServer::start(test) else {
+        return;
+    };
+    let dir = temp_dir("vvm-run-semaphore-postgres");
+    let store = server.url("vvm", "runs");
+    at_most_two_commands_run(&store, &dir);
+    refusals(&store, &dir);
+    let _ = std::fs::remove_dir_all(dir);
+    drop(server);
 }
 
 /// `vvm run --semaphore gate` of a command that ignores SIGTERM and appends `<tag> <ns>` to

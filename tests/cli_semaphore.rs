@@ -1,10 +1,13 @@
-//! `vvm semaphore …` through the real binary on a SQLite file: create, describe, update and
-//! delete from a shell, typed refusals with their exit codes, and a watch that prints every
-//! change of the data until SIGTERM.
+//! `vvm semaphore …` through the real binary on a SQLite file (and the round trip on a real etcd
+//! and a real PostgreSQL server): create, describe, update and delete from a shell, typed
+//! refusals with their exit codes, and a watch that prints every change of the data until
+//! SIGTERM.
 
 mod cli_support;
 #[path = "support/etcd.rs"]
 mod etcd_support;
+#[path = "support/postgres.rs"]
+mod postgres_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
@@ -62,6 +65,27 @@ fn a_semaphore_is_created_described_updated_and_deleted_on_etcd() {
     };
     round_trip(&cluster.store_url());
     drop(cluster);
+}
+
+// covers: Cli.Semaphore, Cli.SemaphoreList, Cli.SemaphoreWatch
+// covers: Pg.Run
+#[test]
+fn a_semaphore_is_created_described_updated_watched_listed_and_deleted_on_postgres() {
+    let test = "a_semaphore_is_created_described_updated_watched_listed_and_deleted_on_postgres";
+    let Some(server) = postgres_support::PgServer::start(test) else {
+        return;
+    };
+    let store = server.url("vvm", "sems");
+    round_trip(&store);
+    watch_the_data(&store);
+    let listed = vvm(&store, &["list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "config\n");
+    let deleted = vvm(&store, &["delete", "config"]);
+    assert_eq!(deleted.status.code(), Some(0), "{}", stderr(&deleted));
+    let listed = vvm(&store, &["list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "");
+    drop(server);
 }
 
 /// Create, describe, update, a refused create, delete and a refused describe on `store`.
@@ -149,11 +173,14 @@ fn bad_input_is_refused_before_a_session_is_opened() {
 #[test]
 fn a_watch_prints_every_change_of_the_data_until_sigterm() {
     let dir = temp_dir("vvm-cli-semaphore-watch");
-    let store = format!("sqlite:{}", dir.join("s.sqlite").display());
-    let created = vvm(
-        &store,
-        &["create", "config", "--limit", "1", "--data", "v1"],
-    );
+    watch_the_data(&format!("sqlite:{}", dir.join("s.sqlite").display()));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Creates semaphore `config` (data v1) on `store`; a `describe --watch --json` prints it, then
+/// each of two updates, and ends with exit 0 at SIGTERM.
+fn watch_the_data(store: &str) {
+    let created = vvm(store, &["create", "config", "--limit", "1", "--data", "v1"]);
     assert_eq!(created.status.code(), Some(0), "{}", stderr(&created));
 
     let mut watcher = KillOnDrop(
@@ -161,7 +188,7 @@ fn a_watch_prints_every_change_of_the_data_until_sigterm() {
             .args([
                 "semaphore",
                 "--store",
-                &store,
+                store,
                 "describe",
                 "config",
                 "--watch",
@@ -191,7 +218,7 @@ fn a_watch_prints_every_change_of_the_data_until_sigterm() {
     };
     assert_eq!(next("the first snapshot")["data"], "v1");
     for data in ["v2", "v3"] {
-        let updated = vvm(&store, &["update", "config", "--data", data]);
+        let updated = vvm(store, &["update", "config", "--data", data]);
         assert_eq!(updated.status.code(), Some(0), "{}", stderr(&updated));
         assert_eq!(next("the update")["data"], data);
     }
@@ -200,7 +227,6 @@ fn a_watch_prints_every_change_of_the_data_until_sigterm() {
         Some(0),
         "the watch ends cleanly at SIGTERM"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 // covers: Cli.SemaphoreList

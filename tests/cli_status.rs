@@ -1,10 +1,13 @@
 //! `vvm status` through the real binary: it never creates a store, `--json` is machine-readable,
 //! and `--watch` prints one line per change of holder — taken, released — and none for renewals,
-//! on a SQLite file shared by real processes and on a real 3-member etcd cluster.
+//! on a SQLite file shared by real processes, on a real 3-member etcd cluster and on a real
+//! PostgreSQL server.
 
 mod cli_support;
 #[path = "support/etcd.rs"]
 mod etcd_support;
+#[path = "support/postgres.rs"]
+mod postgres_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -310,6 +313,27 @@ fn status_watch_follows_a_tenure_on_a_3_member_etcd() {
     };
     watch_a_tenure(&cluster.store_url(), false);
     drop(cluster);
+}
+
+// covers: Cli.StatusWatch
+// covers: Pg.Run
+#[test]
+fn status_watch_follows_a_tenure_on_postgres() {
+    let test = "status_watch_follows_a_tenure_on_postgres";
+    let Some(server) = postgres_support::PgServer::start(test) else {
+        return;
+    };
+    let store = server.url("vvm", "watched");
+    // The schema is made by a first run, so that the watch's first table is the free slot.
+    let output = vvm()
+        .args(["run", "--store", &store, "--address", "creator"])
+        .args(["--lease", LEASE, "--", "true"])
+        .output()
+        .expect("the vvm binary runs");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    // With `expire`: a SIGKILLed holder's record is reported expired, judged by observation.
+    watch_a_tenure(&store, true);
+    drop(server);
 }
 
 // covers: Cli.StatusWatch, Cli.StatusReadOnly

@@ -72,6 +72,31 @@ async fn a_process_that_first_sees_a_record_late_waits_a_whole_ttl_from_then() {
     assert_eq!(holder.get(SLOT).await.unwrap().unwrap().value, value("b"));
 }
 
+/// The time left is this process's own count (what a watcher needs to tell a release from an
+/// expiry): a whole TTL at a first sighting, running down while the record stays unchanged,
+/// none once it is gone.
+// covers: Tx.Observation
+#[tokio::test(start_paused = true)]
+async fn the_time_left_is_counted_from_each_process_s_first_sighting() {
+    let holder = store();
+    let observer = holder.other_observer();
+    assert_eq!(holder.time_left(SLOT).await.unwrap(), None);
+    holder
+        .insert_if_not_exists(SLOT, &value("a"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    pass(TTL * 4 / 10).await;
+    assert_eq!(holder.time_left(SLOT).await.unwrap(), Some(TTL * 6 / 10));
+    // First sighting now: the observer gives it a whole TTL from here.
+    assert_eq!(observer.time_left(SLOT).await.unwrap(), Some(TTL));
+    pass(TTL * 3 / 10).await;
+    assert_eq!(observer.time_left(SLOT).await.unwrap(), Some(TTL * 7 / 10));
+    let lease = holder.get(SLOT).await.unwrap().unwrap();
+    assert!(holder.compare_and_delete(SLOT, &lease).await.unwrap());
+    assert_eq!(observer.time_left(SLOT).await.unwrap(), None);
+}
+
 // covers: Tx.Observation
 #[tokio::test(start_paused = true)]
 async fn a_renewal_restarts_every_observers_wait() {

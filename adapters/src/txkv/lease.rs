@@ -452,11 +452,11 @@ impl<K: TxKv> TxLeaseStore<K> {
         self.notes().get(&Target::Session(key)).map(|note| note.ttl)
     }
 
-    /// The time the session `key`, which a transaction that started at `started` just judged
+    /// The time the record `target`, which a transaction that started at `started` just judged
     /// live, has left by this process's note: a transaction that starts later than that judges
     /// it expired unless it changed. `None` without a note.
-    pub(super) fn session_time_left(&self, key: SessionKey, started: Instant) -> Option<Duration> {
-        self.notes().get(&Target::Session(key)).map(|note| {
+    pub(super) fn time_left_of(&self, target: Target, started: Instant) -> Option<Duration> {
+        self.notes().get(&target).map(|note| {
             note.ttl
                 .saturating_sub(started.saturating_since(note.since))
         })
@@ -869,6 +869,29 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
             }
         })
         .await
+    }
+
+    /// The time this process gives the record before it judges it expired unless it changes:
+    /// the TTL from when it first saw the record (for a slot held by a session, the session's
+    /// record) unchanged. A process that has just begun to look gives it a whole TTL. It times
+    /// a refused candidate's next try and tells an observer whether a record that went away was
+    /// deleted before that (released) or expired.
+    async fn time_left(&self, key: Slot) -> Result<Option<Duration>, StoreError> {
+        let target = self
+            .transact(Target::Slot(key), None, |state, _| {
+                Ok(Decision::Done(match state {
+                    State::Live {
+                        session: Some(holder),
+                        ..
+                    } => Some(Target::Session(*holder)),
+                    State::Live { session: None, .. } => Some(Target::Slot(key)),
+                    State::Absent { .. } | State::Unreadable => None,
+                }))
+            })
+            .await?;
+        // Read after the transaction, which started earlier: at most the time left it judged.
+        let now = self.time.now();
+        Ok(target.and_then(|target| self.time_left_of(target, now)))
     }
 
     /// Watches of the store's keys; see the module documentation (change feed).

@@ -391,7 +391,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             // Not a session record of this format: live for ever, never judged on a guess.
             State::Unreadable => Judged::Live(Duration::MAX),
             State::Live { .. } => Judged::Live(
-                self.session_time_left(key, started)
+                self.time_left_of(Target::Session(key), started)
                     .unwrap_or(Duration::MAX),
             ),
         }))
