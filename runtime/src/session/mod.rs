@@ -311,18 +311,8 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             kept: false,
         };
         let timeout = self.shared.lease.store_timeout();
-        let mut sends = 0;
-        let acquired = loop {
-            sends += 1;
-            let call = self.shared.store.acquire(slot, self.key);
-            match tokio::time::timeout(timeout, call).await {
-                Ok(Ok(acquired)) => break acquired,
-                Ok(Err(error)) if error.is_unknown() && sends < ACQUIRE_SENDS_MAX => {}
-                Ok(Err(error)) => return Err(SessionError::Store(error)),
-                Err(_) if sends < ACQUIRE_SENDS_MAX => {}
-                Err(_) => return Err(SessionError::TimedOut),
-            }
-        };
+        let acquired =
+            send_idempotent(timeout, || self.shared.store.acquire(slot, self.key)).await?;
         match acquired {
             Acquired::Written(revision) => {
                 attached.kept = true;
@@ -336,10 +326,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
                 }))
             }
             Acquired::Held => Ok(None),
-            Acquired::SessionGone => Err(match self.status() {
-                SessionStatus::Lost(reason) => SessionError::Lost(reason),
-                _ => SessionError::Closed,
-            }),
+            Acquired::SessionGone => Err(self.gone()),
         }
     }
 
@@ -407,18 +394,10 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
         for chunk in slots.chunks(crate::session_store::ACQUIRE_BATCH_MAX) {
             let per_slot = self.shared.lease.store_timeout();
             let timeout = per_slot.saturating_mul(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
-            let mut sends = 0;
-            let got = loop {
-                sends += 1;
-                let call = self.shared.store.acquire_batch(chunk.to_vec(), self.key);
-                match tokio::time::timeout(timeout, call).await {
-                    Ok(Ok(got)) => break got,
-                    Ok(Err(error)) if error.is_unknown() && sends < ACQUIRE_SENDS_MAX => {}
-                    Ok(Err(error)) => return Err(SessionError::Store(error)),
-                    Err(_) if sends < ACQUIRE_SENDS_MAX => {}
-                    Err(_) => return Err(SessionError::TimedOut),
-                }
-            };
+            let got = send_idempotent(timeout, || {
+                self.shared.store.acquire_batch(chunk.to_vec(), self.key)
+            })
+            .await?;
             if got.len() != chunk.len() {
                 return Err(SessionError::BatchAnswers {
                     asked: chunk.len(),
@@ -428,10 +407,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             answers.extend(got);
         }
         if answers.contains(&Acquired::SessionGone) {
-            return Err(match self.status() {
-                SessionStatus::Lost(reason) => SessionError::Lost(reason),
-                _ => SessionError::Closed,
-            });
+            return Err(self.gone());
         }
         let mut holdings = Vec::with_capacity(slots.len());
         for ((acquired, claim), attach) in answers.into_iter().zip(&mut claims).zip(&mut attached) {
@@ -451,6 +427,14 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             });
         }
         Ok(holdings)
+    }
+
+    /// Why an acquire found the session gone: lost (with why), or closed.
+    fn gone(&self) -> SessionError {
+        match self.status() {
+            SessionStatus::Lost(reason) => SessionError::Lost(reason),
+            _ => SessionError::Closed,
+        }
     }
 
     /// Deletes the record of a holding of `slot` dropped without a release, if there is one.
@@ -522,6 +506,28 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
 
     fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashSet<Slot>> {
         lock(&self.shared.slots)
+    }
+}
+
+/// Sends an idempotent store call made by `call`, each send within `timeout`, again while its
+/// outcome stays unknown (an unknown error or no answer), at most [`ACQUIRE_SENDS_MAX`] times.
+async fn send_idempotent<T, F>(
+    timeout: std::time::Duration,
+    mut call: impl FnMut() -> F,
+) -> Result<T, SessionError>
+where
+    F: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut sends = 0;
+    loop {
+        sends += 1;
+        match tokio::time::timeout(timeout, call()).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(error)) if error.is_unknown() && sends < ACQUIRE_SENDS_MAX => {}
+            Ok(Err(error)) => return Err(SessionError::Store(error)),
+            Err(_) if sends < ACQUIRE_SENDS_MAX => {}
+            Err(_) => return Err(SessionError::TimedOut),
+        }
     }
 }
 
