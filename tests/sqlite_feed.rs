@@ -144,9 +144,9 @@ async fn coordination(path: &Path, n: u64) -> Coordination<SqliteStore> {
     Coordination::new(session)
 }
 
-/// The second process: once told (a line on its input), takes slot 7, acquires a unit of
-/// `shared` (a write of the semaphore's row) and releases both. Does nothing when run as an
-/// ordinary test.
+/// The second process: takes slot 7 before it says it is ready; once told (a line on its
+/// input), acquires a unit of `shared` (a write of the semaphore's row), releases it and lets
+/// slot 7 go. Does nothing when run as an ordinary test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_writes_when_told() {
     let Some(path) = std::env::var_os(CHILD_DB) else {
@@ -154,15 +154,15 @@ async fn child_writes_when_told() {
     };
     let coordination = coordination(Path::new(&path), 2).await;
     let store = SqliteStore::open(&path).expect("the store opens");
-    println!("READY");
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).expect("told");
     let value = LeaseValue::new("child", Incarnation(7));
     let revision = store
         .insert_if_not_exists(Slot(7), &value, Duration::from_secs(20))
         .await
         .expect("inserted")
         .expect("the slot is free");
+    println!("READY");
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).expect("told");
     let grant = coordination
         .acquire("shared", AcquireOptions::new(1))
         .await
@@ -179,8 +179,11 @@ async fn child_writes_when_told() {
 }
 
 /// A waiting candidate and 100 watchers of a semaphore, quiet for a second (no look but the
-/// safety look), are woken by another process's commits: the slot taken, the semaphore's row
-/// written.
+/// safety look), are woken by another process's commits: the semaphore's row written, the slot
+/// let go. The slot is held by the other process when the wait begins, as a candidate's wait
+/// always begins: a slot taken and let go again between two looks of the feed reads as no
+/// change (its holders are the same), and the test once waited for that in vain on a loaded
+/// machine.
 // covers: Sq.FeedShared, Sem.Store.Processes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_by_another_process_wakes_every_waiter() {
