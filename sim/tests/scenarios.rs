@@ -744,3 +744,83 @@ fn stale_insert_of_the_same_incarnation_is_not_adopted_as_fresh() {
     }));
     run_checked(&mut sim, 3 * L);
 }
+
+/// Every call of `process` from `from_ns` on fails at once (the holder cut off from the store,
+/// the others served).
+fn cut_off(sim: &mut Sim, process: u32, from_ns: u64) {
+    sim.set_fate_hook(Box::new(move |call| {
+        (call.process.index == process && call.at_ns >= from_ns).then_some(Fate::now(Outcome::Fail))
+    }));
+}
+
+// covers: Net.ClockRate
+/// The clock-rate assumption (`specs/partitions.md`, 1), kept and broken. A holder cut off from
+/// the store gives up once no renewal could be confirmed before its deadline — here 12 s
+/// (`0.6·L`) after its last confirmed send, on its own clock — and its services stop then; the
+/// store lets the successor in at the record's expiry, `L` after that send in true time. On a
+/// clock 15 % slow the holder stops at 14.1 s of true time, with the killer's `0.8·L` (18.8 s)
+/// still before the expiry; 30 % slow breaks the killer's bound (22.9 s) while services that stop
+/// at the loss still end in time (17.1 s); 45 % slow (21.8 s) gives two leaders for 1.8 s, which the
+/// oracle names and no process can see — hence the bound in the spec.
+#[test]
+fn a_clock_slower_than_the_assumption_lets_a_cut_off_holder_act_past_its_record() {
+    for (rate_ppm, broken) in [(-150_000, false), (-300_000, false), (-450_000, true)] {
+        let mut sim = sim(2, 1, |_| {});
+        sim.set_rate(0, rate_ppm);
+        sim.set_rate(1, rate_ppm);
+        run_checked(&mut sim, 11 * S);
+        let leader = holder(&sim, SLOT);
+        cut_off(&mut sim, leader.index, 12 * S);
+        sim.run_until(5 * L);
+        let (violations, intervals) = sim.check();
+        let two_leaders = violations
+            .iter()
+            .any(|v| matches!(v, vvm_sim::oracle::Violation::TwoLeaders { .. }));
+        assert_eq!(
+            two_leaders, broken,
+            "clock {rate_ppm} ppm: {violations:#?}\n{intervals:#?}"
+        );
+        // Kept or broken, the successor comes in at the record's expiry, not before.
+        successor(&intervals, SLOT, record_expiry(&sim, leader), leader);
+    }
+}
+
+// covers: Net.SlowCalls
+/// The assumption on call times (`specs/partitions.md`, 3) broken: from 12 s on every call takes
+/// `L/10` each way (the store-call timeout is `L/40`). Safety holds — the deadline is anchored to
+/// the send, and an answer that comes too late moves nothing — but liveness does not: no renewal
+/// is confirmed in time, so the holder stops at its kill deadline, and whoever takes the slot
+/// next loses it the same way.
+#[test]
+fn calls_slower_than_the_lease_allows_cost_leadership_never_safety() {
+    let mut sim = sim(3, 1, |p| p.restart = true);
+    run_checked(&mut sim, 11 * S);
+    let leader = holder(&sim, SLOT);
+    sim.set_fate_hook(Box::new(|call| {
+        (call.at_ns >= 12 * S).then_some(Fate {
+            to_store_ns: L / 10,
+            outcome: Outcome::Apply,
+            back_ns: L / 10,
+        })
+    }));
+    let intervals = run_checked(&mut sim, 10 * L);
+    let late: Vec<_> = intervals
+        .iter()
+        .filter(|i| i.process == leader && i.end_ns > 12 * S + 4 * L / 5 + L / 20)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "the holder outlived its deadline: {late:#?}"
+    );
+    let stats = sim.stats();
+    assert!(
+        stats.killed + stats.losses >= 1,
+        "leadership kept with calls slower than the timeout: {stats:?}"
+    );
+    assert!(
+        intervals
+            .iter()
+            .all(|i| i.end_ns - i.start_ns <= L || i.start_ns < 12 * S),
+        "a tenure begun after the calls slowed lasted past one lease: {intervals:#?}"
+    );
+}
