@@ -341,8 +341,9 @@ async fn open_etcd(
 /// Opens a PostgreSQL store (creating its schema on first use).
 #[cfg(feature = "postgres")]
 async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenError> {
-    use crate::postgres::PgConfig;
+    use crate::postgres::{PgConfig, PgSslMode};
     use crate::txkv::TxOptions;
+    use crate::url::SslMode;
 
     let option = |parameter: &'static str| {
         move |source: Box<dyn std::error::Error + Send + Sync>| OpenError::PostgresOption {
@@ -375,6 +376,18 @@ async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenEr
         // The first line: files written by `echo` end with a newline that is not part of it.
         config = config.password(password.lines().next().unwrap_or_default());
     }
+    if let Some(mode) = url.sslmode {
+        config = config
+            .ssl_mode(match mode {
+                SslMode::Disable => PgSslMode::Disable,
+                SslMode::Prefer => PgSslMode::Prefer,
+                SslMode::Require => PgSslMode::Require,
+                SslMode::VerifyCa => PgSslMode::VerifyCa,
+                SslMode::VerifyFull => PgSslMode::VerifyFull,
+            })
+            .map_err(|error| option("sslmode")(error.into()))?;
+    }
+    config = with_pg_tls(config, url)?;
     let mut options = TxOptions::default();
     if let Some(prefix) = &url.prefix {
         options = options
@@ -383,8 +396,59 @@ async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenEr
     }
     let store = crate::postgres::open(config, options)
         .await
-        .map_err(OpenError::Postgres)?;
+        .map_err(|error| match error {
+            // Certificates that do not fit are the URL's to correct, as a PEM file is.
+            #[cfg(feature = "postgres-tls")]
+            crate::postgres::PgOpenError::Tls(source) => {
+                let parameter = match source {
+                    crate::postgres::PgTlsError::Identity(_) => "cert",
+                    _ => "ca",
+                };
+                option(parameter)(source.into())
+            }
+            error => OpenError::Postgres(error),
+        })?;
     Ok(AnyStore::Postgres(store))
+}
+
+/// The certificates of a `postgres:` URL (`ca=`, `cert=`, `key=`), read and checked now.
+#[cfg(feature = "postgres-tls")]
+fn with_pg_tls(
+    config: crate::postgres::PgConfig,
+    url: &crate::url::PostgresUrl,
+) -> Result<crate::postgres::PgConfig, OpenError> {
+    use files::read_pem;
+
+    let ca_pem = match &url.ca {
+        Some(ca) => Some(read_pem("ca", ca, PemKind::Certificate)?),
+        None => None,
+    };
+    let identity_pem = match (&url.cert, &url.key) {
+        (Some(cert), Some(key)) => Some((
+            read_pem("cert", cert, PemKind::Certificate)?,
+            read_pem("key", key, PemKind::PrivateKey)?,
+        )),
+        _ => None,
+    };
+    Ok(config.tls(crate::postgres::PgTls {
+        ca_pem,
+        identity_pem,
+    }))
+}
+
+/// Without `postgres-tls`, a URL that names certificates is refused: they would be ignored.
+#[cfg(all(feature = "postgres", not(feature = "postgres-tls")))]
+fn with_pg_tls(
+    config: crate::postgres::PgConfig,
+    url: &crate::url::PostgresUrl,
+) -> Result<crate::postgres::PgConfig, OpenError> {
+    match (&url.ca, &url.cert) {
+        (None, None) => Ok(config),
+        _ => Err(OpenError::NotBuilt {
+            scheme: "postgres (ca=, cert=)",
+            feature: "postgres-tls",
+        }),
+    }
 }
 
 #[cfg(feature = "etcd-tls")]

@@ -106,19 +106,13 @@ async fn look(
 pub(super) async fn ensure(shared: &Arc<Shared>) -> Result<(), PgOpenError> {
     let config = &shared.config;
     let schema = config.schema.as_str();
-    let (client, connection) =
-        shared
-            .driver
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|source| PgOpenError::Connect {
-                target: config.target(),
-                source,
-            })?;
-    tokio::spawn(async move {
-        // Ends when `client` is dropped at the end of this function.
-        let _ = connection.await;
-    });
+    // Its connection ends when `client` is dropped at the end of this function.
+    let client = super::connect_client(&shared.driver, &shared.connector)
+        .await
+        .map_err(|source| PgOpenError::Connect {
+            target: config.target(),
+            source,
+        })?;
     let setup = |source: tokio_postgres::Error| -> PgOpenError {
         if source.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
             PgOpenError::Privilege {
