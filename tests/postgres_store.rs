@@ -18,7 +18,7 @@ use cli_support::{leading_child, signal_and_wait, temp_dir, vvm_within};
 use postgres_support::{PgServer, ServerTls, PASSWORD};
 use rustix::process::Signal;
 use vvm::{lifecycle::Incarnation, session::LeaseValue, store::LeaseStore, Slot};
-use vvm_adapters::postgres::{open, PgConfig, PgOpenError, PgStore};
+use vvm_adapters::postgres::{open, open_read_only, PgConfig, PgOpenError, PgStore};
 use vvm_adapters::txkv::TxOptions;
 
 fn config(server: &PgServer, user: &str, schema: &str) -> PgConfig {
@@ -225,6 +225,11 @@ async fn foreign_newer_and_forbidden_schemas_are_refused_in_one_line() {
         matches!(&refused, PgOpenError::Privilege { needed, .. } if needed.starts_with("INSERT, UPDATE, DELETE on shared.vvm_kv")),
         "{refused:?}: {refused}"
     );
+    // To read (`vvm status`), SELECT is enough.
+    let reader = open_read_only(config(&server, "vvm_ro", "shared"), TxOptions::default())
+        .await
+        .expect("a reader needs SELECT only");
+    assert_eq!(reader.get(Slot(1)).await.unwrap(), None);
 }
 
 /// Waits until `store` answers `get` again (after connections were killed or the server

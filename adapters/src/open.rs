@@ -203,6 +203,17 @@ impl OpenError {
         }
     }
 
+    /// Whether a read-only open ([`open_read_only`]) found no store where the URL points (a
+    /// PostgreSQL schema never made): nothing to read yet, and nothing was created. (A missing
+    /// `sqlite:` file is a [`OpenError::Sqlite`] error of its own.)
+    pub fn is_absent(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            OpenError::Postgres(crate::postgres::PgOpenError::NoStore { .. }) => true,
+            _ => false,
+        }
+    }
+
     /// Whether the store could not serve for now — unreachable, or an etcd cluster without a
     /// quorum — rather than set up wrongly: a host may wait for it and open it again, where
     /// every other error (a wrong URL, credentials or certificates refused, a lease the store
@@ -224,10 +235,12 @@ pub async fn open(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError>
     open_url(&StoreUrl::parse(url)?, lease).await
 }
 
-/// [`open`] for reading only: a `sqlite:` store is opened with
-/// [`SqliteStoreBuilder::read_only`](crate::sqlite::SqliteStoreBuilder::read_only) (nothing is
-/// created or written, and it must exist); the other stores as [`open`] does, since opening them
-/// writes nothing.
+/// [`open`] for reading only: opening writes nothing, and a store that does not exist is not
+/// created. A `sqlite:` store is opened with `SqliteStoreBuilder::read_only` (it must exist;
+/// no write succeeds); a `postgres:` store with
+/// `postgres::open_read_only` (its schema must exist: else [`OpenError::is_absent`]); an
+/// `etcd:` store without the check that its credentials may write; the others as [`open`]
+/// does, since opening them writes nothing.
 pub async fn open_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
     let url = StoreUrl::parse(url)?;
     match &url {
@@ -242,6 +255,8 @@ pub async fn open_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, 
         }
         #[cfg(feature = "etcd")]
         StoreUrl::Etcd(etcd) => open_etcd(etcd, lease, false).await,
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(postgres) => open_postgres(postgres, false).await,
         _ => open_url(&url, lease).await,
     }
 }
@@ -270,7 +285,7 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
         #[cfg(feature = "etcd")]
         StoreUrl::Etcd(etcd) => open_etcd(etcd, lease, true).await,
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(postgres) => open_postgres(postgres).await,
+        StoreUrl::Postgres(postgres) => open_postgres(postgres, true).await,
         StoreUrl::Fdb(_) if cfg!(feature = "foundationdb") => Err(OpenError::FdbNeedsNetwork),
         other => Err(OpenError::NotBuilt {
             scheme: other.scheme(),
@@ -338,9 +353,10 @@ async fn open_etcd(
     Ok(AnyStore::Etcd(Box::new(store)))
 }
 
-/// Opens a PostgreSQL store (creating its schema on first use).
+/// Opens a PostgreSQL store; `write`: for a holder, creating its schema on first use (without,
+/// the schema must exist, and nothing is written).
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenError> {
+async fn open_postgres(url: &crate::url::PostgresUrl, write: bool) -> Result<AnyStore, OpenError> {
     use crate::postgres::{PgConfig, PgSslMode};
     use crate::txkv::TxOptions;
     use crate::url::SslMode;
@@ -394,20 +410,23 @@ async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenEr
             .prefix(prefix.as_str())
             .map_err(|error| option("prefix")(error.into()))?;
     }
-    let store = crate::postgres::open(config, options)
-        .await
-        .map_err(|error| match error {
-            // Certificates that do not fit are the URL's to correct, as a PEM file is.
-            #[cfg(feature = "postgres-tls")]
-            crate::postgres::PgOpenError::Tls(source) => {
-                let parameter = match source {
-                    crate::postgres::PgTlsError::Identity(_) => "cert",
-                    _ => "ca",
-                };
-                option(parameter)(source.into())
-            }
-            error => OpenError::Postgres(error),
-        })?;
+    let store = if write {
+        crate::postgres::open(config, options).await
+    } else {
+        crate::postgres::open_read_only(config, options).await
+    };
+    let store = store.map_err(|error| match error {
+        // Certificates that do not fit are the URL's to correct, as a PEM file is.
+        #[cfg(feature = "postgres-tls")]
+        crate::postgres::PgOpenError::Tls(source) => {
+            let parameter = match source {
+                crate::postgres::PgTlsError::Identity(_) => "cert",
+                _ => "ca",
+            };
+            option(parameter)(source.into())
+        }
+        error => OpenError::Postgres(error),
+    })?;
     Ok(AnyStore::Postgres(store))
 }
 

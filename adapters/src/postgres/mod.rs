@@ -370,6 +370,15 @@ pub enum PgOpenError {
         /// What is foreign about it.
         reason: &'static str,
     },
+    /// Opened for reading only ([`open_read_only`]), and the schema holds no store: nothing
+    /// was created.
+    #[error("schema {schema} of database {dbname} holds no vvm store yet")]
+    NoStore {
+        /// The schema.
+        schema: String,
+        /// The database.
+        dbname: String,
+    },
     /// The TLS setup (the CA, the client certificate) is not usable.
     #[cfg(feature = "postgres-tls")]
     #[error("the TLS setup towards PostgreSQL is not usable")]
@@ -447,6 +456,15 @@ async fn connect_client(
 /// timeouts of its connections).
 pub async fn open(config: PgConfig, options: TxOptions) -> Result<PgStore, PgOpenError> {
     let kv = PgKv::connect(config, &options).await?;
+    Ok(TxLeaseStore::new(kv, options))
+}
+
+/// [`open`] for reading: nothing is written when opening — a schema that does not exist is
+/// [`PgOpenError::NoStore`], never created — and the user needs only `SELECT` on the table
+/// (and `USAGE` on the schema). The store's operations are those of [`open`]'s; a reader
+/// calls only those that read.
+pub async fn open_read_only(config: PgConfig, options: TxOptions) -> Result<PgStore, PgOpenError> {
+    let kv = PgKv::connect_as(config, &options, false).await?;
     Ok(TxLeaseStore::new(kv, options))
 }
 
@@ -600,6 +618,16 @@ impl PgKv {
     /// Connects, creates or checks the schema (see the module documentation), and returns the
     /// store's key-value view; `options`' timeout bounds the server-side waits.
     pub async fn connect(config: PgConfig, options: &TxOptions) -> Result<PgKv, PgOpenError> {
+        PgKv::connect_as(config, options, true).await
+    }
+
+    /// [`connect`](Self::connect); without `write`, the schema is only checked (see
+    /// [`open_read_only`]).
+    async fn connect_as(
+        config: PgConfig,
+        options: &TxOptions,
+        write: bool,
+    ) -> Result<PgKv, PgOpenError> {
         let driver = config.driver(options.operation_timeout());
         let sql = schema::Sql::new(&config.schema);
         let connector = config.connector()?;
@@ -612,7 +640,7 @@ impl PgKv {
             driver,
             sql,
         });
-        schema::ensure(&shared).await?;
+        schema::ensure(&shared, write).await?;
         Ok(PgKv { shared })
     }
 
