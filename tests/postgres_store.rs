@@ -348,6 +348,136 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
         .await
         .expect("the feed reports a release whose notification was lost")
         .unwrap();
+
+    // The connection lost while COMMIT was under way: the server received it (and commits),
+    // the client never hears back. The store says the outcome is unknown, not that the write
+    // failed — and reading again shows that it was applied.
+    let cutter = CommitCutter::start(server.port());
+    let proxied = open(
+        PgConfig::new("127.0.0.1", cutter.port, "vvm", "postgres")
+            .and_then(|config| config.schema("failures"))
+            .unwrap(),
+        TxOptions::default(),
+    )
+    .await
+    .expect("the store opens through the proxy");
+    cutter.arm();
+    let outcome = proxied.insert_if_not_exists(Slot(4), &mine, ttl).await;
+    assert!(cutter.cut(), "the proxy saw no COMMIT to cut");
+    assert!(
+        matches!(outcome, Err(vvm::store::StoreError::Unknown { .. })),
+        "{outcome:?}"
+    );
+    // Once the server answered (to the proxy, which kept the answer), the write is there.
+    let started = Instant::now();
+    while !cutter.answered() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the server never answered the COMMIT"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let applied = other
+        .get(Slot(4))
+        .await
+        .unwrap()
+        .expect("the COMMIT applied");
+    assert_eq!(applied.value, mine);
+    // The store serves again on a new connection, and reads the same.
+    assert_eq!(until_served(&proxied, Slot(4)).await, Some(applied));
+}
+
+/// A loopback TCP proxy to a server that, once armed, forwards the client's next `COMMIT` and
+/// then cuts that client's connection before the server's reply can pass.
+struct CommitCutter {
+    port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Answers of the server kept from a client that was cut.
+    kept: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CommitCutter {
+    fn start(server_port: u16) -> CommitCutter {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex};
+
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let cutter = CommitCutter {
+            port: listener.local_addr().unwrap().port(),
+            armed: Arc::default(),
+            cuts: Arc::default(),
+            kept: Arc::default(),
+        };
+        let (armed, cuts) = (cutter.armed.clone(), cutter.cuts.clone());
+        let kept = cutter.kept.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let Ok(mut upstream) = TcpStream::connect(("127.0.0.1", server_port)) else {
+                    continue;
+                };
+                // Set before the COMMIT is forwarded, checked before every reply is: no reply
+                // to it reaches the client.
+                let cut = Arc::new(Mutex::new(false));
+                let (mut from, mut to) =
+                    (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+                let replies = cut.clone();
+                let kept = kept.clone();
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 16384];
+                    while let Ok(read @ 1..) = from.read(&mut buffer) {
+                        let cut = replies.lock().unwrap();
+                        if *cut {
+                            kept.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if to.write_all(&buffer[..read]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(Shutdown::Both);
+                });
+                let (armed, cuts) = (armed.clone(), cuts.clone());
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 16384];
+                    while let Ok(read @ 1..) = client.read(&mut buffer) {
+                        let chunk = &buffer[..read];
+                        let commit = chunk.windows(7).any(|window| window == b"COMMIT\0");
+                        if commit && armed.swap(false, Ordering::SeqCst) {
+                            *cut.lock().unwrap() = true;
+                            let _ = upstream.write_all(chunk);
+                            let _ = client.shutdown(Shutdown::Both);
+                            cuts.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                        if upstream.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = upstream.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        cutter
+    }
+
+    /// Cuts after the next COMMIT.
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a COMMIT was cut.
+    fn cut(&self) -> bool {
+        self.cuts.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// Whether the server answered a COMMIT that was cut (the answer kept from the client).
+    fn answered(&self) -> bool {
+        self.kept.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
 }
 
 // covers: Pg.Failures
