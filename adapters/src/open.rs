@@ -723,6 +723,95 @@ impl vvm_runtime::SemaphoreStore for AnyStore {
 mod tests {
     use super::*;
 
+    // covers: Pg.Tls, Url.Pem
+    #[cfg(feature = "postgres-tls")]
+    #[tokio::test]
+    async fn postgres_certificate_files_are_checked_before_connecting() {
+        let lease = LeaseConfig::default();
+        let dir = std::env::temp_dir().join(format!("vvm-open-pg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, b"not a certificate\n").unwrap();
+        // PEM blocks whose contents are no certificate: read, then refused by rustls.
+        let fake = dir.join("fake.pem");
+        std::fs::write(
+            &fake,
+            b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        // Port 1: nothing listens; each refusal comes before any connection is tried.
+        let base = "postgres://vvm@127.0.0.1:1/d?sslmode=verify-full";
+        for (url, parameter) in [
+            (format!("{base}&ca={}", junk.display()), "ca"),
+            (format!("{base}&ca=/nonexistent/vvm-ca.pem"), "ca"),
+            (
+                format!(
+                    "{base}&ca={}&cert={}&key={}",
+                    fake.display(),
+                    junk.display(),
+                    junk.display()
+                ),
+                "cert",
+            ),
+            (
+                format!(
+                    "{base}&ca={}&cert={}&key={}",
+                    fake.display(),
+                    fake.display(),
+                    junk.display()
+                ),
+                "key",
+            ),
+        ] {
+            let refused = open(&url, &lease).await.unwrap_err();
+            let named = match &refused {
+                OpenError::NotPem { parameter, .. } | OpenError::ReadFile { parameter, .. } => {
+                    *parameter
+                }
+                other => panic!("{url}: {other:?}"),
+            };
+            assert_eq!(named, parameter, "{url}");
+        }
+        let refused = open(&format!("{base}&ca={}", fake.display()), &lease)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                OpenError::PostgresOption {
+                    parameter: "ca",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.is_usage());
+        // A FIFO is not opened for reading (which could wait forever): refused at once.
+        let fifo = dir.join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let refused = open(&format!("{base}&ca={}", fifo.display()), &lease)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                OpenError::ParameterNotAFile {
+                    parameter: "ca",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     // covers: Url.Open
     #[cfg(feature = "sqlite")]
     #[tokio::test]
