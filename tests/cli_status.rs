@@ -336,7 +336,10 @@ fn status_watch_follows_a_tenure_on_postgres() {
     assert!(stderr.contains("nothing to show"), "{stderr}");
     assert_eq!(schemas().trim(), "0", "vvm status created the schema");
     let early = Watcher::spawn(&store, true);
-    early.quiet("no store yet, nothing to show");
+    // A second of looks (one per 200 ms after each), shorter than `quiet`'s wait.
+    if let Ok(line) = early.lines.recv_timeout(Duration::from_secs(1)) {
+        panic!("no store yet, nothing to show: unexpected line {line}");
+    }
     assert_eq!(
         schemas().trim(),
         "0",
