@@ -642,6 +642,10 @@ async fn tls_is_verified_as_sslmode_says_on_every_connection_of_the_store() {
     )
     .await
     .expect("verify-ca does not check the host name");
+    // No sslmode: libpq's default, prefer, takes the TLS the server offers (unverified).
+    vvm_adapters::open::open(&url("127.0.0.1", "vvm", "connections=2"), &lease_config)
+        .await
+        .expect("prefer speaks TLS to a server that offers it");
     // A client certificate, for a role that logs in by it alone.
     vvm_adapters::open::open(
         &url(
