@@ -315,7 +315,7 @@ fn status_watch_follows_a_tenure_on_a_3_member_etcd() {
     drop(cluster);
 }
 
-// covers: Cli.StatusWatch
+// covers: Cli.StatusWatch, Cli.StatusReadOnly
 // covers: Pg.Run
 #[test]
 fn status_watch_follows_a_tenure_on_postgres() {
@@ -324,6 +324,27 @@ fn status_watch_follows_a_tenure_on_postgres() {
         return;
     };
     let store = server.url("vvm", "watched");
+    // Nothing there yet: a one-shot status says so and creates nothing; a watch waits for the
+    // store without creating it either.
+    let schemas = || server.admin("SELECT count(*) FROM pg_namespace WHERE nspname = 'watched'");
+    let output = vvm()
+        .args(["status", "--store", &store])
+        .output()
+        .expect("the vvm binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing to show"), "{stderr}");
+    assert_eq!(schemas().trim(), "0", "vvm status created the schema");
+    let early = Watcher::spawn(&store, true);
+    // A second of looks (one per 200 ms after each), shorter than `quiet`'s wait.
+    if let Ok(line) = early.lines.recv_timeout(Duration::from_secs(1)) {
+        panic!("no store yet, nothing to show: unexpected line {line}");
+    }
+    assert_eq!(
+        schemas().trim(),
+        "0",
+        "vvm status --watch created the schema"
+    );
     // The schema is made by a first run, so that the watch's first table is the free slot.
     let output = vvm()
         .args(["run", "--store", &store, "--address", "creator"])
@@ -331,6 +352,16 @@ fn status_watch_follows_a_tenure_on_postgres() {
         .output()
         .expect("the vvm binary runs");
     assert_eq!(output.status.code(), Some(0), "{output:?}");
+    // The early watch shows the store once it exists: free, or still held by the first run
+    // and then released.
+    let table = early.json("the table once the store exists");
+    let first = &table["slots"][0]["holder"];
+    if !first.is_null() {
+        assert_eq!(first["address"], "creator", "{table}");
+        let released = early.json("the first run's release");
+        assert_eq!(released["event"], "released", "{released}");
+    }
+    early.stop();
     // With `expire`: a SIGKILLed holder's record is reported expired, judged by observation.
     watch_a_tenure(&store, true);
     drop(server);

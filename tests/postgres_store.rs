@@ -1,9 +1,11 @@
 //! The PostgreSQL store against real servers started by the tests (`support/postgres.rs`):
 //! a hand-off between two `vvm run` hosts through the binary, with a password file and a
 //! prefix; schemas that are refused (foreign, newer, a user without rights); and the store riding
-//! out killed connections and a restarted server. Without PostgreSQL installed every test prints
+//! out killed connections and a restarted server; TLS as `sslmode` says. Without PostgreSQL installed every test prints
 //! one line saying it was skipped (under CI it fails instead).
 
+#[path = "support/certs.rs"]
+mod certs;
 mod cli_support;
 #[path = "support/postgres.rs"]
 mod postgres_support;
@@ -13,10 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cli_support::{leading_child, signal_and_wait, temp_dir, vvm_within};
-use postgres_support::{PgServer, PASSWORD};
+use postgres_support::{PgServer, ServerTls, PASSWORD};
 use rustix::process::Signal;
 use vvm::{lifecycle::Incarnation, session::LeaseValue, store::LeaseStore, Slot};
-use vvm_adapters::postgres::{open, PgConfig, PgOpenError, PgStore};
+use vvm_adapters::postgres::{open, open_read_only, PgConfig, PgOpenError, PgStore};
 use vvm_adapters::txkv::TxOptions;
 
 fn config(server: &PgServer, user: &str, schema: &str) -> PgConfig {
@@ -99,8 +101,7 @@ fn two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file() {
         assert!(!text.contains(PASSWORD), "{text}");
     }
 
-    // A password in the URL: a usage error that does not echo it; TLS that cannot be given:
-    // refused, not weakened.
+    // A password in the URL: a usage error that does not echo it.
     for (refused, says) in [
         (
             format!(
@@ -116,13 +117,6 @@ fn two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file() {
             ),
             "password-file",
         ),
-        (
-            format!(
-                "postgresql://vvm@127.0.0.1:{}/postgres?sslmode=require",
-                server.port()
-            ),
-            "TLS",
-        ),
     ] {
         let (code, _, stderr) = vvm_within(
             &["status", "--store", &refused],
@@ -133,6 +127,22 @@ fn two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file() {
         assert!(!stderr.contains(PASSWORD), "{stderr}");
         assert!(stderr.contains(says), "{stderr}");
     }
+    // TLS required of a server without it: refused when connecting (exit 1, at once), not
+    // weakened to plain.
+    let (code, _, stderr) = vvm_within(
+        &[
+            "status",
+            "--store",
+            &format!(
+                "postgresql://vvm@127.0.0.1:{}/postgres?sslmode=require",
+                server.port()
+            ),
+        ],
+        Duration::from_secs(30),
+        "vvm status",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("server does not support TLS"), "{stderr}");
     // A wrong password: exit 1, and the message names neither password.
     let wrong = dir.join("wrong");
     std::fs::write(&wrong, "not-the-password").unwrap();
@@ -215,6 +225,11 @@ async fn foreign_newer_and_forbidden_schemas_are_refused_in_one_line() {
         matches!(&refused, PgOpenError::Privilege { needed, .. } if needed.starts_with("INSERT, UPDATE, DELETE on shared.vvm_kv")),
         "{refused:?}: {refused}"
     );
+    // To read (`vvm status`), SELECT is enough.
+    let reader = open_read_only(config(&server, "vvm_ro", "shared"), TxOptions::default())
+        .await
+        .expect("a reader needs SELECT only");
+    assert_eq!(reader.get(Slot(1)).await.unwrap(), None);
 }
 
 /// Waits until `store` answers `get` again (after connections were killed or the server
@@ -333,6 +348,136 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
         .await
         .expect("the feed reports a release whose notification was lost")
         .unwrap();
+
+    // The connection lost while COMMIT was under way: the server received it (and commits),
+    // the client never hears back. The store says the outcome is unknown, not that the write
+    // failed — and reading again shows that it was applied.
+    let cutter = CommitCutter::start(server.port());
+    let proxied = open(
+        PgConfig::new("127.0.0.1", cutter.port, "vvm", "postgres")
+            .and_then(|config| config.schema("failures"))
+            .unwrap(),
+        TxOptions::default(),
+    )
+    .await
+    .expect("the store opens through the proxy");
+    cutter.arm();
+    let outcome = proxied.insert_if_not_exists(Slot(4), &mine, ttl).await;
+    assert!(cutter.cut(), "the proxy saw no COMMIT to cut");
+    assert!(
+        matches!(outcome, Err(vvm::store::StoreError::Unknown { .. })),
+        "{outcome:?}"
+    );
+    // Once the server answered (to the proxy, which kept the answer), the write is there.
+    let started = Instant::now();
+    while !cutter.answered() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the server never answered the COMMIT"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let applied = other
+        .get(Slot(4))
+        .await
+        .unwrap()
+        .expect("the COMMIT applied");
+    assert_eq!(applied.value, mine);
+    // The store serves again on a new connection, and reads the same.
+    assert_eq!(until_served(&proxied, Slot(4)).await, Some(applied));
+}
+
+/// A loopback TCP proxy to a server that, once armed, forwards the client's next `COMMIT` and
+/// then cuts that client's connection before the server's reply can pass.
+struct CommitCutter {
+    port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Answers of the server kept from a client that was cut.
+    kept: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CommitCutter {
+    fn start(server_port: u16) -> CommitCutter {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex};
+
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let cutter = CommitCutter {
+            port: listener.local_addr().unwrap().port(),
+            armed: Arc::default(),
+            cuts: Arc::default(),
+            kept: Arc::default(),
+        };
+        let (armed, cuts) = (cutter.armed.clone(), cutter.cuts.clone());
+        let kept = cutter.kept.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let Ok(mut upstream) = TcpStream::connect(("127.0.0.1", server_port)) else {
+                    continue;
+                };
+                // Set before the COMMIT is forwarded, checked before every reply is: no reply
+                // to it reaches the client.
+                let cut = Arc::new(Mutex::new(false));
+                let (mut from, mut to) =
+                    (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+                let replies = cut.clone();
+                let kept = kept.clone();
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 16384];
+                    while let Ok(read @ 1..) = from.read(&mut buffer) {
+                        let cut = replies.lock().unwrap();
+                        if *cut {
+                            kept.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if to.write_all(&buffer[..read]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(Shutdown::Both);
+                });
+                let (armed, cuts) = (armed.clone(), cuts.clone());
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 16384];
+                    while let Ok(read @ 1..) = client.read(&mut buffer) {
+                        let chunk = &buffer[..read];
+                        let commit = chunk.windows(7).any(|window| window == b"COMMIT\0");
+                        if commit && armed.swap(false, Ordering::SeqCst) {
+                            *cut.lock().unwrap() = true;
+                            let _ = upstream.write_all(chunk);
+                            let _ = client.shutdown(Shutdown::Both);
+                            cuts.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                        if upstream.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = upstream.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        cutter
+    }
+
+    /// Cuts after the next COMMIT.
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a COMMIT was cut.
+    fn cut(&self) -> bool {
+        self.cuts.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// Whether the server answered a COMMIT that was cut (the answer kept from the client).
+    fn answered(&self) -> bool {
+        self.kept.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
 }
 
 // covers: Pg.Failures
@@ -376,4 +521,198 @@ async fn a_paused_server_bounds_every_call_by_the_timeout_and_serves_again_when_
         .await
         .unwrap()
         .is_some());
+}
+
+/// The chain of `error`'s messages, as the binary prints it.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+// covers: Pg.Tls
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_verified_as_sslmode_says_on_every_connection_of_the_store() {
+    let test = "tls_is_verified_as_sslmode_says_on_every_connection_of_the_store";
+    if !certs::openssl_available(test) {
+        return;
+    }
+    let dir = temp_dir("vvm-pg-tls");
+    certs::certificates(&dir, "pg");
+    // A second authority that signed nothing the server presents.
+    certs::certificates(&dir, "other");
+    let file = |name: &str| dir.join(name).display().to_string();
+    // TLS only over TCP; role vvm-client logs in with its certificate alone.
+    let Some(server) = PgServer::start_tls(
+        test,
+        &ServerTls {
+            cert: &dir.join("pg-server.pem"),
+            key: &dir.join("pg-server.key"),
+            client_ca: &dir.join("pg-ca.pem"),
+            hba: "local all all trust\n\
+                  hostssl all vvm-client 127.0.0.1/32 cert\n\
+                  hostssl all all 127.0.0.1/32 trust\n\
+                  hostnossl all all 127.0.0.1/32 reject\n",
+        },
+    ) else {
+        return;
+    };
+    server.admin(
+        "CREATE ROLE \"vvm-client\" LOGIN; GRANT CREATE ON DATABASE postgres TO \"vvm-client\"",
+    );
+    // Each role in a schema of its own (one it can create).
+    let url = |host: &str, user: &str, query: &str| {
+        format!(
+            "postgres://{user}@{host}:{}/postgres?schema={}&{query}",
+            server.port(),
+            if user == "vvm" { "tls" } else { "tls_client" }
+        )
+    };
+    let lease_config = vvm::LeaseConfig::default();
+    let verified = url(
+        "127.0.0.1",
+        "vvm",
+        &format!("sslmode=verify-full&ca={}", file("pg-ca.pem")),
+    );
+
+    // verify-full with the server's CA: the schema is made, a lease written and read, and a
+    // watch's listening connection is up, every connection over TLS (the server refuses any
+    // other on TCP).
+    let store = vvm_adapters::open::open(&verified, &lease_config)
+        .await
+        .expect("verify-full with the right CA opens");
+    let mine = LeaseValue::new("10.0.0.1:7000", Incarnation(1));
+    let ttl = Duration::from_secs(3600);
+    let revision = store
+        .insert_if_not_exists(Slot(1), &mine, ttl)
+        .await
+        .unwrap()
+        .expect("the slot was free");
+    let lease = vvm::store::Lease {
+        value: mine.clone(),
+        revision,
+    };
+    assert_eq!(store.get(Slot(1)).await.unwrap(), Some(lease.clone()));
+    let changed = tokio::spawn(store.changed(&[Slot(1)]));
+    let started = Instant::now();
+    loop {
+        let listening = server.admin(
+            "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.application_name = 'vvm' AND a.query LIKE 'LISTEN%' AND s.ssl",
+        );
+        if listening.trim() == "1" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no listening connection over TLS"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let plain = server.admin(
+        "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+         WHERE a.application_name = 'vvm' AND NOT s.ssl",
+    );
+    assert_eq!(plain.trim(), "0");
+    assert!(store.compare_and_delete(Slot(1), &lease).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(8), changed)
+        .await
+        .expect("the feed reports the release")
+        .unwrap();
+
+    // Through the binary, the same URL: `vvm status` reads the store.
+    let (code, _, stderr) = vvm_within(
+        &["status", "--store", &verified],
+        Duration::from_secs(30),
+        "vvm status",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // verify-ca checks the chain, not the name: `localhost` is not in the certificate (its
+    // only name is 127.0.0.1), which verify-full refuses.
+    let ca = format!("ca={}", file("pg-ca.pem"));
+    vvm_adapters::open::open(
+        &url("localhost", "vvm", &format!("sslmode=verify-ca&{ca}")),
+        &lease_config,
+    )
+    .await
+    .expect("verify-ca does not check the host name");
+    // No sslmode: libpq's default, prefer, takes the TLS the server offers (unverified).
+    vvm_adapters::open::open(&url("127.0.0.1", "vvm", "connections=2"), &lease_config)
+        .await
+        .expect("prefer speaks TLS to a server that offers it");
+    // A client certificate, for a role that logs in by it alone.
+    vvm_adapters::open::open(
+        &url(
+            "127.0.0.1",
+            "vvm-client",
+            &format!(
+                "sslmode=verify-full&{ca}&cert={}&key={}",
+                file("pg-client.pem"),
+                file("pg-client.key")
+            ),
+        ),
+        &lease_config,
+    )
+    .await
+    .expect("the client certificate is presented");
+
+    // Refused, each in one clear error that is not an outage to wait for.
+    for (refused, says) in [
+        (
+            url("localhost", "vvm", &format!("sslmode=verify-full&{ca}")),
+            "not valid for name",
+        ),
+        (
+            url(
+                "127.0.0.1",
+                "vvm",
+                &format!("sslmode=verify-full&ca={}", file("other-ca.pem")),
+            ),
+            "UnknownIssuer",
+        ),
+        (
+            url(
+                "127.0.0.1",
+                "vvm",
+                &format!("sslmode=require&ca={}", file("other-ca.pem")),
+            ),
+            "UnknownIssuer",
+        ),
+        // No certificate: the role's `cert` line refuses it.
+        (
+            url("127.0.0.1", "vvm-client", "sslmode=require"),
+            "certificate",
+        ),
+        // Plain TCP: the server takes TLS only, so every success above was over TLS.
+        (url("127.0.0.1", "vvm", "sslmode=disable"), "no encryption"),
+    ] {
+        let error = vvm_adapters::open::open(&refused, &lease_config)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{refused} opened"));
+        let text = chain(&error);
+        assert!(text.contains(says), "{refused}: {text}");
+        assert!(!error.is_unavailable(), "{refused}: {text}");
+    }
+    // `vvm run` does not wait for a store whose certificate it refuses: exit 1 at once.
+    let wrong = url(
+        "127.0.0.1",
+        "vvm",
+        &format!("sslmode=verify-full&ca={}", file("other-ca.pem")),
+    );
+    let (code, _, stderr) = vvm_within(
+        &["run", "--lease", "2s", "--store", &wrong, "--", "true"],
+        Duration::from_secs(30),
+        "vvm run",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("UnknownIssuer"), "{stderr}");
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,6 +2,8 @@
 //! against a real etcd that serves TLS only and demands client certificates. The certificates
 //! are made for the test with `openssl`.
 
+#[path = "support/certs.rs"]
+mod certs;
 mod cli_support;
 #[path = "support/etcd.rs"]
 mod etcd_support;
@@ -12,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use certs::{certificates, openssl_available};
 use cli_support::{exit_within, signal_and_wait, temp_dir};
-use etcd_support::{available, skipped, START_LIMIT};
+use etcd_support::{available, START_LIMIT};
 use rustix::process::Signal;
 use vvm_adapters::etcd::cluster::find_etcd;
 
@@ -23,110 +26,6 @@ fn vvm(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("the vvm binary runs")
-}
-
-/// Whether `openssl` runs; prints the skip line when it does not. Panics under CI (`CI=true`
-/// or `1`), where it must be present, like etcd (`etcd_support::available`).
-fn openssl_available(test: &str) -> bool {
-    let found = Command::new("openssl")
-        .arg("version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !found {
-        let ci = std::env::var("CI").is_ok_and(|value| value == "true" || value == "1");
-        assert!(
-            !ci,
-            "{test}: openssl is not installed, and under CI the TLS test must run (scripts/test.sh installs openssl)"
-        );
-        skipped(&format!(
-            "skipped {test}: openssl is not installed (apt-get install openssl, or run scripts/test.sh as root)"
-        ));
-    }
-    found
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A certificate authority `<name>-ca.pem` and, signed by it, `<name>-server.pem` (for
-/// 127.0.0.1) and `<name>-client.pem`, each with its `.key`.
-fn certificates(dir: &Path, name: &str) {
-    let file = |suffix: &str| format!("{name}-{suffix}");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name} test CA"),
-            "-keyout",
-            &file("ca.key"),
-            "-out",
-            &file("ca.pem"),
-        ],
-    );
-    for (role, extensions) in [
-        (
-            "server",
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
-        ),
-        ("client", "extendedKeyUsage=clientAuth\n"),
-    ] {
-        let ext = file(&format!("{role}.ext"));
-        std::fs::write(dir.join(&ext), extensions).unwrap();
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                &format!("/CN=vvm-{role}"),
-                "-keyout",
-                &file(&format!("{role}.key")),
-                "-out",
-                &file(&format!("{role}.csr")),
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-days",
-                "2",
-                "-in",
-                &file(&format!("{role}.csr")),
-                "-CA",
-                &file("ca.pem"),
-                "-CAkey",
-                &file("ca.key"),
-                "-CAcreateserial",
-                "-extfile",
-                &ext,
-                "-out",
-                &file(&format!("{role}.pem")),
-            ],
-        );
-    }
 }
 
 fn free_port() -> u16 {

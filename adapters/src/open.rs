@@ -203,6 +203,17 @@ impl OpenError {
         }
     }
 
+    /// Whether a read-only open ([`open_read_only`]) found no store where the URL points (a
+    /// PostgreSQL schema never made): nothing to read yet, and nothing was created. (A missing
+    /// `sqlite:` file is a [`OpenError::Sqlite`] error of its own.)
+    pub fn is_absent(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            OpenError::Postgres(crate::postgres::PgOpenError::NoStore { .. }) => true,
+            _ => false,
+        }
+    }
+
     /// Whether the store could not serve for now — unreachable, or an etcd cluster without a
     /// quorum — rather than set up wrongly: a host may wait for it and open it again, where
     /// every other error (a wrong URL, credentials or certificates refused, a lease the store
@@ -224,10 +235,12 @@ pub async fn open(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError>
     open_url(&StoreUrl::parse(url)?, lease).await
 }
 
-/// [`open`] for reading only: a `sqlite:` store is opened with
-/// [`SqliteStoreBuilder::read_only`](crate::sqlite::SqliteStoreBuilder::read_only) (nothing is
-/// created or written, and it must exist); the other stores as [`open`] does, since opening them
-/// writes nothing.
+/// [`open`] for reading only: opening writes nothing, and a store that does not exist is not
+/// created. A `sqlite:` store is opened with `SqliteStoreBuilder::read_only` (it must exist;
+/// no write succeeds); a `postgres:` store with
+/// `postgres::open_read_only` (its schema must exist: else [`OpenError::is_absent`]); an
+/// `etcd:` store without the check that its credentials may write; the others as [`open`]
+/// does, since opening them writes nothing.
 pub async fn open_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, OpenError> {
     let url = StoreUrl::parse(url)?;
     match &url {
@@ -242,6 +255,8 @@ pub async fn open_read_only(url: &str, lease: &LeaseConfig) -> Result<AnyStore, 
         }
         #[cfg(feature = "etcd")]
         StoreUrl::Etcd(etcd) => open_etcd(etcd, lease, false).await,
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(postgres) => open_postgres(postgres, false).await,
         _ => open_url(&url, lease).await,
     }
 }
@@ -270,7 +285,7 @@ pub async fn open_url(url: &StoreUrl, lease: &LeaseConfig) -> Result<AnyStore, O
         #[cfg(feature = "etcd")]
         StoreUrl::Etcd(etcd) => open_etcd(etcd, lease, true).await,
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(postgres) => open_postgres(postgres).await,
+        StoreUrl::Postgres(postgres) => open_postgres(postgres, true).await,
         StoreUrl::Fdb(_) if cfg!(feature = "foundationdb") => Err(OpenError::FdbNeedsNetwork),
         other => Err(OpenError::NotBuilt {
             scheme: other.scheme(),
@@ -338,11 +353,13 @@ async fn open_etcd(
     Ok(AnyStore::Etcd(Box::new(store)))
 }
 
-/// Opens a PostgreSQL store (creating its schema on first use).
+/// Opens a PostgreSQL store; `write`: for a holder, creating its schema on first use (without,
+/// the schema must exist, and nothing is written).
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenError> {
-    use crate::postgres::PgConfig;
+async fn open_postgres(url: &crate::url::PostgresUrl, write: bool) -> Result<AnyStore, OpenError> {
+    use crate::postgres::{PgConfig, PgSslMode};
     use crate::txkv::TxOptions;
+    use crate::url::SslMode;
 
     let option = |parameter: &'static str| {
         move |source: Box<dyn std::error::Error + Send + Sync>| OpenError::PostgresOption {
@@ -375,16 +392,82 @@ async fn open_postgres(url: &crate::url::PostgresUrl) -> Result<AnyStore, OpenEr
         // The first line: files written by `echo` end with a newline that is not part of it.
         config = config.password(password.lines().next().unwrap_or_default());
     }
+    if let Some(mode) = url.sslmode {
+        config = config
+            .ssl_mode(match mode {
+                SslMode::Disable => PgSslMode::Disable,
+                SslMode::Prefer => PgSslMode::Prefer,
+                SslMode::Require => PgSslMode::Require,
+                SslMode::VerifyCa => PgSslMode::VerifyCa,
+                SslMode::VerifyFull => PgSslMode::VerifyFull,
+            })
+            .map_err(|error| option("sslmode")(error.into()))?;
+    }
+    config = with_pg_tls(config, url)?;
     let mut options = TxOptions::default();
     if let Some(prefix) = &url.prefix {
         options = options
             .prefix(prefix.as_str())
             .map_err(|error| option("prefix")(error.into()))?;
     }
-    let store = crate::postgres::open(config, options)
-        .await
-        .map_err(OpenError::Postgres)?;
+    let store = if write {
+        crate::postgres::open(config, options).await
+    } else {
+        crate::postgres::open_read_only(config, options).await
+    };
+    let store = store.map_err(|error| match error {
+        // Certificates that do not fit are the URL's to correct, as a PEM file is.
+        #[cfg(feature = "postgres-tls")]
+        crate::postgres::PgOpenError::Tls(source) => {
+            let parameter = match source {
+                crate::postgres::PgTlsError::Identity(_) => "cert",
+                _ => "ca",
+            };
+            option(parameter)(source.into())
+        }
+        error => OpenError::Postgres(error),
+    })?;
     Ok(AnyStore::Postgres(store))
+}
+
+/// The certificates of a `postgres:` URL (`ca=`, `cert=`, `key=`), read and checked now.
+#[cfg(feature = "postgres-tls")]
+fn with_pg_tls(
+    config: crate::postgres::PgConfig,
+    url: &crate::url::PostgresUrl,
+) -> Result<crate::postgres::PgConfig, OpenError> {
+    use files::read_pem;
+
+    let ca_pem = match &url.ca {
+        Some(ca) => Some(read_pem("ca", ca, PemKind::Certificate)?),
+        None => None,
+    };
+    let identity_pem = match (&url.cert, &url.key) {
+        (Some(cert), Some(key)) => Some((
+            read_pem("cert", cert, PemKind::Certificate)?,
+            read_pem("key", key, PemKind::PrivateKey)?,
+        )),
+        _ => None,
+    };
+    Ok(config.tls(crate::postgres::PgTls {
+        ca_pem,
+        identity_pem,
+    }))
+}
+
+/// Without `postgres-tls`, a URL that names certificates is refused: they would be ignored.
+#[cfg(all(feature = "postgres", not(feature = "postgres-tls")))]
+fn with_pg_tls(
+    config: crate::postgres::PgConfig,
+    url: &crate::url::PostgresUrl,
+) -> Result<crate::postgres::PgConfig, OpenError> {
+    match (&url.ca, &url.cert) {
+        (None, None) => Ok(config),
+        _ => Err(OpenError::NotBuilt {
+            scheme: "postgres (ca=, cert=)",
+            feature: "postgres-tls",
+        }),
+    }
 }
 
 #[cfg(feature = "etcd-tls")]
@@ -639,6 +722,95 @@ impl vvm_runtime::SemaphoreStore for AnyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // covers: Pg.Tls, Url.Pem
+    #[cfg(feature = "postgres-tls")]
+    #[tokio::test]
+    async fn postgres_certificate_files_are_checked_before_connecting() {
+        let lease = LeaseConfig::default();
+        let dir = std::env::temp_dir().join(format!("vvm-open-pg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, b"not a certificate\n").unwrap();
+        // PEM blocks whose contents are no certificate: read, then refused by rustls.
+        let fake = dir.join("fake.pem");
+        std::fs::write(
+            &fake,
+            b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        // Port 1: nothing listens; each refusal comes before any connection is tried.
+        let base = "postgres://vvm@127.0.0.1:1/d?sslmode=verify-full";
+        for (url, parameter) in [
+            (format!("{base}&ca={}", junk.display()), "ca"),
+            (format!("{base}&ca=/nonexistent/vvm-ca.pem"), "ca"),
+            (
+                format!(
+                    "{base}&ca={}&cert={}&key={}",
+                    fake.display(),
+                    junk.display(),
+                    junk.display()
+                ),
+                "cert",
+            ),
+            (
+                format!(
+                    "{base}&ca={}&cert={}&key={}",
+                    fake.display(),
+                    fake.display(),
+                    junk.display()
+                ),
+                "key",
+            ),
+        ] {
+            let refused = open(&url, &lease).await.unwrap_err();
+            let named = match &refused {
+                OpenError::NotPem { parameter, .. } | OpenError::ReadFile { parameter, .. } => {
+                    *parameter
+                }
+                other => panic!("{url}: {other:?}"),
+            };
+            assert_eq!(named, parameter, "{url}");
+        }
+        let refused = open(&format!("{base}&ca={}", fake.display()), &lease)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                OpenError::PostgresOption {
+                    parameter: "ca",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.is_usage());
+        // A FIFO is not opened for reading (which could wait forever): refused at once.
+        let fifo = dir.join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let refused = open(&format!("{base}&ca={}", fifo.display()), &lease)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                OpenError::ParameterNotAFile {
+                    parameter: "ca",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     // covers: Url.Open
     #[cfg(feature = "sqlite")]

@@ -12,11 +12,14 @@
 //!
 //! The parameters of PostgreSQL: `schema=S` (the schema of its tables, default `vvm`),
 //! `prefix=P` (as etcd's), `password-file=F` (the password, first line of `F`),
-//! `connect-timeout-ms=N`, `connections=N` (most connections of one process, default 8) and
-//! `sslmode=disable|allow|prefer` (all three connect without TLS, which this build does not
-//! have: `require`, `verify-ca` and `verify-full` are refused rather than silently weakened).
-//! `passfile=` (libpq's `.pgpass` format) is refused: name a file holding the password alone
-//! with `password-file=`.
+//! `connect-timeout-ms=N`, `connections=N` (most connections of one process, default 8),
+//! `sslmode=disable|prefer|require|verify-ca|verify-full` (libpq's meanings, `prefer` by
+//! default; see [`crate::postgres`]'s TLS table: `require` does not verify the server's
+//! certificate unless `ca=` is given), `ca=F` (the certificate authority, PEM; needed by
+//! `verify-ca` and `verify-full`, and only taken with `require` or stronger), and `cert=F` with
+//! `key=F` (a client certificate; not with `sslmode=disable`). libpq's `allow` is refused (use
+//! `prefer` or `disable`). `passfile=` (libpq's `.pgpass` format) is refused: name a file
+//! holding the password alone with `password-file=`.
 //!
 //! The parameters of etcd (values percent-encoded, each at most once):
 //!
@@ -92,6 +95,9 @@ const POSTGRES_PARAMETERS: &[&str] = &[
     "connect-timeout-ms",
     "connections",
     "sslmode",
+    "ca",
+    "cert",
+    "key",
 ];
 /// Most connections a `postgres:` URL may ask for.
 pub const POSTGRES_CONNECTIONS_MAX: usize = 256;
@@ -151,6 +157,43 @@ pub struct PostgresUrl {
     pub connect_timeout: Option<Duration>,
     /// `connections=`.
     pub connections: Option<usize>,
+    /// `sslmode=`.
+    pub sslmode: Option<SslMode>,
+    /// `ca=`.
+    pub ca: Option<PathBuf>,
+    /// `cert=`.
+    pub cert: Option<PathBuf>,
+    /// `key=`.
+    pub key: Option<PathBuf>,
+}
+
+/// libpq's `sslmode` values a `postgres:` URL takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SslMode {
+    /// `disable`.
+    Disable,
+    /// `prefer`.
+    Prefer,
+    /// `require`.
+    Require,
+    /// `verify-ca`.
+    VerifyCa,
+    /// `verify-full`.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// The parameter's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
 }
 
 /// The SQLite file and its options.
@@ -449,6 +492,17 @@ impl fmt::Display for PostgresUrl {
         if let Some(connections) = self.connections {
             query.append_pair("connections", &connections.to_string());
         }
+        if let Some(mode) = self.sslmode {
+            query.append_pair("sslmode", mode.as_str());
+        }
+        for (name, path) in [("ca", &self.ca), ("cert", &self.cert)] {
+            if let Some(path) = path {
+                query.append_pair(name, &path.to_string_lossy());
+            }
+        }
+        if self.key.is_some() {
+            query.append_pair("key", REDACTED);
+        }
         let query = query.finish();
         if !query.is_empty() {
             write!(f, "?{query}")?;
@@ -519,7 +573,6 @@ fn parse_postgres(input: &str) -> Result<PostgresUrl, UrlError> {
         dbname,
         ..PostgresUrl::default()
     };
-    let mut sslmode = None;
     for (name, value) in parsed.query().map(parameters).into_iter().flatten() {
         let value = value.as_ref();
         match name.as_ref() {
@@ -555,26 +608,76 @@ fn parse_postgres(input: &str) -> Result<PostgresUrl, UrlError> {
             }
             "sslmode" => {
                 let mode = match value {
-                    "disable" | "allow" | "prefer" => value.to_owned(),
-                    "require" | "verify-ca" | "verify-full" => {
+                    "disable" => SslMode::Disable,
+                    "prefer" => SslMode::Prefer,
+                    "require" => SslMode::Require,
+                    "verify-ca" => SslMode::VerifyCa,
+                    "verify-full" => SslMode::VerifyFull,
+                    "allow" => {
                         return Err(UrlError::BadParameter {
                             name: "sslmode",
-                            reason: "TLS towards PostgreSQL is not built into vvm, so it cannot be required; use sslmode=disable over a Unix socket, loopback or a trusted network",
+                            reason: "allow (plain first, TLS only when the server insists) is not offered; use prefer (TLS when the server offers it) or disable",
                         })
                     }
                     _ => {
                         return Err(UrlError::BadParameter {
                             name: "sslmode",
-                            reason: "it must be disable, allow, prefer, require, verify-ca or verify-full",
+                            reason: "it must be disable, prefer, require, verify-ca or verify-full",
                         })
                     }
                 };
-                set_once(&mut sslmode, "sslmode", mode)?;
+                set_once(&mut postgres.sslmode, "sslmode", mode)?;
             }
+            "ca" => set_once(&mut postgres.ca, "ca", file("ca", value)?)?,
+            "cert" => set_once(&mut postgres.cert, "cert", file("cert", value)?)?,
+            "key" => set_once(&mut postgres.key, "key", file("key", value)?)?,
             other => return Err(unknown("postgres", POSTGRES_PARAMETERS, other)),
         }
     }
+    check_postgres_tls(&postgres)?;
     Ok(postgres)
+}
+
+/// The TLS parameters of a `postgres:` URL agree: no file is given that would be ignored.
+fn check_postgres_tls(postgres: &PostgresUrl) -> Result<(), UrlError> {
+    let mode = postgres.sslmode.unwrap_or(SslMode::Prefer);
+    if matches!(mode, SslMode::VerifyCa | SslMode::VerifyFull) && postgres.ca.is_none() {
+        return Err(UrlError::MissingParameter {
+            name: "sslmode",
+            needs: "ca",
+        });
+    }
+    if postgres.ca.is_some() && matches!(mode, SslMode::Disable | SslMode::Prefer) {
+        return Err(UrlError::BadParameter {
+            name: "ca",
+            reason: "it is used only with sslmode=require, verify-ca or verify-full (prefer never verifies)",
+        });
+    }
+    for (name, given, needs, has) in [
+        (
+            "cert",
+            postgres.cert.is_some(),
+            "key",
+            postgres.key.is_some(),
+        ),
+        (
+            "key",
+            postgres.key.is_some(),
+            "cert",
+            postgres.cert.is_some(),
+        ),
+    ] {
+        if given && !has {
+            return Err(UrlError::MissingParameter { name, needs });
+        }
+    }
+    if postgres.cert.is_some() && mode == SslMode::Disable {
+        return Err(UrlError::BadParameter {
+            name: "cert",
+            reason: "sslmode=disable makes no TLS connection to present it on",
+        });
+    }
+    Ok(())
 }
 
 /// `text` with its `%XX` escapes decoded, if the result is UTF-8.
@@ -1196,7 +1299,8 @@ mod tests {
         assert_eq!(postgres_of("postgres://a@[::1]:5/d").host, "::1");
         let url = postgres_of(
             "postgres://al%40ice@h:1/d?schema=s1&prefix=p%2F&password-file=%2Frun%2Fpw\
-             &connect-timeout-ms=250&connections=3&sslmode=prefer",
+             &connect-timeout-ms=250&connections=3&sslmode=verify-full&ca=%2Fca.pem\
+             &cert=%2Fc.pem&key=%2Fsecret%2Fc.key",
         );
         assert_eq!(url.user, "al@ice");
         assert_eq!(url.schema.as_deref(), Some("s1"));
@@ -1207,17 +1311,23 @@ mod tests {
         );
         assert_eq!(url.connect_timeout, Some(Duration::from_millis(250)));
         assert_eq!(url.connections, Some(3));
+        assert_eq!(url.sslmode, Some(SslMode::VerifyFull));
+        assert_eq!(url.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
         let shown = StoreUrl::Postgres(url.clone()).to_string();
         assert_eq!(
             shown,
-            "postgres://<redacted>@h:1/d?schema=s1&prefix=p%2F&password-file=%3Credacted%3E&connect-timeout-ms=250&connections=3"
+            "postgres://<redacted>@h:1/d?schema=s1&prefix=p%2F&password-file=%3Credacted%3E&connect-timeout-ms=250&connections=3\
+             &sslmode=verify-full&ca=%2Fca.pem&cert=%2Fc.pem&key=%3Credacted%3E"
         );
-        assert!(!format!("{url:?}").contains("ice") && !format!("{url:?}").contains("/run/pw"));
+        for hidden in ["ice", "/run/pw", "secret"] {
+            assert!(!format!("{url:?}").contains(hidden), "{hidden}");
+        }
         // The canonical form parses back to the same options (but the hidden ones).
         assert_eq!(
             postgres_of(
                 &shown
-                    .replace("%3Credacted%3E", "%2Frun%2Fpw")
+                    .replacen("%3Credacted%3E", "%2Frun%2Fpw", 1)
+                    .replace("%3Credacted%3E", "%2Fsecret%2Fc.key")
                     .replace("<redacted>", "al%40ice")
             ),
             url
@@ -1226,7 +1336,7 @@ mod tests {
 
     // covers: Pg.Url, Url.Secrets
     #[test]
-    fn postgres_urls_refuse_passwords_tls_they_cannot_give_and_pgpass() {
+    fn postgres_urls_refuse_passwords_unusable_tls_parameters_and_pgpass() {
         for (url, expected) in [
             ("postgres://vvm:hunter2@h/d", UrlError::CredentialsInUrl),
             (
@@ -1252,21 +1362,71 @@ mod tests {
         ] {
             assert_eq!(StoreUrl::parse(url), Err(expected), "{url}");
         }
-        for mode in ["require", "verify-ca", "verify-full"] {
-            let refused =
-                StoreUrl::parse(&format!("postgres://vvm@h/d?sslmode={mode}")).unwrap_err();
-            assert!(matches!(
-                refused,
-                UrlError::BadParameter {
+        for (url, expected) in [
+            (
+                "postgres://vvm@h/d?sslmode=verify-ca",
+                UrlError::MissingParameter {
                     name: "sslmode",
-                    ..
-                }
-            ));
-            assert!(refused.to_string().contains("TLS"), "{refused}");
+                    needs: "ca",
+                },
+            ),
+            (
+                "postgres://vvm@h/d?sslmode=verify-full&cert=%2Fc",
+                UrlError::MissingParameter {
+                    name: "sslmode",
+                    needs: "ca",
+                },
+            ),
+            (
+                "postgres://vvm@h/d?sslmode=require&cert=%2Fc",
+                UrlError::MissingParameter {
+                    name: "cert",
+                    needs: "key",
+                },
+            ),
+            (
+                "postgres://vvm@h/d?key=%2Fk",
+                UrlError::MissingParameter {
+                    name: "key",
+                    needs: "cert",
+                },
+            ),
+        ] {
+            assert_eq!(StoreUrl::parse(url), Err(expected), "{url}");
         }
-        for mode in ["disable", "allow", "prefer"] {
+        for (url, name, says) in [
+            ("postgres://vvm@h/d?sslmode=allow", "sslmode", "prefer"),
+            (
+                "postgres://vvm@h/d?sslmode=strict",
+                "sslmode",
+                "verify-full",
+            ),
+            ("postgres://vvm@h/d?ca=%2Fca", "ca", "require"),
+            (
+                "postgres://vvm@h/d?sslmode=prefer&ca=%2Fca",
+                "ca",
+                "require",
+            ),
+            (
+                "postgres://vvm@h/d?sslmode=disable&cert=%2Fc&key=%2Fk",
+                "cert",
+                "disable",
+            ),
+        ] {
+            let refused = StoreUrl::parse(url).unwrap_err();
+            assert!(
+                matches!(refused, UrlError::BadParameter { name: n, .. } if n == name),
+                "{url}: {refused:?}"
+            );
+            assert!(refused.to_string().contains(says), "{refused}");
+        }
+        for mode in ["disable", "prefer", "require"] {
             assert!(StoreUrl::parse(&format!("postgres://vvm@h/d?sslmode={mode}")).is_ok());
         }
+        assert!(
+            StoreUrl::parse("postgres://vvm@h/d?sslmode=require&ca=%2Fca&cert=%2Fc&key=%2Fk")
+                .is_ok()
+        );
         let refused = StoreUrl::parse("postgres://vvm@h/d?passfile=%2Froot%2F.pgpass").unwrap_err();
         assert!(refused.to_string().contains("password-file="), "{refused}");
         for (url, name) in [

@@ -71,9 +71,31 @@ pub async fn status(args: StatusArgs) -> ExitCode {
             args.slots
         ));
     }
-    let store = match open_store_read_only(&url, &vvm::LeaseConfig::default()).await {
-        Ok(store) => Arc::new(store),
-        Err(e) => return e.exit(),
+    // A store that does not exist yet where the URL points (a PostgreSQL schema never made) is
+    // not created: a one-shot status says there is nothing to show, a watch waits for it.
+    let mut said = false;
+    let store = loop {
+        match open_store_read_only(&url, &vvm::LeaseConfig::default()).await {
+            Ok(store) => break Arc::new(store),
+            Err(e) => {
+                let Some(absent) = e.absent() else {
+                    return e.exit();
+                };
+                if !args.watch {
+                    return fail(&format!(
+                        "{absent}: nothing to show (status never creates a store)"
+                    ));
+                }
+                if !said {
+                    said = true;
+                    super::log::line(&format!("{absent}: waiting for it to appear"));
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(APPEAR_POLL) => {}
+                    () = stop.asked() => return ExitCode::SUCCESS,
+                }
+            }
+        }
     };
     let mut slots: Vec<Slot> = (1..=args.slots).map(Slot).collect();
     let options = ObserveOptions {

@@ -92,6 +92,17 @@ pub fn shown(url: &str) -> String {
 pub struct OpenFailure(OpenError);
 
 impl OpenFailure {
+    /// What a read-only open found missing (see `OpenError::is_absent`), said without the
+    /// "store failed" of an error; `None` for every other failure.
+    pub fn absent(&self) -> Option<String> {
+        self.0
+            .is_absent()
+            .then(|| match std::error::Error::source(&self.0) {
+                Some(what) => what.to_string(),
+                None => self.0.to_string(),
+            })
+    }
+
     /// Prints the error with its causes on one line and returns the matching exit code.
     pub fn exit(self) -> ExitCode {
         let message = super::error_chain(&self.0);

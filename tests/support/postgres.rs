@@ -11,6 +11,9 @@
 //!
 //! The superuser is `vvm`, trusted on loopback; the role `vvm_pw` (password `pw-secret`) must
 //! give its password (SCRAM); the role `vvm_ro` may log in and nothing more.
+//!
+//! [`PgServer::start_tls`] starts one with `ssl=on`, its certificate, key and client CA given,
+//! and the `pg_hba.conf` lines the test gives instead of the ones above.
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -70,6 +73,8 @@ pub struct PgServer {
     dir: PathBuf,
     port: u16,
     postmaster: Mutex<Option<Child>>,
+    /// Serves TLS with the files `server.pem`, `server.key` and `client-ca.pem` of `dir`.
+    tls: bool,
     /// Dropping it closes the reaper's standard input.
     reaper: Mutex<Option<(Child, ChildStdin)>>,
 }
@@ -96,9 +101,31 @@ fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
+/// The TLS files of [`PgServer::start_tls`] and the `pg_hba.conf` it uses.
+pub struct ServerTls<'a> {
+    /// The server's certificate (PEM).
+    pub cert: &'a Path,
+    /// Its private key (PEM).
+    pub key: &'a Path,
+    /// The authority of the client certificates it accepts (PEM).
+    pub client_ca: &'a Path,
+    /// The whole `pg_hba.conf`.
+    pub hba: &'a str,
+}
+
 impl PgServer {
     /// A started server, or `None` (after the skip line) without PostgreSQL.
     pub fn start(test: &str) -> Option<PgServer> {
+        PgServer::start_with(test, None)
+    }
+
+    /// A started server that speaks TLS as `tls` says, or `None` (after the skip line)
+    /// without PostgreSQL.
+    pub fn start_tls(test: &str, tls: &ServerTls<'_>) -> Option<PgServer> {
+        PgServer::start_with(test, Some(tls))
+    }
+
+    fn start_with(test: &str, tls: Option<&ServerTls<'_>>) -> Option<PgServer> {
         let bin = available(test)?;
         // Short: the Unix socket's path (directory + `/.s.PGSQL.PORT`) must fit in 107 bytes.
         static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -126,15 +153,31 @@ impl PgServer {
             String::from_utf8_lossy(&init.stderr)
         );
         // Role vvm_pw gives its password; everyone else is trusted on loopback.
-        std::fs::write(
-            data.join("pg_hba.conf"),
+        let hba = tls.map_or(
             "local all all trust\n\
              host all vvm_pw 127.0.0.1/32 scram-sha-256\n\
              host all all 127.0.0.1/32 trust\n",
-        )
-        .expect("pg_hba.conf");
+            |tls| tls.hba,
+        );
+        std::fs::write(data.join("pg_hba.conf"), hba).expect("pg_hba.conf");
+        let mut owned = vec![data.join("pg_hba.conf")];
+        if let Some(tls) = tls {
+            for (from, to) in [
+                (tls.cert, "server.pem"),
+                (tls.key, "server.key"),
+                (tls.client_ca, "client-ca.pem"),
+            ] {
+                std::fs::copy(from, dir.join(to)).expect("a TLS file of the server");
+                // The server refuses a key others may read.
+                std::fs::set_permissions(dir.join(to), std::fs::Permissions::from_mode(0o600))
+                    .unwrap();
+                owned.push(dir.join(to));
+            }
+        }
         if as_root() {
-            std::os::unix::fs::chown(data.join("pg_hba.conf"), Some(65534), Some(65534)).unwrap();
+            for file in owned {
+                std::os::unix::fs::chown(file, Some(65534), Some(65534)).unwrap();
+            }
         }
         let reaper_script = format!(
             "cat >/dev/null; \
@@ -158,6 +201,7 @@ impl PgServer {
             dir,
             port: free_port(),
             postmaster: Mutex::new(None),
+            tls: tls.is_some(),
             reaper: Mutex::new(Some((reaper, pipe))),
         };
         server.run(test);
@@ -179,7 +223,20 @@ impl PgServer {
     fn run(&self, test: &str) {
         let data = self.dir.join("data");
         let log = std::fs::File::create(self.dir.join("log")).expect("the log file");
-        let child = server_command(&self.bin.join("postgres"))
+        let mut command = server_command(&self.bin.join("postgres"));
+        if self.tls {
+            for (setting, file) in [
+                ("ssl_cert_file", "server.pem"),
+                ("ssl_key_file", "server.key"),
+                ("ssl_ca_file", "client-ca.pem"),
+            ] {
+                command
+                    .arg("-c")
+                    .arg(format!("{setting}={}", self.dir.join(file).display()));
+            }
+            command.args(["-c", "ssl=on"]);
+        }
+        let child = command
             .arg("-D")
             .arg(&data)
             .args([

@@ -114,7 +114,10 @@ pub(super) fn read_file(parameter: &'static str, path: &Path) -> Result<Vec<u8>,
 /// Reads the PEM file named by `parameter` and checks that it holds a complete block of `kind`,
 /// so that a wrong file is refused when the store is opened rather than at the first TLS
 /// handshake, where it would look like a network failure.
-#[cfg_attr(not(feature = "etcd-tls"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "etcd-tls", feature = "postgres-tls")),
+    allow(dead_code)
+)]
 pub(super) fn read_pem(
     parameter: &'static str,
     path: &Path,

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
-use super::{failed, lock, PgError, Shared, WATCHES_MAX, WATCH_REREAD};
+use super::{failed, lock, Connector, PgError, Shared, WATCHES_MAX, WATCH_REREAD};
 use crate::txkv::TxError;
 
 /// First pause before connecting again after the listening connection was lost or refused;
@@ -96,6 +96,7 @@ impl Drop for Registration {
 /// The listening side of a store handle; its task stops when the handle is dropped.
 pub(super) struct Listener {
     driver: tokio_postgres::Config,
+    connector: Connector,
     channel: String,
     waiters: Arc<Waiters>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -110,9 +111,14 @@ impl Drop for Listener {
 }
 
 impl Listener {
-    pub(super) fn new(driver: tokio_postgres::Config, channel: String) -> Listener {
+    pub(super) fn new(
+        driver: tokio_postgres::Config,
+        connector: Connector,
+        channel: String,
+    ) -> Listener {
         Listener {
             driver,
+            connector,
             channel,
             waiters: Arc::default(),
             task: Mutex::new(None),
@@ -148,6 +154,7 @@ impl Listener {
         if task.as_ref().is_none_or(JoinHandle::is_finished) {
             *task = Some(tokio::spawn(listen(
                 self.driver.clone(),
+                self.connector.clone(),
                 self.channel.clone(),
                 self.waiters.clone(),
             )));
@@ -179,10 +186,15 @@ pub(super) async fn wait(
 
 /// The listening connection: `LISTEN`, then every notification wakes its key's waiters; lost,
 /// it connects again, and every waiter reads its key once the new `LISTEN` holds.
-async fn listen(driver: tokio_postgres::Config, channel: String, waiters: Arc<Waiters>) {
+async fn listen(
+    driver: tokio_postgres::Config,
+    connector: Connector,
+    channel: String,
+    waiters: Arc<Waiters>,
+) {
     let mut pause = RECONNECT_PAUSE_FIRST;
     loop {
-        match driver.connect(NoTls).await {
+        match driver.connect(connector.clone()).await {
             Ok((client, mut connection)) => {
                 // The channel is `vvm.` and a checked schema name: nothing to escape.
                 let statement = format!("LISTEN \"{channel}\"");

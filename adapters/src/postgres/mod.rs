@@ -33,11 +33,30 @@
 //!
 //! # TLS
 //!
-//! Not built: connections are plain TCP or a Unix socket. Use a Unix socket, a loopback
-//! address or a network you trust; `sslmode=require` and stronger are refused by the URL.
+//! As libpq's `sslmode` ([`PgSslMode`]), with the certificates of `PgTls` (feature
+//! `postgres-tls`; without it, only `disable` and `prefer`, which then connects without TLS):
+//!
+//! | mode | encrypted | server certificate verified |
+//! |---|---|---|
+//! | `disable` | no | — |
+//! | `prefer` (the default, as libpq's) | when the server offers TLS, else plain | no |
+//! | `require` | always; a server without TLS is refused | no; with a CA, its chain (as `verify-ca`, as libpq does when it has a root certificate) |
+//! | `verify-ca` | always | its chain up to the CA |
+//! | `verify-full` | always | its chain up to the CA, and the host name (or address) it was reached by |
+//!
+//! `prefer` and `require` without a CA protect against a listener on the network, not against
+//! someone who can answer in the server's place: use `verify-full` where that matters. The CA
+//! is the one given (`PgTls::ca_pem`), never the platform's roots. Every connection of a
+//! store (its transactions, its listener, the one that sets the schema up) uses the same
+//! setting. Over a Unix socket the server never speaks TLS: `prefer` connects plainly there,
+//! and `require` and stronger are refused by the server's answer. A certificate refused is a
+//! setup error ([`PgOpenError::is_unavailable`] is false for it), not an outage to wait out.
+//! libpq's `allow` is not offered.
 
 mod listen;
 mod schema;
+#[cfg(feature = "postgres-tls")]
+mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -47,10 +66,71 @@ use std::time::Duration;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::txkv::{KeyValue, KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
 pub use schema::SCHEMA_VERSION;
+#[cfg(feature = "postgres-tls")]
+pub use tls::{PgTls, PgTlsError};
+
+/// What makes each connection's TLS: rustls with `postgres-tls`, none without.
+#[cfg(feature = "postgres-tls")]
+type Connector = tls::MakeRustls;
+/// What makes each connection's TLS: rustls with `postgres-tls`, none without.
+#[cfg(not(feature = "postgres-tls"))]
+type Connector = Plain;
+
+/// No TLS: tokio-postgres's `NoTls`, cloned as the rustls connector is (it is not `Copy`).
+#[cfg(not(feature = "postgres-tls"))]
+#[derive(Clone, Debug)]
+struct Plain;
+
+#[cfg(not(feature = "postgres-tls"))]
+impl tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> for Plain {
+    type Stream = tokio_postgres::tls::NoTlsStream;
+    type TlsConnect = tokio_postgres::NoTls;
+    type Error = tokio_postgres::tls::NoTlsError;
+
+    fn make_tls_connect(
+        &mut self,
+        domain: &str,
+    ) -> Result<tokio_postgres::NoTls, tokio_postgres::tls::NoTlsError> {
+        tokio_postgres::tls::MakeTlsConnect::<tokio_postgres::Socket>::make_tls_connect(
+            &mut tokio_postgres::NoTls,
+            domain,
+        )
+    }
+}
+
+/// Whether and how the store's connections use TLS: libpq's `sslmode` (see the module
+/// documentation's table).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PgSslMode {
+    /// Never.
+    Disable,
+    /// When the server offers it, without verifying its certificate.
+    #[default]
+    Prefer,
+    /// Always; the certificate's chain verified only when a CA is given.
+    Require,
+    /// Always, with the certificate's chain verified up to the CA.
+    VerifyCa,
+    /// Always, with the chain verified and the host name checked against the certificate.
+    VerifyFull,
+}
+
+impl std::fmt::Display for PgSslMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PgSslMode::Disable => "disable",
+            PgSslMode::Prefer => "prefer",
+            PgSslMode::Require => "require",
+            PgSslMode::VerifyCa => "verify-ca",
+            PgSslMode::VerifyFull => "verify-full",
+        })
+    }
+}
 
 /// The PostgreSQL lease store.
 pub type PgStore = TxLeaseStore<PgKv>;
@@ -80,6 +160,9 @@ pub struct PgConfig {
     schema: String,
     connect_timeout: Duration,
     connections_max: usize,
+    ssl_mode: PgSslMode,
+    #[cfg(feature = "postgres-tls")]
+    tls: PgTls,
 }
 
 impl std::fmt::Debug for PgConfig {
@@ -93,7 +176,8 @@ impl std::fmt::Debug for PgConfig {
             .field("schema", &self.schema)
             .field("connect_timeout", &self.connect_timeout)
             .field("connections_max", &self.connections_max)
-            .finish()
+            .field("ssl_mode", &self.ssl_mode)
+            .finish_non_exhaustive()
     }
 }
 
@@ -110,6 +194,9 @@ pub enum PgConfigError {
     /// A host, user or database name that is empty or holds a control character.
     #[error("the {0} is empty or holds a control character")]
     Name(&'static str),
+    /// A mode that needs TLS, in a build without the feature `postgres-tls`.
+    #[error("sslmode={0} needs TLS, which this build lacks (feature postgres-tls)")]
+    TlsNotBuilt(PgSslMode),
 }
 
 impl PgConfig {
@@ -130,7 +217,42 @@ impl PgConfig {
             schema: "vvm".to_owned(),
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            ssl_mode: PgSslMode::default(),
+            #[cfg(feature = "postgres-tls")]
+            tls: PgTls::default(),
         })
+    }
+
+    /// Whether and how connections use TLS (default [`PgSslMode::Prefer`]). Without the
+    /// feature `postgres-tls`, the modes that need TLS are refused.
+    pub fn ssl_mode(mut self, mode: PgSslMode) -> Result<Self, PgConfigError> {
+        if !cfg!(feature = "postgres-tls")
+            && !matches!(mode, PgSslMode::Disable | PgSslMode::Prefer)
+        {
+            return Err(PgConfigError::TlsNotBuilt(mode));
+        }
+        self.ssl_mode = mode;
+        Ok(self)
+    }
+
+    /// The certificates TLS uses (none by default): the CA of `verify-ca` and `verify-full`,
+    /// a client certificate.
+    #[cfg(feature = "postgres-tls")]
+    pub fn tls(mut self, tls: PgTls) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The TLS connector of every connection.
+    #[cfg(feature = "postgres-tls")]
+    fn connector(&self) -> Result<Connector, PgOpenError> {
+        tls::MakeRustls::new(self.ssl_mode, &self.tls).map_err(PgOpenError::Tls)
+    }
+
+    /// The connector of every connection: none, TLS is not built.
+    #[cfg(not(feature = "postgres-tls"))]
+    fn connector(&self) -> Result<Connector, PgOpenError> {
+        Ok(Plain)
     }
 
     /// The password (none by default: trust, peer or `.pgpass`-less setups).
@@ -191,7 +313,11 @@ impl PgConfig {
             .dbname(&self.dbname)
             .application_name("vvm")
             .connect_timeout(self.connect_timeout)
-            .ssl_mode(tokio_postgres::config::SslMode::Disable)
+            .ssl_mode(match self.ssl_mode {
+                PgSslMode::Disable => tokio_postgres::config::SslMode::Disable,
+                PgSslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+                _ => tokio_postgres::config::SslMode::Require,
+            })
             .options(format!(
                 "-c lock_timeout={millis} -c statement_timeout={millis} -c idle_in_transaction_session_timeout={}",
                 millis * 2
@@ -244,6 +370,19 @@ pub enum PgOpenError {
         /// What is foreign about it.
         reason: &'static str,
     },
+    /// Opened for reading only ([`open_read_only`]), and the schema holds no store: nothing
+    /// was created.
+    #[error("schema {schema} of database {dbname} holds no vvm store yet")]
+    NoStore {
+        /// The schema.
+        schema: String,
+        /// The database.
+        dbname: String,
+    },
+    /// The TLS setup (the CA, the client certificate) is not usable.
+    #[cfg(feature = "postgres-tls")]
+    #[error("the TLS setup towards PostgreSQL is not usable")]
+    Tls(#[source] PgTlsError),
     /// Setting the schema up failed otherwise.
     #[error("cannot set up schema {schema}")]
     Setup {
@@ -264,7 +403,7 @@ impl PgOpenError {
             _ => return false,
         };
         match source.code() {
-            None => true,
+            None => !tls_refused(source),
             Some(code) => [
                 SqlState::CANNOT_CONNECT_NOW,
                 SqlState::ADMIN_SHUTDOWN,
@@ -276,11 +415,56 @@ impl PgOpenError {
     }
 }
 
+/// Whether the TLS handshake was refused (a certificate not trusted, a server without TLS under
+/// `require`): a setup to correct, not an outage. tokio-postgres has no error kind to ask, so
+/// the causes are looked at: rustls's error inside the I/O error of the handshake, or the
+/// driver's own words for a server that answered "no TLS".
+fn tls_refused(error: &tokio_postgres::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = cause {
+        #[cfg(feature = "postgres-tls")]
+        if current
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .is_some_and(|inner| inner.is::<rustls::Error>())
+        {
+            return true;
+        }
+        if current.to_string() == "server does not support TLS" {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
+}
+
+/// Connects one client with `connector` and runs its connection until the client is dropped
+/// or the connection is lost (the client then reports the loss on its next call).
+async fn connect_client(
+    driver: &tokio_postgres::Config,
+    connector: &Connector,
+) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = driver.connect(connector.clone()).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
 /// Connects to the server of `config`, creates or checks the store's schema, and returns the
 /// lease store over it; `options` bound every operation (and the server-side lock and idle
 /// timeouts of its connections).
 pub async fn open(config: PgConfig, options: TxOptions) -> Result<PgStore, PgOpenError> {
     let kv = PgKv::connect(config, &options).await?;
+    Ok(TxLeaseStore::new(kv, options))
+}
+
+/// [`open`] for reading: nothing is written when opening — a schema that does not exist is
+/// [`PgOpenError::NoStore`], never created — and the user needs only `SELECT` on the table
+/// (and `USAGE` on the schema). The store's operations are those of [`open`]'s; a reader
+/// calls only those that read.
+pub async fn open_read_only(config: PgConfig, options: TxOptions) -> Result<PgStore, PgOpenError> {
+    let kv = PgKv::connect_as(config, &options, false).await?;
     Ok(TxLeaseStore::new(kv, options))
 }
 
@@ -317,6 +501,7 @@ struct Conn {
 struct Shared {
     config: PgConfig,
     driver: tokio_postgres::Config,
+    connector: Connector,
     idle: Mutex<Vec<Conn>>,
     /// One permit per connection in use (idle ones hold none).
     permits: Arc<Semaphore>,
@@ -399,12 +584,7 @@ impl Shared {
     }
 
     async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
-        let (client, connection) = self.driver.connect(NoTls).await?;
-        tokio::spawn(async move {
-            // Ends when the client is dropped or the connection is lost; the client then
-            // reports the loss on its next call.
-            let _ = connection.await;
-        });
+        let client = connect_client(&self.driver, &self.connector).await?;
         let sql = &self.sql;
         let bytes = [Type::BYTEA, Type::BYTEA];
         Ok(Conn {
@@ -438,17 +618,29 @@ impl PgKv {
     /// Connects, creates or checks the schema (see the module documentation), and returns the
     /// store's key-value view; `options`' timeout bounds the server-side waits.
     pub async fn connect(config: PgConfig, options: &TxOptions) -> Result<PgKv, PgOpenError> {
+        PgKv::connect_as(config, options, true).await
+    }
+
+    /// [`connect`](Self::connect); without `write`, the schema is only checked (see
+    /// [`open_read_only`]).
+    async fn connect_as(
+        config: PgConfig,
+        options: &TxOptions,
+        write: bool,
+    ) -> Result<PgKv, PgOpenError> {
         let driver = config.driver(options.operation_timeout());
         let sql = schema::Sql::new(&config.schema);
+        let connector = config.connector()?;
         let shared = Arc::new(Shared {
             permits: Arc::new(Semaphore::new(config.connections_max)),
-            listener: listen::Listener::new(driver.clone(), config.channel()),
+            listener: listen::Listener::new(driver.clone(), connector.clone(), config.channel()),
+            connector,
             idle: Mutex::new(Vec::new()),
             config,
             driver,
             sql,
         });
-        schema::ensure(&shared).await?;
+        schema::ensure(&shared, write).await?;
         Ok(PgKv { shared })
     }
 

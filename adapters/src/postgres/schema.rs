@@ -101,24 +101,20 @@ async fn look(
     }
 }
 
-/// Creates the schema if it is absent, then checks its version and the user's rights, on a
-/// connection of its own (the pooled ones prepare statements on the table it may create).
-pub(super) async fn ensure(shared: &Arc<Shared>) -> Result<(), PgOpenError> {
+/// Creates the schema if it is absent (with `write`; without, an absent schema is
+/// [`PgOpenError::NoStore`] and nothing is written), then checks its version and the user's
+/// rights (without `write`, to read only), on a connection of its own (the pooled ones prepare
+/// statements on the table it may create).
+pub(super) async fn ensure(shared: &Arc<Shared>, write: bool) -> Result<(), PgOpenError> {
     let config = &shared.config;
     let schema = config.schema.as_str();
-    let (client, connection) =
-        shared
-            .driver
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|source| PgOpenError::Connect {
-                target: config.target(),
-                source,
-            })?;
-    tokio::spawn(async move {
-        // Ends when `client` is dropped at the end of this function.
-        let _ = connection.await;
-    });
+    // Its connection ends when `client` is dropped at the end of this function.
+    let client = super::connect_client(&shared.driver, &shared.connector)
+        .await
+        .map_err(|source| PgOpenError::Connect {
+            target: config.target(),
+            source,
+        })?;
     let setup = |source: tokio_postgres::Error| -> PgOpenError {
         if source.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
             PgOpenError::Privilege {
@@ -136,6 +132,12 @@ pub(super) async fn ensure(shared: &Arc<Shared>) -> Result<(), PgOpenError> {
         }
     };
     let mut found = look(&client, schema).await.map_err(setup)?;
+    if matches!(found, Found::Nothing) && !write {
+        return Err(PgOpenError::NoStore {
+            schema: schema.to_owned(),
+            dbname: config.dbname.clone(),
+        });
+    }
     if matches!(found, Found::Nothing) {
         // One creator at a time (the lock ends with the transaction); the others find it made.
         client
@@ -177,11 +179,16 @@ pub(super) async fn ensure(shared: &Arc<Shared>) -> Result<(), PgOpenError> {
         _ => return Err(foreign("its version row is not one vvm wrote")),
     }
     let table = format!("{schema}.vvm_kv");
+    let needed: &[&str] = if write {
+        &["SELECT", "INSERT", "UPDATE", "DELETE"]
+    } else {
+        &["SELECT"]
+    };
     let missing = client
         .query(
-            "SELECT p FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p \
+            "SELECT p FROM unnest($3::text[]) AS p \
              WHERE NOT has_schema_privilege($1, 'USAGE') OR NOT has_table_privilege($2, p)",
-            &[&schema, &table],
+            &[&schema, &table, &needed],
         )
         .await
         .map_err(setup)?;
