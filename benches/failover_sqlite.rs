@@ -43,9 +43,8 @@ use std::time::{Duration, Instant};
 use rustix::process::{kill_process, Pid, Signal};
 use vvm_adapters::etcd::cluster::{ClusterOptions, EtcdCluster};
 
-#[path = "../tests/support/postgres.rs"]
-mod postgres_support;
 use vvm_adapters::sqlite::{BootClock, StoreClock};
+use vvm_test_support::postgres as postgres_support;
 
 /// Longest wait for a `leading` line on a loaded machine.
 const LEAD_WAIT: Duration = Duration::from_secs(30);

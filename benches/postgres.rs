@@ -12,8 +12,7 @@
 //! Run: `cargo bench --features postgres --bench postgres` (skipped, one line, without
 //! PostgreSQL installed).
 
-#[path = "../tests/support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 
 use std::time::{Duration, Instant};
 

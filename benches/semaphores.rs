@@ -43,8 +43,7 @@ use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;
 
 #[cfg(feature = "postgres")]
-#[path = "../tests/support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 
 /// A PostgreSQL server on loopback, when built with `postgres` (`None` said once without it).
 #[cfg(feature = "postgres")]

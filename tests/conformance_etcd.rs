@@ -3,8 +3,7 @@
 //! ends. etcd judges expiry on its own clock, so letting time pass really sleeps. Without etcd
 //! installed every case prints one line saying it was skipped (under CI it fails instead).
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -5,8 +5,7 @@
 //! observation on this process's clock, so letting time pass really sleeps. Without PostgreSQL
 //! installed every case prints one line saying it was skipped (under CI it fails instead).
 
-#[path = "support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -15,8 +15,7 @@
 //! The bounds asserted are correctness bounds with room for scheduling noise: what a stale
 //! clock or a lost renewal would break is seconds, not milliseconds.
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

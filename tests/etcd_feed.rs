@@ -6,8 +6,7 @@
 //! to deliver the event on loopback many times over, short enough for the suite. Every wait
 //! that must end is bounded generously (a loaded machine), never timed.
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -7,11 +7,9 @@
 //! Every bound is on a count over a window, never on how fast something happens; the waits that
 //! must end are bounded generously (a loaded machine).
 
-mod common;
-#[path = "support/etcd.rs"]
-mod etcd_support;
-#[path = "support/hooked.rs"]
-mod hooked;
+use vvm_test_support as common;
+use vvm_test_support::etcd as etcd_support;
+use vvm_test_support::hooked;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

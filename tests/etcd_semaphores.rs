@@ -3,8 +3,7 @@
 //! revisions, and a party's key is bound to its session's lease, so that etcd's own expiry of
 //! the session wakes the waiters.
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::time::Duration;
 

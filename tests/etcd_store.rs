@@ -2,8 +2,7 @@
 //! (server-side expiry, `mod_revision`, lease bookkeeping, refused TTLs, error mapping,
 //! authentication). The store contract itself is checked by `conformance_etcd.rs`.
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::time::{Duration, Instant};
 

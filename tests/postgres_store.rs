@@ -5,8 +5,7 @@
 //! one line saying it was skipped (under CI it fails instead).
 
 mod cli_support;
-#[path = "support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -3,8 +3,7 @@
 //! are made for the test with `openssl`.
 
 mod cli_support;
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

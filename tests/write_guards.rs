@@ -3,8 +3,7 @@
 //! refused — on a real etcd on loopback, and on an SQLite file written through a connection of
 //! the user's own.
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

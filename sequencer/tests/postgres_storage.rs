@@ -3,8 +3,7 @@
 //! are recovered by a sequencer of another process (its own connections). Skipped (one line)
 //! without PostgreSQL installed; under CI it fails instead.
 
-#[path = "../../tests/support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 mod support;
 
 use postgres_support::PgServer;

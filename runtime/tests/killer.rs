@@ -3,7 +3,7 @@
 //! killer thread on its own, on a manual clock; after a (modelled) suspend of the host; and the
 //! production killer in a child process whose log writer is blocked.
 
-mod common;
+use vvm_test_support as common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -12,16 +12,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config, pass, TestKiller, LEASE};
-use vvm::killer::{KillerEntry, PASSED_BATCH_MAX, WAIT_ARMED_MAX};
-use vvm::time::boot_instant;
-use vvm::{
-    killer::{ExitKiller, KILL_EXIT_CODE},
-    testing::{ManualSuspend, RecordingKiller},
-    time::{Clock, Instant, TimeSource},
-    KillerThread, LeaseConfig, Services, Slot, Vvm, VvmConfig, VvmError,
-};
 use vvm_adapters::memory::{Fault, Injection, Op};
 use vvm_adapters::MemoryStore;
+use vvm_core::{Instant, LeaseConfig, Slot, VvmConfig};
+use vvm_runtime::clock::boot_instant;
+use vvm_runtime::{
+    clock::Clock, clock::TimeSource, killer::ExitKiller, killer::KILL_EXIT_CODE, KillerThread,
+    ManualSuspend, RecordingKiller, Services, Vvm, VvmError,
+};
+use vvm_runtime::{killer::KillerEntry, killer::PASSED_BATCH_MAX, killer::WAIT_ARMED_MAX};
 
 const SLOT: Slot = Slot(1);
 const EPSILON: Duration = Duration::from_millis(1);
@@ -468,7 +467,7 @@ fn the_kill_message_reaches_a_pipe_and_a_file() {
     );
     let text = String::from_utf8_lossy(&piped.stderr);
     assert!(
-        text.contains(vvm::killer::KILL_MESSAGE),
+        text.contains(vvm_runtime::killer::KILL_MESSAGE),
         "pipe got {text:?}"
     );
 
@@ -483,10 +482,10 @@ fn the_kill_message_reaches_a_pipe_and_a_file() {
     std::fs::remove_file(&path).unwrap();
     assert_eq!(status.code(), Some(KILL_EXIT_CODE), "{status}");
     assert!(
-        text.contains(vvm::killer::KILL_MESSAGE),
+        text.contains(vvm_runtime::killer::KILL_MESSAGE),
         "file got {text:?}"
     );
-    assert!(vvm::killer::KILL_MESSAGE.contains(&format!("exit code {KILL_EXIT_CODE}")));
+    assert!(vvm_runtime::killer::KILL_MESSAGE.contains(&format!("exit code {KILL_EXIT_CODE}")));
 }
 
 /// The child's side of [`a_blocked_log_writer_does_not_delay_the_kill`]; never returns.
@@ -528,8 +527,8 @@ struct Gated {
     fired: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
-impl vvm::killer::Killer for Gated {
-    fn kill(&self, report: &vvm::killer::KillReport) {
+impl vvm_runtime::killer::Killer for Gated {
+    fn kill(&self, report: &vvm_runtime::killer::KillReport) {
         if &*report.label == "a" {
             let (open, opened) = &*self.open;
             let mut open = open.lock().unwrap();

@@ -3,14 +3,15 @@
 //! its supervisor). In a file of its own: `launch.rs` catches a log line through a per-thread
 //! subscriber, which a service logging on another thread of the same process can hide.
 
-mod common;
+use vvm_test_support as common;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use common::{campaign_config, pass, TestKiller, LEASE};
-use vvm::{time::Instant, Service, ServiceContext, ServiceError, Services, Slot, Vvm};
 use vvm_adapters::MemoryStore;
+use vvm_core::{Instant, Slot};
+use vvm_runtime::{Service, ServiceContext, ServiceError, Services, Vvm};
 
 /// Records the deadline at start, then every change it is told of.
 struct Follower {

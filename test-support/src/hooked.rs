@@ -1,17 +1,13 @@
 //! One wrapper for the stores the tests and benchmarks bend: a store seen through [`Hooks`] that
 //! count its calls, hang them, act on an answer, or hide its change feed and time left. Shared by
-//! the tests and the benchmarks (`#[path]`-included).
-#![allow(dead_code)]
+//! the tests and the benchmarks.
 
 use std::future::Future;
 use std::time::Duration;
 
-use vvm::{
-    lifecycle::Revision,
-    session::LeaseValue,
-    store::{Inserted, Lease, LeaseStore, SlotChange, StoreError},
-    Slot,
-};
+use vvm_core::{Revision, Slot};
+
+use vvm_runtime::{Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError};
 
 /// What a [`Hooked`] store does around the calls it passes on. Every method has a default that
 /// changes nothing.

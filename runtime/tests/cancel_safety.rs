@@ -3,18 +3,14 @@
 //! `timeout`, a `select!`), a store call that fails or one whose outcome is unknown leaves
 //! nothing held for nobody and misses no change.
 
-mod common;
+use vvm_test_support as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::{coordination, TestKiller};
-use vvm::{
-    coordination::{CoordinationError, WatchKind},
-    store::StoreError,
-    AcquireOptions,
-};
+use vvm_runtime::{AcquireOptions, CoordinationError, StoreError, WatchKind};
 
 /// Gives the calls of one kind a fault until it is cleared.
 #[derive(Clone, Default)]
@@ -111,7 +107,7 @@ async fn a_watch_answers_the_last_change_after_an_abandoned_read() {
 }
 
 /// Waits until `name` has neither owners nor waiters, as `by` describes it.
-async fn until_free(by: &vvm::Coordination<Store>, name: &str, what: &str) {
+async fn until_free(by: &vvm_runtime::Coordination<Store>, name: &str, what: &str) {
     let give_up = tokio::time::Instant::now() + PROMPT;
     loop {
         let description = by.describe(name).await.expect("described");
@@ -167,14 +163,14 @@ async fn an_acquire_dropped_during_its_first_call_leaves_nothing_queued() {
 }
 
 /// Waits until `by` sees the session `n` among the waiters of `name`.
-async fn until_queued(by: &vvm::Coordination<Store>, name: &str, n: u64) {
+async fn until_queued(by: &vvm_runtime::Coordination<Store>, name: &str, n: u64) {
     let give_up = tokio::time::Instant::now() + PROMPT;
     loop {
         let description = by.describe(name).await.expect("described");
         if description
             .waiters
             .iter()
-            .any(|w| w.session.incarnation == vvm::lifecycle::Incarnation(n))
+            .any(|w| w.session.incarnation == vvm_core::Incarnation(n))
         {
             return;
         }
@@ -233,36 +229,38 @@ async fn a_withdrawal_during_a_store_blip_is_retried() {
 async fn an_abandoned_elections_acquire_keeps_no_slot() {
     let store = Store::default();
     let killer = TestKiller::new();
-    let lease = vvm::LeaseConfig::new(common::LEASE).expect("valid");
-    let first = vvm::Elections::start(store.clone(), "10.0.0.1:7000", lease, &killer.thread)
-        .expect("started");
-    let second = vvm::Elections::start(store.clone(), "10.0.0.2:7000", lease, &killer.thread)
-        .expect("started");
+    let lease = vvm_core::LeaseConfig::new(common::LEASE).expect("valid");
+    let first =
+        vvm_runtime::Elections::start(store.clone(), "10.0.0.1:7000", lease, &killer.thread)
+            .expect("started");
+    let second =
+        vvm_runtime::Elections::start(store.clone(), "10.0.0.2:7000", lease, &killer.thread)
+            .expect("started");
 
     store
         .hook
         .set(Call::Acquire, Fault::Delay(Duration::from_millis(400)));
     let abandoned =
-        tokio::time::timeout(Duration::from_millis(150), first.acquire(vvm::Slot(1))).await;
+        tokio::time::timeout(Duration::from_millis(150), first.acquire(vvm_core::Slot(1))).await;
     assert!(abandoned.is_err(), "the store was busy: {abandoned:?}");
     store.hook.clear();
     // The task's store call is applied after 400 ms; what it won is given back then.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let give_up = tokio::time::Instant::now() + PROMPT;
     loop {
-        match second.acquire(vvm::Slot(1)).await {
+        match second.acquire(vvm_core::Slot(1)).await {
             Ok(_) => break,
-            Err(vvm::elections::ElectionsError::Held(_)) => {}
+            Err(vvm_runtime::ElectionsError::Held(_)) => {}
             Err(error) => panic!("{error:?}"),
         }
         assert!(
             tokio::time::Instant::now() < give_up,
             "the abandoned acquire keeps slot 1: {:?}",
-            first.tenure(vvm::Slot(1))
+            first.tenure(vvm_core::Slot(1))
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(first.tenure(vvm::Slot(1)), vvm::Tenure::Idle);
+    assert_eq!(first.tenure(vvm_core::Slot(1)), vvm_runtime::Tenure::Idle);
     second.cleanup().await;
     first.cleanup().await;
 }
@@ -276,8 +274,8 @@ async fn two_handles_on_one_session_share_one_view() {
     let store = Store::default();
     let killer = TestKiller::new();
     let session = common::open_session(&store, 1, &killer).await;
-    let first = vvm::Coordination::new(session.clone());
-    let second = vvm::Coordination::new(session);
+    let first = vvm_runtime::Coordination::new(session.clone());
+    let second = vvm_runtime::Coordination::new(session);
     let other = coordination(&store, 2, &killer).await;
     first.create("pool", 3, Vec::new()).await.expect("created");
     let held = first

@@ -1,11 +1,11 @@
 //! No runtime task outlives a VVM: after every shutdown the runtime holds exactly the tasks it
 //! held before the launch, over many launch/shutdown cycles.
 
-mod common;
+use vvm_test_support as common;
 
 use common::{config, pass, Journal, TestKiller, Worker};
-use vvm::{Services, Vvm};
 use vvm_adapters::MemoryStore;
+use vvm_runtime::{Services, Vvm};
 
 const CYCLES: usize = 200;
 

@@ -2,13 +2,14 @@
 //! process alive, whatever the count, because every session's deadline moves with its own
 //! keepalives.
 
-mod common;
+use vvm_test_support as common;
 
 use std::time::Duration;
 
 use common::{pass, TestKiller};
-use vvm::{Elections, LeaseConfig, Slot, Tenure};
 use vvm_adapters::MemoryStore;
+use vvm_core::{LeaseConfig, Slot};
+use vvm_runtime::{Elections, Tenure};
 
 /// Well beyond 4 096 holdings in one process.
 const HOLDINGS: u32 = 4_200;

@@ -5,7 +5,6 @@
 //! Without an `etcd` executable on `PATH` a test prints one line saying it was skipped and why,
 //! and returns — except under CI (`CI=true`), where the test command installs etcd, so its
 //! absence is a failure.
-#![allow(dead_code)]
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! number of holdings, holdings that end with the session, the close rules, and the one kill
 //! deadline.
 
-mod common;
+use vvm_test_support as common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,12 +10,10 @@ use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
-use vvm::{
-    lifecycle::Incarnation,
-    session::{LeaseValue, SessionError, SessionStatus},
-    store::{LeaseStore, SessionStore},
-    time::{Clock, TimeSource},
-    LeaseConfig, LossReason, SessionHandle, Slot,
+use vvm_core::{Incarnation, LeaseConfig, LossReason, Slot};
+use vvm_runtime::{
+    clock::Clock, clock::TimeSource, LeaseStore, LeaseValue, SessionError, SessionHandle,
+    SessionStatus, SessionStore,
 };
 
 const LEASE: Duration = Duration::from_secs(20);
@@ -270,7 +268,7 @@ async fn acquire_many_answers_each_slot_as_acquire_would_and_refuses_a_repeated_
 #[tokio::test]
 async fn acquire_many_on_sqlite_splits_into_transactions_of_at_most_the_batch_bound() {
     let dir = vvm_conformance::ScratchDir::new("acquire-many");
-    let store = vvm::adapters::SqliteStore::open(dir.path().join("s.sqlite")).unwrap();
+    let store = vvm_adapters::SqliteStore::open(dir.path().join("s.sqlite")).unwrap();
     let killer = TestKiller::new();
     let session = SessionHandle::open(
         store.clone(),
@@ -281,7 +279,7 @@ async fn acquire_many_on_sqlite_splits_into_transactions_of_at_most_the_batch_bo
     .await
     .expect("opens");
     let key = session.key();
-    let too_many: Vec<Slot> = (0..=vvm::store::ACQUIRE_BATCH_MAX as u32)
+    let too_many: Vec<Slot> = (0..=vvm_runtime::ACQUIRE_BATCH_MAX as u32)
         .map(Slot)
         .collect();
     assert!(store.acquire_batch(too_many, key).await.is_err());

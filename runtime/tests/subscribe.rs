@@ -1,19 +1,19 @@
 //! `Vvm::subscribe`: a host watches its VVM's state — services running, token, deadline,
 //! finished — as it changes, through a shutdown and through a loss.
 
-mod common;
+use vvm_test_support as common;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config, foreign, pass, Journal, TestKiller, Worker};
-use vvm::{discovery::ObserveOptions, observe};
-use vvm::{
-    lifecycle::{VvmSnapshot, VvmSubscription},
-    Phase, Service, ServiceContext, ServiceError, Services, Slot, Vvm,
-};
 use vvm_adapters::MemoryStore;
+use vvm_core::{Phase, Slot};
+use vvm_runtime::{observe::observe, observe::ObserveOptions};
+use vvm_runtime::{
+    Service, ServiceContext, ServiceError, Services, Vvm, VvmSnapshot, VvmSubscription,
+};
 
 const SLOT: Slot = Slot(1);
 /// Only keeps a broken test from hanging; no assertion depends on it.
@@ -230,7 +230,7 @@ async fn observers_see_the_holder_stopping_from_the_request_to_stop_until_the_re
 }
 
 /// The next item of any change feed, through its `Stream` implementation alone.
-async fn next_item<T: vvm::Stream + Unpin>(feed: &mut T) -> Option<T::Item> {
+async fn next_item<T: vvm_runtime::Stream + Unpin>(feed: &mut T) -> Option<T::Item> {
     std::future::poll_fn(|cx| std::pin::Pin::new(&mut *feed).poll_next(cx)).await
 }
 
@@ -258,7 +258,7 @@ async fn every_change_feed_is_a_stream() {
         .await
         .unwrap();
     let mut watch = coordination
-        .watch("config", vvm::coordination::WatchKind::DATA)
+        .watch("config", vvm_runtime::WatchKind::DATA)
         .unwrap();
     let now = next_item(&mut watch).await.expect("never ends").unwrap();
     assert_eq!(now.data, b"v1");

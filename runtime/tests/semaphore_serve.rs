@@ -2,30 +2,30 @@
 //! the grant's token and the session's kill deadline, stop before the grant is released, stop at
 //! once when the grant ends underneath, and leave the grant held after a stop that was not clean.
 
-mod common;
+use vvm_test_support as common;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::TestKiller;
-use vvm::adapters::MemoryStore;
-use vvm::{
-    coordination::{ServeError, ServeTimeouts},
-    AcquireOptions, Coordination, Service, ServiceContext, ServiceError, Services,
+use vvm_adapters::MemoryStore;
+use vvm_runtime::{
+    AcquireOptions, Coordination, ServeError, ServeTimeouts, Service, ServiceContext, ServiceError,
+    Services,
 };
 
 /// What the service saw, for the test to judge.
 #[derive(Clone, Default)]
 struct Seen {
-    token: Arc<Mutex<Option<vvm::FencingToken>>>,
+    token: Arc<Mutex<Option<vvm_core::FencingToken>>>,
     deadline_matches: Arc<Mutex<bool>>,
     /// Owners of the semaphore when the service was asked to stop: still ours, since the
     /// release follows the stop.
     owners_at_stop: Arc<Mutex<Option<usize>>>,
     lost: Arc<Mutex<bool>>,
     /// The sessions owning the semaphore when the service returned, after lingering.
-    owners_at_end: Arc<Mutex<Option<Vec<vvm::session::SessionKey>>>>,
+    owners_at_end: Arc<Mutex<Option<Vec<vvm_core::SessionKey>>>>,
 }
 
 struct Worker<S> {
@@ -180,7 +180,7 @@ async fn a_grant_ended_underneath_stops_the_services() {
     assert!(*seen.lost.lock().unwrap(), "the services saw the loss");
     let gone = other.describe("work").await;
     assert!(
-        matches!(gone, Err(vvm::coordination::CoordinationError::NotFound(_))),
+        matches!(gone, Err(vvm_runtime::CoordinationError::NotFound(_))),
         "released after the stop, so deleted: {gone:?}"
     );
 }
@@ -224,7 +224,7 @@ async fn an_unclean_stop_leaves_the_grant_held() {
     let deadline = coordination.session().kill_deadline().expect("still armed");
     assert_eq!(
         coordination.session().lost().await,
-        Some(vvm::LossReason::Abandoned)
+        Some(vvm_core::LossReason::Abandoned)
     );
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(

@@ -3,29 +3,34 @@
 
 use std::time::Duration;
 
-use vvm::adapters::MemoryStore;
-use vvm::coordination::SemaphoreName;
-use vvm::{
-    lifecycle::Revision,
-    session::{LeaseValue, SessionKey},
-    store::{
-        Acquired, Applied, Lease, LeaseStore, SemaphoreChange, SemaphoreRequest, SemaphoreStore,
-        SemaphoreStoreError, SessionRecord, SessionStore, StoreError,
-    },
-    Slot,
+use vvm_adapters::MemoryStore;
+use vvm_core::semaphore::SemaphoreName;
+use vvm_core::{Revision, SessionKey, Slot};
+use vvm_runtime::{
+    Acquired, Applied, Lease, LeaseStore, LeaseValue, SemaphoreChange, SemaphoreRequest,
+    SemaphoreStore, SemaphoreStoreError, SessionRecord, SessionStore, StoreError,
 };
 
 /// Which call the hook is asked about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
+    /// `LeaseStore::insert_if_not_exists`.
     Insert,
+    /// `LeaseStore::compare_and_swap`.
     Swap,
+    /// `LeaseStore::compare_and_delete`.
     Delete,
+    /// `LeaseStore::get`.
     Get,
+    /// `SessionStore::create_session`.
     CreateSession,
+    /// `SessionStore::keep_alive`.
     KeepAlive,
+    /// `SessionStore::delete_session`.
     DeleteSession,
+    /// `SessionStore::get_session`.
     GetSession,
+    /// `SessionStore::acquire`.
     Acquire,
     /// A semaphore transaction.
     Semaphore,
@@ -51,6 +56,7 @@ pub enum Fault {
 
 /// Decides the fate of each call.
 pub trait Hook: Clone + Send + Sync + 'static {
+    /// What goes wrong with this call.
     fn fault(&self, call: Call) -> Fault;
 }
 
@@ -69,7 +75,9 @@ impl std::error::Error for Injected {}
 /// The memory store behind a [`Hook`].
 #[derive(Clone, Default)]
 pub struct Faulty<H> {
+    /// The store that serves the calls the hook lets through.
     pub store: MemoryStore,
+    /// Decides what happens to each call.
     pub hook: H,
 }
 

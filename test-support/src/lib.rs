@@ -1,28 +1,39 @@
-//! Helpers shared by the runtime's integration tests: configurations, a manual killer and a few
-//! services that record what happened to them.
-#![allow(dead_code)]
+//! Helpers shared by the tests of the workspace's crates (and the benchmarks), written once:
+//!
+//! - at the root of this crate, what the runtime's tests share: configurations, a killer that
+//!   records on a clock the test moves, sessions, and services that record what happened to them;
+//! - [`faulty`]: a memory store whose calls fail, hang or are delayed on demand;
+//! - [`hooked`]: any store seen through hooks that count, hang or act on its calls;
+//! - [`etcd`] (feature `etcd`): real etcd members and clusters on loopback;
+//! - [`postgres`]: a real PostgreSQL server in a temporary directory.
+//!
+//! A dev-dependency only (`publish = false`): nothing here is for production code.
+#![forbid(unsafe_code)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod faulty;
+pub mod hooked;
+pub mod postgres;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use vvm::{
-    lifecycle::Incarnation,
-    session::LeaseValue,
-    store::{SemaphoreStore, SessionStore},
-    testing::{ManualKillerTime, RecordingKiller},
-    time::{Clock, TimeSource},
-    Coordination, KillerThread, LeaseConfig, Service, ServiceContext, ServiceError, SessionHandle,
-    VvmConfig,
+use vvm_core::{Incarnation, LeaseConfig, VvmConfig};
+use vvm_runtime::{
+    clock::Clock, clock::TimeSource, Coordination, KillerThread, LeaseValue, ManualKillerTime,
+    RecordingKiller, SemaphoreStore, Service, ServiceContext, ServiceError, SessionHandle,
+    SessionStore,
 };
 
 /// The lease of every test VVM: renew every 5 s, retry after 1 s, store calls time out after
 /// 0.5 s, kill deadline 16 s after a confirmed write.
 pub const LEASE: Duration = Duration::from_secs(20);
 
+/// A VVM of `address` for `slots` slots, with the lease [`LEASE`], acquisitions of 3 s in rounds
+/// of 1 s.
 pub fn config(address: &str, slots: u32) -> VvmConfig {
     VvmConfig::builder(address)
         .slots(slots)
@@ -45,12 +56,17 @@ pub fn campaign_config(address: &str) -> VvmConfig {
 
 /// A killer that only records, on a clock the test moves.
 pub struct TestKiller {
+    /// The killer thread the VVMs and sessions arm.
     pub thread: KillerThread,
+    /// The killer's clock.
     pub time: ManualKillerTime,
+    /// What the killer would have killed.
     pub recorder: RecordingKiller,
 }
 
 impl TestKiller {
+    /// A recording killer whose clock stands still until the test moves it.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         let recorder = RecordingKiller::new();
         let (thread, time) = KillerThread::manual(recorder.clone());
@@ -107,10 +123,12 @@ pub async fn pass(duration: Duration) {
 pub struct Journal(Arc<Mutex<Vec<String>>>);
 
 impl Journal {
+    /// Appends one entry.
     pub fn push(&self, entry: String) {
         self.0.lock().unwrap().push(entry);
     }
 
+    /// The entries so far, oldest first.
     pub fn entries(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
     }
@@ -118,7 +136,9 @@ impl Journal {
 
 /// Ready at once, runs until asked to stop.
 pub struct Worker {
+    /// The service's name, also in its journal entries.
     pub name: &'static str,
+    /// Where it records its start and stop.
     pub journal: Journal,
 }
 
@@ -138,7 +158,9 @@ impl Service for Worker {
 
 /// Fails before reporting readiness.
 pub struct FailsToStart {
+    /// The error it fails with.
     pub message: &'static str,
+    /// Where it records its start.
     pub journal: Journal,
 }
 
@@ -155,6 +177,7 @@ impl Service for FailsToStart {
 
 /// Ready at once; fails when `trigger` is notified.
 pub struct FailsLater {
+    /// Notified to make the service fail.
     pub trigger: Arc<Notify>,
 }
 

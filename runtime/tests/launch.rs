@@ -2,7 +2,7 @@
 //! starts after it), and a service pipeline that vanishes before reporting makes it return with
 //! a problem instead of waiting for a report that never comes.
 
-mod common;
+use vvm_test_support as common;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,11 +13,11 @@ use common::{campaign_config, foreign, pass, Journal, TestKiller, Worker, LEASE}
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-use vvm::{
-    time::{Clock, TimeSource},
-    Phase, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmError,
-};
 use vvm_adapters::MemoryStore;
+use vvm_core::{Phase, Slot};
+use vvm_runtime::{
+    clock::Clock, clock::TimeSource, Service, ServiceContext, ServiceError, Services, Vvm, VvmError,
+};
 
 const SLOT: Slot = Slot(1);
 /// Only keeps a broken test from hanging; no assertion depends on it.
@@ -186,7 +186,7 @@ async fn a_pipeline_that_vanishes_during_start_ends_the_launch_with_a_problem() 
 async fn a_standby_forever_waits_a_month_and_still_stops_at_once() {
     let (store, killer) = (MemoryStore::new(), TestKiller::new());
     let config = |address: &str| {
-        vvm::VvmConfig::builder(address)
+        vvm_core::VvmConfig::builder(address)
             .lease(LEASE)
             .acquire_forever()
             // Hourly rounds keep a month of paused time quick; the release is seen at once

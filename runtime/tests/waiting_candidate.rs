@@ -4,9 +4,8 @@
 //! makes at most 2 calls per lease period (a count, not a timing); it still takes the slot as
 //! soon as the holder releases it.
 
-mod common;
-#[path = "support/hooked.rs"]
-mod hooked;
+use vvm_test_support as common;
+use vvm_test_support::hooked;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,11 +13,9 @@ use std::time::Duration;
 
 use common::TestKiller;
 use hooked::{Hooked, Hooks, NoFeed};
-use vvm::{
-    store::{Inserted, LeaseStore, StoreError},
-    Services, Slot, Vvm, VvmConfig,
-};
 use vvm_adapters::{MemoryStore, SqliteStore};
+use vvm_core::{Slot, VvmConfig};
+use vvm_runtime::{Inserted, LeaseStore, Services, StoreError, Vvm};
 
 /// The shortest lease: renewals every 0.5 s.
 const LEASE: Duration = Duration::from_secs(2);

@@ -1,7 +1,7 @@
 //! The VVM suite: whole VVMs launched against the memory store on tokio's paused clock, with a
 //! recording killer. Test VVMs lease for 20 s and try to acquire for 3 s, one round a second.
 
-mod common;
+use vvm_test_support as common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,11 +11,9 @@ use common::{
     Worker, LEASE,
 };
 use tokio::sync::Notify;
-use vvm::{
-    discovery::leaders, store::ErrorChain, LossReason, Phase, ServiceError, Services, Slot, Vvm,
-    VvmError,
-};
 use vvm_adapters::MemoryStore;
+use vvm_core::{LossReason, Phase, Slot};
+use vvm_runtime::{discovery::leaders, ErrorChain, ServiceError, Services, Vvm, VvmError};
 
 const SLOT: Slot = Slot(1);
 
@@ -75,9 +73,9 @@ async fn a_second_vvm_for_the_only_slot_fails_to_acquire_and_the_first_shuts_dow
     let expected = VvmError::AcquisitionFailed {
         slots: 1,
         acquisition: Duration::from_secs(3),
-        refusals: vec![vvm::lifecycle::SlotRefusal {
+        refusals: vec![vvm_runtime::SlotRefusal {
             slot: SLOT,
-            reason: vvm::lifecycle::RefusalReason::HeldBy("10.0.0.1:7000".into()),
+            reason: vvm_runtime::RefusalReason::HeldBy("10.0.0.1:7000".into()),
         }],
     };
     assert_eq!(second.current_problem(), Some(expected.clone()));
@@ -383,8 +381,8 @@ async fn a_service_that_ignores_the_stop_is_aborted_and_reported() {
 }
 
 /// A candidate that waits 60 s between rounds: only a change feed can make it lead sooner.
-fn patient_config(address: &str) -> vvm::VvmConfig {
-    vvm::VvmConfig::builder(address)
+fn patient_config(address: &str) -> vvm_core::VvmConfig {
+    vvm_core::VvmConfig::builder(address)
         .lease(LEASE)
         .acquisition(Duration::from_secs(600))
         .round_interval(Duration::from_secs(60))
@@ -459,13 +457,13 @@ async fn a_failed_acquisition_names_each_slot_and_why_it_was_not_won() {
     assert_eq!(refusals.len(), 2, "{problem}");
     assert_eq!(refusals[0].slot, Slot(1));
     assert!(
-        matches!(&refusals[0].reason, vvm::lifecycle::RefusalReason::Store(why) if why.contains("corrupt")),
+        matches!(&refusals[0].reason, vvm_runtime::RefusalReason::Store(why) if why.contains("corrupt")),
         "{problem}"
     );
     assert_eq!(refusals[1].slot, Slot(2));
     assert_eq!(
         refusals[1].reason,
-        vvm::lifecycle::RefusalReason::HeldBy("10.0.0.9:7000".into())
+        vvm_runtime::RefusalReason::HeldBy("10.0.0.9:7000".into())
     );
     let shown = problem.to_string();
     assert!(

@@ -2,7 +2,7 @@
 //! `Vvm::provide_on_shared_session`): on the memory store with tokio's paused clock, and on an
 //! SQLite file.
 
-mod common;
+use vvm_test_support as common;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,13 +11,11 @@ use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::{open_session, pass, IgnoresStop, Journal, TestKiller, Worker};
-use vvm::adapters::{MemoryStore, SqliteStore};
-use vvm::{
-    store::{LeaseStore, SessionStore},
-    testing::RecordingKiller,
-    time::{Clock, Instant, TimeSource},
-    FencingToken, KillerThread, Launched, LossReason, Service, ServiceContext, ServiceError,
-    Services, SessionHandle, Slot, Vvm, VvmConfig, VvmError,
+use vvm_adapters::{MemoryStore, SqliteStore};
+use vvm_core::{FencingToken, Instant, LossReason, Slot, VvmConfig};
+use vvm_runtime::{
+    clock::Clock, clock::TimeSource, KillerThread, Launched, LeaseStore, RecordingKiller, Service,
+    ServiceContext, ServiceError, Services, SessionHandle, SessionStore, Vvm, VvmError,
 };
 
 const LEASE: Duration = Duration::from_secs(20);

@@ -3,7 +3,7 @@
 //! on tokio's paused clock. The lease is 20 s: keepalives every 5 s, store calls time out after
 //! 0.5 s, kill deadline 16 s after a confirmed keepalive.
 
-mod common;
+use vvm_test_support as common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::{foreign, pass, TestKiller, LEASE};
-use vvm::{
-    elections::{ElectionsError, ELECTIONS_SLOTS_MAX},
-    store::{LeaseStore, SessionStore},
-    Elections, LeaseConfig, LossReason, Slot, Tenure,
-};
 use vvm_adapters::MemoryStore;
+use vvm_core::{LeaseConfig, LossReason, Slot};
+use vvm_runtime::{
+    Elections, ElectionsError, LeaseStore, SessionStore, Tenure, ELECTIONS_SLOTS_MAX,
+};
 
 const EPSILON: Duration = Duration::from_millis(1);
 
@@ -438,7 +437,7 @@ async fn an_address_that_the_configuration_refuses_is_refused_by_the_elections_t
     let killer = TestKiller::new();
     let long = "a".repeat(vvm_core::ADDRESS_MAX_BYTES + 1);
     for address in ["", long.as_str(), "10.0.0.1\n:7000", "tab\there"] {
-        let expected = vvm::VvmConfig::builder(address).build().unwrap_err();
+        let expected = vvm_core::VvmConfig::builder(address).build().unwrap_err();
         match Elections::start(store.clone(), address, lease(), &killer.thread) {
             Err(ElectionsError::InvalidAddress(error)) => assert_eq!(error, expected),
             Err(other) => panic!("{address:?}: unexpected error {other}"),

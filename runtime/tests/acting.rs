@@ -4,7 +4,7 @@
 //! sees: never two services of one slot at once, a short store hiccup costing nothing, a host
 //! that stepped down cleanly free to live on.
 
-mod common;
+use vvm_test_support as common;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use common::{campaign_config, pass, TestKiller, LEASE};
 use tokio::task::JoinHandle;
-use vvm::{
-    lifecycle::Provided,
-    time::{Clock, Instant, TimeSource},
-    Launched, LossReason, Service, ServiceContext, ServiceError, Services, Slot, Vvm, VvmError,
-};
 use vvm_adapters::memory::{Fault, Injection, Op};
 use vvm_adapters::MemoryStore;
+use vvm_core::{Instant, LossReason, Slot};
+use vvm_runtime::{
+    clock::Clock, clock::TimeSource, Launched, Provided, Service, ServiceContext, ServiceError,
+    Services, Vvm, VvmError,
+};
 
 const SLOT: Slot = Slot(1);
 const STEP: Duration = Duration::from_millis(100);
@@ -53,7 +53,7 @@ impl Lives {
 struct Recorded {
     address: &'static str,
     lives: Lives,
-    token_after_loss: Arc<Mutex<Option<Option<vvm::FencingToken>>>>,
+    token_after_loss: Arc<Mutex<Option<Option<vvm_core::FencingToken>>>>,
 }
 
 impl Recorded {
@@ -270,7 +270,7 @@ async fn a_store_hiccup_shorter_than_the_margin_costs_nothing() {
 #[tokio::test(start_paused = true)]
 async fn hanging_store_calls_time_out_and_the_next_retry_keeps_the_slot() {
     let (store, killer, lives) = (MemoryStore::new(), TestKiller::new(), Lives::default());
-    let lease = vvm::LeaseConfig::new(common::LEASE).unwrap();
+    let lease = vvm_core::LeaseConfig::new(common::LEASE).unwrap();
     let a = provided("a", &lives, &store, &killer).launch().await;
     let first = a.token().unwrap();
     store.inject(

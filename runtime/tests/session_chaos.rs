@@ -7,7 +7,7 @@
 //!
 //! `cargo test --test session_chaos` runs 200 seeds; `VVM_SESSION_CHAOS_SEEDS=N` runs more.
 
-mod common;
+use vvm_test_support as common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,13 +15,9 @@ use std::time::Duration;
 
 use common::faulty::{Call, Fault, Faulty, Hook};
 use common::TestKiller;
-use vvm::adapters::MemoryStore;
-use vvm::{
-    lifecycle::{Incarnation, Revision},
-    session::{LeaseValue, SessionStatus},
-    time::{Clock, TimeSource},
-    LeaseConfig, SessionHandle, Slot,
-};
+use vvm_adapters::MemoryStore;
+use vvm_core::{Incarnation, LeaseConfig, Revision, Slot};
+use vvm_runtime::{clock::Clock, clock::TimeSource, LeaseValue, SessionHandle, SessionStatus};
 use vvm_sim::rng::Rng;
 
 const LEASE: Duration = Duration::from_secs(20);
@@ -236,6 +232,6 @@ fn no_two_processes_run_a_service_on_one_slot() {
 fn the_simulator_sends_an_acquire_as_often_as_the_runtime() {
     assert_eq!(
         u32::from(vvm_sim::session::ACQUIRE_SENDS_MAX),
-        vvm::session::ACQUIRE_SENDS_MAX
+        vvm_runtime::ACQUIRE_SENDS_MAX
     );
 }
