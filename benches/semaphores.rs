@@ -18,7 +18,7 @@
 //!   on one SQLite store and nothing changes but the session's keepalives, from `/proc/self/stat`.
 //!
 //! - With the `postgres` feature, `handoff/postgres` and `broadcast/postgres` on a PostgreSQL
-//!   server it starts on loopback (`tests/support/postgres.rs`), two store handles (each with its
+//!   server it starts on loopback (`test-support/src/postgres.rs`), two store handles (each with its
 //!   own connections and listening connection) as two processes would have.
 //!
 //! Run: `cargo bench --bench semaphores` (`-- --quick` for a short run; `-- --latencies` for the

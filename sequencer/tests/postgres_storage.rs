@@ -1,5 +1,5 @@
 //! The sequencer's transactional storage on a real PostgreSQL server started by the test
-//! (`tests/support/postgres.rs` of the workspace): numbers stored through the PostgreSQL mapping
+//! (`test-support/src/postgres.rs` of the workspace): numbers stored through the PostgreSQL mapping
 //! are recovered by a sequencer of another process (its own connections). Skipped (one line)
 //! without PostgreSQL installed; under CI it fails instead.
 

@@ -7,15 +7,11 @@ use vvm_test_support::etcd as etcd_support;
 use std::time::{Duration, Instant};
 
 use etcd_support::{single, store};
-use vvm::{
-    lifecycle::{Incarnation, Revision},
-    session::{LeaseValue, SessionId, SessionKey},
-    store::{Acquired, Lease, LeaseStore, SessionStore, StoreError},
-    LeaseConfig, Slot,
-};
 use vvm_adapters::etcd::cluster::ClusterOptions;
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::{Credentials, EtcdError, EtcdOptions, EtcdStore};
+use vvm_core::{Incarnation, LeaseConfig, Revision, SessionId, SessionKey, Slot};
+use vvm_runtime::{Acquired, Lease, LeaseStore, LeaseValue, SessionStore, StoreError};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -264,7 +260,7 @@ async fn a_refused_connection_fails_and_writes_nothing() {
         .expect("connecting is lazy without credentials");
     let held = Lease {
         value: value("a"),
-        revision: vvm::lifecycle::Revision(3),
+        revision: vvm_core::Revision(3),
     };
     let outcomes = [
         store.compare_and_delete(Slot(1), &held).await.map(|_| ()),
@@ -297,7 +293,7 @@ async fn a_live_record_that_is_not_a_lease_is_corrupt_and_never_overwritten() {
     let store = store(&cluster, "corrupt/").await;
     let mut raw = raw_client(&cluster).await;
     let put = raw.put("corrupt/4", "garbage", None).await.unwrap();
-    let revision = vvm::lifecycle::Revision(put.header().unwrap().revision() as u64);
+    let revision = vvm_core::Revision(put.header().unwrap().revision() as u64);
     assert!(matches!(
         store.get(Slot(4)).await,
         Err(StoreError::Corrupt { slot: 4, .. })
@@ -808,17 +804,18 @@ async fn a_holding_deleted_from_outside_is_a_loss_at_once_on_etcd() {
     };
     let store = store(&cluster, "vanished/").await;
     let mut raw = raw_client(&cluster).await;
-    let recorder = vvm::testing::RecordingKiller::new();
-    let config = vvm::VvmConfig::builder("10.0.0.1:7000")
+    let recorder = vvm_runtime::RecordingKiller::new();
+    let config = vvm_core::VvmConfig::builder("10.0.0.1:7000")
         .slots(1)
         .lease(Duration::from_secs(12))
         .build()
         .unwrap();
-    let vvm = vvm::Vvm::provide_on_session(config, store.clone(), vvm::Services::new())
-        .unwrap()
-        .with_killer(vvm::KillerThread::new(recorder))
-        .launch()
-        .await;
+    let vvm =
+        vvm_runtime::Vvm::provide_on_session(config, store.clone(), vvm_runtime::Services::new())
+            .unwrap()
+            .with_killer(vvm_runtime::KillerThread::new(recorder))
+            .launch()
+            .await;
     let token = vvm.token().expect("running");
     let key = store.key(token.slot);
     let deleted = Instant::now();
@@ -829,8 +826,8 @@ async fn a_holding_deleted_from_outside_is_a_loss_at_once_on_etcd() {
     assert!(
         matches!(
             problem,
-            vvm::VvmError::LeadershipLost {
-                reason: vvm::LossReason::Overtaken,
+            vvm_runtime::VvmError::LeadershipLost {
+                reason: vvm_core::LossReason::Overtaken,
                 ..
             }
         ),

@@ -5,13 +5,10 @@
 
 use std::time::Duration;
 
-use vvm::{
-    lifecycle::Incarnation,
-    session::LeaseValue,
-    store::{Lease, LeaseStore, StoreError},
-    Slot,
-};
+use vvm_core::{Incarnation, Slot};
+
 use vvm_adapters::txkv::{KvFault, MemoryKv, TxError, TxLeaseError, TxLeaseStore, TxOptions};
+use vvm_runtime::{Lease, LeaseStore, LeaseValue, StoreError};
 
 const TTL: Duration = Duration::from_secs(10);
 const SLOT: Slot = Slot(1);
@@ -288,7 +285,7 @@ fn bad_options_are_refused() {
 
 /// Whether `feed` resolves within `limit` (on the paused clock: as soon as nothing else can
 /// happen); it stays usable when it did not.
-async fn resolves_within(feed: &mut vvm::store::SlotChange, limit: Duration) -> bool {
+async fn resolves_within(feed: &mut vvm_runtime::SlotChange, limit: Duration) -> bool {
     tokio::time::timeout(limit, feed).await.is_ok()
 }
 

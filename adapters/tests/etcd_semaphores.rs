@@ -9,12 +9,9 @@ use std::time::Duration;
 
 use etcd_client::GetOptions;
 use etcd_support::{single, store};
-use vvm::coordination::SemaphoreName;
-use vvm::{
-    lifecycle::Incarnation,
-    session::{LeaseValue, SessionId, SessionKey},
-    store::{SemaphoreRequest, SemaphoreStore, SessionStore},
-};
+use vvm_core::semaphore::SemaphoreName;
+use vvm_core::{Incarnation, SessionId, SessionKey};
+use vvm_runtime::{LeaseValue, SemaphoreRequest, SemaphoreStore, SessionStore};
 
 const LONG_TTL: Duration = Duration::from_secs(3600);
 const SHORT_TTL: Duration = Duration::from_secs(2);
@@ -28,7 +25,7 @@ fn key(n: u64) -> SessionKey {
 
 fn acquire(count: u64) -> SemaphoreRequest {
     SemaphoreRequest::Acquire {
-        request: vvm::store::next_request_id(),
+        request: vvm_runtime::next_request_id(),
         count,
         data: Vec::new(),
         timeout_ms: 60_000,
@@ -211,10 +208,8 @@ fn watchers(endpoint: &str) -> u64 {
 // covers: Et.SharedWatch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
-    use vvm::{
-        coordination::WatchKind, testing::RecordingKiller, Coordination, KillerThread, LeaseConfig,
-        SessionHandle,
-    };
+    use vvm_core::LeaseConfig;
+    use vvm_runtime::{Coordination, KillerThread, RecordingKiller, SessionHandle, WatchKind};
     const WATCHERS: usize = 100;
     let Some(cluster) = single("the_watches_of_one_semaphore_share_one_etcd_watch").await else {
         return;
@@ -274,8 +269,9 @@ async fn the_watches_of_one_semaphore_share_one_etcd_watch() {
 // covers: Sem.Store.WaitOutage
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_acquire_rides_out_an_outage_its_session_rides_out() {
-    use vvm::{session::SessionStatus, SessionHandle};
-    use vvm::{testing::RecordingKiller, AcquireOptions, Coordination, KillerThread, LeaseConfig};
+    use vvm_core::LeaseConfig;
+    use vvm_runtime::{AcquireOptions, Coordination, KillerThread, RecordingKiller};
+    use vvm_runtime::{SessionHandle, SessionStatus};
     let test = "a_queued_acquire_rides_out_an_outage_its_session_rides_out";
     let Some(mut cluster) = single(test).await else {
         return;

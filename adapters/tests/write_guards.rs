@@ -11,18 +11,16 @@ use std::time::Duration;
 
 use etcd_client::{Client, Txn, TxnOp};
 use etcd_support::{single, store};
-use vvm::{
-    lifecycle::{Incarnation, Revision},
-    session::{LeaseValue, SessionId, SessionKey},
-    store::{Acquired, LeaseStore, SessionStore},
-    testing::RecordingKiller,
-    AcquireOptions, Coordination, FencingToken, KillerThread, LeaseConfig, SessionHandle, Slot,
-};
 use vvm_adapters::etcd::{EtcdGuard, EtcdGuardError, EtcdStore};
 use vvm_adapters::sqlite::rusqlite::{Connection, TransactionBehavior};
 use vvm_adapters::sqlite::{ClockError, SqliteGuardError, StoreClock};
 use vvm_adapters::SqliteStore;
 use vvm_conformance::ScratchDir;
+use vvm_core::{FencingToken, Incarnation, LeaseConfig, Revision, SessionId, SessionKey, Slot};
+use vvm_runtime::{
+    AcquireOptions, Acquired, Coordination, KillerThread, LeaseStore, LeaseValue, RecordingKiller,
+    SessionHandle, SessionStore,
+};
 
 const SLOT: Slot = Slot(1);
 const LONG_TTL: Duration = Duration::from_secs(3600);
@@ -87,7 +85,7 @@ fn killer() -> KillerThread {
 }
 
 /// A coordination of its own session for `n`.
-async fn member<S: vvm::store::SemaphoreStore + Clone>(store: &S, n: u64) -> Coordination<S> {
+async fn member<S: vvm_runtime::SemaphoreStore + Clone>(store: &S, n: u64) -> Coordination<S> {
     let session = SessionHandle::open(store.clone(), LeaseConfig::default(), value(n), &killer())
         .await
         .expect("the session opens");
@@ -182,7 +180,7 @@ async fn etcd_a_guard_spans_renewals_and_ends_with_the_tenure() {
         .await
         .unwrap()
         .expect("free");
-    let lease = vvm::store::Lease {
+    let lease = vvm_runtime::Lease {
         value: value(1),
         revision: first,
     };
@@ -195,7 +193,7 @@ async fn etcd_a_guard_spans_renewals_and_ends_with_the_tenure() {
     assert!(etcd_guarded_put(&store, &mut raw, token(first), "first").await);
     assert!(etcd_guarded_put(&store, &mut raw, token(renewed), "renewed").await);
 
-    let lease = vvm::store::Lease {
+    let lease = vvm_runtime::Lease {
         value: value(1),
         revision: renewed,
     };
@@ -422,7 +420,7 @@ async fn sqlite_a_deposed_leaders_guarded_write_is_refused() {
     clock.advance(ttl + Duration::from_millis(1));
     let during = store.acquire(SLOT, session(2)).await;
     assert!(
-        matches!(during, Err(vvm::store::StoreError::Failed { .. })),
+        matches!(during, Err(vvm_runtime::StoreError::Failed { .. })),
         "the write lock is A's: {during:?}"
     );
     tx.execute(
@@ -545,7 +543,7 @@ async fn sqlite_a_per_slot_record_is_guarded_by_its_latest_token() {
         .unwrap()
         .expect("free");
     sqlite_guarded_write(&store, &mut conn, token(first), "first").expect("live");
-    let lease = vvm::store::Lease {
+    let lease = vvm_runtime::Lease {
         value: value(1),
         revision: first,
     };

@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use vvm::time::{Clock, TimeSource};
 use vvm_adapters::sqlite::{ClockError, StoreClock};
 use vvm_adapters::SqliteStore;
 use vvm_conformance::{Harness, ScratchDir};
+use vvm_runtime::{clock::Clock, clock::TimeSource};
 
 /// The lock wait of the test stores.
 const BUSY_WAIT: Duration = Duration::from_secs(2);

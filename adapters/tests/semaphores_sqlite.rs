@@ -6,12 +6,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vvm::adapters::SqliteStore;
-use vvm::{
-    testing::RecordingKiller, AcquireOptions, Coordination, KillerThread, LeaseConfig,
-    SessionHandle,
-};
+use vvm_adapters::SqliteStore;
 use vvm_conformance::{value, ScratchDir};
+use vvm_core::LeaseConfig;
+use vvm_runtime::{AcquireOptions, Coordination, KillerThread, RecordingKiller, SessionHandle};
 
 /// Names the database of the second process; set only for it.
 const CHILD_DB: &str = "VVM_SEMAPHORE_CHILD_DB";
@@ -101,7 +99,7 @@ async fn a_waiter_in_another_process_is_granted_on_release() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let token: vvm::FencingToken = stdout
+    let token: vvm_core::FencingToken = stdout
         .lines()
         .find_map(|line| line.split_once("GRANTED token=").map(|(_, token)| token))
         .unwrap_or_else(|| panic!("the child was not granted: {stdout}"))
@@ -139,13 +137,13 @@ async fn a_version_4_file_is_migrated_and_gains_semaphores() {
     let version: i32 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .expect("read");
-    assert_eq!(version, vvm::adapters::sqlite::SCHEMA_VERSION);
+    assert_eq!(version, vvm_adapters::sqlite::SCHEMA_VERSION);
     conn.pragma_update(None, "user_version", version + 1)
         .expect("made a newer file");
     drop(conn);
     let refused = SqliteStore::open(&path).expect_err("a newer file is refused");
     assert!(
-        matches!(refused, vvm::adapters::SqliteStoreError::NewerSchema { found, .. } if found == version + 1),
+        matches!(refused, vvm_adapters::SqliteStoreError::NewerSchema { found, .. } if found == version + 1),
         "{refused}"
     );
 }
@@ -164,18 +162,15 @@ fn indexed(path: &Path) -> i64 {
 // covers: Sem.Store.Schema, Sem.Store.PartyIndex
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_file_is_migrated_and_its_parties_indexed() {
-    use vvm::coordination::SemaphoreName;
-    use vvm::{
-        lifecycle::Incarnation,
-        session::{SessionId, SessionKey},
-        store::{SemaphoreRequest, SemaphoreStore, SessionStore},
-    };
+    use vvm_core::semaphore::SemaphoreName;
+    use vvm_core::{Incarnation, SessionId, SessionKey};
+    use vvm_runtime::{SemaphoreRequest, SemaphoreStore, SessionStore};
     let key = |n: u64| SessionKey {
         incarnation: Incarnation(n),
         id: SessionId(1),
     };
     let acquire = SemaphoreRequest::Acquire {
-        request: vvm::store::next_request_id(),
+        request: vvm_runtime::next_request_id(),
         count: 1,
         data: Vec::new(),
         timeout_ms: 60_000,

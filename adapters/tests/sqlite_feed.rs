@@ -9,14 +9,12 @@ use std::pin::Pin;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vvm::adapters::SqliteStore;
-use vvm::coordination::SemaphoreName;
-use vvm::{
-    lifecycle::Incarnation,
-    session::LeaseValue,
-    store::{LeaseStore, SemaphoreStore},
-    testing::RecordingKiller,
-    AcquireOptions, Coordination, KillerThread, LeaseConfig, SessionHandle, Slot,
+use vvm_adapters::SqliteStore;
+use vvm_core::semaphore::SemaphoreName;
+use vvm_core::{Incarnation, LeaseConfig, Slot};
+use vvm_runtime::{
+    AcquireOptions, Coordination, KillerThread, LeaseStore, LeaseValue, RecordingKiller,
+    SemaphoreStore, SessionHandle,
 };
 
 /// Names the database of the second process; set only for it.

@@ -10,17 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
-use vvm::{
-    lifecycle::{Incarnation, Revision},
-    session::{SessionId, SessionKey},
-    store::{Acquired, Inserted, Lease, LeaseStore, SessionStore, StoreError},
-    Slot,
-};
 use vvm_adapters::sqlite::{
     ClockError, StoreClock, APPLICATION_ID, BUSY_WAIT_MAX, REVISION_BOOT_GAP, SCHEMA_VERSION,
 };
 use vvm_adapters::{SqliteStore, SqliteStoreError};
 use vvm_conformance::{value, ScratchDir, LONG_TTL};
+use vvm_core::{Incarnation, Revision, SessionId, SessionKey, Slot};
+use vvm_runtime::{Acquired, Inserted, Lease, LeaseStore, SessionStore, StoreError};
 
 const SLOT: Slot = Slot(5);
 
@@ -721,7 +717,7 @@ fn a_bad_machine_id_is_a_clear_error() {
 }
 
 /// Whether `change` resolves within `within`. Real time: the feed polls the file.
-async fn resolves(change: vvm::store::SlotChange, within: Duration) -> bool {
+async fn resolves(change: vvm_runtime::SlotChange, within: Duration) -> bool {
     tokio::time::timeout(within, change).await.is_ok()
 }
 
@@ -822,47 +818,6 @@ async fn the_change_feed_sees_writes_of_another_connection_and_its_own() {
         .unwrap()
         .is_some());
     assert!(tokio::time::timeout(wake, change).await.is_ok());
-}
-
-// covers: Sq.DeadHolder
-#[tokio::test]
-async fn a_dead_holder_wakes_every_waiter_of_one_store_not_only_the_first() {
-    use std::io::BufRead;
-    let dir = ScratchDir::new("vvm-sqlite-two-waiters");
-    let path = dir.path().join("vvm.sqlite");
-    // The holder is another process: a lock is the process's, and only its death frees it.
-    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--lease", "20s", "--store"])
-        .arg(format!("sqlite:{}", path.display()))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the vvm binary runs");
-    let mut lines = std::io::BufReader::new(holder.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("a line").expect("readable");
-    assert!(first.starts_with("leading slot=1 "), "{first}");
-    let waiter = SqliteStore::open(&path).expect("the store opens");
-    // Two waits on one store (a VVM and the observer that logs who holds the slot, or two VVMs
-    // of one process): both begin while the holder lives.
-    let first = waiter.changed(&[Slot(1)]);
-    let second = waiter.changed(&[Slot(1)]);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // The holder dies: its lock goes, its record stays until the expiry (15 s or more away).
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-    let both = tokio::time::timeout(Duration::from_secs(5), async {
-        first.await;
-        second.await;
-    })
-    .await;
-    assert!(both.is_ok(), "one of the waits never learnt of the death");
-    // A wait begun after is not woken again by the same record (a refused insert would spin).
-    let later = tokio::time::timeout(Duration::from_millis(300), waiter.changed(&[Slot(1)])).await;
-    assert!(
-        later.is_err(),
-        "a later wait was woken by the same dead record"
-    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1354,8 +1309,8 @@ const CHILD_HOLDINGS: u32 = 2_000;
 /// The child: opens a session, acquires slots 1 to [`CHILD_HOLDINGS`] and 2 units of the
 /// semaphore `units`, says so, and keeps the session alive every 200 ms until it is killed.
 fn session_child(path: &str) -> ! {
-    use vvm::coordination::SemaphoreName;
-    use vvm::store::{SemaphoreRequest, SemaphoreStore};
+    use vvm_core::semaphore::SemaphoreName;
+    use vvm_runtime::{SemaphoreRequest, SemaphoreStore};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1380,7 +1335,7 @@ fn session_child(path: &str) -> ! {
         };
         store.semaphore(session(1), &units, create).await.unwrap();
         let acquire = SemaphoreRequest::Acquire {
-            request: vvm::store::next_request_id(),
+            request: vvm_runtime::next_request_id(),
             count: 2,
             data: Vec::new(),
             timeout_ms: 60_000,

@@ -23,9 +23,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use vvm::{testing::RecordingKiller, KillerThread, Services, Vvm, VvmConfig};
+use vvm_core::VvmConfig;
+
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::{EtcdOptions, EtcdStore};
+use vvm_runtime::{KillerThread, RecordingKiller, Services, Vvm};
 
 const NODE_ENV: &str = "VVM_ETCD_NODE";
 const MARK: &str = "vvm-node ";
@@ -348,7 +350,7 @@ fn holders(
 ) -> Vec<Option<String>> {
     runtime.block_on(async {
         let store = etcd_support::store(cluster, prefix).await;
-        let table = vvm::discovery::leaders(&store, slots, Duration::from_secs(2))
+        let table = vvm_runtime::discovery::leaders(&store, slots, Duration::from_secs(2))
             .await
             .expect("the store answers");
         table

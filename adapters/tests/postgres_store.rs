@@ -1,22 +1,19 @@
-//! The PostgreSQL store against real servers started by the tests (`support/postgres.rs`):
-//! a hand-off between two `vvm run` hosts through the binary, with a password file and a
-//! prefix; schemas that are refused (foreign, newer, a user without rights); and the store riding
-//! out killed connections and a restarted server. Without PostgreSQL installed every test prints
+//! The PostgreSQL store against real servers started by the tests (`vvm_test_support::postgres`):
+//! schemas that are refused (foreign, newer, a user without rights), and the store riding out
+//! killed connections and a restarted server (the hand-off between two `vvm run` hosts is in the
+//! root's tests/url_postgres.rs). Without PostgreSQL installed every test prints
 //! one line saying it was skipped (under CI it fails instead).
 
-mod cli_support;
 use vvm_test_support::postgres as postgres_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{leading_child, signal_and_wait, temp_dir, vvm_within};
-use postgres_support::{PgServer, PASSWORD};
+use postgres_support::PgServer;
 use rustix::process::Signal;
-use vvm::{lifecycle::Incarnation, session::LeaseValue, store::LeaseStore, Slot};
 use vvm_adapters::postgres::{open, PgConfig, PgOpenError, PgStore};
 use vvm_adapters::txkv::TxOptions;
+use vvm_core::{Incarnation, Slot};
+use vvm_runtime::{LeaseStore, LeaseValue};
 
 fn config(server: &PgServer, user: &str, schema: &str) -> PgConfig {
     PgConfig::new("127.0.0.1", server.port(), user, "postgres")
@@ -28,129 +25,6 @@ async fn store(server: &PgServer, schema: &str) -> PgStore {
     open(config(server, "vvm", schema), TxOptions::default())
         .await
         .expect("the store opens")
-}
-
-// covers: Pg.Url
-// covers: Pg.Run
-#[test]
-fn two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file() {
-    let Some(server) =
-        PgServer::start("two_vvm_run_hosts_hand_off_on_postgres_with_a_password_file")
-    else {
-        return;
-    };
-    let dir = temp_dir("vvm-pg-run");
-    let password_file = dir.join("pg-password");
-    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
-    let store = format!(
-        "postgres://vvm_pw@127.0.0.1:{}/postgres?schema=team_a&prefix=jobs%2F&password-file={}",
-        server.port(),
-        password_file.display()
-    );
-    let mut first = leading_child(&store, "pg-a", Stdio::piped());
-    // The record is in the URL's schema, under its prefix.
-    let keys = server.admin("SELECT convert_from(key, 'UTF8') FROM team_a.vvm_kv ORDER BY key");
-    assert!(keys.lines().any(|key| key == "jobs/1"), "{keys}");
-
-    let (code, table, stderr) = vvm_within(
-        &["status", "--store", &store],
-        Duration::from_secs(30),
-        "vvm status",
-    );
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(table.contains("pg-a"), "{table}");
-
-    let mut second = Command::new(env!("CARGO_BIN_EXE_vvm"))
-        .args(["--log-level", "warn", "run", "--store", &store])
-        .args(["--lease", "2s", "--address", "pg-b"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the vvm binary runs");
-    let lines = BufReader::new(second.stdout.take().unwrap()).lines();
-    let (sender, received) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    assert!(
-        received.recv_timeout(Duration::from_secs(3)).is_err(),
-        "the second host must wait while the first holds"
-    );
-    let handed = Instant::now();
-    let code = signal_and_wait(&mut first, Signal::TERM, Duration::from_secs(20));
-    let mut first_stderr = String::new();
-    std::io::Read::read_to_string(&mut first.stderr.take().unwrap(), &mut first_stderr).unwrap();
-    assert_eq!(code, Some(0), "{first_stderr}");
-    let line = received
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the second host leads after the first released");
-    assert!(line.starts_with("leading slot=1 "), "{line}");
-    // Released and taken through the change feed, not by waiting out a lease.
-    assert!(handed.elapsed() < Duration::from_secs(20));
-    let code = signal_and_wait(&mut second, Signal::TERM, Duration::from_secs(20));
-    let mut second_stderr = String::new();
-    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut second_stderr).unwrap();
-    assert_eq!(code, Some(0), "{second_stderr}");
-    for text in [&first_stderr, &second_stderr, &table, &stderr] {
-        assert!(!text.contains(PASSWORD), "{text}");
-    }
-
-    // A password in the URL: a usage error that does not echo it; TLS that cannot be given:
-    // refused, not weakened.
-    for (refused, says) in [
-        (
-            format!(
-                "postgres://vvm_pw:{PASSWORD}@127.0.0.1:{}/postgres",
-                server.port()
-            ),
-            "password-file",
-        ),
-        (
-            format!(
-                "postgres://vvm_pw@127.0.0.1:{}/postgres?password={PASSWORD}",
-                server.port()
-            ),
-            "password-file",
-        ),
-        (
-            format!(
-                "postgresql://vvm@127.0.0.1:{}/postgres?sslmode=require",
-                server.port()
-            ),
-            "TLS",
-        ),
-    ] {
-        let (code, _, stderr) = vvm_within(
-            &["status", "--store", &refused],
-            Duration::from_secs(30),
-            "vvm status",
-        );
-        assert_eq!(code, Some(2), "{stderr}");
-        assert!(!stderr.contains(PASSWORD), "{stderr}");
-        assert!(stderr.contains(says), "{stderr}");
-    }
-    // A wrong password: exit 1, and the message names neither password.
-    let wrong = dir.join("wrong");
-    std::fs::write(&wrong, "not-the-password").unwrap();
-    let (code, _, stderr) = vvm_within(
-        &[
-            "status",
-            "--store",
-            &format!(
-                "postgres://vvm_pw@127.0.0.1:{}/postgres?schema=team_a&password-file={}",
-                server.port(),
-                wrong.display()
-            ),
-        ],
-        Duration::from_secs(30),
-        "vvm status",
-    );
-    assert_eq!(code, Some(1), "{stderr}");
-    assert!(!stderr.contains("not-the-password") && !stderr.contains(PASSWORD));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 // covers: Pg.Schema
@@ -218,7 +92,7 @@ async fn foreign_newer_and_forbidden_schemas_are_refused_in_one_line() {
 
 /// Waits until `store` answers `get` again (after connections were killed or the server
 /// restarted), for at most 30 s.
-async fn until_served(store: &PgStore, slot: Slot) -> Option<vvm::store::Lease> {
+async fn until_served(store: &PgStore, slot: Slot) -> Option<vvm_runtime::Lease> {
     let started = Instant::now();
     loop {
         match store.get(slot).await {
@@ -250,7 +124,7 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
         .await
         .unwrap()
         .expect("the slot was free");
-    let lease = vvm::store::Lease {
+    let lease = vvm_runtime::Lease {
         value: mine.clone(),
         revision,
     };
@@ -292,7 +166,7 @@ async fn killed_connections_and_a_restarted_server_are_ridden_out() {
     assert!(renewed.is_some(), "the holder renews after the restart");
     let changed = tokio::spawn(other.changed(&[Slot(2)]));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let lease = vvm::store::Lease {
+    let lease = vvm_runtime::Lease {
         value: mine.clone(),
         revision: renewed.unwrap(),
     };
@@ -353,7 +227,7 @@ async fn a_paused_server_bounds_every_call_by_the_timeout_and_serves_again_when_
         .await
         .unwrap()
         .expect("the slot was free");
-    let lease = vvm::store::Lease {
+    let lease = vvm_runtime::Lease {
         value: mine.clone(),
         revision,
     };

@@ -13,14 +13,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use etcd_support::{store, three};
-use vvm::{
-    lifecycle::Incarnation,
-    session::LeaseValue,
-    store::{Lease, LeaseStore, SlotChange},
-    Slot,
-};
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::EtcdStore;
+use vvm_core::{Incarnation, Slot};
+use vvm_runtime::{Lease, LeaseStore, LeaseValue, SlotChange};
 
 const TTL: Duration = Duration::from_secs(30);
 /// Bound of every wait that must end (a loaded machine).

@@ -3,14 +3,11 @@
 
 use std::time::Duration;
 
-use vvm::{
-    lifecycle::Incarnation,
-    session::LeaseValue,
-    store::{Lease, LeaseStore, StoreError},
-    Slot,
-};
+use vvm_core::{Incarnation, Slot};
+
 use vvm_adapters::memory::{Fault, Injection, Op};
 use vvm_adapters::MemoryStore;
+use vvm_runtime::{Lease, LeaseStore, LeaseValue, StoreError};
 
 fn value(address: &str) -> LeaseValue {
     LeaseValue {
@@ -159,7 +156,7 @@ async fn helpers_change_records_underneath() {
 }
 
 /// Whether `change` resolves within `within` (tokio's clock; paused in these tests).
-async fn resolves(change: vvm::store::SlotChange, within: Duration) -> bool {
+async fn resolves(change: vvm_runtime::SlotChange, within: Duration) -> bool {
     tokio::time::timeout(within, change).await.is_ok()
 }
 

@@ -19,12 +19,11 @@ use common::TestKiller;
 use etcd_support::{single, store};
 use hooked::{Hooked, Hooks};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-use vvm::{
-    lifecycle::Incarnation, session::LeaseValue, store::LeaseStore, Services, Slot, Vvm, VvmConfig,
-};
 use vvm_adapters::etcd::cluster::EtcdCluster;
 use vvm_adapters::etcd::{Credentials, EtcdError, EtcdStore};
 use vvm_adapters::MemoryStore;
+use vvm_core::{Incarnation, Slot, VvmConfig};
+use vvm_runtime::{LeaseStore, LeaseValue, Services, Vvm};
 
 /// etcd's shortest lease.
 const LEASE: Duration = Duration::from_secs(2);
@@ -74,7 +73,7 @@ fn value(address: &str) -> LeaseValue {
     }
 }
 
-fn config(address: &str) -> vvm::config::VvmConfigBuilder {
+fn config(address: &str) -> vvm_core::VvmConfigBuilder {
     VvmConfig::builder(address)
         .lease(LEASE)
         .round_interval(ROUND)
@@ -160,8 +159,8 @@ async fn failing_window<S: LeaseStore>(
 ) -> (
     u64,
     u64,
-    vvm::StopHandle,
-    tokio::task::JoinHandle<Vvm<vvm::Launched>>,
+    vvm_runtime::StopHandle,
+    tokio::task::JoinHandle<Vvm<vvm_runtime::Launched>>,
 ) {
     let warnings = Warnings::default();
     let subscriber = tracing_subscriber::registry().with(warnings.clone());
@@ -319,7 +318,7 @@ async fn prefixes_never_share_keys_and_foreign_keys_stay_untouched() {
         held.push(revision);
     }
     for ((store, slot), revision) in pairs.into_iter().zip(held) {
-        let lease = vvm::store::Lease {
+        let lease = vvm_runtime::Lease {
             value: value("a:1"),
             revision,
         };
@@ -328,7 +327,7 @@ async fn prefixes_never_share_keys_and_foreign_keys_stay_untouched() {
             .await
             .expect("the swap runs")
             .expect("the swap applies");
-        let lease = vvm::store::Lease {
+        let lease = vvm_runtime::Lease {
             value: value("a:1"),
             revision: renewed,
         };
