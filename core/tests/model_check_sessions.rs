@@ -60,10 +60,10 @@ use model::{
 use core::time::Duration;
 
 use stateright::{Model, Property};
-use vvm::session::ACQUIRE_SENDS_MAX;
 use vvm_core::{
     HoldingId, Instant, LeaseConfig, OpId, Reply, SessionEffect, SessionEvent, SessionId,
 };
+use vvm_runtime::ACQUIRE_SENDS_MAX;
 
 const PROCESSES: usize = 2;
 const SLOTS: usize = 2;
