@@ -4,7 +4,7 @@
 //!   records on a clock the test moves, sessions, and services that record what happened to them;
 //! - [`faulty`]: a memory store whose calls fail, hang or are delayed on demand;
 //! - [`hooked`]: any store seen through hooks that count, hang or act on its calls;
-//! - [`etcd`] (feature `etcd`): real etcd members and clusters on loopback;
+//! - `etcd` (feature `etcd`): real etcd members and clusters on loopback;
 //! - [`postgres`]: a real PostgreSQL server in a temporary directory.
 //!
 //! A dev-dependency only (`publish = false`): nothing here is for production code.
