@@ -26,8 +26,7 @@
 
 use std::time::{Duration, Instant};
 
-#[path = "../tests/support/hooked.rs"]
-mod hooked;
+use vvm_test_support::hooked;
 
 use criterion::{criterion_group, Criterion};
 use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[path = "../tests/support/hooked.rs"]
-mod hooked;
+use vvm_test_support::hooked;
 
 use hooked::{Hooked, Hooks};
 use tokio::sync::oneshot;

@@ -26,7 +26,7 @@
 //!   loopback (each run under a prefix of its own); after a SIGKILL the successor leads once etcd
 //!   removed the expired lease (≈ L + its 0.5 s expiry check).
 //! - `pg-tree-kill`, `pg-tree-handoff`: the same on a PostgreSQL server it starts on loopback
-//!   (`tests/support/postgres.rs`; each run in a schema of its own); after a SIGKILL the
+//!   (`test-support/src/postgres.rs`; each run in a schema of its own); after a SIGKILL the
 //!   successor leads once it has seen the holder's record unchanged for a whole TTL
 //!   (`~Tx.Observation~`): L less the time since the holder's last renewal, give or take.
 //!
@@ -43,9 +43,8 @@ use std::time::{Duration, Instant};
 use rustix::process::{kill_process, Pid, Signal};
 use vvm_adapters::etcd::cluster::{ClusterOptions, EtcdCluster};
 
-#[path = "../tests/support/postgres.rs"]
-mod postgres_support;
 use vvm_adapters::sqlite::{BootClock, StoreClock};
+use vvm_test_support::postgres as postgres_support;
 
 /// Longest wait for a `leading` line on a loaded machine.
 const LEAD_WAIT: Duration = Duration::from_secs(30);

@@ -1,4 +1,4 @@
-//! The PostgreSQL store on a real server started by the bench (`tests/support/postgres.rs`:
+//! The PostgreSQL store on a real server started by the bench (`test-support/src/postgres.rs`:
 //! initdb in a temporary directory, loopback, `fsync=off`), measured the way the runtime calls
 //! it: one `block_on` of the store's future on a tokio runtime.
 //!
@@ -12,8 +12,7 @@
 //! Run: `cargo bench --features postgres --bench postgres` (skipped, one line, without
 //! PostgreSQL installed).
 
-#[path = "../tests/support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 
 use std::time::{Duration, Instant};
 

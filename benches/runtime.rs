@@ -15,8 +15,7 @@
 
 use std::time::Duration;
 
-#[path = "../tests/support/hooked.rs"]
-mod hooked;
+use vvm_test_support::hooked;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hooked::NoFeed;

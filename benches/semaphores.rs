@@ -18,7 +18,7 @@
 //!   on one SQLite store and nothing changes but the session's keepalives, from `/proc/self/stat`.
 //!
 //! - With the `postgres` feature, `handoff/postgres` and `broadcast/postgres` on a PostgreSQL
-//!   server it starts on loopback (`tests/support/postgres.rs`), two store handles (each with its
+//!   server it starts on loopback (`test-support/src/postgres.rs`), two store handles (each with its
 //!   own connections and listening connection) as two processes would have.
 //!
 //! Run: `cargo bench --bench semaphores` (`-- --quick` for a short run; `-- --latencies` for the
@@ -43,8 +43,7 @@ use vvm_adapters::etcd::cluster::{find_etcd, ClusterOptions, EtcdCluster};
 use vvm_adapters::etcd::EtcdStore;
 
 #[cfg(feature = "postgres")]
-#[path = "../tests/support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 
 /// A PostgreSQL server on loopback, when built with `postgres` (`None` said once without it).
 #[cfg(feature = "postgres")]

@@ -88,7 +88,7 @@ main() {
   # (etcd's TLS is built and tested with `cli`.)
   cargo clippy -p vvm -p vvm-adapters -p vvm-sequencer --no-default-features --features vvm/cli,vvm/foundationdb,vvm-adapters/foundationdb,vvm-sequencer/foundationdb --lib --tests --bins -- -D warnings
   if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
-    cargo test -p vvm --no-default-features --features foundationdb --test conformance_fdb
+    cargo test -p vvm-adapters --features foundationdb --test conformance_fdb
   else
     echo "skipped the FoundationDB conformance suite: FDB_CLUSTER_FILE is not set"
   fi

@@ -6,10 +6,8 @@
 //! SIGTERM. Then the typed refusals: an unknown semaphore, a count above the limit.
 
 mod cli_support;
-#[path = "support/etcd.rs"]
-mod etcd_support;
-#[path = "support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::etcd as etcd_support;
+use vvm_test_support::postgres as postgres_support;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

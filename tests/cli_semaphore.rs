@@ -4,10 +4,8 @@
 //! SIGTERM.
 
 mod cli_support;
-#[path = "support/etcd.rs"]
-mod etcd_support;
-#[path = "support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::etcd as etcd_support;
+use vvm_test_support::postgres as postgres_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};

@@ -4,8 +4,7 @@
 //! `tests/url_etcd.rs` and `tests/url_etcd_tls.rs`.
 
 mod cli_support;
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};

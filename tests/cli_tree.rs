@@ -312,8 +312,7 @@ fn chaos_never_lets_two_trees_act_at_once() {
     chaos("sqlite", &store_of(&dir), &[], &dir, rounds, seed);
 }
 
-#[path = "support/etcd.rs"]
-mod etcd;
+use vvm_test_support::etcd;
 
 // covers: Cli.ExecTree, Cli.ExecChaos, Cli.ExecUnwind, Et.RecordRemoved
 #[test]

@@ -428,8 +428,7 @@ fn a_record_without_a_lock_deleted_before_a_newcomer_came_does_not_let_it_lead_b
     unlocked_record_deleted("vvm-fault-unlocked-new", false);
 }
 
-#[path = "support/etcd.rs"]
-mod etcd;
+use vvm_test_support::etcd;
 
 /// `one` leads on etcd with a command that ignores SIGTERM and a grace beyond the lease; its
 /// record is removed as `how` says while `two` waits (`two_met_the_record`) or before `two`

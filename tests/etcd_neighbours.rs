@@ -3,8 +3,7 @@
 //! without a lease, a semaphore state that cannot be decoded, and the words of its errors.
 
 mod cli_support;
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

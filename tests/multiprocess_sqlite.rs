@@ -532,3 +532,45 @@ fn a_commands_tree_is_gone_before_a_successor_leads_after_vvm_died() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// covers: Sq.DeadHolder
+#[tokio::test]
+async fn a_dead_holder_wakes_every_waiter_of_one_store_not_only_the_first() {
+    use vvm::store::LeaseStore;
+    let dir = vvm_conformance::ScratchDir::new("vvm-sqlite-two-waiters");
+    let path = dir.path().join("vvm.sqlite");
+    // The holder is another process: a lock is the process's, and only its death frees it.
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args(["--log-level", "warn", "run", "--lease", "20s", "--store"])
+        .arg(format!("sqlite:{}", path.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the vvm binary runs");
+    let mut lines = std::io::BufReader::new(holder.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    assert!(first.starts_with("leading slot=1 "), "{first}");
+    let waiter = vvm_adapters::SqliteStore::open(&path).expect("the store opens");
+    // Two waits on one store (a VVM and the observer that logs who holds the slot, or two VVMs
+    // of one process): both begin while the holder lives.
+    let first = waiter.changed(&[vvm::Slot(1)]);
+    let second = waiter.changed(&[vvm::Slot(1)]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The holder dies: its lock goes, its record stays until the expiry (15 s or more away).
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let both = tokio::time::timeout(Duration::from_secs(5), async {
+        first.await;
+        second.await;
+    })
+    .await;
+    assert!(both.is_ok(), "one of the waits never learnt of the death");
+    // A wait begun after is not woken again by the same record (a refused insert would spin).
+    let later =
+        tokio::time::timeout(Duration::from_millis(300), waiter.changed(&[vvm::Slot(1)])).await;
+    assert!(
+        later.is_err(),
+        "a later wait was woken by the same dead record"
+    );
+}

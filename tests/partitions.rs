@@ -18,8 +18,7 @@
 //! replay or run more; `VVM_PARTITION_REPORT=<file>` writes the figures of BENCHMARKS.md;
 //! `VVM_PARTITION_VVM=<binary>` runs another build of `vvm` (to compare with an older one).
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 #[path = "support/netns.rs"]
 mod netns;
 #[path = "support/partition_lab.rs"]

@@ -1,8 +1,7 @@
 //! The recipes of `examples/`: the three coordination recipes on the memory store and on
 //! SQLite, and the fenced writes on SQLite and a real etcd on loopback.
 
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 #[allow(dead_code)]
 #[path = "../examples/recipe_leader.rs"]

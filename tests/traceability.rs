@@ -14,6 +14,7 @@ const CODE_ROOTS: &[&str] = &[
     "sim",
     "sequencer",
     "conformance",
+    "test-support",
     "src",
     "tests",
     "benches",

@@ -3,8 +3,7 @@
 //! password.
 
 mod cli_support;
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

@@ -5,8 +5,7 @@
 #[path = "support/certs.rs"]
 mod certs;
 mod cli_support;
-#[path = "support/etcd.rs"]
-mod etcd_support;
+use vvm_test_support::etcd as etcd_support;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

@@ -1,10 +1,9 @@
 //! The sequencer's transactional storage on a real PostgreSQL server started by the test
-//! (`tests/support/postgres.rs` of the workspace): numbers stored through the PostgreSQL mapping
+//! (`test-support/src/postgres.rs` of the workspace): numbers stored through the PostgreSQL mapping
 //! are recovered by a sequencer of another process (its own connections). Skipped (one line)
 //! without PostgreSQL installed; under CI it fails instead.
 
-#[path = "../../tests/support/postgres.rs"]
-mod postgres_support;
+use vvm_test_support::postgres as postgres_support;
 mod support;
 
 use postgres_support::PgServer;

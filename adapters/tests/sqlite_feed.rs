@@ -1,0 +1,244 @@
+//! The SQLite store's change feed: one per store handle, woken by the kernel's file
+//! notifications — waiting costs no look at the file while nothing changes, many waiters share
+//! one watching thread and descriptor, and a commit by another process wakes them.
+
+use std::future::Future;
+use std::io::{BufRead, Write as _};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vvm_adapters::SqliteStore;
+use vvm_core::semaphore::SemaphoreName;
+use vvm_core::{Incarnation, LeaseConfig, Slot};
+use vvm_runtime::{
+    AcquireOptions, Coordination, KillerThread, LeaseStore, LeaseValue, RecordingKiller,
+    SemaphoreStore, SessionHandle,
+};
+
+/// Names the database of the second process; set only for it.
+const CHILD_DB: &str = "VVM_FEED_CHILD_DB";
+
+/// A fresh directory, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(what: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("vvm-feed-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the scratch directory");
+        Scratch(dir)
+    }
+
+    fn file(&self) -> PathBuf {
+        self.0.join("store.sqlite")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// `grants` waits on one semaphore (as served grants, queued acquires and watches wait) and
+/// `candidates` waits on slots, each on its own task.
+fn waiters(
+    store: &SqliteStore,
+    grants: usize,
+    candidates: u32,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let name = SemaphoreName::new("quiet").expect("a valid name");
+    let mut waits: Vec<Wait> = Vec::new();
+    for _ in 0..grants {
+        waits.push(store.semaphore_changed(&name));
+    }
+    for slot in 0..candidates {
+        waits.push(store.changed(&[Slot(slot)]));
+    }
+    waits.into_iter().map(tokio::spawn).collect()
+}
+
+/// The threads of this process named `name`.
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("the tasks of this process")
+        .filter_map(Result::ok)
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+        })
+        .count()
+}
+
+/// The inotify descriptors this process has open.
+fn inotify_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("the descriptors of this process")
+        .filter_map(Result::ok)
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy() == "anon_inode:inotify")
+        })
+        .count()
+}
+
+/// 1 000 waiting grants and 10 waiting candidates look at the file only when it changes: over
+/// 1.5 s of a quiet store, at most the feed's safety looks (one a second, each one
+/// `data_version` check). Each used to look every 10 ms on its own: ~150 000 looks.
+// covers: Sq.FeedShared
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_costs_no_look_at_the_file_while_nothing_changes() {
+    let dir = Scratch::new("quiet");
+    let store = SqliteStore::open(dir.file()).expect("the store opens");
+    let tasks = waiters(&store, 1_000, 10);
+    // The waits' first looks (their start, the locks) are done.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = store.feed_looks();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let looks = store.feed_looks() - before;
+    assert!(
+        looks <= 6,
+        "1 010 waits looked at the file {looks} times in 1.5 s while nothing changed"
+    );
+    assert!(tasks.iter().all(|task| !task.is_finished()), "a wait ended");
+    for task in tasks {
+        task.abort();
+    }
+}
+
+/// Many waiters on several store handles share one watching thread and one inotify descriptor
+/// in the process, however many waits there are.
+// covers: Sq.FeedShared
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_share_one_watching_thread_and_descriptor() {
+    let dir = Scratch::new("shared");
+    let first = SqliteStore::open(dir.file()).expect("the store opens");
+    let second = SqliteStore::open(dir.file()).expect("the store opens again");
+    let mut tasks = waiters(&first, 500, 5);
+    tasks.extend(waiters(&first.clone(), 500, 5));
+    tasks.extend(waiters(&second, 500, 5));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(threads_named("vvm-sqlite-feed"), 1, "watching threads");
+    assert_eq!(inotify_descriptors(), 1, "inotify descriptors");
+    for task in tasks {
+        task.abort();
+    }
+}
+
+async fn coordination(path: &Path, n: u64) -> Coordination<SqliteStore> {
+    let store = SqliteStore::builder()
+        .busy_wait(Duration::from_secs(2))
+        .open(path)
+        .expect("the store opens");
+    let killer = KillerThread::new(RecordingKiller::new());
+    let lease = LeaseConfig::new(Duration::from_secs(20)).expect("a valid lease");
+    let value = LeaseValue::new(format!("process-{n}"), Incarnation(n));
+    let session = SessionHandle::open(store, lease, value, &killer)
+        .await
+        .expect("the session opens");
+    Coordination::new(session)
+}
+
+/// The second process: takes slot 7 before it says it is ready; once told (a line on its
+/// input), acquires a unit of `shared` (a write of the semaphore's row), releases it and lets
+/// slot 7 go. Does nothing when run as an ordinary test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_writes_when_told() {
+    let Some(path) = std::env::var_os(CHILD_DB) else {
+        return;
+    };
+    let coordination = coordination(Path::new(&path), 2).await;
+    let store = SqliteStore::open(&path).expect("the store opens");
+    let value = LeaseValue::new("child", Incarnation(7));
+    let revision = store
+        .insert_if_not_exists(Slot(7), &value, Duration::from_secs(20))
+        .await
+        .expect("inserted")
+        .expect("the slot is free");
+    println!("READY");
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).expect("told");
+    let grant = coordination
+        .acquire("shared", AcquireOptions::new(1))
+        .await
+        .expect("the acquire runs")
+        .expect("granted");
+    assert!(grant.release().await.expect("released"));
+    let lease = store.get(Slot(7)).await.expect("read").expect("held");
+    assert_eq!(lease.revision, revision);
+    assert!(store
+        .compare_and_delete(Slot(7), &lease)
+        .await
+        .expect("released"));
+    assert!(coordination.session().close().await.expect("closed"));
+}
+
+/// A waiting candidate and 100 watchers of a semaphore, quiet for a second (no look but the
+/// safety look), are woken by another process's commits: the semaphore's row written, the slot
+/// let go. The slot is held by the other process when the wait begins, as a candidate's wait
+/// always begins: a slot taken and let go again between two looks of the feed reads as no
+/// change (its holders are the same), and the test once waited for that in vain on a loaded
+/// machine.
+// covers: Sq.FeedShared, Sem.Store.Processes
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_by_another_process_wakes_every_waiter() {
+    let dir = Scratch::new("processes");
+    let path = dir.file();
+    let store = SqliteStore::open(&path).expect("the store opens");
+    let parent = coordination(&path, 1).await;
+    parent
+        .create("shared", 1, Vec::new())
+        .await
+        .expect("created");
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "child_writes_when_told",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DB, &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the second process starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("its output")).lines();
+    let ready = tokio::task::spawn_blocking(move || {
+        let ready = lines.any(|line| line.is_ok_and(|line| line.contains("READY")));
+        (ready, lines)
+    });
+    let (ready, _lines) = ready.await.expect("joined");
+    assert!(ready, "the child never got ready");
+    let name = SemaphoreName::new("shared").expect("a valid name");
+    let mut waits: Vec<Wait> = (0..100).map(|_| store.semaphore_changed(&name)).collect();
+    waits.push(store.changed(&[Slot(7)]));
+    let tasks: Vec<_> = waits.into_iter().map(tokio::spawn).collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = store.feed_looks();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let quiet = store.feed_looks() - before;
+    assert!(
+        quiet <= 4,
+        "101 waits looked at the file {quiet} times in 1 s while nothing changed"
+    );
+    let told = Instant::now();
+    let mut input = child.stdin.take().expect("its input");
+    input.write_all(b"go\n").expect("told");
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("woken by the other process's commit")
+            .expect("the wait ran");
+    }
+    eprintln!("woken {:?} after telling the child", told.elapsed());
+    drop(input);
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("joined")
+        .expect("the child ran");
+    assert!(status.success(), "the child failed: {status}");
+}
