@@ -16,7 +16,11 @@
 //! `sslmode=disable|allow|prefer` (all three connect without TLS, which this build does not
 //! have: `require`, `verify-ca` and `verify-full` are refused rather than silently weakened).
 //! `passfile=` (libpq's `.pgpass` format) is refused: name a file holding the password alone
-//! with `password-file=`.
+//! with `password-file=`. `death=advisory-lock` (default `death=ttl`) makes each session hold
+//! a session-level advisory lock, so that others take over as soon as a dead holder's
+//! connection ends rather than a TTL later; sound only on a direct connection to the primary,
+//! without a pooler in transaction or statement mode (`Pg.Marks` in `specs/stores.md`). Other
+//! stores refuse the parameter.
 //!
 //! The parameters of etcd (values percent-encoded, each at most once):
 //!
@@ -92,6 +96,7 @@ const POSTGRES_PARAMETERS: &[&str] = &[
     "connect-timeout-ms",
     "connections",
     "sslmode",
+    "death",
 ];
 /// Most connections a `postgres:` URL may ask for.
 pub const POSTGRES_CONNECTIONS_MAX: usize = 256;
@@ -151,6 +156,8 @@ pub struct PostgresUrl {
     pub connect_timeout: Option<Duration>,
     /// `connections=`.
     pub connections: Option<usize>,
+    /// `death=advisory-lock` (`false`: `death=ttl`, the default).
+    pub advisory_lock: bool,
 }
 
 /// The SQLite file and its options.
@@ -449,6 +456,9 @@ impl fmt::Display for PostgresUrl {
         if let Some(connections) = self.connections {
             query.append_pair("connections", &connections.to_string());
         }
+        if self.advisory_lock {
+            query.append_pair("death", "advisory-lock");
+        }
         let query = query.finish();
         if !query.is_empty() {
             write!(f, "?{query}")?;
@@ -520,6 +530,7 @@ fn parse_postgres(input: &str) -> Result<PostgresUrl, UrlError> {
         ..PostgresUrl::default()
     };
     let mut sslmode = None;
+    let mut death = None;
     for (name, value) in parsed.query().map(parameters).into_iter().flatten() {
         let value = value.as_ref();
         match name.as_ref() {
@@ -570,6 +581,20 @@ fn parse_postgres(input: &str) -> Result<PostgresUrl, UrlError> {
                     }
                 };
                 set_once(&mut sslmode, "sslmode", mode)?;
+            }
+            "death" => {
+                let advisory_lock = match value {
+                    "ttl" => false,
+                    "advisory-lock" => true,
+                    _ => {
+                        return Err(UrlError::BadParameter {
+                            name: "death",
+                            reason: "it must be ttl (the default) or advisory-lock",
+                        })
+                    }
+                };
+                set_once(&mut death, "death", advisory_lock)?;
+                postgres.advisory_lock = advisory_lock;
             }
             other => return Err(unknown("postgres", POSTGRES_PARAMETERS, other)),
         }

@@ -9,6 +9,7 @@
 //! | `set` / `clear` | kept in the transaction, sent as `INSERT … ON CONFLICT DO UPDATE` / `DELETE` right before `COMMIT` |
 //! | `commit` | `COMMIT` |
 //! | `watch` | `LISTEN`/`NOTIFY` (see below) |
+//! | liveness marks (with [`PgConfig::advisory_lock_marks`]) | session-level advisory locks, one connection per session (see the `mark` module) |
 //! | [`TxError::Retryable`] | SQLSTATE `40001` (serialization failure), `40P01` (deadlock), `55P03` (lock timeout); nothing committed |
 //! | [`TxError::UnknownResult`] | the connection lost while `COMMIT` was under way |
 //! | [`TxError::Failed`] | everything else |
@@ -37,6 +38,7 @@
 //! address or a network you trust; `sslmode=require` and stronger are refused by the URL.
 
 mod listen;
+mod mark;
 mod schema;
 
 use std::collections::{BTreeMap, HashMap};
@@ -49,7 +51,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::txkv::{KeyValue, KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
+use crate::txkv::{KeyValue, KvTx, MarkFuture, TxError, TxKv, TxLeaseStore, TxOptions};
+pub use mark::let_children_inherit_session_marks;
 pub use schema::SCHEMA_VERSION;
 
 /// The PostgreSQL lease store.
@@ -80,6 +83,7 @@ pub struct PgConfig {
     schema: String,
     connect_timeout: Duration,
     connections_max: usize,
+    marks: bool,
 }
 
 impl std::fmt::Debug for PgConfig {
@@ -93,6 +97,7 @@ impl std::fmt::Debug for PgConfig {
             .field("schema", &self.schema)
             .field("connect_timeout", &self.connect_timeout)
             .field("connections_max", &self.connections_max)
+            .field("marks", &self.marks)
             .finish()
     }
 }
@@ -130,7 +135,20 @@ impl PgConfig {
             schema: "vvm".to_owned(),
             connect_timeout: CONNECT_TIMEOUT_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            marks: false,
         })
+    }
+
+    /// Whether each session of this process holds a session-level advisory lock on a
+    /// connection of its own, so that other processes may take over as soon as the server
+    /// frees it — when the process died — rather than a TTL later (URL: `death=advisory-lock`;
+    /// off by default). The process ends at once when that connection ends while it lives.
+    /// Sound only with a direct connection to the primary and no pooler in transaction or
+    /// statement mode: see `Pg.Marks` in `specs/stores.md`. Other processes judge a session by
+    /// its lock only when its record names one, whatever their own setting.
+    pub fn advisory_lock_marks(mut self, marks: bool) -> Self {
+        self.marks = marks;
+        self
     }
 
     /// The password (none by default: trust, peer or `.pgpass`-less setups).
@@ -167,6 +185,11 @@ impl PgConfig {
         }
         self.connections_max = connections;
         Ok(self)
+    }
+
+    /// Whether sessions take advisory-lock marks ([`advisory_lock_marks`](Self::advisory_lock_marks)).
+    pub fn takes_marks(&self) -> bool {
+        self.marks
     }
 
     /// `user@host:port/dbname`, for messages (no password).
@@ -276,6 +299,14 @@ impl PgOpenError {
     }
 }
 
+/// The advisory lock (`pg_advisory_lock`'s bigint key) the session whose record is under
+/// `session_key` holds in `schema` when its process opened the store with
+/// [`PgConfig::advisory_lock_marks`]: finds that session's connection in `pg_locks` (`classid`
+/// its high 32 bits, `objid` its low 32 bits, `objsubid` 1).
+pub fn session_lock_key(schema: &str, session_key: &[u8]) -> i64 {
+    mark::lock_key(schema, session_key)
+}
+
 /// Connects to the server of `config`, creates or checks the store's schema, and returns the
 /// lease store over it; `options` bound every operation (and the server-side lock and idle
 /// timeouts of its connections).
@@ -297,6 +328,9 @@ pub enum PgError {
     /// [`WATCHES_MAX`] watches are waiting already.
     #[error("too many watches (at most {WATCHES_MAX})")]
     TooManyWatches,
+    /// The connection of a session's liveness mark could not be opened (or timed out).
+    #[error("cannot connect for a session's liveness mark")]
+    MarkConnect(#[source] std::io::Error),
 }
 
 /// PostgreSQL as a [`TxKv`]. Cloning shares the connections and the listener.
@@ -322,6 +356,8 @@ struct Shared {
     permits: Arc<Semaphore>,
     listener: listen::Listener,
     sql: schema::Sql,
+    /// The liveness marks this process holds.
+    marks: mark::Marks,
 }
 
 impl std::fmt::Debug for Shared {
@@ -447,6 +483,7 @@ impl PgKv {
             config,
             driver,
             sql,
+            marks: mark::Marks::default(),
         });
         schema::ensure(&shared).await?;
         Ok(PgKv { shared })
@@ -580,6 +617,30 @@ impl TxKv for PgKv {
             watches: Vec::new(),
         })
     }
+
+    /// Always: a session record of another process may name an advisory lock.
+    fn has_marks(&self) -> bool {
+        true
+    }
+
+    async fn take_mark(&self, mark: &[u8]) -> Result<Option<Vec<u8>>, TxError> {
+        if !self.shared.config.marks {
+            return Ok(None);
+        }
+        mark::Marks::take(&self.shared, mark).await.map(Some)
+    }
+
+    fn release_mark(&self, mark: &[u8]) {
+        self.shared.marks.release(mark);
+    }
+
+    fn mark_lost(&self, mark: &[u8]) -> MarkFuture {
+        self.shared.marks.lost(mark)
+    }
+
+    fn mark_freed(&self, mark: &[u8], epoch: &[u8]) -> MarkFuture {
+        mark::freed(&self.shared, mark, epoch)
+    }
 }
 
 impl KvTx for PgTx {
@@ -643,6 +704,30 @@ impl KvTx for PgTx {
             .filter_map(|(key, value)| Some((key, value?)))
             .take(limit)
             .collect())
+    }
+
+    async fn mark_free(&mut self, mark: &[u8], epoch: &[u8]) -> Result<Option<bool>, TxError> {
+        if self.shared.marks.holds(mark) {
+            return Ok(Some(false));
+        }
+        let Ok(epoch) = <[u8; 8]>::try_from(epoch) else {
+            return Ok(None);
+        };
+        let epoch = i64::from_be_bytes(epoch);
+        let key = mark::lock_key(&self.shared.config.schema, mark);
+        let sql = format!(
+            "SELECT CASE WHEN ({}) = $2 THEN pg_try_advisory_xact_lock($1) END",
+            mark::EPOCH_SQL
+        );
+        let conn = self.begun().await?;
+        // A lock taken here is this transaction's, given back when it ends.
+        match conn.client.query_one(&sql, &[&key, &epoch]).await {
+            Ok(row) => row.try_get::<_, Option<bool>>(0).map_err(failed),
+            Err(error) => {
+                self.abandon().await;
+                Err(map_error(error, Stage::Before))
+            }
+        }
     }
 
     fn set(&mut self, key: &[u8], value: &[u8]) {
