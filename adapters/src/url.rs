@@ -1312,4 +1312,47 @@ mod tests {
             })
         ));
     }
+
+    /// `death=advisory-lock` turns PostgreSQL's session marks on; `death=ttl` is the default; any
+    /// other value, a second one, and the parameter on any other store are refused.
+    // covers: Pg.Marks
+    #[test]
+    fn the_death_signal_is_chosen_on_postgres_only() {
+        let postgres = |url: &str| match StoreUrl::parse(url) {
+            Ok(StoreUrl::Postgres(postgres)) => postgres,
+            other => panic!("{url}: {other:?}"),
+        };
+        let marks = postgres("postgres://vvm@h/d?death=advisory-lock");
+        assert!(marks.advisory_lock);
+        assert!(marks.to_string().ends_with("?death=advisory-lock"), "{marks}");
+        assert!(!postgres("postgres://vvm@h/d?death=ttl").advisory_lock);
+        assert!(!postgres("postgres://vvm@h/d").advisory_lock);
+        for url in [
+            "postgres://vvm@h/d?death=lock",
+            "postgres://vvm@h/d?death=ttl&death=advisory-lock",
+        ] {
+            assert!(
+                matches!(
+                    StoreUrl::parse(url),
+                    Err(UrlError::BadParameter { name: "death", .. }
+                        | UrlError::RepeatedParameter { name: "death" })
+                ),
+                "{url}: {:?}",
+                StoreUrl::parse(url)
+            );
+        }
+        for (url, store) in [
+            ("sqlite:/tmp/x.sqlite?death=advisory-lock", "sqlite"),
+            ("etcd://127.0.0.1:2379/?death=advisory-lock", "etcd"),
+        ] {
+            assert!(
+                matches!(
+                    StoreUrl::parse(url),
+                    Err(UrlError::UnknownParameter { store: s, .. }) if s == store
+                ),
+                "{url}: {:?}",
+                StoreUrl::parse(url)
+            );
+        }
+    }
 }
