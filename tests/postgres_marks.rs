@@ -23,8 +23,8 @@ use std::time::Duration;
 use cli_support::tree::*;
 use cli_support::{exit_within, signal, temp_dir};
 use postgres_support::PgServer;
-use vvm_adapters::postgres::session_lock_key;
 use rustix::process::Signal;
+use vvm_adapters::postgres::session_lock_key;
 
 /// The lease of the cases with marks: long, so that a take-over by the TTL cannot pass for one
 /// by the mark.
@@ -89,9 +89,9 @@ fn stop(dir: &Path, mut two: Child) {
 // covers: Tx.Marks
 #[test]
 fn a_killed_holder_is_followed_well_before_its_ttl_with_advisory_lock_marks() {
-    let Some(server) =
-        PgServer::shared("a_killed_holder_is_followed_well_before_its_ttl_with_advisory_lock_marks")
-    else {
+    let Some(server) = PgServer::shared(
+        "a_killed_holder_is_followed_well_before_its_ttl_with_advisory_lock_marks",
+    ) else {
         return;
     };
     let store = url(server, "marks_kill", true);

@@ -1324,7 +1324,10 @@ mod tests {
         };
         let marks = postgres("postgres://vvm@h/d?death=advisory-lock");
         assert!(marks.advisory_lock);
-        assert!(marks.to_string().ends_with("?death=advisory-lock"), "{marks}");
+        assert!(
+            marks.to_string().ends_with("?death=advisory-lock"),
+            "{marks}"
+        );
         assert!(!postgres("postgres://vvm@h/d?death=ttl").advisory_lock);
         assert!(!postgres("postgres://vvm@h/d").advisory_lock);
         for url in [

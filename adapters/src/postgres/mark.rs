@@ -157,7 +157,12 @@ impl Marks {
             return Box::pin(std::future::pending());
         };
         Box::pin(async move {
-            if fate.wait_for(|fate| *fate != Fate::Held).await.ok().map(|f| *f) == Some(Fate::Lost)
+            if fate
+                .wait_for(|fate| *fate != Fate::Held)
+                .await
+                .ok()
+                .map(|f| *f)
+                == Some(Fate::Lost)
             {
                 tracing::warn!("a session's mark was lost: its connection ended");
                 return;

@@ -295,7 +295,11 @@ impl<K: TxKv> TxLeaseStore<K> {
 
     /// Runs `attempt` on fresh transactions until it answers, commits, or the retry limit or
     /// the operation timeout is reached (as the slots' operations are).
-    pub(super) async fn retrying<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, StoreError>
+    pub(super) async fn retrying<T, F, Fut>(
+        &self,
+        what: &str,
+        mut attempt: F,
+    ) -> Result<T, StoreError>
     where
         F: FnMut(K::Tx, Instant) -> Fut,
         Fut: Future<Output = Result<Step<T, K::Tx>, StoreError>>,
