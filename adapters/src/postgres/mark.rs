@@ -77,10 +77,23 @@ struct Held {
     id: u64,
 }
 
-/// The marks this process holds, by mark.
+/// The marks this process holds, by mark, and a connection made ready for the next one.
 #[derive(Default)]
 pub(super) struct Marks {
     held: std::sync::Mutex<HashMap<Vec<u8>, Held>>,
+    /// Made in advance (when the store opens, and after each take): taking a mark is then two
+    /// statements, well within a session call's timeout (L/40), not a connection's set-up.
+    spare: std::sync::Mutex<Option<Spare>>,
+}
+
+/// A connection for the next mark, its epoch read.
+struct Spare {
+    client: Client,
+    id: u64,
+    fate: watch::Sender<Fate>,
+    epoch: Vec<u8>,
+    /// Its socket's duplicate, into [`SOCKETS`] once it holds a mark.
+    copy: OwnedFd,
 }
 
 /// The advisory lock key of `mark` in `schema`: FNV-1a, stable across versions and processes.
@@ -114,22 +127,27 @@ impl Marks {
         if let Some(held) = lock(&shared.marks.held).get(mark) {
             return Ok(held.epoch.clone());
         }
-        let (client, id, fate) = connect_holding(shared).await?;
-        // A server that ends idle sessions would end the mark with it (safe, but the holder
-        // would stop for nothing); servers before 14 do not know the setting.
-        let _ = client.batch_execute("SET idle_session_timeout = 0").await;
+        let ready = lock(&shared.marks.spare).take();
+        let spare = match ready {
+            Some(spare) if !spare.client.is_closed() => spare,
+            _ => Spare::open(shared).await?,
+        };
+        // The next session's, made meanwhile.
+        let next = shared.clone();
+        tokio::spawn(async move { Marks::prepare(&next).await });
+        let Spare {
+            client,
+            id,
+            fate,
+            epoch,
+            copy,
+        } = spare;
         let key = lock_key(&shared.config.schema, mark);
         client
             .execute("SELECT pg_advisory_lock($1)", &[&key])
             .await
             .map_err(|error| map_error(error, Stage::Before))?;
-        let micros: i64 = client
-            .query_one(EPOCH_SQL, &[])
-            .await
-            .map_err(failed)?
-            .try_get(0)
-            .map_err(failed)?;
-        let epoch = epoch_bytes(micros);
+        lock(&SOCKETS).insert(id, copy);
         tracing::debug!(key, "session mark taken");
         lock(&shared.marks.held).insert(
             mark.to_vec(),
@@ -141,6 +159,25 @@ impl Marks {
             },
         );
         Ok(epoch)
+    }
+
+    /// Makes a connection ready for the next mark, unless one is; an error leaves it to the
+    /// take, which then connects itself.
+    pub(super) async fn prepare(shared: &Arc<Shared>) {
+        if !shared.config.marks || lock(&shared.marks.spare).is_some() {
+            return;
+        }
+        match Spare::open(shared).await {
+            Ok(spare) => {
+                let mut slot = lock(&shared.marks.spare);
+                if slot.is_none() {
+                    *slot = Some(spare);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "cannot make a connection ready for a session's mark");
+            }
+        }
     }
 
     /// Releases `mark`: its connection closes, which frees the lock.
@@ -172,12 +209,35 @@ impl Marks {
     }
 }
 
-/// A connection of its own for a mark: a stream this process opens (so that its socket can be
-/// duplicated into [`SOCKETS`]) handed to the driver. Answers the client, the mark's id and its
-/// fate, which turns to lost when the connection ends while held.
+impl Spare {
+    /// A connection for a mark (see [`connect_holding`]), its epoch read and the server told
+    /// not to end it when idle (servers before 14 do not know the setting: a server that ends
+    /// idle sessions would end the mark with it, safe but stopping the holder for nothing).
+    async fn open(shared: &Arc<Shared>) -> Result<Spare, TxError> {
+        let (client, id, fate, copy) = connect_holding(shared).await?;
+        let _ = client.batch_execute("SET idle_session_timeout = 0").await;
+        let micros: i64 = client
+            .query_one(EPOCH_SQL, &[])
+            .await
+            .map_err(failed)?
+            .try_get(0)
+            .map_err(failed)?;
+        Ok(Spare {
+            client,
+            id,
+            fate,
+            epoch: epoch_bytes(micros),
+            copy,
+        })
+    }
+}
+
+/// A connection of its own for a mark: a stream this process opens (so that a duplicate of its
+/// socket can go into [`SOCKETS`]) handed to the driver. Answers the client, the mark's id, its
+/// fate (which turns to lost when the connection ends while held) and the duplicate.
 async fn connect_holding(
     shared: &Arc<Shared>,
-) -> Result<(Client, u64, watch::Sender<Fate>), TxError> {
+) -> Result<(Client, u64, watch::Sender<Fate>, OwnedFd), TxError> {
     let config = &shared.config;
     let timeout = config.connect_timeout;
     let connect = async {
@@ -209,7 +269,6 @@ async fn connect_holding(
         .await
         .map_err(failed)?;
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    lock(&SOCKETS).insert(id, copy);
     let (fate, _) = watch::channel(Fate::Held);
     let told = fate.clone();
     tokio::spawn(async move {
@@ -224,7 +283,7 @@ async fn connect_holding(
             lost
         });
     });
-    Ok((client, id, fate))
+    Ok((client, id, fate, copy))
 }
 
 /// The stream of a mark's connection.

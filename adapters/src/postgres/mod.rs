@@ -486,6 +486,8 @@ impl PgKv {
             marks: mark::Marks::default(),
         });
         schema::ensure(&shared).await?;
+        // With marks, the first session's connection is made now, not under its create's timeout.
+        mark::Marks::prepare(&shared).await;
         Ok(PgKv { shared })
     }
 
