@@ -3,7 +3,7 @@
 //!
 //! | mark | PostgreSQL |
 //! |---|---|
-//! | take | a connection of its own per session, kept for the session's life: `pg_advisory_lock(k)`, `k` a 64-bit FNV-1a hash of the schema and the session record's key |
+//! | take | a connection of its own per session, kept for the session's life: `pg_advisory_lock(k)`, `k` a 64-bit FNV-1a hash of the schema and the session record's key; the connection is made in advance (one kept ready per store handle), so a take fits a session call's timeout |
 //! | epoch | the server's start (`pg_postmaster_start_time()`, microseconds): a restarted server, or a standby promoted in its place, holds none of the locks taken before |
 //! | free? | inside the waiter's transaction: `pg_try_advisory_xact_lock(k)` when the epoch is the server's, else "cannot tell" |
 //! | freed (wake-up) | a connection of the waiter's blocked in `pg_advisory_lock(k)`, which the server grants when the holder's connection ends |
