@@ -40,7 +40,9 @@
 use std::time::Duration;
 
 use vvm_core::{Revision, SessionKey, Slot};
-use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError};
+use vvm_runtime::{
+    Acquired, CallTimedOut, LeaseValue, MarkLost, SessionRecord, SessionStore, StoreError,
+};
 
 use super::lease::{
     failed, live_write, next_revision, read_in, Decision, State, Target, TxLeaseStore,
@@ -48,7 +50,6 @@ use super::lease::{
 use super::record::Record;
 use super::semaphore::Step;
 use super::{KvTx, TxError, TxKv};
-use vvm_runtime::{CallTimedOut, MarkLost};
 
 /// What follows the prefix in the key of a session's mark: a NUL byte, which no slot or session
 /// key has there (see the `semaphore` module).
