@@ -25,6 +25,9 @@ use tokio_postgres::{Client, NoTls};
 use super::{failed, lock, map_error, PgError, Shared, Stage};
 use crate::txkv::{MarkFuture, TxError};
 
+/// How long after a take the next mark's connection is made.
+const SPARE_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The statement that reads the epoch: the server's start, in microseconds since 1970.
 pub(super) const EPOCH_SQL: &str =
     "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8";
@@ -132,9 +135,13 @@ impl Marks {
             Some(spare) if !spare.client.is_closed() => spare,
             _ => Spare::open(shared).await?,
         };
-        // The next session's, made meanwhile.
+        // The next session's, made a moment later: a connection's set-up (a backend forked on
+        // the server) would otherwise compete with this session's first calls, which have L/40.
         let next = shared.clone();
-        tokio::spawn(async move { Marks::prepare(&next).await });
+        tokio::spawn(async move {
+            tokio::time::sleep(SPARE_DELAY).await;
+            Marks::prepare(&next).await;
+        });
         let Spare {
             client,
             id,
