@@ -29,9 +29,14 @@
 //!   (`test-support/src/postgres.rs`; each run in a schema of its own); after a SIGKILL the
 //!   successor leads once it has seen the holder's record unchanged for a whole TTL
 //!   (`~Tx.Observation~`): L less the time since the holder's last renewal, give or take.
+//! - `pg-mark-tree-kill`: `pg-tree-kill` with `death=advisory-lock` (`~Pg.Marks~`): the holder's
+//!   session holds an advisory lock, which the server frees when the holder's supervisor, the
+//!   last process with its connection, exits after reaping the tree; the successor, blocked on
+//!   that lock, takes over then.
 //!
 //! `cargo bench --features cli --bench failover_sqlite -- [kill|stop|fresh|tree-kill|tree-handoff|
-//! semaphore-tree-kill|etcd-tree-kill|etcd-tree-handoff|pg-tree-kill|pg-tree-handoff|both] [RUNS]` (default: `both` = kill and stop, 20 runs).
+//! semaphore-tree-kill|etcd-tree-kill|etcd-tree-handoff|pg-tree-kill|pg-tree-handoff|
+//! pg-mark-tree-kill|both] [RUNS]` (default: `both` = kill and stop, 20 runs).
 //! Prints every run, then p50, p99 and the maximum per mode.
 
 use std::io::{BufRead, BufReader};
@@ -260,7 +265,12 @@ fn tree(mode: &str, index: usize, remote: Option<&Remote>) -> Duration {
     let store = match remote {
         Some(Remote::Etcd(endpoints)) => format!("etcd://{endpoints}/?prefix=run-{index}/"),
         Some(Remote::Postgres(port)) => {
-            format!("postgres://vvm@127.0.0.1:{port}/postgres?schema=run{index}")
+            let death = if mode.starts_with("pg-mark-") {
+                "&death=advisory-lock"
+            } else {
+                ""
+            };
+            format!("postgres://vvm@127.0.0.1:{port}/postgres?schema=run{index}{death}")
         }
         None => format!("sqlite:{}", dir.join("vvm.sqlite").display()),
     };
@@ -295,6 +305,7 @@ fn run(mode: &str, index: usize, state: &mut u64, remote: Option<&Remote>) -> Du
     if mode.starts_with("tree-")
         || mode.starts_with("etcd-tree-")
         || mode.starts_with("pg-tree-")
+        || mode.starts_with("pg-mark-tree-")
         || mode.starts_with("semaphore-")
     {
         return tree(mode, index, remote);
@@ -358,6 +369,7 @@ fn main() {
         "etcd-tree-handoff" => &["etcd-tree-handoff"],
         "pg-tree-kill" => &["pg-tree-kill"],
         "pg-tree-handoff" => &["pg-tree-handoff"],
+        "pg-mark-tree-kill" => &["pg-mark-tree-kill"],
         _ => &["kill", "stop"],
     };
     // The etcd modes: one single-member cluster on loopback for all their runs.

@@ -382,6 +382,9 @@ async fn open_postgres(url: &crate::url::PostgresUrl, write: bool) -> Result<Any
             .connections_max(connections)
             .map_err(|error| option("connections")(error.into()))?;
     }
+    config = config
+        .advisory_lock_marks(url.advisory_lock)
+        .map_err(|error| option("death")(error.into()))?;
     if let Some(file) = &url.password_file {
         let password = read_file("password-file", file)?;
         let password = String::from_utf8(password).map_err(|error| OpenError::ReadFile {
@@ -592,6 +595,20 @@ macro_rules! each_store {
     };
 }
 
+impl AnyStore {
+    /// Whether the sessions of this store take liveness marks (PostgreSQL with
+    /// `death=advisory-lock`), which only a holder on a session has: a host that wants them
+    /// holds its slots on a session.
+    pub fn takes_session_marks(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(store) => store.kv().config().takes_marks(),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+}
+
 impl LeaseStore for AnyStore {
     async fn insert_if_not_exists(
         &self,
@@ -691,6 +708,11 @@ impl vvm_runtime::SessionStore for AnyStore {
         key: vvm_core::SessionKey,
     ) -> Result<Vec<vvm_runtime::Acquired>, StoreError> {
         each_store!(self, s => s.acquire_batch(slots, key).await)
+    }
+
+    // Forwarded explicitly: the default would hide the marks of the stores that keep them.
+    fn mark_lost(&self, key: vvm_core::SessionKey) -> vvm_runtime::MarkLost {
+        each_store!(self, s => s.mark_lost(key))
     }
 }
 

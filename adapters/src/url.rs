@@ -20,6 +20,10 @@
 //! `key=F` (a client certificate; not with `sslmode=disable`). libpq's `allow` is refused (use
 //! `prefer` or `disable`). `passfile=` (libpq's `.pgpass` format) is refused: name a file
 //! holding the password alone with `password-file=`.
+//! `death=advisory-lock` (default `death=ttl`) makes each session hold a session-level advisory
+//! lock, so that others take over as soon as a dead holder's connection ends rather than a TTL
+//! later; sound only on a direct connection to the primary, without a pooler in transaction or
+//! statement mode (`Pg.Marks` in `specs/stores.md`). Other stores refuse the parameter.
 //!
 //! The parameters of etcd (values percent-encoded, each at most once):
 //!
@@ -98,6 +102,7 @@ const POSTGRES_PARAMETERS: &[&str] = &[
     "ca",
     "cert",
     "key",
+    "death",
 ];
 /// Most connections a `postgres:` URL may ask for.
 pub const POSTGRES_CONNECTIONS_MAX: usize = 256;
@@ -165,6 +170,8 @@ pub struct PostgresUrl {
     pub cert: Option<PathBuf>,
     /// `key=`.
     pub key: Option<PathBuf>,
+    /// `death=advisory-lock` (`false`: `death=ttl`, the default).
+    pub advisory_lock: bool,
 }
 
 /// libpq's `sslmode` values a `postgres:` URL takes.
@@ -503,6 +510,9 @@ impl fmt::Display for PostgresUrl {
         if self.key.is_some() {
             query.append_pair("key", REDACTED);
         }
+        if self.advisory_lock {
+            query.append_pair("death", "advisory-lock");
+        }
         let query = query.finish();
         if !query.is_empty() {
             write!(f, "?{query}")?;
@@ -573,6 +583,7 @@ fn parse_postgres(input: &str) -> Result<PostgresUrl, UrlError> {
         dbname,
         ..PostgresUrl::default()
     };
+    let mut death = None;
     for (name, value) in parsed.query().map(parameters).into_iter().flatten() {
         let value = value.as_ref();
         match name.as_ref() {
@@ -631,6 +642,20 @@ fn parse_postgres(input: &str) -> Result<PostgresUrl, UrlError> {
             "ca" => set_once(&mut postgres.ca, "ca", file("ca", value)?)?,
             "cert" => set_once(&mut postgres.cert, "cert", file("cert", value)?)?,
             "key" => set_once(&mut postgres.key, "key", file("key", value)?)?,
+            "death" => {
+                let advisory_lock = match value {
+                    "ttl" => false,
+                    "advisory-lock" => true,
+                    _ => {
+                        return Err(UrlError::BadParameter {
+                            name: "death",
+                            reason: "it must be ttl (the default) or advisory-lock",
+                        })
+                    }
+                };
+                set_once(&mut death, "death", advisory_lock)?;
+                postgres.advisory_lock = advisory_lock;
+            }
             other => return Err(unknown("postgres", POSTGRES_PARAMETERS, other)),
         }
     }
@@ -1446,5 +1471,51 @@ mod tests {
                 near_miss: Some(_)
             })
         ));
+    }
+
+    /// `death=advisory-lock` turns PostgreSQL's session marks on; `death=ttl` is the default; any
+    /// other value, a second one, and the parameter on any other store are refused.
+    // covers: Pg.Marks
+    #[test]
+    fn the_death_signal_is_chosen_on_postgres_only() {
+        let postgres = |url: &str| match StoreUrl::parse(url) {
+            Ok(StoreUrl::Postgres(postgres)) => postgres,
+            other => panic!("{url}: {other:?}"),
+        };
+        let marks = postgres("postgres://vvm@h/d?death=advisory-lock");
+        assert!(marks.advisory_lock);
+        assert!(
+            marks.to_string().ends_with("?death=advisory-lock"),
+            "{marks}"
+        );
+        assert!(!postgres("postgres://vvm@h/d?death=ttl").advisory_lock);
+        assert!(!postgres("postgres://vvm@h/d").advisory_lock);
+        for url in [
+            "postgres://vvm@h/d?death=lock",
+            "postgres://vvm@h/d?death=ttl&death=advisory-lock",
+        ] {
+            assert!(
+                matches!(
+                    StoreUrl::parse(url),
+                    Err(UrlError::BadParameter { name: "death", .. }
+                        | UrlError::RepeatedParameter { name: "death" })
+                ),
+                "{url}: {:?}",
+                StoreUrl::parse(url)
+            );
+        }
+        for (url, store) in [
+            ("sqlite:/tmp/x.sqlite?death=advisory-lock", "sqlite"),
+            ("etcd://127.0.0.1:2379/?death=advisory-lock", "etcd"),
+        ] {
+            assert!(
+                matches!(
+                    StoreUrl::parse(url),
+                    Err(UrlError::UnknownParameter { store: s, .. }) if s == store
+                ),
+                "{url}: {:?}",
+                StoreUrl::parse(url)
+            );
+        }
     }
 }

@@ -123,6 +123,11 @@ pub enum LossReason {
     /// any more and its kill deadline stays where it was. Reported by the runtime only (no core
     /// machine decides it) to every holding of that session.
     Abandoned,
+    /// The store's sign of the session's liveness was lost while the process lived (PostgreSQL:
+    /// the connection holding its advisory lock broke): others may judge the session ended
+    /// from then on, before its TTL, so the kill deadline moves to now. Reported by the
+    /// runtime only (no core machine decides it).
+    MarkLost,
 }
 
 /// Why a slot was not acquired.

@@ -133,6 +133,9 @@ fn describe(reason: LossReason) -> &'static str {
         LossReason::Abandoned => {
             "its session was given up after services stopped without being vouched for; the process ends at the kill deadline"
         }
+        LossReason::MarkLost => {
+            "the connection holding its session's liveness mark broke, so others may take over at once; the process ends now"
+        }
     }
 }
 

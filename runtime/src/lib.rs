@@ -103,7 +103,7 @@ pub use services::{
     SERVICES_MAX,
 };
 pub use session::{Holding, SessionError, SessionHandle, SessionStatus, ACQUIRE_SENDS_MAX};
-pub use session_store::{Acquired, SessionRecord, SessionStore, ACQUIRE_BATCH_MAX};
+pub use session_store::{Acquired, MarkLost, SessionRecord, SessionStore, ACQUIRE_BATCH_MAX};
 pub use snapshot::{VvmSnapshot, VvmSubscription};
 pub use store::{
     CallTimedOut, Inserted, Lease, LeaseStore, LeaseValue, SlotChange, StoreError, ValueError,

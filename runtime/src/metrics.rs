@@ -146,6 +146,7 @@ pub(crate) fn notified(effect: &Effect) {
                 LossReason::RenewalFailed => "renewal_failed",
                 LossReason::DeadlinePassed => "deadline_passed",
                 LossReason::Abandoned => "abandoned",
+                LossReason::MarkLost => "mark_lost",
             };
             metrics::gauge!(LEADER, "slot" => slot.clone()).set(0.0);
             metrics::counter!(LOSSES_TOTAL, "slot" => slot, "reason" => reason).increment(1);

@@ -27,6 +27,7 @@
 //! session inside the transaction that writes the holding.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use vvm_core::{Revision, SessionKey, Slot};
@@ -54,6 +55,9 @@ pub enum Acquired {
     /// The session is not live (expired, deleted, never created): nothing was written.
     SessionGone,
 }
+
+/// What [`SessionStore::mark_lost`] answers: resolves when the session's liveness mark is lost.
+pub type MarkLost = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A store of sessions and the holdings that live as long as they do. See the module
 /// documentation for the contract.
@@ -126,6 +130,16 @@ pub trait SessionStore: LeaseStore {
             Ok(answers)
         }
     }
+
+    /// Resolves when this process loses the liveness mark of its session `key` other than by
+    /// deleting the session (PostgreSQL with `death=advisory-lock`: the connection holding the
+    /// session's advisory lock broke): from then on other processes may judge the session
+    /// ended before its TTL, so the session's task moves the kill deadline to now. Pending for
+    /// stores that keep no marks (the default).
+    fn mark_lost(&self, key: SessionKey) -> MarkLost {
+        let _ = key;
+        Box::pin(std::future::pending())
+    }
 }
 
 /// Most slots of one [`SessionStore::acquire_batch`] call: a store that decides them in one
@@ -183,5 +197,9 @@ impl<S: SessionStore> SessionStore for std::sync::Arc<S> {
         key: SessionKey,
     ) -> impl Future<Output = Result<Vec<Acquired>, StoreError>> + Send {
         S::acquire_batch(self, slots, key)
+    }
+
+    fn mark_lost(&self, key: SessionKey) -> MarkLost {
+        S::mark_lost(self, key)
     }
 }

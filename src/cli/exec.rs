@@ -556,9 +556,18 @@ impl Service for ExecService {
         };
         // The supervisor inherits the SQLite slot locks this process holds and keeps them until
         // the last process of the command's tree is gone, also after this process died.
-        let hold = vvm_adapters::sqlite::let_children_inherit_slot_locks().map_err(|e| {
+        #[allow(unused_mut)]
+        let mut hold = vvm_adapters::sqlite::let_children_inherit_slot_locks().map_err(|e| {
             ServiceError::with_source("cannot pass the slot locks to the supervisor", e)
         })?;
+        // And the sockets of the PostgreSQL session marks (`death=advisory-lock`): the server
+        // frees a mark only when the last of them closes, so only after the tree is gone.
+        #[cfg(feature = "postgres")]
+        hold.extend(
+            vvm_adapters::postgres::let_children_inherit_session_marks().map_err(|e| {
+                ServiceError::with_source("cannot pass the session marks to the supervisor", e)
+            })?,
+        );
         let pipes = pipe_for_child(true).and_then(|c| Ok((c, pipe_for_child(false)?)));
         let ((control, control_its), (report, report_its)) = pipes
             .map_err(|e| ServiceError::with_source("cannot make the supervisor's pipes", e))?;

@@ -310,7 +310,14 @@ async fn run_vvm(
         Ok(services) => services,
         Err(e) => return fail(&super::error_chain(&e)),
     };
-    let vvm = match Vvm::provide(config, store, services) {
+    // A death signal beside the TTL is a session's (`death=advisory-lock`): the slot is then held
+    // on a session of its own, whose mark tells the others when this process died.
+    let provided = if store.takes_session_marks() {
+        Vvm::provide_on_session(config, store, services)
+    } else {
+        Vvm::provide(config, store, services)
+    };
+    let vvm = match provided {
         Ok(vvm) => vvm,
         Err(e) => return usage_error(&e.to_string()),
     };

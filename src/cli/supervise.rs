@@ -17,7 +17,9 @@
 //!   a hand-off never waits for the system's first process to reap an orphan.
 //! - **The slot stays taken while any of the tree lives.** The SQLite slot locks `vvm` holds are
 //!   inherited by the supervisor and kept from the command (close-on-exec): they are released
-//!   when the supervisor exits, which is only after it reaped the last process of the tree.
+//!   when the supervisor exits, which is only after it reaped the last process of the tree. So
+//!   are the sockets of PostgreSQL's session marks (`death=advisory-lock`): the server frees a
+//!   session's advisory lock only when the last descriptor of its connection closes.
 //!
 //! A graceful stop is a record of `0` on the pipe: SIGTERM, then SIGCONT (so that a stopped
 //! process sees it), to the command's group and to every other descendant; a record of `1` ends the tree at once (a second Ctrl-C). When the command exits, whatever it left is SIGKILLed and the supervisor

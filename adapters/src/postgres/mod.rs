@@ -9,6 +9,7 @@
 //! | `set` / `clear` | kept in the transaction, sent as `INSERT … ON CONFLICT DO UPDATE` / `DELETE` right before `COMMIT` |
 //! | `commit` | `COMMIT` |
 //! | `watch` | `LISTEN`/`NOTIFY` (see below) |
+//! | liveness marks (with [`PgConfig::advisory_lock_marks`]) | session-level advisory locks, one connection per session (see the `mark` module) |
 //! | [`TxError::Retryable`] | SQLSTATE `40001` (serialization failure), `40P01` (deadlock), `55P03` (lock timeout); nothing committed |
 //! | [`TxError::UnknownResult`] | the connection lost while `COMMIT` was under way |
 //! | [`TxError::Failed`] | everything else |
@@ -54,6 +55,7 @@
 //! libpq's `allow` is not offered.
 
 mod listen;
+mod mark;
 mod schema;
 #[cfg(feature = "postgres-tls")]
 mod tls;
@@ -68,7 +70,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Statement};
 
-use crate::txkv::{KeyValue, KvTx, TxError, TxKv, TxLeaseStore, TxOptions};
+use crate::txkv::{KeyValue, KvTx, MarkFuture, TxError, TxKv, TxLeaseStore, TxOptions};
+pub use mark::let_children_inherit_session_marks;
 pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "postgres-tls")]
 pub use tls::{PgTls, PgTlsError};
@@ -163,6 +166,7 @@ pub struct PgConfig {
     ssl_mode: PgSslMode,
     #[cfg(feature = "postgres-tls")]
     tls: PgTls,
+    marks: bool,
 }
 
 impl std::fmt::Debug for PgConfig {
@@ -177,6 +181,7 @@ impl std::fmt::Debug for PgConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("connections_max", &self.connections_max)
             .field("ssl_mode", &self.ssl_mode)
+            .field("marks", &self.marks)
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +202,10 @@ pub enum PgConfigError {
     /// A mode that needs TLS, in a build without the feature `postgres-tls`.
     #[error("sslmode={0} needs TLS, which this build lacks (feature postgres-tls)")]
     TlsNotBuilt(PgSslMode),
+    /// Advisory-lock marks with a mode that needs TLS: a mark's connection is a socket this
+    /// process opens itself (so that the command's supervisor can keep it), made without TLS.
+    #[error("death=advisory-lock cannot be combined with sslmode={0}: a mark's own connection is made without TLS (use sslmode=disable or prefer on a network you trust, or death=ttl)")]
+    MarksWithoutTls(PgSslMode),
 }
 
 impl PgConfig {
@@ -220,16 +229,19 @@ impl PgConfig {
             ssl_mode: PgSslMode::default(),
             #[cfg(feature = "postgres-tls")]
             tls: PgTls::default(),
+            marks: false,
         })
     }
 
     /// Whether and how connections use TLS (default [`PgSslMode::Prefer`]). Without the
     /// feature `postgres-tls`, the modes that need TLS are refused.
     pub fn ssl_mode(mut self, mode: PgSslMode) -> Result<Self, PgConfigError> {
-        if !cfg!(feature = "postgres-tls")
-            && !matches!(mode, PgSslMode::Disable | PgSslMode::Prefer)
-        {
+        let needs_tls = !matches!(mode, PgSslMode::Disable | PgSslMode::Prefer);
+        if !cfg!(feature = "postgres-tls") && needs_tls {
             return Err(PgConfigError::TlsNotBuilt(mode));
+        }
+        if self.marks && needs_tls {
+            return Err(PgConfigError::MarksWithoutTls(mode));
         }
         self.ssl_mode = mode;
         Ok(self)
@@ -253,6 +265,24 @@ impl PgConfig {
     #[cfg(not(feature = "postgres-tls"))]
     fn connector(&self) -> Result<Connector, PgOpenError> {
         Ok(Plain)
+    }
+
+    /// Whether each session of this process holds a session-level advisory lock on a
+    /// connection of its own, so that other processes may take over as soon as the server
+    /// frees it — when the process died — rather than a TTL later (URL: `death=advisory-lock`;
+    /// off by default). The process ends at once when that connection ends while it lives.
+    /// Sound only with a direct connection to the primary and no pooler in transaction or
+    /// statement mode: see `Pg.Marks` in `specs/stores.md`. Other processes judge a session by
+    /// its lock only when its record names one, whatever their own setting.
+    ///
+    /// A mark's connection is made without TLS: marks are refused
+    /// ([`PgConfigError::MarksWithoutTls`]) with an [`ssl_mode`](Self::ssl_mode) that needs it.
+    pub fn advisory_lock_marks(mut self, marks: bool) -> Result<Self, PgConfigError> {
+        if marks && !matches!(self.ssl_mode, PgSslMode::Disable | PgSslMode::Prefer) {
+            return Err(PgConfigError::MarksWithoutTls(self.ssl_mode));
+        }
+        self.marks = marks;
+        Ok(self)
     }
 
     /// The password (none by default: trust, peer or `.pgpass`-less setups).
@@ -289,6 +319,11 @@ impl PgConfig {
         }
         self.connections_max = connections;
         Ok(self)
+    }
+
+    /// Whether sessions take advisory-lock marks ([`advisory_lock_marks`](Self::advisory_lock_marks)).
+    pub fn takes_marks(&self) -> bool {
+        self.marks
     }
 
     /// `user@host:port/dbname`, for messages (no password).
@@ -451,6 +486,14 @@ async fn connect_client(
     Ok(client)
 }
 
+/// The advisory lock (`pg_advisory_lock`'s bigint key) the session whose record is under
+/// `session_key` holds in `schema` when its process opened the store with
+/// [`PgConfig::advisory_lock_marks`]: finds that session's connection in `pg_locks` (`classid`
+/// its high 32 bits, `objid` its low 32 bits, `objsubid` 1).
+pub fn session_lock_key(schema: &str, session_key: &[u8]) -> i64 {
+    mark::lock_key(schema, session_key)
+}
+
 /// Connects to the server of `config`, creates or checks the store's schema, and returns the
 /// lease store over it; `options` bound every operation (and the server-side lock and idle
 /// timeouts of its connections).
@@ -481,6 +524,9 @@ pub enum PgError {
     /// [`WATCHES_MAX`] watches are waiting already.
     #[error("too many watches (at most {WATCHES_MAX})")]
     TooManyWatches,
+    /// The connection of a session's liveness mark could not be opened (or timed out).
+    #[error("cannot connect for a session's liveness mark")]
+    MarkConnect(#[source] std::io::Error),
 }
 
 /// PostgreSQL as a [`TxKv`]. Cloning shares the connections and the listener.
@@ -507,6 +553,8 @@ struct Shared {
     permits: Arc<Semaphore>,
     listener: listen::Listener,
     sql: schema::Sql,
+    /// The liveness marks this process holds.
+    marks: mark::Marks,
 }
 
 impl std::fmt::Debug for Shared {
@@ -639,8 +687,11 @@ impl PgKv {
             config,
             driver,
             sql,
+            marks: mark::Marks::default(),
         });
         schema::ensure(&shared, write).await?;
+        // With marks, the first session's connection is made now, not under its create's timeout.
+        mark::Marks::prepare(&shared).await;
         Ok(PgKv { shared })
     }
 
@@ -772,6 +823,30 @@ impl TxKv for PgKv {
             watches: Vec::new(),
         })
     }
+
+    /// Always: a session record of another process may name an advisory lock.
+    fn has_marks(&self) -> bool {
+        true
+    }
+
+    async fn take_mark(&self, mark: &[u8]) -> Result<Option<Vec<u8>>, TxError> {
+        if !self.shared.config.marks {
+            return Ok(None);
+        }
+        mark::Marks::take(&self.shared, mark).await.map(Some)
+    }
+
+    fn release_mark(&self, mark: &[u8]) {
+        self.shared.marks.release(mark);
+    }
+
+    fn mark_lost(&self, mark: &[u8]) -> MarkFuture {
+        self.shared.marks.lost(mark)
+    }
+
+    fn mark_freed(&self, mark: &[u8], epoch: &[u8]) -> MarkFuture {
+        mark::freed(&self.shared, mark, epoch)
+    }
 }
 
 impl KvTx for PgTx {
@@ -837,6 +912,30 @@ impl KvTx for PgTx {
             .collect())
     }
 
+    async fn mark_free(&mut self, mark: &[u8], epoch: &[u8]) -> Result<Option<bool>, TxError> {
+        if self.shared.marks.holds(mark) {
+            return Ok(Some(false));
+        }
+        let Ok(epoch) = <[u8; 8]>::try_from(epoch) else {
+            return Ok(None);
+        };
+        let epoch = i64::from_be_bytes(epoch);
+        let key = mark::lock_key(&self.shared.config.schema, mark);
+        let sql = format!(
+            "SELECT CASE WHEN ({}) = $2 THEN pg_try_advisory_xact_lock($1) END",
+            mark::EPOCH_SQL
+        );
+        let conn = self.begun().await?;
+        // A lock taken here is this transaction's, given back when it ends.
+        match conn.client.query_one(&sql, &[&key, &epoch]).await {
+            Ok(row) => row.try_get::<_, Option<bool>>(0).map_err(failed),
+            Err(error) => {
+                self.abandon().await;
+                Err(map_error(error, Stage::Before))
+            }
+        }
+    }
+
     fn set(&mut self, key: &[u8], value: &[u8]) {
         self.writes.insert(key.to_vec(), Some(value.to_vec()));
     }
@@ -894,6 +993,36 @@ impl KvTx for PgTx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mark's connection is made without TLS, so marks and a mode that needs TLS are refused
+    /// together, in either order; `prefer` and `disable` take them.
+    // covers: Pg.Marks
+    #[test]
+    fn marks_are_refused_with_a_mode_that_needs_tls() {
+        let config = PgConfig::new("db.example", 5432, "vvm", "app").unwrap();
+        for mode in [PgSslMode::Disable, PgSslMode::Prefer] {
+            let config = config.clone().ssl_mode(mode).unwrap();
+            assert!(config.advisory_lock_marks(true).is_ok(), "{mode}");
+        }
+        if cfg!(feature = "postgres-tls") {
+            for mode in [
+                PgSslMode::Require,
+                PgSslMode::VerifyCa,
+                PgSslMode::VerifyFull,
+            ] {
+                let tls_first = config.clone().ssl_mode(mode).unwrap();
+                assert_eq!(
+                    tls_first.advisory_lock_marks(true).err(),
+                    Some(PgConfigError::MarksWithoutTls(mode))
+                );
+                let marks_first = config.clone().advisory_lock_marks(true).unwrap();
+                assert_eq!(
+                    marks_first.ssl_mode(mode).err(),
+                    Some(PgConfigError::MarksWithoutTls(mode))
+                );
+            }
+        }
+    }
 
     #[test]
     fn the_password_never_shows_and_schema_names_are_plain() {

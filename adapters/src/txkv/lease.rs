@@ -369,12 +369,15 @@ impl<K: TxKv> TxLeaseStore<K> {
 
     /// Classifies what a transaction that started at `started` read at `read_at` under
     /// `target`, and updates the notes. A holding is live while its session record is:
-    /// `session` is what the same transaction read under that record's key.
+    /// `session` is what the same transaction read under that record's key. `ended`: the
+    /// session record read (the target's, or the holding's session's) is known ended by its
+    /// liveness mark (`session` module), which ends it as an expiry would.
     pub(super) fn observe(
         &self,
         target: Target,
         bytes: Option<&[u8]>,
         session: Option<&[u8]>,
+        ended: bool,
         started: Instant,
         read_at: Instant,
     ) -> State {
@@ -398,7 +401,14 @@ impl<K: TxKv> TxLeaseStore<K> {
             }) => {
                 self.notes().remove(&target);
                 let live = matches!(
-                    self.observe(Target::Session(holder), session, None, started, read_at),
+                    self.observe(
+                        Target::Session(holder),
+                        session,
+                        None,
+                        ended,
+                        started,
+                        read_at
+                    ),
                     State::Live { .. }
                 );
                 return match live {
@@ -416,6 +426,10 @@ impl<K: TxKv> TxLeaseStore<K> {
                 value,
             }) => (revision, ttl, value),
         };
+        if ended && matches!(target, Target::Session(_)) {
+            self.notes().remove(&target);
+            return State::Absent { revision };
+        }
         let mut notes = self.notes();
         match notes.get(&target) {
             Some(note) if note.revision == revision && note.value == value => {
@@ -554,12 +568,50 @@ impl<K: TxKv> TxLeaseStore<K> {
                     }
                 }
             };
-            let read_at = self.time.now();
             let held_session = held_read.as_ref().and_then(Option::as_deref);
-            let state = self.observe(target, read.as_deref(), held_session, started, read_at);
+            let also_bytes = also_read.as_ref().and_then(Option::as_deref);
+            // Each session read judged by its liveness mark too, in the same transaction.
+            let mut ended = [false, false];
+            let mut retry = None;
+            for (i, session, bytes) in [(0, holder, held_session), (1, also, also_bytes)] {
+                let Some(session) = session else { continue };
+                if i == 1 && also == holder {
+                    ended[1] = ended[0];
+                    continue;
+                }
+                match self
+                    .ended_by_mark(&mut tx, session, bytes, deadline, slot)
+                    .await?
+                {
+                    Ok(judged) => ended[i] = judged,
+                    Err(error) => {
+                        retry = Some(error);
+                        break;
+                    }
+                }
+            }
+            if let Some(error) = retry {
+                last = Some(error);
+                continue;
+            }
+            let read_at = self.time.now();
+            let state = self.observe(
+                target,
+                read.as_deref(),
+                held_session,
+                ended[0],
+                started,
+                read_at,
+            );
             let also_state = also.map(|session| {
-                let bytes = also_read.as_ref().and_then(Option::as_deref);
-                self.observe(Target::Session(session), bytes, None, started, read_at)
+                self.observe(
+                    Target::Session(session),
+                    also_bytes,
+                    None,
+                    ended[1],
+                    started,
+                    read_at,
+                )
             });
             let (record, answer, own) = match decide(&state, also_state.as_ref())? {
                 Decision::Done(answer) => return Ok(answer),
@@ -700,6 +752,9 @@ impl<K: TxKv> TxLeaseStore<K> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut tx = self.kv.begin().map_err(|error| failed(&error))?;
         let mut watches = Vec::with_capacity(slots.len());
+        // The liveness marks of the slots' holding sessions, waited on beside the watches
+        // (`session` module): a freed mark makes the waiter look again at once.
+        let mut marks = Vec::new();
         for (slot, seen) in slots.iter().zip(baseline.iter_mut()) {
             let key = self.key(*slot);
             let read = tokio::time::timeout_at(deadline, tx.get(&key))
@@ -718,8 +773,27 @@ impl<K: TxKv> TxLeaseStore<K> {
                     None => bytes,
                     Some(Record::Deleted { .. }) => return Ok(Round::Changed),
                     // A holding's end with its session changes no key: the waiter's own timer
-                    // covers it, as an expiry.
-                    Some(Record::Live { value, .. } | Record::Held { value, .. }) => value,
+                    // covers it, as an expiry, and so does its mark where there is one.
+                    Some(Record::Held { value, session, .. }) => {
+                        if self.kv.has_marks() {
+                            let mark_key = self.mark_key(session);
+                            let epoch = tokio::time::timeout_at(deadline, tx.get(&mark_key))
+                                .await
+                                .map_err(|_| {
+                                    StoreError::failed(CallTimedOut {
+                                        call: "reading",
+                                        slot: slot.0,
+                                        timeout,
+                                    })
+                                })?
+                                .map_err(|error| failed(&error))?;
+                            if let Some(epoch) = epoch {
+                                marks.push(self.kv.mark_freed(&self.session_key(session), &epoch));
+                            }
+                        }
+                        value
+                    }
+                    Some(Record::Live { value, .. }) => value,
                 },
             };
             match seen {
@@ -741,18 +815,29 @@ impl<K: TxKv> TxLeaseStore<K> {
             })?
             .map_err(|error| failed(&error))?;
         let fired = std::future::poll_fn(|cx| {
+            for mark in &mut marks {
+                if mark.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(None);
+                }
+            }
             for watch in &mut watches {
                 if let std::task::Poll::Ready(result) =
                     std::future::Future::poll(watch.as_mut(), cx)
                 {
-                    return std::task::Poll::Ready(result);
+                    return std::task::Poll::Ready(Some(result));
                 }
             }
             std::task::Poll::Pending
         })
         .await;
-        fired.map_err(|error| failed(&error))?;
-        Ok(Round::Again)
+        match fired {
+            // A holder's mark may be free: the waiter tries again, which judges it.
+            None => Ok(Round::Changed),
+            Some(result) => {
+                result.map_err(|error| failed(&error))?;
+                Ok(Round::Again)
+            }
+        }
     }
 }
 

@@ -82,13 +82,63 @@ impl TxError {
 /// A key and its value, as a range read ([`KvTx::range`]) answers them.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
+/// A future of a liveness mark ([`TxKv::mark_lost`], [`TxKv::mark_freed`]).
+pub type MarkFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// A transactional key-value store: serializable transactions of reads and writes.
+///
+/// # Liveness marks (optional)
+///
+/// A store may tell, beside the TTL, that the process that took a *mark* has ended
+/// (PostgreSQL: a session-level advisory lock, freed by the server when the connection holding
+/// it ends). The rules that use them are written once, in the `session` module; a store that
+/// keeps none (FoundationDB, [`MemoryKv`]) keeps the defaults, which take none and can never
+/// tell, and its sessions are judged by their TTL alone.
 pub trait TxKv: Send + Sync + 'static {
     /// One transaction.
     type Tx: KvTx;
 
     /// Starts a transaction.
     fn begin(&self) -> Result<Self::Tx, TxError>;
+
+    /// Whether records here may name marks: only then does a waiter read a session's mark key
+    /// and ask [`KvTx::mark_free`]. `false` by default.
+    fn has_marks(&self) -> bool {
+        false
+    }
+
+    /// Takes the mark `mark` for this process (again: nothing more) and answers the *epoch* it
+    /// is held in — what a waiter must see for the mark to mean anything (PostgreSQL: the
+    /// server's start, since a restarted or promoted server holds no locks) — or `None` when
+    /// this store takes no marks (the default).
+    fn take_mark(
+        &self,
+        mark: &[u8],
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, TxError>> + Send {
+        let _ = mark;
+        async { Ok(None) }
+    }
+
+    /// Gives the mark `mark` back, if this process holds it; [`mark_lost`](TxKv::mark_lost)
+    /// never resolves for it then.
+    fn release_mark(&self, mark: &[u8]) {
+        let _ = mark;
+    }
+
+    /// Resolves when the mark `mark`, held by this process, is lost other than by
+    /// [`release_mark`](TxKv::release_mark) (PostgreSQL: its connection ended). Pending when
+    /// this process does not hold it, and by default.
+    fn mark_lost(&self, mark: &[u8]) -> MarkFuture {
+        let _ = mark;
+        Box::pin(std::future::pending())
+    }
+
+    /// Resolves when the mark `mark`, taken in `epoch`, may have been freed (a waiter then
+    /// looks again); pending while it cannot tell, and by default.
+    fn mark_freed(&self, mark: &[u8], epoch: &[u8]) -> MarkFuture {
+        let _ = (mark, epoch);
+        Box::pin(std::future::pending())
+    }
 }
 
 /// One transaction: reads see the writes made in it; [`commit`](KvTx::commit) applies them
@@ -116,6 +166,18 @@ pub trait KvTx: Send + 'static {
 
     /// Removes `key` when committed.
     fn clear(&mut self, key: &[u8]);
+
+    /// Whether the mark `mark`, taken in `epoch`, is free now, asked inside this transaction:
+    /// `Some(true)` when no process holds it (its holder ended), `Some(false)` when one does,
+    /// `None` when the store cannot tell (another epoch; the default).
+    fn mark_free(
+        &mut self,
+        mark: &[u8],
+        epoch: &[u8],
+    ) -> impl Future<Output = Result<Option<bool>, TxError>> + Send {
+        let _ = (mark, epoch);
+        async { Ok(None) }
+    }
 
     /// Applies every write of the transaction, or none.
     fn commit(self) -> impl Future<Output = Result<(), TxError>> + Send;

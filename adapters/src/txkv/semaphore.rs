@@ -242,7 +242,7 @@ fn parties(state: Option<&Semaphore>) -> HashSet<SessionKey> {
 }
 
 /// What one attempt of a transaction decided.
-enum Step<T, Tx> {
+pub(super) enum Step<T, Tx> {
     /// Answer without writing (the transaction is dropped).
     Read(T),
     /// Commit `Tx`, then answer.
@@ -295,7 +295,11 @@ impl<K: TxKv> TxLeaseStore<K> {
 
     /// Runs `attempt` on fresh transactions until it answers, commits, or the retry limit or
     /// the operation timeout is reached (as the slots' operations are).
-    async fn retrying<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, StoreError>
+    pub(super) async fn retrying<T, F, Fut>(
+        &self,
+        what: &str,
+        mut attempt: F,
+    ) -> Result<T, StoreError>
     where
         F: FnMut(K::Tx, Instant) -> Fut,
         Fut: Future<Output = Result<Step<T, K::Tx>, StoreError>>,
@@ -375,11 +379,20 @@ impl<K: TxKv> TxLeaseStore<K> {
             Ok(bytes) => bytes,
             Err(retry) => return Ok(Err(retry)),
         };
+        let far = tokio::time::Instant::now() + self.options.timeout;
+        let ended = match self
+            .ended_by_mark(tx, key, bytes.as_deref(), far, vvm_core::Slot(0))
+            .await?
+        {
+            Ok(ended) => ended,
+            Err(retry) => return Ok(Err(retry)),
+        };
         let read_at = self.time.now();
         let state = self.observe(
             Target::Session(key),
             bytes.as_deref(),
             None,
+            ended,
             started,
             read_at,
         );
@@ -564,6 +577,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             Target::Session(key),
             bytes.as_deref(),
             None,
+            false,
             started,
             self.time.now(),
         );
@@ -601,6 +615,9 @@ impl<K: TxKv> TxLeaseStore<K> {
         }
         tx.clear(&parties_key);
         tx.clear(&session_key);
+        if self.kv.has_marks() {
+            tx.clear(&self.mark_key(key));
+        }
         Ok(Step::Commit(Some(versions), tx))
     }
 

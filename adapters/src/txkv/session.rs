@@ -14,15 +14,120 @@
 //!   `Holding::release` does) fires it;
 //! - acquire: one transaction reads the slot's key and the session's: `if live(session) and
 //!   absent(slot) then set(holding)`; a holding of the same session answers its revision.
+//!
+//! # Liveness marks (`Tx.Marks`)
+//!
+//! Where the key-value store can tell that a process ended before its TTL says so
+//! ([`TxKv::take_mark`]: PostgreSQL's session-level advisory lock, with `death=advisory-lock`):
+//! - create: the mark (named by the session record's key) is taken **before** the record is
+//!   written, and its epoch written first under `<prefix>\0mark/<session>`: a record that names
+//!   a mark is never seen without it held;
+//! - judge: every transaction that reads another session's live record for a holding or a
+//!   semaphore party also reads that session's mark key and, when there is one, asks
+//!   [`KvTx::mark_free`] in the same transaction. A free mark ends the session exactly as an
+//!   expiry by observation does (same transaction, same path: the slot is free, the party
+//!   gone). No mark key (a process that takes none, or of an older version), or a store that
+//!   cannot tell (another epoch): the TTL alone judges;
+//! - wake: a slot's change feed waits on [`TxKv::mark_freed`] of its holder's mark beside its
+//!   watches, so a waiter tries again as soon as the holder's mark is freed;
+//! - holder: the session's task ends the process when its mark is lost while it lives
+//!   ([`SessionStore::mark_lost`]), since waiters may act at once from then on;
+//! - delete: the mark key is cleared with the record, and the mark released after the delete
+//!   (nothing acts under a session that is being deleted).
+//!
+//! The TTL never depends on marks: a holder's kill deadline is its keepalives', as without.
 
 use std::time::Duration;
 
 use vvm_core::{Revision, SessionKey, Slot};
-use vvm_runtime::{Acquired, LeaseValue, SessionRecord, SessionStore, StoreError};
+use vvm_runtime::{
+    Acquired, CallTimedOut, LeaseValue, MarkLost, SessionRecord, SessionStore, StoreError,
+};
 
-use super::lease::{live_write, next_revision, Decision, State, Target, TxLeaseStore};
+use super::lease::{
+    failed, live_write, next_revision, read_in, Decision, State, Target, TxLeaseStore,
+};
 use super::record::Record;
-use super::TxKv;
+use super::semaphore::Step;
+use super::{KvTx, TxError, TxKv};
+
+/// What follows the prefix in the key of a session's mark: a NUL byte, which no slot or session
+/// key has there (see the `semaphore` module).
+const MARK_PART: &[u8] = b"\0mark/";
+
+impl<K: TxKv> TxLeaseStore<K> {
+    /// The key holding the epoch of the liveness mark of `session`, when it took one.
+    pub(super) fn mark_key(&self, session: SessionKey) -> Vec<u8> {
+        let mut key = self.options.prefix.clone();
+        key.extend_from_slice(MARK_PART);
+        key.extend_from_slice(session.to_string().as_bytes());
+        key
+    }
+
+    /// Whether the session `session`, whose record `bytes` was read in `tx`, is known ended by
+    /// its liveness mark: a live record, a mark key naming an epoch, and the store saying the
+    /// mark is free in it. `Ok(Err(retryable))` when the transaction must be run again.
+    pub(super) async fn ended_by_mark(
+        &self,
+        tx: &mut K::Tx,
+        session: SessionKey,
+        bytes: Option<&[u8]>,
+        deadline: tokio::time::Instant,
+        slot: Slot,
+    ) -> Result<Result<bool, TxError>, StoreError> {
+        if !self.kv.has_marks() {
+            return Ok(Ok(false));
+        }
+        if !matches!(bytes.and_then(Record::decode), Some(Record::Live { .. })) {
+            return Ok(Ok(false));
+        }
+        let timeout = self.options.timeout;
+        let epoch = match read_in(tx, &self.mark_key(session), deadline, slot, timeout).await? {
+            Ok(Some(epoch)) => epoch,
+            Ok(None) => return Ok(Ok(false)),
+            Err(retry) => return Ok(Err(retry)),
+        };
+        let mark = self.session_key(session);
+        match tokio::time::timeout_at(deadline, tx.mark_free(&mark, &epoch)).await {
+            Err(_) => Err(StoreError::failed(CallTimedOut {
+                call: "asking for a session's mark",
+                slot: slot.0,
+                timeout,
+            })),
+            Ok(Err(error @ TxError::Retryable { .. })) => Ok(Err(error)),
+            Ok(Err(error)) => Err(failed(&error)),
+            Ok(Ok(free)) => Ok(Ok(free == Some(true))),
+        }
+    }
+
+    /// Takes the liveness mark of `key` and writes its epoch under the mark key, before the
+    /// session record is written; nothing when the store takes no marks.
+    async fn take_mark(&self, key: SessionKey) -> Result<(), StoreError> {
+        if !self.kv.has_marks() {
+            return Ok(());
+        }
+        let timeout = self.options.timeout;
+        let taken = tokio::time::timeout(timeout, self.kv.take_mark(&self.session_key(key)))
+            .await
+            .map_err(|_| {
+                StoreError::failed(CallTimedOut {
+                    call: "taking the session's mark",
+                    slot: 0,
+                    timeout,
+                })
+            })?
+            .map_err(|error| failed(&error))?;
+        let Some(epoch) = taken else {
+            return Ok(());
+        };
+        let mark_key = self.mark_key(key);
+        self.retrying("session mark", |mut tx, _| {
+            tx.set(&mark_key, &epoch);
+            async move { Ok(Step::Commit((), tx)) }
+        })
+        .await
+    }
+}
 
 impl<K: TxKv> SessionStore for TxLeaseStore<K> {
     async fn create_session(
@@ -31,6 +136,8 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
         value: &LeaseValue,
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
+        // The mark first: a record that names one is never seen without it held.
+        self.take_mark(key).await?;
         let bytes = value.encode().into_bytes();
         self.transact(Target::Session(key), None, |state, _| match state {
             State::Absent { revision } => {
@@ -66,7 +173,15 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
         expected: Revision,
     ) -> Result<bool, StoreError> {
         // With its parties in every semaphore, in the same transaction (`semaphore` module).
-        self.delete_session_and_parties(key, expected).await
+        let deleted = self.delete_session_and_parties(key, expected).await;
+        // Whatever the answer: nothing acts under a session being deleted (its holdings are
+        // gone), so a waiter may judge it ended from now.
+        self.kv.release_mark(&self.session_key(key));
+        deleted
+    }
+
+    fn mark_lost(&self, key: SessionKey) -> MarkLost {
+        self.kv.mark_lost(&self.session_key(key))
     }
 
     async fn get_session(&self, key: SessionKey) -> Result<Option<SessionRecord>, StoreError> {

@@ -198,6 +198,7 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
             closing: Vec::new(),
             free_ids: Vec::new(),
             next_id: 0,
+            mark: None,
         };
         tokio::spawn(task.run());
         let opened = status

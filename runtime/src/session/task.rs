@@ -15,7 +15,7 @@ use vvm_core::{
 use super::{SessionError, SessionStatus};
 use crate::clock::{Clock, TimeSource};
 use crate::killer::KillerEntry;
-use crate::session_store::{SessionRecord, SessionStore};
+use crate::session_store::{MarkLost, SessionRecord, SessionStore};
 use crate::store::{LeaseValue, StoreError};
 
 /// A command of a handle to the task.
@@ -61,6 +61,9 @@ pub(super) struct Task<S> {
     /// Holding ids handed out and returned: ids stay dense, as the machine's bit set wants.
     pub(super) free_ids: Vec<u32>,
     pub(super) next_id: u32,
+    /// Resolves when the store's liveness mark of the open session is lost
+    /// ([`SessionStore::mark_lost`]); set when the session opens.
+    pub(super) mark: Option<MarkLost>,
 }
 
 /// What woke the task.
@@ -68,6 +71,7 @@ enum Wake {
     Command(Option<Command>),
     Reply(OpId, Reply),
     Timer(TimerId),
+    MarkLost,
 }
 
 impl<S: SessionStore + Clone> Task<S> {
@@ -98,6 +102,10 @@ impl<S: SessionStore + Clone> Task<S> {
                 }
                 Wake::Command(Some(Command::Abandon)) => {
                     self.abandon();
+                    return;
+                }
+                Wake::MarkLost => {
+                    self.mark_lost(now);
                     return;
                 }
                 Wake::Command(Some(Command::Close { reply })) => {
@@ -139,6 +147,24 @@ impl<S: SessionStore + Clone> Task<S> {
         }
     }
 
+    /// The session's liveness mark was lost while the process lives: others may judge the
+    /// session ended at once (`SessionStore::mark_lost`), so nothing may act under it from now:
+    /// the kill deadline moves to `now` (the killer never moves a passed deadline later again),
+    /// every handle sees the session lost, and no keepalive is sent any more.
+    fn mark_lost(&mut self, now: vvm_core::Instant) {
+        self.killer.arm(now);
+        self.deadline.send_replace(Some(now));
+        tracing::error!("the session's liveness mark was lost: the process ends now");
+        self.status
+            .send_replace(SessionStatus::Lost(vvm_core::LossReason::MarkLost));
+        self.call = None;
+        self.timer = None;
+        self.mark = None;
+        for reply in self.closing.drain(..) {
+            let _ = reply.send(Err(SessionError::Closed));
+        }
+    }
+
     fn execute_all(&mut self, out: &SessionEffects) {
         for effect in out.as_slice() {
             self.execute(effect);
@@ -166,6 +192,12 @@ impl<S: SessionStore + Clone> Task<S> {
                     let id = *id;
                     self.timer = None;
                     return std::task::Poll::Ready(Wake::Timer(id));
+                }
+            }
+            if let Some(mark) = self.mark.as_mut() {
+                if mark.as_mut().poll(cx).is_ready() {
+                    self.mark = None;
+                    return std::task::Poll::Ready(Wake::MarkLost);
                 }
             }
             if !handles_gone {
@@ -237,6 +269,7 @@ impl<S: SessionStore + Clone> Task<S> {
             }
             SessionEffect::Opened { id, revision } => {
                 tracing::debug!(session = %self.key(id), revision = revision.0, "session opened");
+                self.mark = Some(self.store.mark_lost(self.key(id)));
                 self.status.send_replace(SessionStatus::Open {
                     key: self.key(id),
                     revision,
