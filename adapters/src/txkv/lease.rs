@@ -777,15 +777,8 @@ impl<K: TxKv> TxLeaseStore<K> {
                     Some(Record::Held { value, session, .. }) => {
                         if self.kv.has_marks() {
                             let mark_key = self.mark_key(session);
-                            let epoch = tokio::time::timeout_at(deadline, tx.get(&mark_key))
-                                .await
-                                .map_err(|_| {
-                                    StoreError::failed(CallTimedOut {
-                                        call: "reading",
-                                        slot: slot.0,
-                                        timeout,
-                                    })
-                                })?
+                            let epoch = read_in(&mut tx, &mark_key, deadline, *slot, timeout)
+                                .await?
                                 .map_err(|error| failed(&error))?;
                             if let Some(epoch) = epoch {
                                 marks.push(self.kv.mark_freed(&self.session_key(session), &epoch));
