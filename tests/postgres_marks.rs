@@ -44,11 +44,14 @@ fn wall_ns() -> u128 {
 
 /// `one` leads with a daemonizing command on `store`; `two` waits. Returns the directory, both,
 /// and the backends that held advisory locks while `one` alone ran.
-fn start_pair(prefix: &str, store: &str, lease: &str) -> (PathBuf, Child, Child) {
+fn start_pair(prefix: &str, store: &str, lease_and_more: &[&str]) -> (PathBuf, Child, Child) {
     become_a_careless_reaper();
     let dir = temp_dir(prefix);
     let log = dir.join("acts");
-    let extra = ["--lease", lease];
+    let extra: Vec<&str> = ["--lease"]
+        .into_iter()
+        .chain(lease_and_more.iter().copied())
+        .collect();
     let one = spawn_with(store, &dir, "one", "1s", SCRIPT, &extra);
     wait_until(&log, "the first tree acts", both_act);
     let two = spawn_with(store, &dir, "two", "1s", SCRIPT, &extra);
@@ -93,7 +96,7 @@ fn a_killed_holder_is_followed_well_before_its_ttl_with_advisory_lock_marks() {
         return;
     };
     let store = url(server, "marks_kill", true);
-    let (dir, mut one, two) = start_pair("vvm-pg-mark-kill", &store, LONG_LEASE);
+    let (dir, mut one, two) = start_pair("vvm-pg-mark-kill", &store, &[LONG_LEASE]);
     let killed_ns = wall_ns();
     signal(&one, Signal::KILL);
     let _ = one.wait();
@@ -106,6 +109,52 @@ fn a_killed_holder_is_followed_well_before_its_ttl_with_advisory_lock_marks() {
     assert!(
         took < Duration::from_secs(5),
         "the successor waited {took:?}, as for the TTL: {}",
+        logs(&dir)
+    );
+    stop(&dir, two);
+}
+
+/// The same through `vvm run --semaphore`: the queued run's feed waits on the owner's mark too,
+/// so the owner's units return when the server frees it, not at its TTL.
+// covers: Pg.Marks
+// covers: Tx.Marks
+#[test]
+fn a_killed_semaphore_owner_is_followed_well_before_its_ttl_with_advisory_lock_marks() {
+    let Some(server) = PgServer::shared(
+        "a_killed_semaphore_owner_is_followed_well_before_its_ttl_with_advisory_lock_marks",
+    ) else {
+        return;
+    };
+    let store = url(server, "marks_semaphore_kill", true);
+    let created = std::process::Command::new(env!("CARGO_BIN_EXE_vvm"))
+        .args([
+            "semaphore",
+            "--store",
+            &store,
+            "create",
+            "gate",
+            "--limit",
+            "1",
+        ])
+        .output()
+        .expect("the vvm binary runs");
+    assert!(created.status.success(), "{created:?}");
+    let (dir, mut one, two) = start_pair(
+        "vvm-pg-mark-semaphore",
+        &store,
+        &[LONG_LEASE, "--semaphore", "gate"],
+    );
+    let killed_ns = wall_ns();
+    signal(&one, Signal::KILL);
+    let _ = one.wait();
+    let took = second_tenure_after(&dir, killed_ns);
+    eprintln!(
+        "with death=advisory-lock the queued run acted {:.1} ms after the owner's SIGKILL (lease {LONG_LEASE})",
+        took.as_secs_f64() * 1e3
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "the queued run waited {took:?}, as for the TTL: {}",
         logs(&dir)
     );
     stop(&dir, two);
@@ -160,7 +209,7 @@ fn without_the_option_no_mark_is_taken_and_a_killed_holder_is_followed_after_its
         return;
     };
     let store = url(server, "marks_off", false);
-    let (dir, mut one, two) = start_pair("vvm-pg-mark-off", &store, "2s");
+    let (dir, mut one, two) = start_pair("vvm-pg-mark-off", &store, &["2s"]);
     assert_eq!(
         marks_of(server, "marks_off"),
         Vec::<String>::new(),

@@ -385,3 +385,108 @@ impl CommitCutter {
         self.kept.load(std::sync::atomic::Ordering::SeqCst) > 0
     }
 }
+
+/// Blocked requests for the advisory lock `key` (waiters of a mark), over the whole server.
+fn blocked_on(server: &PgServer, key: i64) -> usize {
+    server
+        .admin(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND objsubid = 1 AND classid::bigint = ({key}::bigint >> 32) & 4294967295 \
+             AND objid::bigint = {key}::bigint & 4294967295"
+        ))
+        .trim()
+        .parse()
+        .unwrap_or(usize::MAX)
+}
+
+/// Five feeds of one store handle waiting on a semaphore whose owner holds a mark share one
+/// connection blocked on the owner's advisory lock (each had one of its own), and the server
+/// freeing the lock wakes them all.
+// covers: Pg.Marks
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feeds_of_one_handle_wait_on_a_mark_through_one_connection() {
+    use vvm_core::semaphore::SemaphoreName;
+    use vvm_core::session::{SessionId, SessionKey};
+    use vvm_runtime::{SemaphoreRequest, SemaphoreStore, SessionStore};
+
+    let Some(server) =
+        PgServer::shared("feeds_of_one_handle_wait_on_a_mark_through_one_connection")
+    else {
+        return;
+    };
+    let schema = "marks_shared_wait";
+    let marked = || {
+        config(server, "vvm", schema)
+            .advisory_lock_marks(true)
+            .expect("marks without TLS")
+    };
+    let owner = open(marked(), TxOptions::default()).await.expect("opens");
+    let waiter = open(marked(), TxOptions::default()).await.expect("opens");
+    let session = SessionKey {
+        incarnation: Incarnation(1),
+        id: SessionId(1),
+    };
+    let value = LeaseValue {
+        address: "10.0.0.1:7000".to_owned(),
+        incarnation: Incarnation(1),
+        stopping: false,
+    };
+    let created = owner.create_session(session, &value, Duration::from_secs(60));
+    assert!(
+        matches!(created.await, Ok(Some(_))),
+        "the session is created"
+    );
+    let gate = SemaphoreName::new("gate").expect("a valid name");
+    let create = SemaphoreRequest::Create {
+        limit: 1,
+        data: Vec::new(),
+    };
+    owner
+        .semaphore(session, &gate, create)
+        .await
+        .expect("created");
+    let acquire = SemaphoreRequest::Acquire {
+        request: vvm_runtime::next_request_id(),
+        count: 1,
+        data: Vec::new(),
+        timeout_ms: 0,
+        ephemeral: false,
+    };
+    owner
+        .semaphore(session, &gate, acquire)
+        .await
+        .expect("granted");
+
+    let key = vvm_adapters::postgres::session_lock_key(schema, &owner.session_key(session));
+    let feeds: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(waiter.semaphore_changed(&gate)))
+        .collect();
+    let began = Instant::now();
+    while blocked_on(server, key) == 0 && began.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Time for every feed to have made its round and its wait.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        blocked_on(server, key),
+        1,
+        "one connection of the waiting handle blocked on the owner's mark"
+    );
+    assert!(
+        feeds.iter().all(|feed| !feed.is_finished()),
+        "nothing changed yet"
+    );
+
+    // The owner's mark connection ended by the server: the lock is free, every feed wakes.
+    server.admin(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND objsubid = 1 AND classid::bigint = ({key}::bigint >> 32) & 4294967295 \
+         AND objid::bigint = {key}::bigint & 4294967295"
+    ));
+    for feed in feeds {
+        tokio::time::timeout(Duration::from_secs(10), feed)
+            .await
+            .expect("woken by the freed mark")
+            .expect("the feed ran");
+    }
+}

@@ -6,7 +6,7 @@
 //! | take | a connection of its own per session, kept for the session's life: `pg_advisory_lock(k)`, `k` a 64-bit FNV-1a hash of the schema and the session record's key; the connection is made in advance (one kept ready per store handle), so a take fits a session call's timeout |
 //! | epoch | the server's start (`pg_postmaster_start_time()`, microseconds): a restarted server, or a standby promoted in its place, holds none of the locks taken before |
 //! | free? | inside the waiter's transaction: `pg_try_advisory_xact_lock(k)` when the epoch is the server's, else "cannot tell" |
-//! | freed (wake-up) | a connection of the waiter's blocked in `pg_advisory_lock(k)`, which the server grants when the holder's connection ends |
+//! | freed (wake-up) | a connection blocked in `pg_advisory_lock(k)`, which the server grants when the holder's connection ends: one per mark and store handle, shared by every feed waiting on it and kept a second after the last ([`freed`]) |
 //! | lost | the holder's connection ended while the mark was not released |
 //! | release | the connection closed after the session's record was deleted |
 //! | `vvm run` | the supervisor inherits the connection's socket ([`let_children_inherit_session_marks`]) and keeps it until the command's tree is gone: a killed `vvm` frees the lock only after its tree ended, as SQLite's session locks |
@@ -87,6 +87,8 @@ pub(super) struct Marks {
     /// Made in advance (when the store opens, and after each take): taking a mark is then two
     /// statements, well within a session call's timeout (L/40), not a connection's set-up.
     spare: std::sync::Mutex<Option<Spare>>,
+    /// Waits for others' marks, each shared by every feed of the handle ([`freed`]).
+    waits: std::sync::Mutex<Waits>,
 }
 
 /// A connection for the next mark, its epoch read.
@@ -357,15 +359,100 @@ pub(super) fn freed(shared: &Arc<Shared>, mark: &[u8], epoch: &[u8]) -> MarkFutu
     let key = lock_key(&shared.config.schema, mark);
     let epoch = epoch.to_vec();
     Box::pin(async move {
-        match wait_free(&shared, key, &epoch).await {
-            Ok(true) => {}
-            Ok(false) => std::future::pending().await,
-            Err(error) => {
-                tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "cannot wait for a session's mark");
-                std::future::pending().await
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Polled outside tokio, where no wait can run (nor any call of this store): the
+            // feed's watches and the TTL remain.
+            return std::future::pending().await;
+        }
+        let mut found = subscribe(&shared, key, epoch);
+        // An error: the wait ended without being granted the lock (it said why), and cannot tell.
+        if found.wait_for(|found| *found == Found::Freed).await.is_ok() {
+            return;
+        }
+        std::future::pending().await
+    })
+}
+
+/// What a shared wait for a mark found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    Waiting,
+    Freed,
+    /// The server is not of the mark's epoch: its lock says nothing of the mark.
+    CannotTell,
+}
+
+/// The shared waits of one store handle, by lock key and epoch.
+type Waits = HashMap<(i64, Vec<u8>), Arc<watch::Sender<Found>>>;
+
+/// How long a shared wait outlives its last waiter: a feed's next round, taken after the look a
+/// change made, finds it still blocked on the server instead of connecting again.
+const WAIT_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Joins the wait for the lock `key` of `epoch`, or starts it: one connection blocked on the
+/// server per mark and store handle, however many feeds wait on it and however often they go
+/// round.
+fn subscribe(shared: &Arc<Shared>, key: i64, epoch: Vec<u8>) -> watch::Receiver<Found> {
+    let id = (key, epoch);
+    let mut waits = lock(&shared.marks.waits);
+    if let Some(sender) = waits.get(&id) {
+        return sender.subscribe();
+    }
+    let (sender, receiver) = watch::channel(Found::Waiting);
+    let sender = Arc::new(sender);
+    waits.insert(id.clone(), Arc::clone(&sender));
+    drop(waits);
+    tokio::spawn(run_wait(Arc::clone(shared), id, sender));
+    receiver
+}
+
+/// Runs a shared wait until the lock is granted, the wait fails, or its last waiter has been gone
+/// for [`WAIT_LINGER`]. The entry leaves the map under its lock before the end, so no waiter
+/// joins a wait that is ending; one freed or failed leaves at once (a later feed waits anew).
+async fn run_wait(shared: Arc<Shared>, id: (i64, Vec<u8>), sender: Arc<watch::Sender<Found>>) {
+    let leave = |shared: &Shared| {
+        lock(&shared.marks.waits).remove(&id);
+    };
+    let wait = wait_free(&shared, id.0, &id.1);
+    let mut wait = std::pin::pin!(wait);
+    let result = loop {
+        tokio::select! {
+            result = &mut wait => break result,
+            () = sender.closed() => {}
+        }
+        tokio::select! {
+            result = &mut wait => break result,
+            () = tokio::time::sleep(WAIT_LINGER) => {}
+        }
+        let mut waits = lock(&shared.marks.waits);
+        if sender.receiver_count() == 0 {
+            waits.remove(&id);
+            return;
+        }
+    };
+    match result {
+        Ok(true) => {
+            leave(&shared);
+            sender.send_replace(Found::Freed);
+        }
+        Ok(false) => {
+            // Kept while waited on, so that feeds do not connect again to learn the same.
+            sender.send_replace(Found::CannotTell);
+            loop {
+                sender.closed().await;
+                tokio::time::sleep(WAIT_LINGER).await;
+                let mut waits = lock(&shared.marks.waits);
+                if sender.receiver_count() == 0 {
+                    waits.remove(&id);
+                    return;
+                }
             }
         }
-    })
+        Err(error) => {
+            tracing::debug!(error = %vvm_runtime::ErrorChain(&error), "cannot wait for a session's mark");
+            leave(&shared);
+        }
+    }
 }
 
 /// `Ok(true)` once the lock `key` was granted to this waiter (and given back), `Ok(false)`

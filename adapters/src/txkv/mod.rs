@@ -24,7 +24,7 @@ pub use lease::{
     RETRIES_MAX_DEFAULT, TIMEOUT_DEFAULT,
 };
 pub use memory::{KvFault, MemoryKv, MemoryKvError, WATCHES_MAX};
-pub use semaphore::{TxSemaphoreError, SEMAPHORES_PER_SESSION_MAX};
+pub use semaphore::{TxSemaphoreError, MARKS_WAITED_MAX, SEMAPHORES_PER_SESSION_MAX};
 use vvm_runtime::Cause;
 
 /// Why a transaction step did not succeed. The message says which of the three it is; the

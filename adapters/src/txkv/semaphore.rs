@@ -52,7 +52,9 @@
 //! this process read or wrote, at the call; without one, at the first round), or when the
 //! watch fires. A round that fails resolves, not before [`FEED_UNKNOWN_PAUSE`] after the wait
 //! began. A session's expiry changes no key and so wakes nobody: waiters look again at the
-//! soonest party expiry.
+//! soonest party expiry. On a store with liveness marks (`Tx.Marks`) a round also waits on the
+//! marks of the semaphore's first [`MARKS_WAITED_MAX`] parties, so a dead owner's units are
+//! taken as soon as the store frees its mark.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::convert::Infallible;
@@ -85,6 +87,12 @@ enum Judged {
     /// transaction, or from outside (`Tx.SemaphoreUnreleased`).
     Cleared,
 }
+
+/// Most parties of one semaphore whose liveness marks a waiting feed waits on (`Tx.Marks`):
+/// each is a connection blocked on the server (PostgreSQL), shared by every feed of the store
+/// handle; a party beyond them is followed by its TTL. Leader election and a `vvm run
+/// --semaphore` gate have one owner.
+pub const MARKS_WAITED_MAX: usize = 16;
 
 /// Most semaphores one session may be a party of at once on a transactional store: its parties
 /// key then stays below 64 KiB (FoundationDB's values are at most 100 000 bytes).
@@ -650,6 +658,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             Some(_) => {}
             None => *baseline = Some(version),
         }
+        let marks = self.party_marks(&mut tx, read.as_deref(), deadline).await?;
         let watch = tx.watch(key);
         tokio::time::timeout_at(deadline, tx.commit())
             .await
@@ -661,7 +670,63 @@ impl<K: TxKv> TxLeaseStore<K> {
                 })
             })?
             .map_err(|error| failed(&error))?;
-        watch.await.map_err(|error| failed(&error))
+        let mut watch = std::pin::pin!(watch);
+        let mut marks = marks;
+        std::future::poll_fn(|cx| {
+            // A party's mark freed: the waiter looks again, and that look (any transaction of
+            // the semaphore) ends the party's session.
+            for mark in &mut marks {
+                if mark.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(Ok(()));
+                }
+            }
+            watch.as_mut().poll(cx).map_err(|error| failed(&error))
+        })
+        .await
+    }
+
+    /// The liveness marks of the first [`MARKS_WAITED_MAX`] parties of the semaphore `bytes`
+    /// (owners first, then waiters in their order), read in `tx`: what a waiter waits on beside
+    /// the key's watch (`Tx.Marks`). None when the store keeps no marks or the state cannot be
+    /// read; the parties beyond the bound are left to their TTL.
+    async fn party_marks(
+        &self,
+        tx: &mut K::Tx,
+        bytes: Option<&[u8]>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Vec<super::MarkFuture>, StoreError> {
+        let mut marks = Vec::new();
+        if !self.kv.has_marks() {
+            return Ok(marks);
+        }
+        let Ok(Stored {
+            state: Some(semaphore),
+            ..
+        }) = decode(bytes)
+        else {
+            return Ok(marks);
+        };
+        let parties = semaphore
+            .owners()
+            .iter()
+            .map(|owner| owner.session)
+            .chain(semaphore.waiters().iter().map(|waiter| waiter.session))
+            .take(MARKS_WAITED_MAX);
+        for party in parties {
+            let epoch = read_in(
+                tx,
+                &self.mark_key(party),
+                deadline,
+                vvm_core::Slot(0),
+                self.options.timeout,
+            )
+            .await?
+            .map_err(|error| failed(&error))?;
+            if let Some(epoch) = epoch {
+                marks.push(self.kv.mark_freed(&self.session_key(party), &epoch));
+            }
+        }
+        Ok(marks)
     }
 }
 
