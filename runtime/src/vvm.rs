@@ -365,8 +365,12 @@ impl Vvm<Provided> {
                 }
                 None => {
                     let killer = launch.killer.clone();
+                    // The store's trouble while it opens is ridden out within the acquisition
+                    // window, as a candidate's on a per-slot lease.
+                    let window = launch.config.acquisition();
                     SessionStart::Own(Box::pin(async move {
-                        let handle = SessionHandle::open(store, lease, own, &killer).await?;
+                        let handle =
+                            SessionHandle::open_within(store, lease, own, &killer, window).await?;
                         let side: Arc<dyn SessionSide> = Arc::new(OnSession { handle, own: true });
                         Ok(side)
                     }))

@@ -164,6 +164,89 @@ async fn a_vvm_on_its_own_session_runs_then_shuts_down_in_order() {
     assert!(killer.recorder.reports().is_empty());
 }
 
+/// Fails the first `creates` session creates; counts them all.
+#[derive(Clone, Default)]
+struct FailingCreates {
+    creates: Arc<AtomicU64>,
+    failing: u64,
+}
+
+impl Hook for FailingCreates {
+    fn fault(&self, call: Call) -> Fault {
+        if call == Call::CreateSession
+            && self.creates.fetch_add(1, Ordering::Relaxed) < self.failing
+        {
+            return Fault::Fail;
+        }
+        Fault::None
+    }
+}
+
+/// A store blip while the VVM opens its session is ridden out within the acquisition window,
+/// as a candidate's on a per-slot lease; past the window the VVM says the session was not
+/// opened.
+// covers: Rt.VvmOnSession
+#[tokio::test(start_paused = true)]
+async fn a_vvm_on_a_session_rides_out_failed_creates_within_its_acquisition_window() {
+    let store = Faulty {
+        store: MemoryStore::default(),
+        hook: FailingCreates {
+            failing: 3,
+            ..FailingCreates::default()
+        },
+    };
+    let killer = TestKiller::new();
+    let journal = Journal::default();
+    let vvm = Vvm::provide_on_session(
+        config("10.0.0.1:7000", 1),
+        store.clone(),
+        worker("w", &journal),
+    )
+    .unwrap()
+    .with_killer(killer.thread.clone())
+    .launch()
+    .await;
+    assert!(
+        vvm.token().is_some(),
+        "leading after three failed creates: {:?}",
+        vvm.current_problem()
+    );
+    assert_eq!(store.hook.creates.load(Ordering::Relaxed), 4);
+    vvm.shutdown().await.expect("clean");
+
+    // Failing for ever: the window (acquisition 5 s) ends the tries.
+    let store = Faulty {
+        store: MemoryStore::default(),
+        hook: FailingCreates {
+            failing: u64::MAX,
+            ..FailingCreates::default()
+        },
+    };
+    let config = VvmConfig::builder("10.0.0.2:7000")
+        .slots(1)
+        .lease(LEASE)
+        .acquisition(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let began = tokio::time::Instant::now();
+    let vvm = Vvm::provide_on_session(config, store.clone(), worker("w", &journal))
+        .unwrap()
+        .with_killer(killer.thread.clone())
+        .launch()
+        .await;
+    assert!(matches!(
+        vvm.current_problem(),
+        Some(VvmError::SessionNotOpened { .. })
+    ));
+    let waited = began.elapsed();
+    assert!(
+        waited <= Duration::from_secs(5) && store.hook.creates.load(Ordering::Relaxed) > 3,
+        "tried {} times in {waited:?}",
+        store.hook.creates.load(Ordering::Relaxed)
+    );
+    assert!(vvm.shutdown().await.is_err());
+}
+
 /// Keepalives failing lose the session: the services stop at once, the VVM reports the loss,
 /// and the session's kill deadline stays armed (nothing vouches for the services).
 // covers: Rt.SessionLossStops

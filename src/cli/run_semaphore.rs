@@ -64,7 +64,8 @@ pub(super) async fn run_semaphore(
     };
     let value = LeaseValue::new(address.clone(), new_incarnation());
     let session = tokio::select! {
-        opened = SessionHandle::open(Arc::new(store), *config.lease(), value, &killer) => match opened {
+        // A store blip while it opens is ridden out within the acquisition window.
+        opened = SessionHandle::open_within(Arc::new(store), *config.lease(), value, &killer, config.acquisition()) => match opened {
             Ok(session) => session,
             Err(e) => return fail(&format!("cannot open a session: {}", error_chain(&e))),
         },

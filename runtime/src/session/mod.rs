@@ -227,6 +227,45 @@ impl<S: SessionStore + Clone> SessionHandle<S> {
         })
     }
 
+    /// [`open`](Self::open), tried again while the store is in trouble — a call that failed or
+    /// stayed unknown, an id someone else's live record holds, a create confirmed only after the
+    /// deadline it set — until `window` has passed (`Duration::MAX`: for ever), after jittered
+    /// pauses growing from `L/20` to `L/4`, as a candidate's acquisition rides out a store
+    /// blip. Each try has a session id of its own. Answers the last try's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`open`](Self::open): the try under way is closed.
+    pub async fn open_within(
+        store: S,
+        lease: LeaseConfig,
+        value: LeaseValue,
+        killer: &KillerThread,
+        window: std::time::Duration,
+    ) -> Result<Self, SessionError> {
+        let deadline = tokio::time::Instant::now().checked_add(window);
+        let mut pauses = crate::jittered_backoff(lease.retry_interval(), lease.renew_interval());
+        loop {
+            let error = match Self::open(store.clone(), lease, value.clone(), killer).await {
+                Err(
+                    error @ SessionError::NotOpened(
+                        OpenRefusal::StoreFailed | OpenRefusal::Taken | OpenRefusal::DeadlinePassed,
+                    ),
+                ) => error,
+                opened => return opened,
+            };
+            let pause = pauses.next().unwrap_or(lease.renew_interval());
+            let again = tokio::time::Instant::now().checked_add(pause);
+            match (again, deadline) {
+                (Some(again), Some(deadline)) if again >= deadline => return Err(error),
+                (None, _) => return Err(error),
+                _ => {}
+            }
+            tracing::debug!(error = %crate::ErrorChain(&error), ?pause, "the session was not opened; trying again");
+            tokio::time::sleep(pause).await;
+        }
+    }
+
     /// The session's key in the store.
     pub fn key(&self) -> SessionKey {
         self.key
