@@ -515,6 +515,18 @@ impl<K: TxKv> TxLeaseStore<K> {
         also: Option<SessionKey>,
         decide: impl Fn(&State, Option<&State>) -> Result<Decision<T>, StoreError>,
     ) -> Result<T, StoreError> {
+        self.transact_with(target, also, None, decide).await
+    }
+
+    /// [`transact`](Self::transact), writing `with` (a key and its value) too when the decision
+    /// writes: a session's mark key goes with its record's creation.
+    pub(super) async fn transact_with<T>(
+        &self,
+        target: Target,
+        also: Option<SessionKey>,
+        with: Option<(&[u8], &[u8])>,
+        decide: impl Fn(&State, Option<&State>) -> Result<Decision<T>, StoreError>,
+    ) -> Result<T, StoreError> {
         let key = self.target_key(target);
         let slot = match target {
             Target::Slot(slot) => slot,
@@ -624,6 +636,9 @@ impl<K: TxKv> TxLeaseStore<K> {
             match &record {
                 Some(record) => tx.set(&key, &record.encode()),
                 None => tx.clear(&key),
+            }
+            if let Some((with_key, with_value)) = with {
+                tx.set(with_key, with_value);
             }
             match tokio::time::timeout_at(deadline, tx.commit()).await {
                 Err(_) => {

@@ -20,8 +20,10 @@
 //! Where the key-value store can tell that a process ended before its TTL says so
 //! ([`TxKv::take_mark`]: PostgreSQL's session-level advisory lock, with `death=advisory-lock`):
 //! - create: the mark (named by the session record's key) is taken **before** the record is
-//!   written, and its epoch written first under `<prefix>\0mark/<session>`: a record that names
-//!   a mark is never seen without it held;
+//!   written, and its epoch written under `<prefix>\0mark/<session>` in the record's own
+//!   transaction: a record that names a mark is never seen without it held, and never without
+//!   its mark key. A create that wrote nothing gives the mark back; after an unknown outcome it
+//!   stays held (the record may be live);
 //! - judge: every transaction that reads another session's live record for a holding or a
 //!   semaphore party also reads that session's mark key and, when there is one, asks
 //!   [`KvTx::mark_free`] in the same transaction. A free mark ends the session exactly as an
@@ -48,7 +50,6 @@ use super::lease::{
     failed, live_write, next_revision, read_in, Decision, State, Target, TxLeaseStore,
 };
 use super::record::Record;
-use super::semaphore::Step;
 use super::{KvTx, TxError, TxKv};
 
 /// What follows the prefix in the key of a session's mark: a NUL byte, which no slot or session
@@ -100,14 +101,15 @@ impl<K: TxKv> TxLeaseStore<K> {
         }
     }
 
-    /// Takes the liveness mark of `key` and writes its epoch under the mark key, before the
-    /// session record is written; nothing when the store takes no marks.
-    async fn take_mark(&self, key: SessionKey) -> Result<(), StoreError> {
+    /// Takes the liveness mark of `key`, before the session record is written, and answers its
+    /// epoch, which the record's creation writes under the mark key in its transaction; `None`
+    /// when the store takes no marks.
+    async fn take_mark(&self, key: SessionKey) -> Result<Option<Vec<u8>>, StoreError> {
         if !self.kv.has_marks() {
-            return Ok(());
+            return Ok(None);
         }
         let timeout = self.options.timeout;
-        let taken = tokio::time::timeout(timeout, self.kv.take_mark(&self.session_key(key)))
+        tokio::time::timeout(timeout, self.kv.take_mark(&self.session_key(key)))
             .await
             .map_err(|_| {
                 StoreError::failed(CallTimedOut {
@@ -116,16 +118,7 @@ impl<K: TxKv> TxLeaseStore<K> {
                     timeout,
                 })
             })?
-            .map_err(|error| failed(&error))?;
-        let Some(epoch) = taken else {
-            return Ok(());
-        };
-        let mark_key = self.mark_key(key);
-        self.retrying("session mark", |mut tx, _| {
-            tx.set(&mark_key, &epoch);
-            async move { Ok(Step::Commit((), tx)) }
-        })
-        .await
+            .map_err(|error| failed(&error))
     }
 }
 
@@ -136,17 +129,27 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
         value: &LeaseValue,
         ttl: Duration,
     ) -> Result<Option<Revision>, StoreError> {
-        // The mark first: a record that names one is never seen without it held.
-        self.take_mark(key).await?;
+        // The mark first: a record that names one is never seen without it held; its epoch
+        // is written with the record, in one transaction.
+        let epoch = self.take_mark(key).await?;
+        let mark_key = self.mark_key(key);
+        let with = epoch.as_deref().map(|epoch| (mark_key.as_slice(), epoch));
         let bytes = value.encode().into_bytes();
-        self.transact(Target::Session(key), None, |state, _| match state {
-            State::Absent { revision } => {
-                let revision = next_revision(Slot(0), *revision)?;
-                Ok(live_write(revision, ttl, &bytes))
-            }
-            State::Live { .. } | State::Unreadable => Ok(Decision::Done(None)),
-        })
-        .await
+        let created = self
+            .transact_with(Target::Session(key), None, with, |state, _| match state {
+                State::Absent { revision } => {
+                    let revision = next_revision(Slot(0), *revision)?;
+                    Ok(live_write(revision, ttl, &bytes))
+                }
+                State::Live { .. } | State::Unreadable => Ok(Decision::Done(None)),
+            })
+            .await;
+        // Nothing written names the mark: give it back (its connection ends). After an unknown
+        // outcome the record may be live and name it, so it stays held.
+        if matches!(created, Ok(None) | Err(StoreError::Failed { .. })) {
+            self.kv.release_mark(&self.session_key(key));
+        }
+        created
     }
 
     async fn keep_alive(
