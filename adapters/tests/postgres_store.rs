@@ -490,3 +490,87 @@ async fn feeds_of_one_handle_wait_on_a_mark_through_one_connection() {
             .expect("the feed ran");
     }
 }
+
+/// Granted holds of the advisory lock `key`, over the whole server.
+fn held(server: &PgServer, key: i64) -> usize {
+    server
+        .admin(&format!(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND objsubid = 1 AND classid::bigint = ({key}::bigint >> 32) & 4294967295 \
+             AND objid::bigint = {key}::bigint & 4294967295"
+        ))
+        .trim()
+        .parse()
+        .unwrap_or(usize::MAX)
+}
+
+/// A marked create whose transaction fails (here: the server refuses the row) wrote nothing
+/// that names its mark, so the mark is given back at once (its connection held the lock for
+/// the process's life), and a create that works keeps its mark until the session's delete.
+// covers: Tx.Marks
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_create_that_fails_gives_its_mark_back() {
+    use vvm_core::session::{SessionId, SessionKey};
+    use vvm_runtime::SessionStore;
+
+    let Some(server) = PgServer::shared("a_marked_create_that_fails_gives_its_mark_back") else {
+        return;
+    };
+    let schema = "marks_failed_create";
+    let config = config(server, "vvm", schema)
+        .advisory_lock_marks(true)
+        .expect("marks without TLS");
+    let store = open(config, TxOptions::default()).await.expect("opens");
+    let value = LeaseValue {
+        address: "10.0.0.1:7000".to_owned(),
+        incarnation: Incarnation(1),
+        stopping: false,
+    };
+    let key = |id| SessionKey {
+        incarnation: Incarnation(1),
+        id: SessionId(id),
+    };
+    let lock = |id| vvm_adapters::postgres::session_lock_key(schema, &store.session_key(key(id)));
+
+    // Session records refused by the server while the trigger is there.
+    server.admin(&format!(
+        "CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON {schema}.vvm_kv FOR EACH ROW \
+         EXECUTE FUNCTION {schema}.refuse()"
+    ));
+    let refused = store
+        .create_session(key(1), &value, Duration::from_secs(60))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        held_after_close(server, lock(1)).await,
+        0,
+        "the mark of a create that failed"
+    );
+
+    server.admin(&format!("DROP TRIGGER refuse ON {schema}.vvm_kv"));
+    let created = store
+        .create_session(key(2), &value, Duration::from_secs(60))
+        .await;
+    let revision = created.expect("created").expect("a fresh key");
+    assert_eq!(held(server, lock(2)), 1, "the mark of a live session");
+    assert!(store
+        .delete_session(key(2), revision)
+        .await
+        .expect("deleted"));
+    assert_eq!(
+        held_after_close(server, lock(2)).await,
+        0,
+        "a deleted session's mark"
+    );
+}
+
+/// [`held`] once the server had up to 10 s to see a closed connection go.
+async fn held_after_close(server: &PgServer, key: i64) -> usize {
+    let began = Instant::now();
+    while held(server, key) > 0 && began.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held(server, key)
+}
