@@ -499,6 +499,61 @@ fn an_etcd_lease_revoked_before_a_newcomer_came_does_not_let_it_lead_beside_the_
     );
 }
 
+/// The PostgreSQL case of [`etcd_record_removed`]: `one`'s record row deleted by hand (`DELETE`,
+/// "unsticking" a lock), with `two` waiting on it or coming after.
+fn postgres_record_removed(test: &str, schema: &str, two_met_the_record: bool) {
+    let Some(server) = vvm_test_support::postgres::PgServer::shared(test) else {
+        return;
+    };
+    become_a_careless_reaper();
+    let script = format!("trap '' TERM\n{SCRIPT}");
+    let dir = temp_dir("vvm-fault-pg");
+    let store = server.url("vvm", schema);
+    let mut one = spawn_with(&store, &dir, "one", "5s", &script, &[]);
+    wait_until(&dir.join("acts"), "the first tree acts", both_act);
+    let remove = || {
+        let removed = server.admin(&format!(
+            "DELETE FROM {schema}.vvm_kv WHERE key = convert_to('vvm/slot/1', 'UTF8') RETURNING 1"
+        ));
+        assert_eq!(removed.trim(), "1", "no record to remove");
+    };
+    let two = if two_met_the_record {
+        let two = spawn_with(&store, &dir, "two", "1s", SCRIPT, &[]);
+        // The candidate has met the record and waits.
+        std::thread::sleep(Duration::from_millis(700));
+        remove();
+        two
+    } else {
+        remove();
+        spawn_with(&store, &dir, "two", "1s", SCRIPT, &[])
+    };
+    second_tenure_alone(&dir);
+    let code = exit_within(&mut one, WAIT_MAX);
+    assert!(matches!(code, Some(Some(c)) if c != 0), "{code:?}");
+    stop(two);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// covers: Tx.RecordRemoved
+#[test]
+fn a_postgres_record_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder() {
+    postgres_record_removed(
+        "a_postgres_record_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder",
+        "removed_met",
+        true,
+    );
+}
+
+// covers: Tx.RecordRemoved
+#[test]
+fn a_postgres_record_deleted_before_a_newcomer_came_does_not_let_it_lead_beside_the_holder() {
+    postgres_record_removed(
+        "a_postgres_record_deleted_before_a_newcomer_came_does_not_let_it_lead_beside_the_holder",
+        "removed_new",
+        false,
+    );
+}
+
 /// The lease of the tests of a holder whose record vanishes: renewals `L/4` = 3 s apart, so that
 /// a holder that waited for its next renewal's refusal would act on for seconds.
 const VANISH_LEASE: &str = "12s";

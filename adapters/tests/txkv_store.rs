@@ -260,6 +260,99 @@ async fn an_unreadable_record_is_corrupt_and_never_overwritten_or_expired() {
     assert_eq!(store.kv().value(&key), Some(b"garbage".to_vec()));
 }
 
+/// A slot's key removed from outside while its holder lives (`fdbcli clear`, a `DELETE` by
+/// hand) is judged as the record still there by a candidate — refused, and free only a whole TTL
+/// after the candidate first saw it — while its holder can no longer renew it and reads it gone;
+/// the next holder's revision is above the removed one. A holder's release of the removed record
+/// frees the slot at once.
+// covers: Tx.RecordRemoved
+#[tokio::test(start_paused = true)]
+async fn a_record_removed_from_outside_is_waited_for_a_ttl_and_its_holder_loses_it() {
+    let holder = store();
+    let candidate = holder.other_observer();
+    let first = holder
+        .insert_if_not_exists(SLOT, &value("a"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let renewed = holder
+        .compare_and_swap(
+            SLOT,
+            &Lease {
+                value: value("a"),
+                revision: first,
+            },
+            &value("a"),
+            TTL,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let held = Lease {
+        value: value("a"),
+        revision: renewed,
+    };
+    pass(TTL / 2).await;
+    holder.kv().remove(&holder.key(SLOT));
+    pass(TTL / 4).await;
+
+    assert_eq!(holder.get(SLOT).await.unwrap(), None, "gone for its holder");
+    assert_eq!(
+        holder
+            .compare_and_swap(SLOT, &held, &value("a"), TTL)
+            .await
+            .unwrap(),
+        None,
+        "not renewed"
+    );
+    // The candidate first sees it now: refused for a whole TTL from here.
+    assert_eq!(
+        candidate
+            .insert_if_not_exists(SLOT, &value("b"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
+    pass(TTL - Duration::from_millis(1)).await;
+    assert_eq!(
+        candidate
+            .insert_if_not_exists(SLOT, &value("b"), TTL)
+            .await
+            .unwrap(),
+        None,
+        "a TTL has not passed since the candidate first saw it"
+    );
+    pass(Duration::from_millis(2)).await;
+    let next = candidate
+        .insert_if_not_exists(SLOT, &value("b"), TTL)
+        .await
+        .unwrap()
+        .expect("free a TTL after the candidate first saw it");
+    assert!(next > renewed, "{next:?} after {renewed:?}");
+
+    // Removed again; this time the holder releases: free at once.
+    let taken = Lease {
+        value: value("b"),
+        revision: next,
+    };
+    candidate.kv().remove(&candidate.key(SLOT));
+    let third = holder.other_observer();
+    assert_eq!(
+        third
+            .insert_if_not_exists(SLOT, &value("c"), TTL)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(candidate.compare_and_delete(SLOT, &taken).await.unwrap());
+    let last = third
+        .insert_if_not_exists(SLOT, &value("c"), TTL)
+        .await
+        .unwrap()
+        .expect("released by its holder: free at once");
+    assert!(last > next);
+}
+
 // covers: Tx.Sessions
 #[test]
 fn bad_options_are_refused() {

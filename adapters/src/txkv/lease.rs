@@ -23,6 +23,20 @@
 //! A record that is no record of this format is corrupt: it is never overwritten and never
 //! expires; an operator has to remove it.
 //!
+//! # A record removed from outside (`Tx.RecordRemoved`)
+//!
+//! Every write of a slot's key also writes its *tenure* key, `<prefix> 0x00 "tenure/" <slot>`:
+//! a copy of a slot record, the tombstone of a release, the revision of a holding. An operator
+//! who deletes the slot's key by hand (`DELETE`, `fdbcli clear`: "unsticking" a lock) leaves the
+//! tenure key, so a slot key that is absent while its tenure key holds a live record was removed
+//! from outside while its holder may still act: that record is judged as if it were still
+//! there — live until this process has seen it unchanged for a whole TTL (which only starts
+//! when it first sees it, after the removal and so after the holder's last renewal) — except
+//! that its holder may no longer renew it (a compare-and-swap finds nothing to swap; a read
+//! finds nothing, so the holder's own watch reports the loss at once), and a release by the
+//! holder writes the release's tombstone, which frees the slot at once. Revisions continue
+//! from the tenure key's, so fencing tokens keep rising across a removal.
+//!
 //! # Transactions
 //!
 //! Every operation is one transaction (read the slot's key, decide, maybe write), run again on
@@ -74,6 +88,9 @@ pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 pub const FEED_UNKNOWN_PAUSE: Duration = Duration::from_millis(100);
 /// What follows the prefix in the key of a session record.
 const SESSION_PART: &[u8] = b"session/";
+/// What follows the prefix in the key of a slot's tenure (`Tx.RecordRemoved`): a NUL byte, which
+/// no slot or session key holds.
+const TENURE_PART: &[u8] = b"\0tenure/";
 /// Longest key prefix, in bytes.
 pub const PREFIX_MAX_BYTES: usize = 256;
 /// Longest first pause before running a conflicting transaction again; the ceiling doubles up
@@ -237,11 +254,13 @@ struct Observation {
 pub(super) enum State {
     /// No live record; the next write takes `revision + 1`.
     Absent { revision: u64 },
-    /// A live record: a slot record, or a holding of a live `session`.
+    /// A live record: a slot record, or a holding of a live `session`. `removed`: the slot's
+    /// key is gone and this is its tenure key's copy (`Tx.RecordRemoved`).
     Live {
         revision: u64,
         value: Vec<u8>,
         session: Option<SessionKey>,
+        removed: bool,
     },
     /// Bytes that are no record: live forever, never overwritten.
     Unreadable,
@@ -346,6 +365,14 @@ impl<K: TxKv> TxLeaseStore<K> {
         key
     }
 
+    /// The key of `slot`'s tenure (see the module documentation, `Tx.RecordRemoved`).
+    pub(super) fn tenure_key(&self, slot: Slot) -> Vec<u8> {
+        let mut key = self.options.prefix.clone();
+        key.extend_from_slice(TENURE_PART);
+        key.extend_from_slice(slot.0.to_string().as_bytes());
+        key
+    }
+
     /// The key of the session record `session`: `<prefix>session/<incarnation>-<id>`, never a
     /// slot's key (those end in the slot number's digits right after the prefix).
     pub fn session_key(&self, session: SessionKey) -> Vec<u8> {
@@ -416,6 +443,7 @@ impl<K: TxKv> TxLeaseStore<K> {
                         revision,
                         value,
                         session: Some(holder),
+                        removed: false,
                     },
                     false => State::Absent { revision },
                 };
@@ -458,6 +486,7 @@ impl<K: TxKv> TxLeaseStore<K> {
             revision,
             value,
             session: None,
+            removed: false,
         }
     }
 
@@ -554,6 +583,19 @@ impl<K: TxKv> TxLeaseStore<K> {
                     continue;
                 }
             };
+            // A slot key that is gone: its tenure key tells a removal from outside.
+            let (read, removed) = match (target, read) {
+                (Target::Slot(slot), None) => {
+                    match read_in(&mut tx, &self.tenure_key(slot), deadline, slot, timeout).await? {
+                        Ok(tenure) => (tenure, true),
+                        Err(retry) => {
+                            last = Some(retry);
+                            continue;
+                        }
+                    }
+                }
+                (_, read) => (read, false),
+            };
             let holder = match read.as_deref().and_then(Record::decode) {
                 Some(Record::Held { session, .. }) => Some(session),
                 _ => None,
@@ -607,7 +649,7 @@ impl<K: TxKv> TxLeaseStore<K> {
                 continue;
             }
             let read_at = self.time.now();
-            let state = self.observe(
+            let mut state = self.observe(
                 target,
                 read.as_deref(),
                 held_session,
@@ -615,6 +657,9 @@ impl<K: TxKv> TxLeaseStore<K> {
                 started,
                 read_at,
             );
+            if let State::Live { removed: gone, .. } = &mut state {
+                *gone = removed;
+            }
             let also_state = also.map(|session| {
                 self.observe(
                     Target::Session(session),
@@ -636,6 +681,9 @@ impl<K: TxKv> TxLeaseStore<K> {
             match &record {
                 Some(record) => tx.set(&key, &record.encode()),
                 None => tx.clear(&key),
+            }
+            if let (Target::Slot(slot), Some(record)) = (target, &record) {
+                tx.set(&self.tenure_key(slot), &record.tenure().encode());
             }
             if let Some((with_key, with_value)) = with {
                 tx.set(with_key, with_value);
@@ -782,6 +830,16 @@ impl<K: TxKv> TxLeaseStore<K> {
                     })
                 })?
                 .map_err(|error| failed(&error))?;
+            let read = match read {
+                // Removed from outside while live (`Tx.RecordRemoved`): waited for as the
+                // record itself, until the waiter's timer judges it expired or the key is
+                // written again.
+                None => read_in(&mut tx, &self.tenure_key(*slot), deadline, *slot, timeout)
+                    .await?
+                    .map_err(|error| failed(&error))?
+                    .filter(|tenure| matches!(Record::decode(tenure), Some(Record::Live { .. }))),
+                read => read,
+            };
             let holder = match read {
                 None => return Ok(Round::Changed),
                 Some(bytes) => match Record::decode(&bytes) {
@@ -914,8 +972,12 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
     ) -> Result<Option<Revision>, StoreError> {
         let bytes = new_value.encode().into_bytes();
         self.transact(Target::Slot(key), None, |state, _| match state {
+            // A record removed from outside is not renewed: its holder has lost it.
             State::Live {
-                revision, value, ..
+                revision,
+                value,
+                removed: false,
+                ..
             } if matches(*revision, value, expected) => {
                 let revision = next_revision(key, *revision)?;
                 Ok(live_write(revision, ttl, &bytes))
@@ -926,6 +988,8 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
     }
 
     async fn compare_and_delete(&self, key: Slot, expected: &Lease) -> Result<bool, StoreError> {
+        // Also a record removed from outside (`Tx.RecordRemoved`): its holder has stopped, and
+        // its release's tombstone frees the slot at once.
         self.transact(Target::Slot(key), None, |state, _| match state {
             State::Live {
                 revision, value, ..
@@ -946,7 +1010,9 @@ impl<K: TxKv> LeaseStore for TxLeaseStore<K> {
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
         self.transact(Target::Slot(key), None, |state, _| match state {
-            State::Absent { .. } => Ok(Decision::Done(None)),
+            // A record removed from outside is gone for a reader (its holder learns its loss),
+            // though still judged live for a writer until a TTL has passed.
+            State::Absent { .. } | State::Live { removed: true, .. } => Ok(Decision::Done(None)),
             State::Unreadable => Err(malformed(key)),
             State::Live {
                 revision, value, ..

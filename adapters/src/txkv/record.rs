@@ -78,6 +78,19 @@ impl Record {
         }
     }
 
+    /// What the slot's tenure key keeps of this record (`Tx.RecordRemoved`): a slot record
+    /// whole, so that its removal from outside is judged as the record itself; of a holding or
+    /// a tombstone only the revision, so that revisions keep rising (a holding removed from
+    /// outside is its holder's loss at once, `Holding.Vanished`, and is not waited for).
+    pub(super) fn tenure(&self) -> Record {
+        match self {
+            Record::Live { .. } => self.clone(),
+            Record::Held { revision, .. } | Record::Deleted { revision } => Record::Deleted {
+                revision: *revision,
+            },
+        }
+    }
+
     /// `None` when the bytes are no record of this format.
     pub(super) fn decode(bytes: &[u8]) -> Option<Record> {
         let (&[version, kind], rest) = split::<2>(bytes)?;
