@@ -715,9 +715,9 @@ every_way! {
     // covers: Rt.WaysToHold
     a_holder_cut_off_stops_before_its_record_expires: lease, session, elections, semaphore;
     // covers: Rt.WaysToHold
-    a_record_removed_from_outside_stops_the_holder_first: lease, session, semaphore;
+    a_record_removed_from_outside_stops_the_holder_first: lease, session, elections, semaphore;
     // covers: Rt.WaysToHold
     an_acquire_given_up_leaves_nothing_held: lease, session, elections, semaphore;
     // covers: Rt.WaysToHold
-    fencing_tokens_rise_across_hand_offs: lease, session, semaphore;
+    fencing_tokens_rise_across_hand_offs: lease, session, elections, semaphore;
 }
