@@ -22,6 +22,7 @@
 //! |---|---|---|---|---|
 //! | 1. two contenders → one holds | waits in `launch` | waits in `launch` | the caller's loop of one-shot `acquire`s, woken by the change feed | queued `acquire` |
 //! | 2. graceful release → the other holds | `shutdown` | `shutdown` | `release` | the stop of `serve` (releases after the services stopped) |
+//! | 2b. the holder dropped without a release → the other holds | `Vvm<Launched>` dropped | `Vvm<Launched>` dropped | `Elections` dropped | the future of `serve` dropped |
 //! | 3. holder cut off from the store → stops acting before its record could expire | the slot's record | the session's record | the session's record | the session's record |
 //! | 4. the holding's record removed from outside → the holder stops, then the successor | the slot's record | the slot's holding record | the slot's holding record | the session's record: a grant is an owner entry of the semaphore's record, with no record of its own the memory store could remove |
 //! | 5. an acquire given up leaves nothing held | `launch` dropped | `launch` dropped | the loop (and its `acquire`) dropped | `acquire` dropped |
@@ -495,7 +496,8 @@ async fn holds_within(way: Way, task: JoinHandle<Held>, within: Duration) -> Hel
         .unwrap()
 }
 
-/// 1. Two contenders: exactly one holds, the other waits; it holds once the first released.
+/// Scenario 1: Two contenders: exactly one holds, the other waits; it holds once the first
+/// released.
 async fn two_contenders_one_holds(way: Way) {
     let (stage, _memory, a, b) = cast(way);
     let (first, second) = (a.contend(), b.contend());
@@ -518,14 +520,14 @@ async fn two_contenders_one_holds(way: Way) {
     stage.assert_no_overlap(way);
 }
 
-/// 2. A graceful release hands the holding to the waiting contender, never to both at once,
-/// with a higher fencing token.
+/// Scenario 2: A graceful release hands the holding to the waiting contender, never to both at
+/// once, with a higher fencing token.
 async fn a_release_hands_over_without_overlap(way: Way) {
     let (stage, _memory, a, b) = cast(way);
     let held = a.hold().await;
     let waiting = b.contend();
     pass(LEASE / 4).await;
-    assert_eq!(stage.acting(), [held.actor.clone()], "{way:?}");
+    assert_eq!(stage.acting(), std::slice::from_ref(&held.actor), "{way:?}");
     let token = held.token;
     a.release(held).await;
     let next = holds_within(way, waiting, LEASE / 4).await;
@@ -538,8 +540,35 @@ async fn a_release_hands_over_without_overlap(way: Way) {
     stage.assert_no_overlap(way);
 }
 
-/// 3. A holder cut off from the store stops acting before the record that keeps it alive for
-/// the others could expire; the waiting contender holds after that, with a higher token.
+/// Scenario 2b: A holder dropped without a release (its handle, or for a grant the future of
+/// `serve`) hands over as a release does: in the background, never to both at once.
+async fn a_dropped_holder_hands_over_without_overlap(way: Way) {
+    let (stage, _memory, a, b) = cast(way);
+    let held = a.hold().await;
+    let (actor, token) = (held.actor.clone(), held.token);
+    let waiting = b.contend();
+    pass(LEASE / 4).await;
+    if let Kind::Grant { serving, .. } = &held.kind {
+        // The future of `serve` dropped, as by its caller's `select!` or timeout.
+        serving.abort();
+    }
+    drop(held);
+    let next = holds_within(way, waiting, LEASE / 4).await;
+    assert!(
+        !stage.acting().contains(&actor),
+        "{way:?}: the dropped holder acts on"
+    );
+    assert!(
+        next.token.revision > token.revision,
+        "{way:?}: {token} then {}",
+        next.token
+    );
+    b.release(next).await;
+    stage.assert_no_overlap(way);
+}
+
+/// Scenario 3: A holder cut off from the store stops acting before the record that keeps it alive
+/// for the others could expire; the waiting contender holds after that, with a higher token.
 async fn a_holder_cut_off_stops_before_its_record_expires(way: Way) {
     let (stage, _memory, a, b) = cast(way);
     let held = a.hold().await;
@@ -570,14 +599,14 @@ async fn a_holder_cut_off_stops_before_its_record_expires(way: Way) {
         held.token,
         next.token
     );
-    assert_eq!(stage.acting(), [next.actor.clone()], "{way:?}");
+    assert_eq!(stage.acting(), std::slice::from_ref(&next.actor), "{way:?}");
     a.cut(false);
     a.end(held).await;
     b.release(next).await;
     stage.assert_no_overlap(way);
 }
 
-/// 4. The holding's record removed from outside: the holder stops acting, and the waiting
+/// Scenario 4: The holding's record removed from outside: the holder stops acting, and the waiting
 /// contender acts only after it stopped.
 async fn a_record_removed_from_outside_stops_the_holder_first(way: Way) {
     let (stage, _memory, a, b) = cast(way);
@@ -604,8 +633,8 @@ async fn a_record_removed_from_outside_stops_the_holder_first(way: Way) {
     stage.assert_no_overlap(way);
 }
 
-/// 5. A caller that gives up its acquire — while waiting, or `yields` polls after the holder
-/// released — leaves nothing held: a third contender holds at once.
+/// Scenario 5: A caller that gives up its acquire — while waiting, or `yields` polls after the
+/// holder released — leaves nothing held: a third contender holds at once.
 async fn an_acquire_given_up_leaves_nothing_held(way: Way) {
     for yields in [None, Some(0), Some(1), Some(2), Some(4), Some(8), Some(16)] {
         let (stage, memory, a, b) = cast(way);
@@ -636,7 +665,7 @@ async fn an_acquire_given_up_leaves_nothing_held(way: Way) {
         let next = holds_within(way, third, LEASE / 4).await;
         assert_eq!(
             stage.acting(),
-            [next.actor.clone()],
+            std::slice::from_ref(&next.actor),
             "{way:?}, {yields:?} yields"
         );
         c.release(next).await;
@@ -644,8 +673,8 @@ async fn an_acquire_given_up_leaves_nothing_held(way: Way) {
     }
 }
 
-/// 6. Fencing tokens rise strictly across every kind of hand-off: a release, a record removed
-/// from outside, a holder cut off from the store.
+/// Scenario 6: Fencing tokens rise strictly across every kind of hand-off: a release, a record
+/// removed from outside, a holder cut off from the store.
 async fn fencing_tokens_rise_across_hand_offs(way: Way) {
     let (stage, _memory, a, b) = cast(way);
     let mut tokens = Vec::new();
@@ -712,6 +741,8 @@ every_way! {
     two_contenders_one_holds: lease, session, elections, semaphore;
     // covers: Rt.WaysToHold
     a_release_hands_over_without_overlap: lease, session, elections, semaphore;
+    // covers: Rt.WaysToHold
+    a_dropped_holder_hands_over_without_overlap: lease, session, elections, semaphore;
     // covers: Rt.WaysToHold
     a_holder_cut_off_stops_before_its_record_expires: lease, session, elections, semaphore;
     // covers: Rt.WaysToHold
