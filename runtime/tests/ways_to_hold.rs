@@ -23,7 +23,7 @@
 //! | 1. two contenders → one holds | waits in `launch` | waits in `launch` | the caller's loop of one-shot `acquire`s, woken by the change feed | queued `acquire` |
 //! | 2. graceful release → the other holds | `shutdown` | `shutdown` | `release` | the stop of `serve` (releases after the services stopped) |
 //! | 2b. the holder dropped without a release → the other holds | `Vvm<Launched>` dropped | `Vvm<Launched>` dropped | `Elections` dropped | the future of `serve` dropped |
-//! | 3. holder cut off from the store → stops acting before its record could expire | the slot's record | the session's record | the session's record | the session's record |
+//! | 3. holder cut off from the store → stops acting before its record could expire | the slot's record | the slot's holding record, which lives as long as the session's | the slot's holding record, as for `session` | the session's record |
 //! | 4. the holding's record removed from outside → the holder stops, then the successor | the slot's record | the slot's holding record | the slot's holding record | the session's record: a grant is an owner entry of the semaphore's record, with no record of its own the memory store could remove |
 //! | 5. an acquire given up leaves nothing held | `launch` dropped | `launch` dropped | the loop (and its `acquire`) dropped | `acquire` dropped |
 //! | 6. fencing tokens rise across hand-offs | the record's revision | the holding's revision | the holding's revision | the semaphore's generation (slot 0) |
