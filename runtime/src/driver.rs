@@ -157,9 +157,9 @@ async fn slot_changed(changes: &mut Option<SlotChange>) {
     }
 }
 
-/// How the driver knows its own record of the slot it leads.
+/// How the driver (or an `Elections` task) knows its own record of the slot it leads.
 #[derive(Clone)]
-enum Mine {
+pub(crate) enum Mine {
     /// On a lease: by its value (each renewal writes a new revision).
     Value(LeaseValue),
     /// On a session: by the holding's revision, its fencing token, which keepalives of the
@@ -186,7 +186,7 @@ impl Mine {
 /// read that found our record is not missed; a read that fails or finds ours (a renewal, our
 /// stopping mark) waits for the next change. A renewal's refusal (or the session's loss) stays
 /// the fallback for a store without a feed, and for a read that did not answer.
-fn record_vanished<S: LeaseStore>(
+pub(crate) fn record_vanished<S: LeaseStore>(
     store: Arc<S>,
     slot: Slot,
     mine: Mine,

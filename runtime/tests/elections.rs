@@ -325,6 +325,47 @@ async fn failing_keepalives_lose_every_slot_and_the_deadline_fires() {
     assert_eq!(killer.recorder.reports().len(), 1, "the deadline fired");
 }
 
+// covers: Rt.ElectionsVanished
+/// One slot's record removed from outside while the session lives (an operator "unsticking"
+/// it): that slot alone turns lost at once, and another process may hold it meanwhile; the
+/// other slots stay held. The lost slot is not acquired again until it is released, and its
+/// release deletes nothing: the record there now is the other process's.
+#[tokio::test(start_paused = true)]
+async fn a_slot_whose_record_is_removed_from_outside_is_lost_alone_at_once() {
+    let (store, killer) = (MemoryStore::new(), TestKiller::new());
+    let elections = start(&store, "10.0.0.1:7000", &killer);
+    let mut tokens = Vec::new();
+    for slot in 1..=3 {
+        tokens.push(elections.acquire(Slot(slot)).await.unwrap());
+    }
+    assert!(store.delete(Slot(2)));
+    let other = foreign("10.0.0.2:7000");
+    store.set(Slot(2), &other, LEASE).unwrap();
+    pass(EPSILON).await;
+    assert_eq!(
+        elections.tenure(Slot(2)),
+        Tenure::Lost {
+            slot: Slot(2),
+            reason: LossReason::Overtaken
+        },
+        "still held after its record was removed"
+    );
+    assert_eq!(elections.held(), [tokens[0], tokens[2]]);
+    assert_eq!(elections.watch().borrow().lost(), None, "the session lives");
+    assert_eq!(
+        elections.acquire(Slot(2)).await,
+        Err(ElectionsError::AlreadyHeld(Slot(2)))
+    );
+    elections.release(Slot(2)).await.unwrap();
+    assert_eq!(elections.tenure(Slot(2)), Tenure::Idle);
+    assert_eq!(store.record(Slot(2)).unwrap().unwrap().value, other);
+    // Keepalives go on for the others.
+    pass(LEASE * 2).await;
+    assert_eq!(elections.held(), [tokens[0], tokens[2]]);
+    elections.release_all().await.unwrap();
+    assert!(killer.thread.armed().is_empty());
+}
+
 // covers: Rt.ElectionsInput
 /// Bad input is refused with a typed error and no store call.
 #[tokio::test(start_paused = true)]

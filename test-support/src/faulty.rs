@@ -8,7 +8,7 @@ use vvm_core::semaphore::SemaphoreName;
 use vvm_core::{Revision, SessionKey, Slot};
 use vvm_runtime::{
     Acquired, Applied, Lease, LeaseStore, LeaseValue, SemaphoreChange, SemaphoreRequest,
-    SemaphoreStore, SemaphoreStoreError, SessionRecord, SessionStore, StoreError,
+    SemaphoreStore, SemaphoreStoreError, SessionRecord, SessionStore, SlotChange, StoreError,
 };
 
 /// Which call the hook is asked about.
@@ -139,6 +139,16 @@ impl<H: Hook> LeaseStore for Faulty<H> {
 
     async fn get(&self, key: Slot) -> Result<Option<Lease>, StoreError> {
         self.run(Call::Get, self.store.get(key)).await
+    }
+
+    // The feed is no call: it passes through, so that a VVM on this store watches its own
+    // record and wakes at a release as it would on the memory store itself.
+    fn changed(&self, keys: &[Slot]) -> SlotChange {
+        self.store.changed(keys)
+    }
+
+    fn has_change_feed(&self) -> bool {
+        self.store.has_change_feed()
     }
 }
 

@@ -22,6 +22,12 @@
 //!   under the slots must stop before then. The lost slots stay listed until they are released
 //!   (which deletes nothing); until then nothing new is acquired ([`ElectionsError::Lost`]), so
 //!   no new session's deadline stands in for the lost one's.
+//! - **A record removed from outside loses its slot alone.** Each held slot's record is watched
+//!   through the store's change feed (read once at each change): when the store says it is gone
+//!   or another's while the session lives (`etcdctl del` of its key, a `DELETE` in the file), that
+//!   slot turns [`Tenure::Lost`] with [`LossReason::Overtaken`] at once — the session would never
+//!   report it, and someone else may hold the slot already. The other slots stay held; the lost
+//!   one stays listed until it is released (which deletes nothing).
 //! - **Fencing tokens.** Each acquire returns the revision of the slot's holding record, above
 //!   every earlier tenure of the slot; keepalives do not change it.
 //!
@@ -30,7 +36,7 @@
 
 mod task;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
@@ -77,6 +83,9 @@ pub struct Tenures {
     slots: BTreeMap<Slot, Revision>,
     /// Set when the session was lost: every slot in `slots` is lost.
     lost: Option<LossReason>,
+    /// Slots of `slots` whose record was removed from outside while the session lives: lost
+    /// (`Overtaken`) one by one, until released.
+    vanished: BTreeSet<Slot>,
     /// The session, while one is open (or lost and not yet closed).
     session: Option<SessionKey>,
 }
@@ -86,21 +95,27 @@ impl Tenures {
     pub fn get(&self, slot: Slot) -> Tenure {
         match (self.slots.get(&slot), self.lost) {
             (None, _) => Tenure::Idle,
+            (Some(_), None) if self.vanished.contains(&slot) => Tenure::Lost {
+                slot,
+                reason: LossReason::Overtaken,
+            },
             (Some(&revision), None) => Tenure::Held(FencingToken { slot, revision }),
             (Some(_), Some(reason)) => Tenure::Lost { slot, reason },
         }
     }
 
-    /// The fencing tokens of the slots held, in slot order (none once the session is lost).
+    /// The fencing tokens of the slots held, in slot order (none once the session is lost; not
+    /// those whose record was removed from outside).
     pub fn held(&self) -> impl Iterator<Item = FencingToken> + '_ {
         let live = self.lost.is_none();
         self.slots
             .iter()
-            .filter(move |_| live)
+            .filter(move |(slot, _)| live && !self.vanished.contains(slot))
             .map(|(&slot, &revision)| FencingToken { slot, revision })
     }
 
-    /// Why the session was lost, while its lost slots are not all released.
+    /// Why the session was lost, while its lost slots are not all released. A slot lost alone
+    /// (its record removed from outside) does not show here: see [`get`](Self::get).
     pub fn lost(&self) -> Option<LossReason> {
         self.lost
     }

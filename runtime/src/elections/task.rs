@@ -4,11 +4,15 @@
 //! deadline are the session's own task's; this one only serves commands, one at a time.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::AbortHandle;
+use tracing::Instrument;
 use vvm_core::{FencingToken, LeaseConfig, LossReason, OpenRefusal, Slot};
 
 use super::{Tenures, ELECTIONS_SLOTS_MAX};
+use crate::driver::{record_vanished, Mine};
 use crate::error::ElectionsError;
 use crate::killer::KillerThread;
 use crate::session::{Holding, SessionError, SessionHandle, SessionStatus};
@@ -30,7 +34,19 @@ pub(super) enum Command {
 enum Wake {
     /// The session ended: lost (with why) or closed.
     Ended(Option<LossReason>),
+    /// The store says the record of this tenure is gone or another's.
+    Vanished(FencingToken),
     Command(Option<Command>),
+}
+
+/// The watch of one held slot's record ([`record_vanished`]): a task that reports the tenure's
+/// token once the store says its record is gone or another's. Ended with the holding.
+struct RecordWatch(AbortHandle);
+
+impl Drop for RecordWatch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What the task keeps.
@@ -43,8 +59,13 @@ pub(super) struct Task<S> {
     tenures: watch::Sender<Tenures>,
     /// The session, while something is held (or being acquired, or lost and not released).
     session: Option<SessionHandle<S>>,
-    /// One holding per slot of the session.
-    holdings: HashMap<Slot, Holding<S>>,
+    /// One holding per slot of the session, with the watch of its record.
+    holdings: HashMap<Slot, (Holding<S>, RecordWatch)>,
+    /// Where the record watches report; the receiver is the task's.
+    vanished: (
+        mpsc::UnboundedSender<FencingToken>,
+        mpsc::UnboundedReceiver<FencingToken>,
+    ),
 }
 
 impl<S: SessionStore + Clone> Task<S> {
@@ -65,6 +86,9 @@ impl<S: SessionStore + Clone> Task<S> {
             tenures,
             session: None,
             holdings: HashMap::new(),
+            // Each watch sends once at most, and only while its slot is held: bounded by the
+            // slots held.
+            vanished: mpsc::unbounded_channel(),
         }
     }
 
@@ -79,6 +103,7 @@ impl<S: SessionStore + Clone> Task<S> {
                 Some(session) => tokio::select! {
                     biased;
                     reason = session.lost() => Wake::Ended(reason),
+                    Some(token) = self.vanished.1.recv() => Wake::Vanished(token),
                     command = self.commands.recv() => Wake::Command(command),
                 },
                 None => Wake::Command(self.commands.recv().await),
@@ -86,6 +111,10 @@ impl<S: SessionStore + Clone> Task<S> {
             let command = match wake {
                 Wake::Ended(reason) => {
                     self.on_lost(reason);
+                    continue;
+                }
+                Wake::Vanished(token) => {
+                    self.on_vanished(token).await;
                     continue;
                 }
                 Wake::Command(command) => command,
@@ -155,6 +184,57 @@ impl<S: SessionStore + Clone> Task<S> {
             .send_modify(|tenures| tenures.lost = Some(reason));
     }
 
+    /// The record of a held slot is gone or another's while the session lives (removed from
+    /// outside): that slot alone is lost, at once, as the session would never report it
+    /// (`Holding.Vanished`). A record that went with the session's (the session's record
+    /// removed, or expired) is the session's loss: every slot at once, as its next keepalive
+    /// would find. A report of a tenure that is no longer held changes nothing.
+    async fn on_vanished(&mut self, token: FencingToken) {
+        let held = self
+            .holdings
+            .get(&token.slot)
+            .is_some_and(|(holding, _)| holding.token() == token);
+        let Some(key) = self.session.as_ref().map(SessionHandle::key) else {
+            return;
+        };
+        if !held || self.lost().is_some() {
+            return;
+        }
+        let session = tokio::time::timeout(self.lease.store_timeout(), self.store.get_session(key));
+        if let Ok(Ok(None)) = session.await {
+            tracing::warn!(session = %key, "the session's record is gone: every slot is lost");
+            self.on_lost(Some(LossReason::Overtaken));
+            return;
+        }
+        tracing::warn!(
+            slot = token.slot.0,
+            fencing_token = %token,
+            "the slot's record was removed from outside: the slot is lost"
+        );
+        self.tenures.send_modify(|tenures| {
+            tenures.vanished.insert(token.slot);
+        });
+    }
+
+    /// Watches the record of the tenure `token` until its holding ends.
+    fn watch_record(&self, token: FencingToken) -> RecordWatch {
+        let vanished = record_vanished(
+            Arc::new(self.store.clone()),
+            token.slot,
+            Mine::Revision(token.revision),
+            self.lease.store_timeout(),
+        );
+        let report = self.vanished.0.clone();
+        let watch = tokio::spawn(
+            async move {
+                vanished.await;
+                let _ = report.send(token);
+            }
+            .in_current_span(),
+        );
+        RecordWatch(watch.abort_handle())
+    }
+
     async fn acquire(&mut self, slot: Slot) -> Result<FencingToken, ElectionsError> {
         if slot.0 == 0 {
             return Err(ElectionsError::InvalidSlot(slot));
@@ -211,7 +291,8 @@ impl<S: SessionStore + Clone> Task<S> {
             Ok(Some(holding)) => {
                 let token = holding.token();
                 tracing::info!(slot = slot.0, fencing_token = %token, "slot acquired");
-                self.holdings.insert(slot, holding);
+                let watch = self.watch_record(token);
+                self.holdings.insert(slot, (holding, watch));
                 self.tenures.send_modify(|tenures| {
                     tenures.slots.insert(slot, token.revision);
                 });
@@ -246,7 +327,7 @@ impl<S: SessionStore + Clone> Task<S> {
         let held = self
             .holdings
             .get(&token.slot)
-            .is_some_and(|holding| holding.token() == token);
+            .is_some_and(|(holding, _)| holding.token() == token);
         if !held {
             return;
         }
@@ -260,19 +341,24 @@ impl<S: SessionStore + Clone> Task<S> {
     }
 
     async fn release(&mut self, slot: Slot) -> Result<(), ElectionsError> {
-        let Some(holding) = self.holdings.remove(&slot) else {
+        let Some((holding, watch)) = self.holdings.remove(&slot) else {
             return Ok(());
         };
+        // Ended first: the delete below is no removal from outside.
+        drop(watch);
+        let vanished = self.tenures.borrow().vanished.contains(&slot);
         self.tenures.send_modify(|tenures| {
             tenures.slots.remove(&slot);
+            tenures.vanished.remove(&slot);
         });
         if self.holdings.is_empty() {
             // The last slot: deleting the session deletes its holding too, in one call.
             drop(holding);
             return self.close().await;
         }
-        if self.lost().is_some() {
-            // Its record went with the session, or expires with it: nothing to delete.
+        if self.lost().is_some() || vanished {
+            // Its record went with the session, or expires with it, or was removed from
+            // outside (what is there now is someone else's): nothing to delete.
             drop(holding);
             return Ok(());
         }
@@ -294,7 +380,10 @@ impl<S: SessionStore + Clone> Task<S> {
         }
         // Detached first (their records stay with the session), then deleted with it.
         self.holdings.clear();
-        self.tenures.send_modify(|tenures| tenures.slots.clear());
+        self.tenures.send_modify(|tenures| {
+            tenures.slots.clear();
+            tenures.vanished.clear();
+        });
         self.close().await
     }
 
