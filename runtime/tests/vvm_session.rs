@@ -240,7 +240,8 @@ async fn a_vvm_on_a_session_rides_out_failed_creates_within_its_acquisition_wind
     ));
     let waited = began.elapsed();
     assert!(
-        waited <= Duration::from_secs(5) && store.hook.creates.load(Ordering::Relaxed) > 3,
+        // Tried again (pauses of 1 s to 5 s at L = 20 s), and never past the window.
+        waited <= Duration::from_secs(5) && store.hook.creates.load(Ordering::Relaxed) >= 2,
         "tried {} times in {waited:?}",
         store.hook.creates.load(Ordering::Relaxed)
     );
