@@ -501,14 +501,16 @@ fn an_etcd_lease_revoked_before_a_newcomer_came_does_not_let_it_lead_beside_the_
 
 /// The PostgreSQL case of [`etcd_record_removed`]: `one`'s record row deleted by hand (`DELETE`,
 /// "unsticking" a lock), with `two` waiting on it or coming after.
-fn postgres_record_removed(test: &str, schema: &str, two_met_the_record: bool) {
+fn postgres_record_removed(test: &str, schema: &str, two_met_the_record: bool, marks: bool) {
     let Some(server) = vvm_test_support::postgres::PgServer::shared(test) else {
         return;
     };
     become_a_careless_reaper();
     let script = format!("trap '' TERM\n{SCRIPT}");
     let dir = temp_dir("vvm-fault-pg");
-    let store = server.url("vvm", schema);
+    // With marks, `vvm run` holds its slot as a holding of a session of its own.
+    let death = if marks { "&death=advisory-lock" } else { "" };
+    let store = format!("{}{death}", server.url("vvm", schema));
     let mut one = spawn_with(&store, &dir, "one", "5s", &script, &[]);
     wait_until(&dir.join("acts"), "the first tree acts", both_act);
     let remove = || {
@@ -541,6 +543,7 @@ fn a_postgres_record_deleted_from_outside_does_not_let_a_candidate_lead_beside_t
         "a_postgres_record_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder",
         "removed_met",
         true,
+        false,
     );
 }
 
@@ -551,6 +554,29 @@ fn a_postgres_record_deleted_before_a_newcomer_came_does_not_let_it_lead_beside_
         "a_postgres_record_deleted_before_a_newcomer_came_does_not_let_it_lead_beside_the_holder",
         "removed_new",
         false,
+        false,
+    );
+}
+
+// covers: Tx.RecordRemoved
+#[test]
+fn a_postgres_holding_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder() {
+    postgres_record_removed(
+        "a_postgres_holding_deleted_from_outside_does_not_let_a_candidate_lead_beside_the_holder",
+        "removed_holding_met",
+        true,
+        true,
+    );
+}
+
+// covers: Tx.RecordRemoved
+#[test]
+fn a_postgres_holding_deleted_before_a_newcomer_came_does_not_let_it_lead_beside_the_holder() {
+    postgres_record_removed(
+        "a_postgres_holding_deleted_before_a_newcomer_came_does_not_let_it_lead_beside_the_holder",
+        "removed_holding_new",
+        false,
+        true,
     );
 }
 

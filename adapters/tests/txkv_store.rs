@@ -293,7 +293,13 @@ async fn a_record_removed_from_outside_is_waited_for_a_ttl_and_its_holder_loses_
         revision: renewed,
     };
     pass(TTL / 2).await;
+    let mut holders_feed = holder.changed(&[SLOT]);
+    assert!(!resolves_within(&mut holders_feed, TTL / 100).await);
     holder.kv().remove(&holder.key(SLOT));
+    assert!(
+        resolves_within(&mut holders_feed, TTL / 100).await,
+        "the holder's feed tells of the removal"
+    );
     pass(TTL / 4).await;
 
     assert_eq!(holder.get(SLOT).await.unwrap(), None, "gone for its holder");
@@ -305,7 +311,8 @@ async fn a_record_removed_from_outside_is_waited_for_a_ttl_and_its_holder_loses_
         None,
         "not renewed"
     );
-    // The candidate first sees it now: refused for a whole TTL from here.
+    // The candidate first sees it now: refused for a whole TTL from here, and its feed waits
+    // (it does not wake it again and again).
     assert_eq!(
         candidate
             .insert_if_not_exists(SLOT, &value("b"), TTL)
@@ -313,7 +320,10 @@ async fn a_record_removed_from_outside_is_waited_for_a_ttl_and_its_holder_loses_
             .unwrap(),
         None
     );
-    pass(TTL - Duration::from_millis(1)).await;
+    let mut candidates_feed = candidate.changed(&[SLOT]);
+    assert!(!resolves_within(&mut candidates_feed, TTL / 2).await);
+    drop(candidates_feed);
+    pass(TTL / 2 - Duration::from_millis(1)).await;
     assert_eq!(
         candidate
             .insert_if_not_exists(SLOT, &value("b"), TTL)

@@ -25,17 +25,16 @@
 //!
 //! # A record removed from outside (`Tx.RecordRemoved`)
 //!
-//! Every write of a slot's key also writes its *tenure* key, `<prefix> 0x00 "tenure/" <slot>`:
-//! a copy of a slot record, the tombstone of a release, the revision of a holding. An operator
-//! who deletes the slot's key by hand (`DELETE`, `fdbcli clear`: "unsticking" a lock) leaves the
-//! tenure key, so a slot key that is absent while its tenure key holds a live record was removed
-//! from outside while its holder may still act: that record is judged as if it were still
-//! there — live until this process has seen it unchanged for a whole TTL (which only starts
-//! when it first sees it, after the removal and so after the holder's last renewal) — except
-//! that its holder may no longer renew it (a compare-and-swap finds nothing to swap; a read
-//! finds nothing, so the holder's own watch reports the loss at once), and a release by the
-//! holder writes the release's tombstone, which frees the slot at once. Revisions continue
-//! from the tenure key's, so fencing tokens keep rising across a removal.
+//! Every write of a slot's key also writes its *tenure* key, `<prefix> 0x00 "tenure/" <slot>`,
+//! a copy of the record (a release's tombstone included). An operator who deletes the slot's
+//! key by hand (`DELETE`, `fdbcli clear`: "unsticking" a lock) leaves the tenure key, so a slot
+//! key that is absent while its tenure key holds a live record was removed from outside while
+//! its holder may still act: it is judged as that record — a slot record by observation, from
+//! this process's first sight of the removal (after the holder's last renewal); a holding while
+//! its session lives — except that its holder may no longer renew it (a compare-and-swap finds
+//! nothing to swap; a read finds nothing, so the holder's own watch reports the loss at once),
+//! and a release by the holder writes the release's tombstone, which frees the slot at once.
+//! Revisions continue from the tenure key's, so fencing tokens keep rising across a removal.
 //!
 //! # Transactions
 //!
@@ -490,6 +489,67 @@ impl<K: TxKv> TxLeaseStore<K> {
         }
     }
 
+    /// [`observe`](Self::observe) of a slot whose key is gone, from its tenure key's copy
+    /// `bytes` (`Tx.RecordRemoved`): a slot record is judged by observation as itself, a holding
+    /// by its session, and a live one is [`State::Live`] with `removed`. The note kept of it
+    /// holds the value [`marked`] as removed: a waiter whose baseline is that note waits on, a
+    /// holder whose baseline is its record (or nothing) is woken (see the change feed).
+    fn observe_removed(
+        &self,
+        target: Target,
+        bytes: Option<&[u8]>,
+        session: Option<&[u8]>,
+        ended: bool,
+        started: Instant,
+        read_at: Instant,
+    ) -> State {
+        let record = bytes.and_then(Record::decode);
+        let noted = match &record {
+            Some(Record::Live {
+                revision,
+                ttl,
+                value,
+            }) => Record::Live {
+                revision: *revision,
+                ttl: *ttl,
+                value: marked(value),
+            }
+            .encode(),
+            _ => bytes.map(<[u8]>::to_vec).unwrap_or_default(),
+        };
+        let state = self.observe(target, Some(&noted), session, ended, started, read_at);
+        let State::Live {
+            revision, session, ..
+        } = state
+        else {
+            return state;
+        };
+        let value = match record {
+            Some(Record::Live { value, .. }) => value,
+            Some(Record::Held { value, .. }) => {
+                // A holding keeps no note of its own (its session's is judged): one for the
+                // feed's baseline only.
+                self.notes().insert(
+                    target,
+                    Observation {
+                        revision,
+                        value: marked(&value),
+                        ttl: Duration::MAX,
+                        since: read_at,
+                    },
+                );
+                value
+            }
+            _ => return State::Unreadable,
+        };
+        State::Live {
+            revision,
+            value,
+            session,
+            removed: true,
+        }
+    }
+
     /// The TTL of the session `key`'s record as this process last noted it, if it did.
     pub(super) fn session_ttl(&self, key: SessionKey) -> Option<Duration> {
         self.notes().get(&Target::Session(key)).map(|note| note.ttl)
@@ -587,7 +647,10 @@ impl<K: TxKv> TxLeaseStore<K> {
             let (read, removed) = match (target, read) {
                 (Target::Slot(slot), None) => {
                     match read_in(&mut tx, &self.tenure_key(slot), deadline, slot, timeout).await? {
-                        Ok(tenure) => (tenure, true),
+                        Ok(tenure) => {
+                            let removed = tenure.is_some();
+                            (tenure, removed)
+                        }
                         Err(retry) => {
                             last = Some(retry);
                             continue;
@@ -649,17 +712,24 @@ impl<K: TxKv> TxLeaseStore<K> {
                 continue;
             }
             let read_at = self.time.now();
-            let mut state = self.observe(
-                target,
-                read.as_deref(),
-                held_session,
-                ended[0],
-                started,
-                read_at,
-            );
-            if let State::Live { removed: gone, .. } = &mut state {
-                *gone = removed;
-            }
+            let state = match removed {
+                false => self.observe(
+                    target,
+                    read.as_deref(),
+                    held_session,
+                    ended[0],
+                    started,
+                    read_at,
+                ),
+                true => self.observe_removed(
+                    target,
+                    read.as_deref(),
+                    held_session,
+                    ended[0],
+                    started,
+                    read_at,
+                ),
+            };
             let also_state = also.map(|session| {
                 self.observe(
                     Target::Session(session),
@@ -830,16 +900,29 @@ impl<K: TxKv> TxLeaseStore<K> {
                     })
                 })?
                 .map_err(|error| failed(&error))?;
-            let read = match read {
-                // Removed from outside while live (`Tx.RecordRemoved`): waited for as the
-                // record itself, until the waiter's timer judges it expired or the key is
-                // written again.
+            // A key removed from outside (`Tx.RecordRemoved`) is its record's copy in the tenure
+            // key, marked: a waiter that saw it so waits on; its holder, whose baseline is its
+            // record (a holding's: none), is woken and learns its loss.
+            let removed = match read {
+                Some(_) => None,
                 None => read_in(&mut tx, &self.tenure_key(*slot), deadline, *slot, timeout)
                     .await?
                     .map_err(|error| failed(&error))?
-                    .filter(|tenure| matches!(Record::decode(tenure), Some(Record::Live { .. }))),
-                read => read,
+                    .and_then(|tenure| match Record::decode(&tenure) {
+                        Some(Record::Live { value, .. } | Record::Held { value, .. }) => {
+                            Some(marked(&value))
+                        }
+                        _ => None,
+                    }),
             };
+            if let Some(removed) = removed {
+                match seen {
+                    Some(seen) if *seen == removed => {}
+                    _ => return Ok(Round::Changed),
+                }
+                watches.push(Box::pin(tx.watch(&key)));
+                continue;
+            }
             let holder = match read {
                 None => return Ok(Round::Changed),
                 Some(bytes) => match Record::decode(&bytes) {
@@ -939,6 +1022,12 @@ pub(super) fn live_write(revision: u64, ttl: Duration, value: &[u8]) -> Decision
         answer: Some(Revision(revision)),
         own: Some((revision, value.to_vec(), ttl)),
     }
+}
+
+/// `value` marked as the value of a record removed from outside (`Tx.RecordRemoved`), for the
+/// notes and the change feed: a lease value never starts with a NUL byte.
+fn marked(value: &[u8]) -> Vec<u8> {
+    [b"\0removed\0".as_slice(), value].concat()
 }
 
 fn matches(revision: u64, value: &[u8], expected: &Lease) -> bool {

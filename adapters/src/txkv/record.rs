@@ -78,17 +78,12 @@ impl Record {
         }
     }
 
-    /// What the slot's tenure key keeps of this record (`Tx.RecordRemoved`): a slot record
-    /// whole, so that its removal from outside is judged as the record itself; of a holding or
-    /// a tombstone only the revision, so that revisions keep rising (a holding removed from
-    /// outside is its holder's loss at once, `Holding.Vanished`, and is not waited for).
+    /// What the slot's tenure key keeps of this record (`Tx.RecordRemoved`): the record itself,
+    /// so that its removal from outside is judged as the record (a slot record by observation, a
+    /// holding while its session lives); a tombstone keeps the revision, so that revisions keep
+    /// rising.
     pub(super) fn tenure(&self) -> Record {
-        match self {
-            Record::Live { .. } => self.clone(),
-            Record::Held { revision, .. } | Record::Deleted { revision } => Record::Deleted {
-                revision: *revision,
-            },
-        }
+        self.clone()
     }
 
     /// `None` when the bytes are no record of this format.

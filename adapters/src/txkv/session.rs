@@ -224,6 +224,7 @@ impl<K: TxKv> SessionStore for TxLeaseStore<K> {
                 State::Live {
                     revision,
                     session: Some(holder),
+                    removed: false,
                     ..
                 } if *holder == key => Ok(Decision::Done(Acquired::Written(Revision(*revision)))),
                 State::Live { .. } | State::Unreadable => Ok(Decision::Done(Acquired::Held)),
