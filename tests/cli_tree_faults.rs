@@ -441,31 +441,42 @@ fn etcd_record_removed(test: &str, how: Removal, two_met_the_record: bool) {
     let Some(cluster) = runtime.block_on(etcd::single(test)) else {
         return;
     };
-    become_a_careless_reaper();
-    let script = format!("trap '' TERM\n{SCRIPT}");
-    let dir = temp_dir("vvm-fault-etcd");
-    let store = cluster.store_url();
-    let mut one = spawn_with(&store, &dir, "one", "5s", &script, &[]);
-    wait_until(&dir.join("acts"), "the first tree acts", both_act);
     let remove = || {
         let removed = remove_etcd_records(&cluster.endpoints(), how);
         assert!(removed > 0, "no record to remove");
     };
+    record_removed(
+        "vvm-fault-etcd",
+        &cluster.store_url(),
+        remove,
+        two_met_the_record,
+    );
+    drop(cluster);
+}
+
+/// `one` leads on `store` with a tree that ignores SIGTERM (grace 5 s); `remove` takes its
+/// record away from outside, with `two` waiting on it or coming after. `two`'s tree acts only
+/// once `one`'s has ended, and `one` reports a loss.
+fn record_removed(prefix: &str, store: &str, remove: impl Fn(), two_met_the_record: bool) {
+    become_a_careless_reaper();
+    let script = format!("trap '' TERM\n{SCRIPT}");
+    let dir = temp_dir(prefix);
+    let mut one = spawn_with(store, &dir, "one", "5s", &script, &[]);
+    wait_until(&dir.join("acts"), "the first tree acts", both_act);
     let two = if two_met_the_record {
-        let two = spawn_with(&store, &dir, "two", "1s", SCRIPT, &[]);
+        let two = spawn_with(store, &dir, "two", "1s", SCRIPT, &[]);
         // The candidate has met the record and waits.
         std::thread::sleep(Duration::from_millis(700));
         remove();
         two
     } else {
         remove();
-        spawn_with(&store, &dir, "two", "1s", SCRIPT, &[])
+        spawn_with(store, &dir, "two", "1s", SCRIPT, &[])
     };
     second_tenure_alone(&dir);
     let code = exit_within(&mut one, WAIT_MAX);
     assert!(matches!(code, Some(Some(c)) if c != 0), "{code:?}");
     stop(two);
-    drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -505,35 +516,16 @@ fn postgres_record_removed(test: &str, schema: &str, two_met_the_record: bool, m
     let Some(server) = vvm_test_support::postgres::PgServer::shared(test) else {
         return;
     };
-    become_a_careless_reaper();
-    let script = format!("trap '' TERM\n{SCRIPT}");
-    let dir = temp_dir("vvm-fault-pg");
     // With marks, `vvm run` holds its slot as a holding of a session of its own.
     let death = if marks { "&death=advisory-lock" } else { "" };
     let store = format!("{}{death}", server.url("vvm", schema));
-    let mut one = spawn_with(&store, &dir, "one", "5s", &script, &[]);
-    wait_until(&dir.join("acts"), "the first tree acts", both_act);
     let remove = || {
         let removed = server.admin(&format!(
             "DELETE FROM {schema}.vvm_kv WHERE key = convert_to('vvm/slot/1', 'UTF8') RETURNING 1"
         ));
         assert_eq!(removed.trim(), "1", "no record to remove");
     };
-    let two = if two_met_the_record {
-        let two = spawn_with(&store, &dir, "two", "1s", SCRIPT, &[]);
-        // The candidate has met the record and waits.
-        std::thread::sleep(Duration::from_millis(700));
-        remove();
-        two
-    } else {
-        remove();
-        spawn_with(&store, &dir, "two", "1s", SCRIPT, &[])
-    };
-    second_tenure_alone(&dir);
-    let code = exit_within(&mut one, WAIT_MAX);
-    assert!(matches!(code, Some(Some(c)) if c != 0), "{code:?}");
-    stop(two);
-    let _ = std::fs::remove_dir_all(&dir);
+    record_removed("vvm-fault-pg", &store, remove, two_met_the_record);
 }
 
 // covers: Tx.RecordRemoved

@@ -388,17 +388,35 @@ impl CommitCutter {
     }
 }
 
-/// Blocked requests for the advisory lock `key` (waiters of a mark), over the whole server.
-fn blocked_on(server: &PgServer, key: i64) -> usize {
+/// Requests for the advisory lock `key` over the whole server: granted ones (a mark held) or
+/// blocked ones (waiters of a mark).
+fn advisory_locks(server: &PgServer, key: i64, granted: bool) -> usize {
+    let not = if granted { "" } else { "NOT" };
     server
         .admin(&format!(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND {not} granted \
              AND objsubid = 1 AND classid::bigint = ({key}::bigint >> 32) & 4294967295 \
              AND objid::bigint = {key}::bigint & 4294967295"
         ))
         .trim()
         .parse()
         .unwrap_or(usize::MAX)
+}
+
+/// The configuration of a store on `schema` whose sessions take marks.
+fn marked(server: &PgServer, schema: &str) -> PgConfig {
+    config(server, "vvm", schema)
+        .advisory_lock_marks(true)
+        .expect("marks without TLS")
+}
+
+/// The value of a session's record in these tests.
+fn session_value() -> LeaseValue {
+    LeaseValue {
+        address: "10.0.0.1:7000".to_owned(),
+        incarnation: Incarnation(1),
+        stopping: false,
+    }
 }
 
 /// Five feeds of one store handle waiting on a semaphore whose owner holds a mark share one
@@ -417,22 +435,17 @@ async fn feeds_of_one_handle_wait_on_a_mark_through_one_connection() {
         return;
     };
     let schema = "marks_shared_wait";
-    let marked = || {
-        config(server, "vvm", schema)
-            .advisory_lock_marks(true)
-            .expect("marks without TLS")
-    };
-    let owner = open(marked(), TxOptions::default()).await.expect("opens");
-    let waiter = open(marked(), TxOptions::default()).await.expect("opens");
+    let owner = open(marked(server, schema), TxOptions::default())
+        .await
+        .expect("opens");
+    let waiter = open(marked(server, schema), TxOptions::default())
+        .await
+        .expect("opens");
     let session = SessionKey {
         incarnation: Incarnation(1),
         id: SessionId(1),
     };
-    let value = LeaseValue {
-        address: "10.0.0.1:7000".to_owned(),
-        incarnation: Incarnation(1),
-        stopping: false,
-    };
+    let value = session_value();
     let created = owner.create_session(session, &value, Duration::from_secs(60));
     assert!(
         matches!(created.await, Ok(Some(_))),
@@ -464,13 +477,13 @@ async fn feeds_of_one_handle_wait_on_a_mark_through_one_connection() {
         .map(|_| tokio::spawn(waiter.semaphore_changed(&gate)))
         .collect();
     let began = Instant::now();
-    while blocked_on(server, key) == 0 && began.elapsed() < Duration::from_secs(20) {
+    while advisory_locks(server, key, false) == 0 && began.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Time for every feed to have made its round and its wait.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        blocked_on(server, key),
+        advisory_locks(server, key, false),
         1,
         "one connection of the waiting handle blocked on the owner's mark"
     );
@@ -493,19 +506,6 @@ async fn feeds_of_one_handle_wait_on_a_mark_through_one_connection() {
     }
 }
 
-/// Granted holds of the advisory lock `key`, over the whole server.
-fn held(server: &PgServer, key: i64) -> usize {
-    server
-        .admin(&format!(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-             AND objsubid = 1 AND classid::bigint = ({key}::bigint >> 32) & 4294967295 \
-             AND objid::bigint = {key}::bigint & 4294967295"
-        ))
-        .trim()
-        .parse()
-        .unwrap_or(usize::MAX)
-}
-
 /// A marked create whose transaction fails (here: the server refuses the row) wrote nothing
 /// that names its mark, so the mark is given back at once (its connection held the lock for
 /// the process's life), and a create that works keeps its mark until the session's delete.
@@ -519,15 +519,10 @@ async fn a_marked_create_that_fails_gives_its_mark_back() {
         return;
     };
     let schema = "marks_failed_create";
-    let config = config(server, "vvm", schema)
-        .advisory_lock_marks(true)
-        .expect("marks without TLS");
-    let store = open(config, TxOptions::default()).await.expect("opens");
-    let value = LeaseValue {
-        address: "10.0.0.1:7000".to_owned(),
-        incarnation: Incarnation(1),
-        stopping: false,
-    };
+    let store = open(marked(server, schema), TxOptions::default())
+        .await
+        .expect("opens");
+    let value = session_value();
     let key = |id| SessionKey {
         incarnation: Incarnation(1),
         id: SessionId(id),
@@ -556,7 +551,11 @@ async fn a_marked_create_that_fails_gives_its_mark_back() {
         .create_session(key(2), &value, Duration::from_secs(60))
         .await;
     let revision = created.expect("created").expect("a fresh key");
-    assert_eq!(held(server, lock(2)), 1, "the mark of a live session");
+    assert_eq!(
+        advisory_locks(server, lock(2), true),
+        1,
+        "the mark of a live session"
+    );
     assert!(store
         .delete_session(key(2), revision)
         .await
@@ -571,8 +570,8 @@ async fn a_marked_create_that_fails_gives_its_mark_back() {
 /// [`held`] once the server had up to 10 s to see a closed connection go.
 async fn held_after_close(server: &PgServer, key: i64) -> usize {
     let began = Instant::now();
-    while held(server, key) > 0 && began.elapsed() < Duration::from_secs(10) {
+    while advisory_locks(server, key, true) > 0 && began.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    held(server, key)
+    advisory_locks(server, key, true)
 }

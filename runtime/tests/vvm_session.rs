@@ -182,19 +182,23 @@ impl Hook for FailingCreates {
     }
 }
 
+fn failing_creates(failing: u64) -> Faulty<FailingCreates> {
+    Faulty {
+        store: MemoryStore::default(),
+        hook: FailingCreates {
+            failing,
+            ..FailingCreates::default()
+        },
+    }
+}
+
 /// A store blip while the VVM opens its session is ridden out within the acquisition window,
 /// as a candidate's on a per-slot lease; past the window the VVM says the session was not
 /// opened.
 // covers: Rt.VvmOnSession
 #[tokio::test(start_paused = true)]
 async fn a_vvm_on_a_session_rides_out_failed_creates_within_its_acquisition_window() {
-    let store = Faulty {
-        store: MemoryStore::default(),
-        hook: FailingCreates {
-            failing: 3,
-            ..FailingCreates::default()
-        },
-    };
+    let store = failing_creates(3);
     let killer = TestKiller::new();
     let journal = Journal::default();
     let vvm = Vvm::provide_on_session(
@@ -215,13 +219,7 @@ async fn a_vvm_on_a_session_rides_out_failed_creates_within_its_acquisition_wind
     vvm.shutdown().await.expect("clean");
 
     // Failing for ever: the window (acquisition 5 s) ends the tries.
-    let store = Faulty {
-        store: MemoryStore::default(),
-        hook: FailingCreates {
-            failing: u64::MAX,
-            ..FailingCreates::default()
-        },
-    };
+    let store = failing_creates(u64::MAX);
     let config = VvmConfig::builder("10.0.0.2:7000")
         .slots(1)
         .lease(LEASE)
