@@ -8,9 +8,9 @@
 //!   the next waiter's `Coordination::acquire`, which waits on the store's change feed; p50 and
 //!   p99 over [`HANDOFFS`] hand-offs between two sessions (for SQLite and etcd two connections,
 //!   as two processes would have).
-//! - `broadcast/<store>` (printed): from a data update to the moment the last of [`WATCHERS`]
-//!   watchers saw it; p50 and p99 over [`UPDATES`] updates, the writer and the watchers on two
-//!   clients of the store.
+//! - `broadcast/<store>` (printed): from a data update to the moment the first, and the last, of
+//!   [`WATCHERS`] watchers saw it; p50 and p99 over [`UPDATES`] updates, the writer and the
+//!   watchers on two clients of the store.
 //!
 //! - `idle/sqlite` (printed, with `-- --idle GRANTS WATCHES`, nothing else runs then): the CPU
 //!   this process uses over [`IDLE_SPAN`] while GRANTS served grants (each awaiting
@@ -242,8 +242,12 @@ async fn handoffs<S: SemaphoreStore + Clone + 'static>(first: S, second: S) -> V
     latencies
 }
 
-/// Updates of one semaphore's data, each timed until every one of the watchers saw it.
-async fn broadcasts<S: SemaphoreStore + Clone + 'static>(writer: S, readers: S) -> Vec<Duration> {
+/// Updates of one semaphore's data, each timed until the first and until every one of the
+/// watchers saw it (the spread is the waking of the watchers, their read being shared).
+async fn broadcasts<S: SemaphoreStore + Clone + 'static>(
+    writer: S,
+    readers: S,
+) -> (Vec<Duration>, Vec<Duration>) {
     let writer = member(writer, 1).await;
     let readers = member(readers, 2).await;
     writer
@@ -264,6 +268,7 @@ async fn broadcasts<S: SemaphoreStore + Clone + 'static>(writer: S, readers: S) 
         });
     }
     let mut latencies = Vec::with_capacity(UPDATES);
+    let mut firsts = Vec::with_capacity(UPDATES);
     for round in 1..=UPDATES {
         let data = round.to_string().into_bytes();
         let sent = Instant::now();
@@ -271,17 +276,33 @@ async fn broadcasts<S: SemaphoreStore + Clone + 'static>(writer: S, readers: S) 
             .update_data("config", data.clone())
             .await
             .expect("updated");
-        let (mut count, mut last) = (0, sent);
+        let (mut count, mut first, mut last) = (0, None::<Instant>, sent);
         while count < WATCHERS {
             let (got, at) = seen.recv().await.expect("the watchers run");
             if got == data {
                 count += 1;
+                first = Some(first.map_or(at, |first| first.min(at)));
                 last = last.max(at);
             }
         }
         latencies.push(last.duration_since(sent));
+        firsts.push(first.unwrap_or(last).duration_since(sent));
     }
-    latencies
+    (firsts, latencies)
+}
+
+/// The broadcast figures of one store: until the first watcher, until all of them.
+fn report_broadcast(store: &str, (firsts, latencies): (Vec<Duration>, Vec<Duration>)) {
+    report_as(
+        &format!("broadcast/{store}"),
+        "update -> first of 100 watchers notified",
+        firsts,
+    );
+    report_as(
+        &format!("broadcast/{store}"),
+        "update -> all 100 watchers notified",
+        latencies,
+    );
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -310,29 +331,20 @@ fn report_as(label: &str, what: &str, mut latencies: Vec<Duration>) {
 
 fn broadcast_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>, postgres: &Postgres) {
     let memory = MemoryStore::new();
-    report_as(
-        "broadcast/memory",
-        "update -> all 100 watchers notified",
+    report_broadcast(
+        "memory",
         runtime.block_on(broadcasts(memory.clone(), memory)),
     );
     let path = scratch("semaphores-broadcast");
     let open = || SqliteStore::open(&path).expect("opens");
-    report_as(
-        "broadcast/sqlite",
-        "update -> all 100 watchers notified",
-        runtime.block_on(broadcasts(open(), open())),
-    );
+    report_broadcast("sqlite", runtime.block_on(broadcasts(open(), open())));
     if let Some(cluster) = cluster {
         let latencies = runtime.block_on(async {
             let writer = etcd_store(cluster, "bench/broadcast/").await;
             let readers = etcd_store(cluster, "bench/broadcast/").await;
             broadcasts(writer, readers).await
         });
-        report_as(
-            "broadcast/etcd",
-            "update -> all 100 watchers notified",
-            latencies,
-        );
+        report_broadcast("etcd", latencies);
     }
     #[cfg(feature = "postgres")]
     if let Some(server) = postgres {
@@ -340,11 +352,7 @@ fn broadcast_latency(runtime: &Runtime, cluster: Option<&EtcdCluster>, postgres:
             let (writer, readers) = postgres_pair(server, "broadcast").await;
             broadcasts(writer, readers).await
         });
-        report_as(
-            "broadcast/postgres",
-            "update -> all 100 watchers notified",
-            latencies,
-        );
+        report_broadcast("postgres", latencies);
     }
     let _ = postgres;
 }

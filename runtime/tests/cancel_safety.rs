@@ -460,3 +460,184 @@ async fn a_queued_acquire_rides_out_failing_looks() {
     }
     assert!(held.release().await.expect("released"));
 }
+
+/// Counts the semaphore transactions and gives the next ones the faults queued, in order.
+#[derive(Clone, Default)]
+struct Counted {
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    next: Arc<Mutex<std::collections::VecDeque<Fault>>>,
+}
+
+impl Counted {
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn queue(&self, faults: &[Fault]) {
+        self.next.lock().unwrap().extend(faults.iter().copied());
+    }
+}
+
+impl Hook for Counted {
+    fn fault(&self, call: Call) -> Fault {
+        if call != Call::Semaphore {
+            return Fault::None;
+        }
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.next.lock().unwrap().pop_front().unwrap_or(Fault::None)
+    }
+}
+
+/// Semaphores on a session whose store calls may hang well beyond [`PROMPT`] (a lease of
+/// 400 s: a store-call timeout of 10 s).
+async fn patient(
+    store: &Faulty<Counted>,
+    killer: &TestKiller,
+) -> vvm_runtime::Coordination<Faulty<Counted>> {
+    let lease = vvm_core::LeaseConfig::new(Duration::from_secs(400)).expect("valid");
+    let value = vvm_runtime::LeaseValue::new("10.0.0.1:7000", vvm_core::Incarnation(1));
+    let session = vvm_runtime::SessionHandle::open(store.clone(), lease, value, &killer.thread)
+        .await
+        .expect("the session opens");
+    vvm_runtime::Coordination::new(session)
+}
+
+/// `n` watches of the data of `config` on `by`, each past its first snapshot (`v1`).
+async fn watching(
+    by: &vvm_runtime::Coordination<Faulty<Counted>>,
+    n: usize,
+) -> Vec<vvm_runtime::Watch<Faulty<Counted>>> {
+    let mut watches = Vec::new();
+    for _ in 0..n {
+        let mut watch = by.watch("config", WatchKind::DATA).expect("valid name");
+        assert_eq!(watch.next().await.expect("the state now").data, b"v1");
+        watches.push(watch);
+    }
+    watches
+}
+
+/// Each watch's next answers, in tasks, until it answers `v2` or [`PROMPT`] passes: how many
+/// errors it answered before.
+fn until_v2(
+    watches: Vec<vvm_runtime::Watch<Faulty<Counted>>>,
+) -> Vec<tokio::task::JoinHandle<usize>> {
+    watches
+        .into_iter()
+        .map(|mut watch| {
+            tokio::spawn(async move {
+                let mut errors = 0;
+                loop {
+                    match tokio::time::timeout(PROMPT, watch.next()).await {
+                        Ok(Ok(description)) if description.data == b"v2" => return errors,
+                        Ok(Ok(description)) => panic!("answered {:?}", description.data),
+                        Ok(Err(_)) => errors += 1,
+                        Err(_) => panic!("the watch missed the last change"),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// How many watches of one name make one change cost in reads.
+const WATCHES: usize = 20;
+
+/// The watches of one name on one handle share one read per change: the store sees one
+/// describe, not one per watch.
+// covers: Sem.Store.WatchShared
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watches_of_a_name_share_one_read_per_change() {
+    let store = Faulty::<Counted>::default();
+    let killer = TestKiller::new();
+    let a = patient(&store, &killer).await;
+    a.create("config", 1, b"v1".to_vec())
+        .await
+        .expect("created");
+    let answers = until_v2(watching(&a, WATCHES).await);
+    let before = store.hook.calls();
+    a.update_data("config", b"v2".to_vec())
+        .await
+        .expect("updated");
+    for answer in answers {
+        assert_eq!(answer.await.expect("no panic"), 0, "no read failed");
+    }
+    // The update is one of the calls.
+    let reads = store.hook.calls() - before - 1;
+    assert_eq!(
+        reads, 1,
+        "{WATCHES} watches of one name made {reads} reads of one change"
+    );
+}
+
+/// A shared read that fails is answered with its error to the watch that made it only; every
+/// watch still answers the last change, and the others share the read made again.
+// covers: Sem.Store.Watch, Sem.Store.WatchShared
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_shared_read_leaves_no_watch_behind_the_last_change() {
+    let store = Faulty::<Counted>::default();
+    let killer = TestKiller::new();
+    let a = patient(&store, &killer).await;
+    a.create("config", 1, b"v1".to_vec())
+        .await
+        .expect("created");
+    let answers = until_v2(watching(&a, 8).await);
+    let before = store.hook.calls();
+    // The update passes; the first read after it fails.
+    store.hook.queue(&[Fault::None, Fault::Fail]);
+    a.update_data("config", b"v2".to_vec())
+        .await
+        .expect("updated");
+    let mut errors = 0;
+    for answer in answers {
+        errors += answer.await.expect("no panic");
+    }
+    assert_eq!(errors, 1, "only the read's maker answers its error");
+    // The failed read, the one the others shared, and at most one fresh read of the watch
+    // that answered the error.
+    let reads = store.hook.calls() - before - 1;
+    assert!(reads <= 3, "8 watches made {reads} reads of one change");
+}
+
+/// A watch dropped while its read, shared by the other watches, hangs: they read again and
+/// answer the change, instead of waiting for a read nobody makes any more.
+// covers: Sem.Store.Watch, Sem.Store.WatchShared
+#[tokio::test(flavor = "current_thread")]
+async fn a_watch_dropped_while_it_reads_for_the_others_does_not_stall_them() {
+    let store = Faulty::<Counted>::default();
+    let killer = TestKiller::new();
+    let a = patient(&store, &killer).await;
+    a.create("config", 1, b"v1".to_vec())
+        .await
+        .expect("created");
+    let mut watches = watching(&a, 9).await;
+    let mut reader = watches.pop().expect("nine watches");
+    let before = store.hook.calls();
+    // The update passes; the reader's read hangs (beyond the test's patience, within the
+    // store-call timeout).
+    store
+        .hook
+        .queue(&[Fault::None, Fault::Delay(Duration::from_secs(60))]);
+    a.update_data("config", b"v2".to_vec())
+        .await
+        .expect("updated");
+    let reading = tokio::spawn(async move { reader.next().await });
+    let give_up = tokio::time::Instant::now() + PROMPT;
+    while store.hook.calls() < before + 2 {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the read did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The others wake and wait for the read in flight.
+    let answers = until_v2(watches);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!reading.is_finished(), "the read hangs");
+    reading.abort();
+    for answer in answers {
+        assert_eq!(answer.await.expect("no panic"), 0, "no read failed");
+    }
+    // The abandoned read and the one the others shared.
+    let reads = store.hook.calls() - before - 1;
+    assert_eq!(reads, 2, "8 watches made {reads} reads of one change");
+}

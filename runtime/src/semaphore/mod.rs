@@ -139,6 +139,8 @@ pub struct LimitSet {
 /// What a [`Coordination`] and its grants and watches share.
 struct Inner<S> {
     session: SessionHandle<S>,
+    /// The reads each watched name's watches share.
+    watches: watch::Watches,
 }
 
 /// Semaphores on one session. Cloning shares the session; so does another `Coordination` on
@@ -169,7 +171,10 @@ impl<S: SemaphoreStore + Clone> Coordination<S> {
     /// Semaphores on `session`.
     pub fn new(session: SessionHandle<S>) -> Self {
         Coordination {
-            inner: Arc::new(Inner { session }),
+            inner: Arc::new(Inner {
+                session,
+                watches: watch::Watches::default(),
+            }),
         }
     }
 

@@ -727,7 +727,7 @@ fn last_session_id() -> SessionId {
     SessionId(OPENED.fetch_add(1, Ordering::Relaxed))
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every critical section leaves the set or map consistent; a poisoned lock is usable.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
