@@ -418,15 +418,13 @@ fn held_exclusively_fd(fd: &OwnedFd) -> bool {
     }
 }
 
-/// Whether the lock of the file at `path`, which must be the file `named` still linked there
-/// (the lock a live record names), is held exclusively by an open file: its holder, or what
-/// inherited the descriptor, lives. Never creates the file and never waits; `false` whenever
-/// it cannot tell (no such file, another file, any error). Blocking: a few file system calls.
-pub(crate) fn held_exclusively(path: &Path, named: FileId, sharing: Sharing) -> bool {
-    match open_lock_file(path, OFlags::RDONLY, sharing) {
-        Ok((fd, id)) => id == named && held_exclusively_fd(&fd),
-        Err(_) => false,
-    }
+/// The identity of the lock file at `path` when an open file holds its lock exclusively (a
+/// holder, or what inherited its descriptor, lives); `None` when it is free, held only shared
+/// (watchers), or cannot be told (no such file, one the store does not trust, any error).
+/// Never creates the file and never waits. Blocking: a few file system calls.
+pub(crate) fn held_exclusively(path: &Path, sharing: Sharing) -> Option<FileId> {
+    let (fd, id) = open_lock_file(path, OFlags::RDONLY, sharing).ok()?;
+    held_exclusively_fd(&fd).then_some(id)
 }
 
 /// Marks the lock file at `path` (creating it if needed) as the lock of a slot a record was

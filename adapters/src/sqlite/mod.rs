@@ -638,19 +638,19 @@ fn insert(
 }
 
 /// The time left of a live record under `key` that the insert of `bytes` would be refused by
-/// all the same, judged in a read transaction (a WAL read never waits for the write lock, nor
-/// holds it): another holder's or our own record that names no lock file, or names the one
-/// linked at `lock_path` and its holder keeps that lock (exclusively held). `None` — the write
-/// transaction decides, as before — for anything else: no live record, a holding of a session
-/// (whose death the write transaction judges and ends), a record whose lock is free or cannot
-/// be told, any error.
+/// all the same: the slot's lock file (at `lock_path`) is held exclusively — its holder lives —
+/// and a read transaction (a WAL read never waits for the write lock, nor holds it) finds a
+/// live record of another holder (or ours) naming that very file, or naming none. `None` — the
+/// write transaction decides, as before — for anything else: a lock free or held only by
+/// watchers (a hand-off, a dead holder: then nothing is read here), no live record, a holding
+/// of a session (whose death the write transaction judges and ends), another file, any error.
 ///
-/// A waiting candidate tries its insert at each of its rounds, and every standby at once when
-/// a holder hands off: each used to take the store's one write lock to be refused, and, on a
-/// lock its holder keeps, to sleep through the lock's tries inside it (about a millisecond
-/// each). A refusal judged on a read is as sound as one under the lock: it writes nothing, and
-/// a release committed after this read wakes the candidate's change feed, which it subscribes
-/// before its insert (`LeaseStore::changed`).
+/// A waiting candidate tries its insert at each of its rounds: each used to take the store's
+/// one write lock to be refused, and, on a lock its holder keeps, to sleep through the lock's
+/// tries inside it (about a millisecond each). A refusal judged on a read is as sound as one
+/// under the lock: it writes nothing, and a release or a death after this look wakes the
+/// candidate's change feed (the record changes, or the lock it names is let go), which it
+/// subscribes before its insert (`LeaseStore::changed`).
 fn refused_by_a_live_holder(
     conn: &mut Connection,
     shared: &Shared,
@@ -658,6 +658,9 @@ fn refused_by_a_live_holder(
     bytes: &[u8],
     lock_path: &Path,
 ) -> Option<Duration> {
+    // The lock first: at a hand-off it is free, and the standbys that all try at once read
+    // nothing more than before.
+    let held = lock::held_exclusively(lock_path, shared.sharing)?;
     let judged = transact(conn, shared, TransactionBehavior::Deferred, |tx, now| {
         let Judged::Live(stored, left) = record::load(tx, key, now)? else {
             return Ok(Step::read(None));
@@ -665,21 +668,15 @@ fn refused_by_a_live_holder(
         if record::holding_of(tx, key)?.is_some() {
             return Ok(Step::read(None));
         }
-        let named = match may_be_dead(tx, key, &stored, bytes, lock_path)? {
-            true => record::lock_of(tx, key)?,
-            false => None,
+        let refused = match may_be_dead(tx, key, &stored, bytes, lock_path)? {
+            // Its holder keeps the very lock the record names.
+            true => record::lock_of(tx, key)? == Some(held),
+            // Ours, unreadable, or naming no lock still linked here: refused until its expiry.
+            false => true,
         };
-        Ok(Step::read(Some((left, named))))
+        Ok(Step::read(refused.then_some(left)))
     });
-    match judged {
-        Ok(Some((left, None))) => Some(left),
-        Ok(Some((left, Some(named))))
-            if lock::held_exclusively(lock_path, named, shared.sharing) =>
-        {
-            Some(left)
-        }
-        _ => None,
-    }
+    judged.ok().flatten()
 }
 
 /// Whether the live record `stored` under `key` may belong to a holder that can no longer act,
