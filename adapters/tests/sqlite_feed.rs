@@ -20,6 +20,9 @@ use vvm_runtime::{
 /// Names the database of the second process; set only for it.
 const CHILD_DB: &str = "VVM_FEED_CHILD_DB";
 
+/// Names the database of the renewing holder's process; set only for it.
+const HOLDER_DB: &str = "VVM_FEED_HOLDER_DB";
+
 /// A fresh directory, removed at the end.
 struct Scratch(PathBuf);
 
@@ -241,4 +244,112 @@ async fn a_commit_by_another_process_wakes_every_waiter() {
         .expect("joined")
         .expect("the child ran");
     assert!(status.success(), "the child failed: {status}");
+}
+
+/// The holder's process: takes slot 3 (with its lock) before it says it is ready, then renews
+/// it every 20 ms until its input ends, and releases it. Does nothing when run as an ordinary
+/// test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_holds_and_renews() {
+    let Some(path) = std::env::var_os(HOLDER_DB) else {
+        return;
+    };
+    let store = SqliteStore::open(&path).expect("the store opens");
+    let value = LeaseValue::new("holder", Incarnation(3));
+    let ttl = Duration::from_secs(20);
+    let mut revision = store
+        .insert_if_not_exists(Slot(3), &value, ttl)
+        .await
+        .expect("inserted")
+        .expect("the slot is free");
+    println!("READY");
+    let (ended, mut ended_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        let _ = ended.send(());
+    });
+    loop {
+        tokio::select! {
+            _ = &mut ended_rx => break,
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        let lease = vvm_runtime::Lease {
+            value: value.clone(),
+            revision,
+        };
+        revision = store
+            .compare_and_swap(Slot(3), &lease, &value, ttl)
+            .await
+            .expect("renewed")
+            .expect("still ours");
+    }
+    let lease = vvm_runtime::Lease { value, revision };
+    assert!(store
+        .compare_and_delete(Slot(3), &lease)
+        .await
+        .expect("released"));
+}
+
+/// A candidate waiting on a slot that another live process holds and keeps renewing is
+/// refused at each of its rounds without taking the store's write lock: the holder's record and
+/// its lock (held) are judged on a read. Every standby's every round used to be a write
+/// transaction, in which a lock held by its holder was also tried eight times (about a
+/// millisecond in the one write lock); 50 standbys of a hand-off all queued for it.
+// covers: Sq.DeadHolder, Sq.Atomic
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_candidate_takes_no_write_lock_while_the_holder_lives() {
+    let dir = Scratch::new("standby");
+    let path = dir.file();
+    let store = SqliteStore::open(&path).expect("the store opens");
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "child_holds_and_renews",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLDER_DB, &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the holder's process starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("its output")).lines();
+    let ready = tokio::task::spawn_blocking(move || {
+        let ready = lines.any(|line| line.is_ok_and(|line| line.contains("READY")));
+        (ready, lines)
+    });
+    let (ready, _lines) = ready.await.expect("joined");
+    assert!(ready, "the holder never got ready");
+    let value = LeaseValue::new("standby", Incarnation(4));
+    let before = store.write_transactions();
+    let started = Instant::now();
+    let rounds: u64 = 20;
+    for _ in 0..rounds {
+        let answer = store
+            .insert_or_time_left(Slot(3), &value, Duration::from_secs(20))
+            .await
+            .expect("the insert runs");
+        assert!(
+            matches!(answer, vvm_runtime::Inserted::Held { left: Some(_) }),
+            "the live holder's record refuses: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let writes = store.write_transactions() - before;
+    eprintln!(
+        "{rounds} refused rounds in {:?}, {writes} write transactions",
+        started.elapsed()
+    );
+    assert_eq!(
+        writes, 0,
+        "{rounds} refused rounds of a standby took the write lock {writes} times"
+    );
+    drop(child.stdin.take());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("joined")
+        .expect("the holder ran");
+    assert!(status.success(), "the holder failed: {status}");
 }

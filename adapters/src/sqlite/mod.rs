@@ -263,6 +263,7 @@ impl SqliteStoreBuilder {
                 unreleased: crate::unreleased::Unreleased::default(),
                 session_ttls: session::SessionTtls::default(),
                 feed: Arc::new(feed::Feed::new(path, self.read_only)),
+                write_transactions: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -288,6 +289,9 @@ struct Shared {
     /// The one change feed of this handle and its clones, which every waiter subscribes to;
     /// see [`feed`].
     feed: Arc<feed::Feed>,
+    /// Write transactions (`BEGIN IMMEDIATE`) begun so far: see
+    /// [`SqliteStore::write_transactions`].
+    write_transactions: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -419,6 +423,16 @@ impl SqliteStore {
         self.shared.feed.looks()
     }
 
+    /// How many write transactions (`BEGIN IMMEDIATE`, each holding the file's one write lock
+    /// until it ends) this handle and its clones began so far: an insert refused by a live
+    /// holder takes none. For tests and benchmarks.
+    #[doc(hidden)]
+    pub fn write_transactions(&self) -> u64 {
+        self.shared
+            .write_transactions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether the store was opened read-only ([`SqliteStoreBuilder::read_only`]).
     pub fn is_read_only(&self) -> bool {
         self.conn.is_none()
@@ -514,6 +528,10 @@ fn insert(
     ttl: Duration,
 ) -> Result<Inserted, StoreError> {
     let lock_path = lock::path(&shared.path, key);
+    if let Some(left) = refused_by_a_live_holder(conn, shared, key, &bytes, &lock_path) {
+        shared.met(key);
+        return Ok(Inserted::Held { left: Some(left) });
+    }
     // Kept across the transaction: a release of ours cannot let go of the lock meanwhile.
     let mut registry = lock::registry();
     let held = registry.held(&lock_path);
@@ -542,7 +560,13 @@ fn insert(
         let used_before =
             *used_before.get_or_insert_with(|| lock::marked_used(&lock_path, shared.sharing));
         if held.is_none() && fresh.is_none() && worth_locking {
-            match lock::try_lock(&registry, &lock_path, shared.sharing) {
+            // A live record's holder keeps its lock for its tenure: met exclusively held, the
+            // answer is known at once, without sleeping in the write transaction.
+            let tries = match judged {
+                Judged::Absent => lock::Tries::Patient,
+                Judged::Live(..) => lock::Tries::UnlessHeld,
+            };
+            match lock::try_lock(&registry, &lock_path, shared.sharing, tries) {
                 Ok(lock) => fresh = Some(lock),
                 Err(why) => refused = Some(why),
             }
@@ -611,6 +635,48 @@ fn insert(
         }
         Taken::Held(left) => Inserted::Held { left: Some(left) },
     })
+}
+
+/// The time left of a live record under `key` that the insert of `bytes` would be refused by
+/// all the same: the slot's lock file (at `lock_path`) is held exclusively — its holder lives —
+/// and a read transaction (a WAL read never waits for the write lock, nor holds it) finds a
+/// live record of another holder (or ours) naming that very file, or naming none. `None` — the
+/// write transaction decides, as before — for anything else: a lock free or held only by
+/// watchers (a hand-off, a dead holder: then nothing is read here), no live record, a holding
+/// of a session (whose death the write transaction judges and ends), another file, any error.
+///
+/// A waiting candidate tries its insert at each of its rounds: each used to take the store's
+/// one write lock to be refused, and, on a lock its holder keeps, to sleep through the lock's
+/// tries inside it (about a millisecond each). A refusal judged on a read is as sound as one
+/// under the lock: it writes nothing, and a release or a death after this look wakes the
+/// candidate's change feed (the record changes, or the lock it names is let go), which it
+/// subscribes before its insert (`LeaseStore::changed`).
+fn refused_by_a_live_holder(
+    conn: &mut Connection,
+    shared: &Shared,
+    key: Slot,
+    bytes: &[u8],
+    lock_path: &Path,
+) -> Option<Duration> {
+    // The lock first: at a hand-off it is free, and the standbys that all try at once read
+    // nothing more than before.
+    let held = lock::held_exclusively(lock_path, shared.sharing)?;
+    let judged = transact(conn, shared, TransactionBehavior::Deferred, |tx, now| {
+        let Judged::Live(stored, left) = record::load(tx, key, now)? else {
+            return Ok(Step::read(None));
+        };
+        if record::holding_of(tx, key)?.is_some() {
+            return Ok(Step::read(None));
+        }
+        let refused = match may_be_dead(tx, key, &stored, bytes, lock_path)? {
+            // Its holder keeps the very lock the record names.
+            true => record::lock_of(tx, key)? == Some(held),
+            // Ours, unreadable, or naming no lock still linked here: refused until its expiry.
+            false => true,
+        };
+        Ok(Step::read(refused.then_some(left)))
+    });
+    judged.ok().flatten()
 }
 
 /// Whether the live record `stored` under `key` may belong to a holder that can no longer act,
@@ -691,6 +757,11 @@ fn transact<T>(
             },
             Err(error) => return Err(failed("beginning a transaction", error)),
         };
+        if matches!(behavior, TransactionBehavior::Immediate) {
+            shared
+                .write_transactions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         // A holder whose file was removed or replaced must not go on in a file nobody else
         // reads: checked under the lock, so no write of this transaction lands after it.
         shared.still_linked()?;
