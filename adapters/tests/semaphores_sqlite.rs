@@ -123,7 +123,8 @@ async fn a_version_4_file_is_migrated_and_gains_semaphores() {
         conn.execute_batch(
             "DROP TABLE vvm_semaphore_parties; DROP TABLE vvm_semaphores; \
              ALTER TABLE vvm_sessions DROP COLUMN lock_dev; \
-             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; PRAGMA user_version = 4;",
+             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; DROP TABLE vvm_tenures; \
+             PRAGMA user_version = 4;",
         )
         .expect("made a version-4 file");
     }
@@ -216,7 +217,8 @@ async fn a_version_5_file_is_migrated_and_its_parties_indexed() {
         let conn = rusqlite::Connection::open(&path).expect("opens");
         conn.execute_batch(
             "DROP TABLE vvm_semaphore_parties; ALTER TABLE vvm_sessions DROP COLUMN lock_dev; \
-             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; PRAGMA user_version = 5;",
+             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; DROP TABLE vvm_tenures; \
+             PRAGMA user_version = 5;",
         )
         .expect("made a version-5 file");
     }

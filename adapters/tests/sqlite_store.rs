@@ -974,7 +974,7 @@ async fn a_version_3_file_is_migrated_keeping_its_records_and_gains_sessions() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(user_version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 7);
+    assert_eq!(SCHEMA_VERSION, 8);
     let objects: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'vvm_%' ORDER BY name")
         .unwrap()
@@ -990,7 +990,8 @@ async fn a_version_3_file_is_migrated_keeping_its_records_and_gains_sessions() {
             "vvm_semaphore_parties",
             "vvm_semaphores",
             "vvm_sessions",
-            "vvm_store"
+            "vvm_store",
+            "vvm_tenures"
         ]
     );
     let old: (i64, i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>) = conn
@@ -1554,7 +1555,8 @@ async fn a_version_6_file_is_migrated_and_its_sessions_name_no_lock() {
     raw(&path)
         .execute_batch(
             "ALTER TABLE vvm_sessions DROP COLUMN lock_dev; \
-             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; PRAGMA user_version = 6;",
+             ALTER TABLE vvm_sessions DROP COLUMN lock_ino; DROP TABLE vvm_tenures; \
+             PRAGMA user_version = 6;",
         )
         .unwrap();
 
@@ -1594,4 +1596,74 @@ async fn a_version_6_file_is_migrated_and_its_sessions_name_no_lock() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert_eq!(user_version, SCHEMA_VERSION);
+}
+
+/// A holding's row deleted from outside (`DELETE` in the file) while its session lives keeps the
+/// slot held — for another session's acquire and for a slot insert — until that session ends:
+/// its holder may still act (it learns of the loss by its watch and stops, then ends its
+/// session). A holding's own release (a retired row) and its session's end free it at once.
+// covers: Sq.HoldingRemoved
+#[tokio::test]
+async fn a_holding_deleted_from_outside_keeps_its_slot_while_its_session_lives() {
+    let dir = ScratchDir::new("vvm-sqlite-holding-removed");
+    let path = dir.file("leases.sqlite");
+    // Made at version 7 and migrated: its tenures start empty.
+    drop(SqliteStore::open(&path).unwrap());
+    raw(&path)
+        .execute_batch("DROP TABLE vvm_tenures; PRAGMA user_version = 7;")
+        .unwrap();
+    let (holder, other) = (
+        SqliteStore::open(&path).unwrap(),
+        SqliteStore::open(&path).unwrap(),
+    );
+    let mut revision = holder
+        .create_session(session(1), &value(1), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("created");
+    other
+        .create_session(session(2), &value(2), LONG_TTL)
+        .await
+        .unwrap()
+        .expect("created");
+    for slot in [SLOT, Slot(6)] {
+        assert!(matches!(
+            holder.acquire(slot, session(1)).await.unwrap(),
+            Acquired::Written(_)
+        ));
+    }
+    let deleted = raw(&path)
+        .execute("DELETE FROM vvm_leases WHERE slot = 5", [])
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        other.acquire(SLOT, session(2)).await.unwrap(),
+        Acquired::Held,
+        "its holder's session lives"
+    );
+    assert!(matches!(
+        other
+            .insert_or_time_left(SLOT, &value(3), LONG_TTL)
+            .await
+            .unwrap(),
+        Inserted::Held { .. }
+    ));
+    // Slot 6, released by its holder, is free at once.
+    let six = holder.get(Slot(6)).await.unwrap().expect("held");
+    assert!(holder.compare_and_delete(Slot(6), &six).await.unwrap());
+    assert!(matches!(
+        other.acquire(Slot(6), session(2)).await.unwrap(),
+        Acquired::Written(_)
+    ));
+    // The holder's session ends: the removed holding's slot is free.
+    revision = holder
+        .keep_alive(session(1), revision, LONG_TTL)
+        .await
+        .unwrap()
+        .expect("alive");
+    assert!(holder.delete_session(session(1), revision).await.unwrap());
+    assert!(matches!(
+        other.acquire(SLOT, session(2)).await.unwrap(),
+        Acquired::Written(_)
+    ));
 }

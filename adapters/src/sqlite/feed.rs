@@ -925,7 +925,7 @@ mod tests {
         assert_eq!(watched(&[]), "[]");
         assert_eq!(watched(&[1, 20, u32::MAX]), "[1,20,4294967295]");
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(super::super::schema::SCHEMA_V7).unwrap();
+        conn.execute_batch(super::super::schema::SCHEMA_V8).unwrap();
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {HOLDERS}"))
             .unwrap()

@@ -590,6 +590,10 @@ fn insert(
                         return Ok(Step::read(Taken::Held(left)));
                     }
                 }
+                // A holding deleted from outside under a session that may still act.
+                if let Some(left) = session::removed_while_held(tx, shared, key, None, now)? {
+                    return Ok(Step::read(Taken::Held(left)));
+                }
                 let revision = record::write(tx, key, &bytes, ttl, now, held.or(fresh_id))?;
                 lock::mark_used(&lock_path, shared.sharing);
                 Ok(Step::wrote(match session_ended {

@@ -405,7 +405,22 @@ pub(crate) fn write_holding(
         incarnation,
         id,
     ))?;
+    // The slot's tenure: who to wait for if the row is deleted from outside (`Sq.HoldingRemoved`).
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO vvm_tenures (slot, session_incarnation, session_id) \
+         VALUES (?1, ?2, ?3)",
+    )?
+    .execute((i64::from(key.0), incarnation, id))?;
     Ok(revision)
+}
+
+/// The session that last took `key` as a holding, if one did (`Sq.HoldingRemoved`).
+pub(crate) fn tenure_of(tx: &Transaction<'_>, key: Slot) -> Result<Option<SessionKey>, TxError> {
+    let columns: Option<(i64, i64)> = tx
+        .prepare_cached("SELECT session_incarnation, session_id FROM vvm_tenures WHERE slot = ?1")?
+        .query_row([i64::from(key.0)], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(columns.map(|(incarnation, id)| session_key(incarnation, id)))
 }
 
 /// Retires the row of `key` after its holder's own release: it stays, with no holder, boot or

@@ -50,7 +50,7 @@ use super::{SqliteStoreError, OPEN_BUSY_WAIT};
 pub const APPLICATION_ID: i32 = 0x7676_6d31;
 
 /// `PRAGMA user_version` this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
 /// The earlier version this build migrates: the same, without the machine id.
 const SCHEMA_VERSION_1: i32 = 1;
@@ -69,6 +69,9 @@ const SCHEMA_VERSION_5: i32 = 5;
 
 /// The version before the session's lock file (`lock_dev`, `lock_ino` of `vvm_sessions`).
 const SCHEMA_VERSION_6: i32 = 6;
+
+/// The version before the slots' tenures (`vvm_tenures`).
+const SCHEMA_VERSION_7: i32 = 7;
 
 /// How far the revision counter jumps on the first open under a new boot id.
 ///
@@ -134,7 +137,7 @@ macro_rules! parties_ddl {
 }
 
 /// The identity of a session's lock file (see `lock.rs`), `NULL` naming none. One text for a new
-/// file ([`SCHEMA_V7`]) and the migration from version 6.
+/// file ([`SCHEMA_V8`]) and the migration from version 6.
 macro_rules! session_lock_ddl {
     () => {
         "ALTER TABLE vvm_sessions ADD COLUMN lock_dev INTEGER;
@@ -143,8 +146,23 @@ ALTER TABLE vvm_sessions ADD COLUMN lock_ino INTEGER;
     };
 }
 
-/// Version 7: version 4, the semaphores, the index of their parties and the session's lock file
-/// (`lock_dev`, `lock_ino` of `vvm_sessions`, `NULL` = none; see `lock.rs`). `vvm_store` has exactly one row: the revision counter, which survives deletes,
+/// The session that last took each slot as a holding (`Sq.HoldingRemoved`): a slot whose row is
+/// gone while that session lives had its holding deleted from outside. One text for a new file
+/// ([`SCHEMA_V8`]) and the migration from version 7.
+macro_rules! tenures_ddl {
+    () => {
+        "CREATE TABLE vvm_tenures (
+    slot INTEGER PRIMARY KEY,
+    session_incarnation INTEGER NOT NULL,
+    session_id INTEGER NOT NULL
+) STRICT;
+"
+    };
+}
+
+/// Version 8: version 4, the semaphores, the index of their parties and the session's lock file
+/// (`lock_dev`, `lock_ino` of `vvm_sessions`, `NULL` = none; see `lock.rs`) and the slots'
+/// tenures (`vvm_tenures`). `vvm_store` has exactly one row: the revision counter, which survives deletes,
 /// the boot id of the last opener and the machine the file belongs to (empty until the first
 /// open claims it). `vvm_leases` holds one row per slot ever written and not deleted. A slot
 /// record (`session_incarnation` and `session_id` `NULL`) is live while its boot id is the
@@ -153,7 +171,7 @@ ALTER TABLE vvm_sessions ADD COLUMN lock_ino INTEGER;
 /// by that row's boot id and expiry; its own `expires_ns` is unused (written as `i64::MAX`)
 /// and it names no lock file. The partial index finds a session's holdings, so ending a session
 /// costs O(its holdings), whatever the number of rows.
-pub(crate) const SCHEMA_V7: &str = concat!(
+pub(crate) const SCHEMA_V8: &str = concat!(
     "
 CREATE TABLE vvm_store (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -177,6 +195,7 @@ CREATE TABLE vvm_leases (
     semaphores_ddl!(),
     parties_ddl!(),
     session_lock_ddl!(),
+    tenures_ddl!(),
     "INSERT INTO vvm_store (id, revision, boot_id, machine_id) VALUES (0, 0, '', '');
 "
 );
@@ -205,8 +224,12 @@ const MIGRATE_V4_TO_V5: &str = semaphores_ddl!();
 /// states. The same definition as [`SCHEMA_V6`].
 const MIGRATE_V5_TO_V6: &str = parties_ddl!();
 
-/// Adds the session's lock file. The same definition as [`SCHEMA_V7`].
+/// Adds the session's lock file. The same definition as [`SCHEMA_V8`].
 const MIGRATE_V6_TO_V7: &str = session_lock_ddl!();
+
+/// Adds the slots' tenures, empty: a holding taken before knows no tenure, as before. The same
+/// definition as [`SCHEMA_V8`].
+const MIGRATE_V7_TO_V8: &str = tenures_ddl!();
 
 /// What a file's header says it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +250,8 @@ pub(crate) enum Identity {
     Version5,
     /// Ours, at version 6: migrated on open.
     Version6,
+    /// Ours, at version 7: migrated on open.
+    Version7,
     /// Ours, from a later version of this program.
     Newer(i32),
     /// Something else's.
@@ -249,6 +274,7 @@ pub(crate) fn classify(application_id: i32, user_version: i32, objects: i64) -> 
         (APPLICATION_ID, SCHEMA_VERSION_4) => Identity::Version4,
         (APPLICATION_ID, SCHEMA_VERSION_5) => Identity::Version5,
         (APPLICATION_ID, SCHEMA_VERSION_6) => Identity::Version6,
+        (APPLICATION_ID, SCHEMA_VERSION_7) => Identity::Version7,
         (APPLICATION_ID, newer) if newer > SCHEMA_VERSION => Identity::Newer(newer),
         _ => Identity::Foreign {
             application_id,
@@ -298,7 +324,7 @@ fn build(path: &Path) -> Result<(), SqliteStoreError> {
         return Err(SqliteStoreError::JournalMode { found: mode });
     }
     let tx = conn.transaction().map_err(sqlite("creating the schema"))?;
-    tx.execute_batch(SCHEMA_V7)
+    tx.execute_batch(SCHEMA_V8)
         .map_err(sqlite("creating the schema"))?;
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(sqlite("creating the schema"))?;
@@ -323,7 +349,8 @@ fn refuse(identity: Identity) -> Result<(), SqliteStoreError> {
         | Identity::Version3
         | Identity::Version4
         | Identity::Version5
-        | Identity::Version6 => Ok(()),
+        | Identity::Version6
+        | Identity::Version7 => Ok(()),
         Identity::Newer(found) => Err(SqliteStoreError::NewerSchema {
             found,
             supported: SCHEMA_VERSION,
@@ -392,7 +419,8 @@ pub(crate) fn check_readable(
         | Identity::Version3
         | Identity::Version4
         | Identity::Version5
-        | Identity::Version6 => {
+        | Identity::Version6
+        | Identity::Version7 => {
             return Err(SqliteStoreError::OlderSchema {
                 found: match identity {
                     Identity::Version1 => SCHEMA_VERSION_1,
@@ -400,7 +428,8 @@ pub(crate) fn check_readable(
                     Identity::Version3 => SCHEMA_VERSION_3,
                     Identity::Version4 => SCHEMA_VERSION_4,
                     Identity::Version5 => SCHEMA_VERSION_5,
-                    _ => SCHEMA_VERSION_6,
+                    Identity::Version6 => SCHEMA_VERSION_6,
+                    _ => SCHEMA_VERSION_7,
                 },
                 supported: SCHEMA_VERSION,
             })
@@ -445,6 +474,7 @@ fn has_machine_id(identity: Identity) -> bool {
             | Identity::Version4
             | Identity::Version5
             | Identity::Version6
+            | Identity::Version7
     )
 }
 
@@ -458,14 +488,16 @@ fn migrate(tx: &Connection, identity: Identity) -> Result<(), SqliteStoreError> 
     const V4: (&str, &str) = (MIGRATE_V4_TO_V5, "migrating from schema version 4");
     const V5: (&str, &str) = (MIGRATE_V5_TO_V6, "migrating from schema version 5");
     const V6: (&str, &str) = (MIGRATE_V6_TO_V7, "migrating from schema version 6");
+    const V7: (&str, &str) = (MIGRATE_V7_TO_V8, "migrating from schema version 7");
     let steps: &[(&str, &'static str)] = match identity {
-        Identity::Empty => &[(SCHEMA_V7, "creating the schema")],
-        Identity::Version1 => &[V1, V2, V3, V4, V5, V6],
-        Identity::Version2 => &[V2, V3, V4, V5, V6],
-        Identity::Version3 => &[V3, V4, V5, V6],
-        Identity::Version4 => &[V4, V5, V6],
-        Identity::Version5 => &[V5, V6],
-        Identity::Version6 => &[V6],
+        Identity::Empty => &[(SCHEMA_V8, "creating the schema")],
+        Identity::Version1 => &[V1, V2, V3, V4, V5, V6, V7],
+        Identity::Version2 => &[V2, V3, V4, V5, V6, V7],
+        Identity::Version3 => &[V3, V4, V5, V6, V7],
+        Identity::Version4 => &[V4, V5, V6, V7],
+        Identity::Version5 => &[V5, V6, V7],
+        Identity::Version6 => &[V6, V7],
+        Identity::Version7 => &[V7],
         Identity::Ours | Identity::Newer(_) | Identity::Foreign { .. } => &[],
     };
     for (sql, what) in steps {
@@ -725,6 +757,7 @@ mod tests {
         assert_eq!(classify(APPLICATION_ID, 4, 3), Identity::Version4);
         assert_eq!(classify(APPLICATION_ID, 5, 3), Identity::Version5);
         assert_eq!(classify(APPLICATION_ID, 6, 3), Identity::Version6);
+        assert_eq!(classify(APPLICATION_ID, 7, 3), Identity::Version7);
         assert_eq!(
             classify(APPLICATION_ID, SCHEMA_VERSION + 1, 3),
             Identity::Newer(SCHEMA_VERSION + 1)

@@ -183,6 +183,30 @@ pub(super) fn lock_of(conn: &Connection, key: SessionKey) -> Result<Option<FileI
 /// `delete_session` does: one transaction per session, whatever the number of holdings), and the
 /// lock file is removed. Whether it ended the session. Blocking: a few file system calls, made
 /// only when the row names a lock.
+/// Whether `slot` had its holding deleted from outside under a session that may still act
+/// (`Sq.HoldingRemoved`): no row at all (a release retires its row, and a session's end deletes
+/// its holdings with its own row), while the session its tenure names — not `taker` — lives and
+/// its process holds its lock. Answers the time that session has left; a session whose process
+/// is gone is ended here, as a live holding's would be.
+pub(super) fn removed_while_held(
+    tx: &Transaction<'_>,
+    shared: &Shared,
+    slot: Slot,
+    taker: Option<SessionKey>,
+    now: Now<'_>,
+) -> Result<Option<Duration>, TxError> {
+    if record::row_exists(tx, slot)? {
+        return Ok(None);
+    }
+    let Some(holder) = record::tenure_of(tx, slot)?.filter(|holder| Some(*holder) != taker) else {
+        return Ok(None);
+    };
+    match load(tx, holder, now)? {
+        Judged::Live(_, left) if !end_if_dead(tx, shared, holder)? => Ok(Some(left)),
+        _ => Ok(None),
+    }
+}
+
 pub(super) fn end_if_dead(
     tx: &Transaction<'_>,
     shared: &Shared,
@@ -281,7 +305,7 @@ fn acquire_in(
             Some(holder) => end_if_dead(tx, shared, holder)?,
             None => false,
         },
-        Judged::Absent => true,
+        Judged::Absent => removed_while_held(tx, shared, slot, Some(key), now)?.is_none(),
     };
     if !free {
         return Ok((Acquired::Held, false));
