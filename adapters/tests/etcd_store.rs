@@ -835,3 +835,49 @@ async fn a_holding_deleted_from_outside_is_a_loss_at_once_on_etcd() {
     );
     assert!(vvm.shutdown().await.is_err());
 }
+
+/// A holding's key deleted from outside (`etcdctl del`) while its session lives keeps the slot
+/// held for another session until that session ends — its holder may still act — while a
+/// holding its holder released is free at once; a slot never taken is taken in the second
+/// transaction (its state key absent).
+// covers: Et.HoldingRemoved
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holding_deleted_from_outside_keeps_its_slot_while_its_session_lives() {
+    let Some(cluster) =
+        single("a_holding_deleted_from_outside_keeps_its_slot_while_its_session_lives").await
+    else {
+        return;
+    };
+    let store = store(&cluster, "removed/").await;
+    let mut raw = raw_client(&cluster).await;
+    let ttl = TTL * 5;
+    let holder = store
+        .create_session(session(1), &value("a"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .create_session(session(2), &value("b"), ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    written(&store, Slot(1), session(1)).await;
+    let six = written(&store, Slot(6), session(1)).await;
+
+    raw.delete(store.key(Slot(1)), None).await.unwrap();
+    assert_eq!(
+        store.acquire(Slot(1), session(2)).await.unwrap(),
+        Acquired::Held,
+        "its holder's session lives"
+    );
+    // Released by its holder: free at once.
+    let released = Lease {
+        value: value("a"),
+        revision: six,
+    };
+    assert!(store.compare_and_delete(Slot(6), &released).await.unwrap());
+    written(&store, Slot(6), session(2)).await;
+    // The holder's session ends: free.
+    assert!(store.delete_session(session(1), holder).await.unwrap());
+    written(&store, Slot(1), session(2)).await;
+}

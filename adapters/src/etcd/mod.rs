@@ -419,6 +419,20 @@ impl EtcdStore {
             return self.judge_written(&name, &response, &found, lease, ttl);
         }
         let state_record = found.get(1).and_then(Option::as_ref);
+        // A session's holding was last there (`Et.HoldingRemoved`): held while that session's
+        // record lives (its holder may still act), free once it ended with its holdings.
+        let holder =
+            state_record.and_then(|kv| kv.value().strip_prefix(vanished::HOLDING.as_bytes()));
+        if let Some(holder) = holder {
+            if !self.read_key(holder.to_vec()).await?.kvs().is_empty() {
+                self.revoke_later(lease);
+                return Ok(Judged::Wait(ttl));
+            }
+            let txn = slot_insert_txn(name.clone(), state, None, value, lease, ttl);
+            let response = self.write(txn, lease, Resend::Broken).await?;
+            let found = reads(&response);
+            return self.judge_written(&name, &response, &found, lease, ttl);
+        }
         let found_state = vanished::State::read(state_record.map(|kv| kv.value()));
         let begun = state_record.map(etcd_client::KeyValue::mod_revision);
         match self.vanished.verdict(&name, found_state, begun, ttl) {

@@ -10,7 +10,7 @@
 //! | keep_alive | one `LeaseKeepAlive` of `L` |
 //! | delete_session | `if mod_revision(s) == expected then delete(s)`; then revoke `L` |
 //! | get_session | range read of `s` |
-//! | acquire | `if create_revision(slot) == 0 && lease(s) == L then put(slot, value, L) else get(slot), get(s)` |
+//! | acquire | `if create_revision(slot) == 0 && lease(s) == L && value(state) > "released" then put(slot, value, L), put(state, "holding s") else get(slot), get(s), get(state)`; a slot absent while its state names another live session's holding is held (`Et.HoldingRemoved`), else the same transaction comparing the state read |
 //!
 //! A holding is the slot's key bound to `L`: etcd deletes it, the session record and every
 //! other holding in the one revocation of `L`, whether the session expired (etcd revokes an
@@ -94,6 +94,7 @@ use vvm_core::{Revision, SessionKey, Slot};
 use vvm_runtime::LeaseStore;
 use vvm_runtime::{Acquired, ErrorChain, LeaseValue, SessionRecord, SessionStore, StoreError};
 
+use super::vanished::{self, HOLDING};
 use super::{
     classify_write, insert_txn, read_failed, revision_from, EtcdClientError, EtcdError, EtcdStore,
     Resend,
@@ -209,23 +210,68 @@ fn positive(revision: Revision) -> Option<i64> {
         .filter(|revision| *revision > 0)
 }
 
-/// The acquire of `slot` for the session whose key is `session`, bound to its `lease`; reads
-/// both keys when the comparison is false.
-fn acquire_txn(slot: Vec<u8>, session: Vec<u8>, value: &LeaseValue, lease: i64) -> Txn {
+/// The value of a slot's state key while a holding of the session whose record is `session`
+/// may live there (`Et.HoldingRemoved`).
+fn holding_state(session: &[u8]) -> Vec<u8> {
+    [HOLDING.as_bytes(), session].concat()
+}
+
+/// What an acquire does after one transaction.
+enum Next {
+    /// Answer this.
+    Done(Acquired),
+    /// Try again, the slot's state being as this says.
+    Try(StateWas),
+    /// The slot is free and its state names another session's holding: held while that
+    /// session's record (`session`) lives, else tried again with the state as it is.
+    Check { session: Vec<u8>, state: Vec<u8> },
+}
+
+/// What the slot's state key must be for an acquire to write (`Et.HoldingRemoved`).
+#[derive(Clone, Debug)]
+enum StateWas {
+    /// A holder's release (the first try: the usual hand-off).
+    Released,
+    /// Absent.
+    Absent,
+    /// Exactly this value, judged free.
+    Value(Vec<u8>),
+}
+
+/// The acquire of `slot` for the session whose key is `session`, bound to its `lease`, when the
+/// slot's `state` key is as `was` says; it writes the state naming the session. Reads the three
+/// keys when the comparison is false.
+fn acquire_txn(
+    [slot, session, state]: [Vec<u8>; 3],
+    value: &LeaseValue,
+    lease: i64,
+    was: StateWas,
+) -> Txn {
+    let state_was = match was {
+        // Every `released <revision>` is greater; an absent key compares false.
+        StateWas::Released => Compare::value(state.clone(), CompareOp::Greater, "released"),
+        StateWas::Absent => Compare::version(state.clone(), CompareOp::Equal, 0),
+        StateWas::Value(value) => Compare::value(state.clone(), CompareOp::Equal, value),
+    };
     Txn::new()
         .when([
             Compare::create_revision(slot.clone(), CompareOp::Equal, 0),
             // An absent key compares as lease 0, never a granted lease: the session is live.
             Compare::lease(session.clone(), CompareOp::Equal, lease),
+            state_was,
         ])
-        .and_then([TxnOp::put(
-            slot.clone(),
-            value.encode(),
-            Some(PutOptions::new().with_lease(lease)),
-        )])
+        .and_then([
+            TxnOp::put(
+                slot.clone(),
+                value.encode(),
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+            TxnOp::put(state.clone(), holding_state(&session), None),
+        ])
         .or_else([
             TxnOp::get(slot, Some(GetOptions::new().with_keys_only())),
             TxnOp::get(session, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(state, None),
         ])
 }
 
@@ -390,13 +436,14 @@ impl EtcdStore {
         response: &etcd_client::TxnResponse,
         key: SessionKey,
         lease: i64,
-    ) -> Result<Acquired, StoreError> {
+        own: &[u8],
+    ) -> Result<Next, StoreError> {
         if response.succeeded() {
             let revision = response
                 .header()
                 .map(|header| header.revision())
                 .ok_or_else(|| StoreError::unknown(EtcdError::NoRevision))?;
-            return revision_from(revision).map(Acquired::Written);
+            return revision_from(revision).map(|revision| Next::Done(Acquired::Written(revision)));
         }
         let reads = response.op_responses();
         let mut gets = reads.iter().filter_map(|op| match op {
@@ -404,21 +451,30 @@ impl EtcdStore {
             _ => None,
         });
         let (slot, session) = (first_record(gets.next()), first_record(gets.next()));
+        let state = gets
+            .next()
+            .and_then(|get| get.kvs().first())
+            .map(|kv| kv.value().to_vec());
         if session.is_none_or(|(bound, _)| bound != lease) {
             // Read after the lease was learnt: that session is over.
             self.forget_lease(key, lease);
-            return Ok(Acquired::SessionGone);
+            return Ok(Next::Done(Acquired::SessionGone));
         }
-        match slot {
+        match (slot, state) {
             // Only this session's holdings are bound to its lease.
-            Some((bound, revision)) if bound == lease => {
-                revision_from(revision).map(Acquired::Written)
+            (Some((bound, revision)), _) if bound == lease => {
+                revision_from(revision).map(|revision| Next::Done(Acquired::Written(revision)))
             }
-            Some(_) => Ok(Acquired::Held),
-            None => Err(StoreError::failed(EtcdError::Inconsistent {
-                what:
-                    "an acquire's comparison was false, yet the slot is free and the session live",
-            })),
+            (Some(_), _) => Ok(Next::Done(Acquired::Held)),
+            // Free, and the state said no release: never taken, or judged (`Et.HoldingRemoved`).
+            (None, None) => Ok(Next::Try(StateWas::Absent)),
+            (None, Some(state)) => Ok(match state.strip_prefix(HOLDING.as_bytes()) {
+                Some(holder) if holder != own => Next::Check {
+                    session: holder.to_vec(),
+                    state,
+                },
+                _ => Next::Try(StateWas::Value(state)),
+            }),
         }
     }
 }
@@ -631,24 +687,46 @@ impl SessionStore for EtcdStore {
             }
         };
         let lease = known.lease;
-        let txn = acquire_txn(self.key(slot), self.session_key(key), &known.value, lease);
-        let sent = self
-            .resend(Resend::Broken, || {
-                let (mut kv, txn) = (self.kv.clone(), txn.clone());
-                async move { kv.txn(txn).await }
-            })
-            .await;
-        let response = match sent {
-            Ok(response) => response,
-            // The lease ended between the comparison and the put.
-            Err(error) if lease_not_found(&error) => {
-                self.forget_lease(key, lease);
-                return Ok(Acquired::SessionGone);
-            }
-            Err(error) => return Err(classify_write(error)),
-        };
-        self.seen.note(response.header());
-        self.acquired(&response, key, lease)
+        let keys = [
+            self.key(slot),
+            self.session_key(key),
+            vanished::state_key(&self.prefix, slot),
+        ];
+        let mut was = StateWas::Released;
+        // The first try passes after a holder's release; a second compares the state it read;
+        // a third meets a state that changed meanwhile, and more would be a race to lose.
+        for _ in 0..3 {
+            let txn = acquire_txn(keys.clone(), &known.value, lease, was);
+            let sent = self
+                .resend(Resend::Broken, || {
+                    let (mut kv, txn) = (self.kv.clone(), txn.clone());
+                    async move { kv.txn(txn).await }
+                })
+                .await;
+            let response = match sent {
+                Ok(response) => response,
+                // The lease ended between the comparison and the put.
+                Err(error) if lease_not_found(&error) => {
+                    self.forget_lease(key, lease);
+                    return Ok(Acquired::SessionGone);
+                }
+                Err(error) => return Err(classify_write(error)),
+            };
+            self.seen.note(response.header());
+            was = match self.acquired(&response, key, lease, &keys[1])? {
+                Next::Done(acquired) => return Ok(acquired),
+                Next::Try(was) => was,
+                Next::Check { session, state } => {
+                    // A holding removed from outside while its session may still act.
+                    if self.read_key(session).await?.kvs().is_empty() {
+                        StateWas::Value(state)
+                    } else {
+                        return Ok(Acquired::Held);
+                    }
+                }
+            };
+        }
+        Ok(Acquired::Held)
     }
 }
 

@@ -16,7 +16,10 @@
 //! - `held <ttl in ms>`, written by the insert that took the slot (in its transaction);
 //! - `released <revision, 20 digits>`, written by the holder's own release (in the delete's
 //!   transaction), naming the `mod_revision` of the record it released. The digits are
-//!   zero-padded so that etcd's byte-wise comparison of values orders them as numbers.
+//!   zero-padded so that etcd's byte-wise comparison of values orders them as numbers;
+//! - `holding <session record key>`, written by a session's acquire (`Et.HoldingRemoved`): while
+//!   that record lives, a slot found free had its holding removed from outside and is waited for;
+//!   once it is gone the session ended, with its holdings.
 //!
 //! # What a candidate remembers
 //!
@@ -51,6 +54,9 @@ const STATE_PART: &str = "\0slot/";
 const HELD: &str = "held ";
 /// The value of a state key after a holder's own release, before the revision.
 const RELEASED: &str = "released ";
+/// The value of a state key while a session's holding may live on the slot, before that
+/// session's record key (`Et.HoldingRemoved`, written by the session's acquire).
+pub(super) const HOLDING: &str = "holding ";
 
 /// The state key of `slot` under `prefix`.
 pub(super) fn state_key(prefix: &str, slot: Slot) -> Vec<u8> {
