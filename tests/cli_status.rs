@@ -357,7 +357,10 @@ fn status_watch_follows_a_tenure_on_postgres() {
     if !first.is_null() {
         assert_eq!(first["address"], "creator", "{table}");
         let released = early.json("the first run's release");
-        assert_eq!(released["event"], "released", "{released}");
+        // `true` ends at once: a tenure that ends between the look that saw it and that look's
+        // time-left call leaves the watch without its expiry, so its end is `gone`, not judged.
+        let event = released["event"].as_str().unwrap_or_default();
+        assert!(["released", "gone"].contains(&event), "{released}");
     }
     early.stop();
     // With `expire`: a SIGKILLed holder's record is reported expired, judged by observation.
