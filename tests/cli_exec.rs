@@ -506,7 +506,9 @@ while :; do sleep 0.05; done"#;
     // SIGTERM: after Ctrl-C (SIGINT) `vvm` would end by SIGINT, which hides the exit code this
     // test reads (`Cli.CtrlC`).
     signal(&exec, Signal::TERM);
-    std::thread::sleep(Duration::from_millis(500));
+    // Past the window in which a second delivery counts as the same request (500 ms, counted
+    // from when `vvm` handled the first): at exactly 500 ms the second was taken for a duplicate.
+    std::thread::sleep(Duration::from_millis(1000));
     assert!(
         exec.try_wait().unwrap().is_none(),
         "vvm did not wait for the grace"
