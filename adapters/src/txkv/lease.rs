@@ -466,20 +466,16 @@ impl<K: TxKv> TxLeaseStore<K> {
                     return State::Absent { revision };
                 }
             }
-            _ => {
-                if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&target) {
-                    forget_oldest(&mut notes);
-                }
-                notes.insert(
-                    target,
-                    Observation {
-                        revision,
-                        value: value.clone(),
-                        ttl,
-                        since: read_at,
-                    },
-                );
-            }
+            _ => note(
+                &mut notes,
+                target,
+                Observation {
+                    revision,
+                    value: value.clone(),
+                    ttl,
+                    since: read_at,
+                },
+            ),
         }
         State::Live {
             revision,
@@ -529,7 +525,8 @@ impl<K: TxKv> TxLeaseStore<K> {
             Some(Record::Held { value, .. }) => {
                 // A holding keeps no note of its own (its session's is judged): one for the
                 // feed's baseline only.
-                self.notes().insert(
+                note(
+                    &mut self.notes(),
                     target,
                     Observation {
                         revision,
@@ -712,24 +709,20 @@ impl<K: TxKv> TxLeaseStore<K> {
                 continue;
             }
             let read_at = self.time.now();
-            let state = match removed {
-                false => self.observe(
-                    target,
-                    read.as_deref(),
-                    held_session,
-                    ended[0],
-                    started,
-                    read_at,
-                ),
-                true => self.observe_removed(
-                    target,
-                    read.as_deref(),
-                    held_session,
-                    ended[0],
-                    started,
-                    read_at,
-                ),
+            let judge = if removed {
+                Self::observe_removed
+            } else {
+                Self::observe
             };
+            let state = judge(
+                self,
+                target,
+                read.as_deref(),
+                held_session,
+                ended[0],
+                started,
+                read_at,
+            );
             let also_state = also.map(|session| {
                 self.observe(
                     Target::Session(session),
@@ -988,6 +981,14 @@ impl<K: TxKv> TxLeaseStore<K> {
             }
         }
     }
+}
+
+/// Notes `observation` of `target`, within [`OBSERVATIONS_MAX`] notes.
+fn note(notes: &mut HashMap<Target, Observation>, target: Target, observation: Observation) {
+    if notes.len() >= OBSERVATIONS_MAX && !notes.contains_key(&target) {
+        forget_oldest(notes);
+    }
+    notes.insert(target, observation);
 }
 
 fn forget_oldest(notes: &mut HashMap<Target, Observation>) {
