@@ -288,6 +288,16 @@ pub enum Effect {
     },
     /// Renewals have stopped; nothing will be written any more except the release.
     MonitorStopped,
+    /// The VVM's own session was lost while it campaigned, holding nothing (only from a
+    /// [`Lifecycle::on_own_session`](crate::Lifecycle::on_own_session)): open a fresh session
+    /// — the acquisition rides out what a candidate on a per-slot lease rides out — and report
+    /// [`VvmEvent::SessionOpened`](crate::VvmEvent::SessionOpened), or
+    /// [`VvmEvent::SessionLost`](crate::VvmEvent::SessionLost) when none opened before the
+    /// acquisition's end.
+    OpenSession {
+        /// The end of the acquisition: no session is worth opening after it.
+        until: Instant,
+    },
     /// Shutdown is complete. Carries the problem to return, if any.
     Finished {
         /// The first problem, if any.

@@ -1412,6 +1412,123 @@ fn v21_a_session_lost_between_rounds_ends_acquisition() {
     );
 }
 
+// covers: VVM.OwnSessionReopens
+#[test]
+fn v20a_v21a_v27_an_own_session_lost_while_campaigning_is_opened_anew() {
+    let until = t0() + secs(120); // the default acquisition
+    let own = |slots| Harness {
+        vvm: Lifecycle::on_own_session(&config(slots)),
+        out: Effects::new(),
+    };
+    // Lost between rounds: a fresh session is asked for (V21a), then a fresh round (V27).
+    let mut h = own(1);
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Rejected);
+    assert!(h.vvm.waits_for_round());
+    assert_eq!(
+        h.session_lost(LossReason::RenewalFailed),
+        [Effect::OpenSession { until }]
+    );
+    assert_eq!(h.vvm.phase(), Phase::AcquiringLeadership);
+    // Nothing but the open's outcome moves it (V30): a stale round timer, a change.
+    assert_eq!(h.on(VvmEvent::SlotChanged { now: t0() }), []);
+    assert_eq!(
+        h.on(VvmEvent::SessionOpened {
+            now: t0() + secs(3)
+        }),
+        [acquire(2, 1)]
+    );
+    // The fresh session serves as the first would: the loss is forgotten.
+    assert_eq!(
+        h.reply(t0() + secs(3), 2, Reply::Written(Revision(7))),
+        [
+            Effect::Acquired { token: token(1, 7) },
+            Effect::StartServices { token: token(1, 7) }
+        ]
+    );
+    h.on(VvmEvent::ServicesStarted {
+        now: t0() + secs(3),
+    });
+    h.on(VvmEvent::Shutdown {
+        now: t0() + secs(4),
+    });
+    h.on(VvmEvent::ServicesStopped {
+        now: t0() + secs(4),
+        clean: true,
+    });
+    assert_eq!(
+        h.reply(t0() + secs(4), 3, Reply::Deleted),
+        [
+            Effect::Released {
+                slot: Some(Slot(1)),
+                deleted: true
+            },
+            Effect::DisarmKiller,
+            Effect::Finished { problem: None }
+        ],
+        "a clean stop on the fresh session says clean"
+    );
+
+    // Lost during the acquire, which was written: it wins nothing (V19), and its reply asks
+    // for a fresh session (V20a).
+    let mut h = own(3);
+    h.on(VvmEvent::Launch { now: t0() });
+    assert_eq!(h.session_lost(LossReason::RenewalFailed), []);
+    assert_eq!(
+        h.reply(t0() + secs(1), 1, Reply::Written(Revision(5))),
+        [
+            Effect::NotAcquired {
+                slot: Slot(1),
+                refusal: Refusal::StoreFailed
+            },
+            Effect::OpenSession { until }
+        ]
+    );
+    assert_eq!(h.vvm.token(), None);
+    // None opened in time: the acquisition fails (V28).
+    assert_eq!(
+        h.on(VvmEvent::SessionLost {
+            now: until,
+            reason: LossReason::RenewalFailed
+        }),
+        [Effect::ProblemRaised {
+            problem: Problem::AcquisitionFailed
+        }]
+    );
+    assert_eq!(h.vvm.phase(), Phase::Idle);
+
+    // A shutdown while the fresh session opens finishes at once (V29).
+    let mut h = own(1);
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Rejected);
+    h.session_lost(LossReason::Overtaken);
+    assert_eq!(
+        h.on(VvmEvent::Shutdown { now: t0() }),
+        [
+            Effect::MonitorStopped,
+            Effect::Released {
+                slot: None,
+                deleted: false
+            },
+            Effect::Finished { problem: None }
+        ]
+    );
+
+    // At the acquisition's end, a loss ends it as on a shared session (V21).
+    let mut h = own(1);
+    h.on(VvmEvent::Launch { now: t0() });
+    h.reply(t0(), 1, Reply::Rejected);
+    assert_eq!(
+        h.on(VvmEvent::SessionLost {
+            now: until,
+            reason: LossReason::Overtaken
+        }),
+        [Effect::ProblemRaised {
+            problem: Problem::AcquisitionFailed
+        }]
+    );
+}
+
 // covers: VVM.OnSession
 #[test]
 fn v24_v25_a_lease_and_a_provided_vvm_ignore_a_session_loss() {

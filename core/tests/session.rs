@@ -133,6 +133,13 @@ impl Harness {
         })
     }
 
+    fn detach_unused(&mut self, now: Instant, holding: u32) -> Vec<SessionEffect> {
+        self.on(SessionEvent::DetachUnused {
+            now,
+            holding: HoldingId(holding),
+        })
+    }
+
     /// Open at t0 (create op 1), confirmed as revision 5: keepalive timer 2 at t0 + 5 s.
     fn alive() -> Self {
         let mut h = Harness::new();
@@ -625,7 +632,11 @@ fn s16_rejected_keepalive_loses_every_holding_with_one_effect_and_deletes_nothin
     h.close(t0() + secs(5));
     assert_eq!(
         h.reply(t0() + secs(5), 3, Reply::Rejected),
-        [lost(LossReason::Overtaken, 0), CLOSED_NOTHING_DELETED]
+        [
+            E::DisarmKiller,
+            lost(LossReason::Overtaken, 0),
+            CLOSED_NOTHING_DELETED
+        ]
     );
     assert!(h.machine.is_closed());
 }
@@ -701,7 +712,7 @@ fn s17_a_retry_is_scheduled_only_if_its_answer_can_come_before_the_deadline() {
     let mut h = Harness::keeping_alive();
     assert_eq!(
         h.reply(t0() + ms(14_500), 3, Reply::Failed),
-        [lost(LossReason::RenewalFailed, 0)]
+        [E::DisarmKiller, lost(LossReason::RenewalFailed, 0)]
     );
 }
 
@@ -1000,7 +1011,8 @@ fn a_keepalive_and_a_loss_cost_the_same_with_every_holding_attached() {
     let (all, left) = life(HOLDINGS_MAX);
     assert_eq!(left, HOLDINGS_MAX);
     assert_eq!(none[..3], all[..3]);
-    assert_eq!(none[3], [lost(LossReason::Overtaken, 0)]);
+    // Without a holding the deadline goes with the loss (S32); that is the one difference.
+    assert_eq!(none[3], [E::DisarmKiller, lost(LossReason::Overtaken, 0)]);
     assert_eq!(all[3], [lost(LossReason::Overtaken, HOLDINGS_MAX)]);
 }
 
@@ -1084,4 +1096,57 @@ fn keepalive_store_calls_per_lease_period_stay_within_the_bound() {
             "{most} store calls within one lease of {lease_s} s"
         );
     }
+}
+
+// covers: Session.NothingActingNoDeadline
+#[test]
+fn s32_s33_a_lost_session_keeps_its_deadline_only_while_something_may_act_under_it() {
+    // Lost with nothing attached: the deadline goes at once (S32).
+    let mut h = Harness::keeping_alive();
+    assert_eq!(
+        h.reply(t0() + secs(5), 3, Reply::Rejected),
+        [E::DisarmKiller, lost(LossReason::Overtaken, 0)]
+    );
+    // Lost with two attached, both never handed out: the deadline goes with the last (S33).
+    let mut h = Harness::holding_two();
+    h.fire(t0() + secs(5), 2);
+    assert_eq!(
+        h.reply(t0() + secs(5), 3, Reply::Rejected),
+        [lost(LossReason::Overtaken, 2)]
+    );
+    assert_eq!(h.detach_unused(t0() + secs(6), 0), []);
+    assert_eq!(h.detach_unused(t0() + secs(6), 1), [E::DisarmKiller]);
+    // One of them acted: its detach keeps the deadline, whatever the order (S31, S33).
+    for acted_first in [true, false] {
+        let mut h = Harness::holding_two();
+        h.fire(t0() + secs(5), 2);
+        h.reply(t0() + secs(5), 3, Reply::Rejected);
+        let (a, b) = if acted_first {
+            (
+                h.detach(t0() + secs(6), 0),
+                h.detach_unused(t0() + secs(6), 1),
+            )
+        } else {
+            (
+                h.detach_unused(t0() + secs(6), 1),
+                h.detach(t0() + secs(6), 0),
+            )
+        };
+        assert_eq!((a, b), (vec![], vec![]), "acted first: {acted_first}");
+    }
+    // Detached before the loss, having acted: its services stopped, nothing is attached at
+    // the loss, so the deadline goes (S32).
+    let mut h = Harness::holding_two();
+    h.detach(t0() + secs(1), 0);
+    h.detach(t0() + secs(1), 1);
+    h.fire(t0() + secs(5), 2);
+    assert_eq!(
+        h.reply(t0() + secs(5), 3, Reply::Rejected),
+        [E::DisarmKiller, lost(LossReason::Overtaken, 0)]
+    );
+    // Unused detaches while alive change nothing.
+    let mut h = Harness::holding_two();
+    assert_eq!(h.detach_unused(t0() + secs(1), 0), []);
+    assert_eq!(h.detach_unused(t0() + secs(1), 1), []);
+    assert_eq!(h.machine.holdings(), 0);
 }

@@ -24,6 +24,7 @@ enum Step {
     Reply(usize, ReplyKind),
     Attach(u32),
     Detach(u32),
+    DetachUnused(u32),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -61,7 +62,8 @@ fn step() -> impl Strategy<Value = Step> {
         3 => any::<usize>().prop_map(Step::Fire),
         6 => (any::<usize>(), reply).prop_map(|(i, r)| Step::Reply(i, r)),
         2 => holding.clone().prop_map(Step::Attach),
-        1 => holding.prop_map(Step::Detach),
+        1 => holding.clone().prop_map(Step::Detach),
+        1 => holding.prop_map(Step::DetachUnused),
     ]
 }
 
@@ -92,6 +94,10 @@ struct World {
     last_deadline: Option<Instant>,
     /// Holdings the machine said it attached and the test has not detached.
     attached: BTreeSet<u32>,
+    /// Whether the session was lost before the event observed.
+    lost_before: bool,
+    /// Since the loss, a holding that may have acted was detached.
+    acted_since_loss: bool,
 }
 
 impl World {
@@ -197,17 +203,49 @@ impl World {
                     assert!(self.attached.insert(holding.0), "attached twice");
                 }
                 E::DisarmKiller => {
+                    // covers: Session.NothingActingNoDeadline
+                    let deleted = out
+                        .iter()
+                        .any(|e| matches!(e, E::Closed { deleted: true, .. }));
+                    let lost_bare = out.iter().any(|e| matches!(e, E::Lost { holdings: 0, .. }));
+                    let last_unused = matches!(event, SessionEvent::DetachUnused { holding, .. } if self.attached.contains(&holding.0))
+                        && self.lost_before
+                        && holdings_before == 1
+                        && !self.acted_since_loss;
                     assert!(
-                        out.iter()
-                            .any(|e| matches!(e, E::Closed { deleted: true, .. })),
-                        "disarmed without a confirmed delete"
+                        deleted || lost_bare || last_unused,
+                        "disarmed with something that may act, and no confirmed delete: {event:?} -> {out:?}"
                     );
                 }
                 _ => {}
             }
         }
-        if let SessionEvent::Detach { holding, .. } = *event {
-            self.attached.remove(&holding.0);
+        let disarmed = out.iter().any(|e| matches!(e, E::DisarmKiller));
+        match *event {
+            SessionEvent::Detach { holding, .. } => {
+                if self.attached.remove(&holding.0) && self.lost_before {
+                    self.acted_since_loss = true;
+                }
+            }
+            SessionEvent::DetachUnused { holding, .. } => {
+                let last = self.attached.remove(&holding.0) && self.attached.is_empty();
+                // The other way round: nothing left that acted, so the deadline goes.
+                assert_eq!(
+                    disarmed,
+                    last && self.lost_before && !self.acted_since_loss,
+                    "an unused detach disarms exactly when it is the last after a loss with nothing that acted"
+                );
+            }
+            _ => {
+                if !self.lost_before && session.is_lost() {
+                    self.acted_since_loss = false;
+                    assert_eq!(
+                        disarmed,
+                        holdings_before == 0,
+                        "a loss disarms exactly when nothing is attached"
+                    );
+                }
+            }
         }
         // covers: Session.OneInFlight
         assert!(calls <= 1, "{calls} store calls in one step: {out:?}");
@@ -279,7 +317,9 @@ proptest! {
                 }
                 Step::Attach(h) => SessionEvent::Attach { now, holding: HoldingId(h) },
                 Step::Detach(h) => SessionEvent::Detach { now, holding: HoldingId(h) },
+                Step::DetachUnused(h) => SessionEvent::DetachUnused { now, holding: HoldingId(h) },
             };
+            world.lost_before = session.is_lost();
             let before = session.clone();
             session.handle(&event, &mut out);
             world.observe(&event, &out, &session);

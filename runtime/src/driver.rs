@@ -61,15 +61,28 @@ pub(crate) struct Driver<S> {
     session_lost: Option<BoxFuture<Option<vvm_core::LossReason>>>,
     /// That session's kill deadline, published to the services as it moves.
     session_deadlines: Option<tokio::sync::watch::Receiver<Option<Instant>>>,
+    /// Opens the VVM's own session anew (`None` for a shared session or on a lease).
+    opener: Option<Opener>,
+    /// The machine asked for a fresh session (`Effect::OpenSession`), worth opening until then.
+    reopen: Option<Instant>,
 }
 
 /// Where a VVM on a session gets its session at launch.
 pub(crate) enum SessionStart {
     /// A session shared with other VVMs, open already.
     Shared(Arc<dyn SessionSide>),
-    /// Its own session, opened by this future at launch.
-    Own(BoxFuture<Result<Arc<dyn SessionSide>, crate::session::SessionError>>),
+    /// Its own session, opened by this opener at launch, and again when it is lost while the
+    /// VVM campaigns (`Effect::OpenSession`).
+    Own(Opener),
 }
+
+/// Opens a VVM's own session, trying within the window given.
+pub(crate) type Opener = Box<
+    dyn Fn(
+            std::time::Duration,
+        ) -> BoxFuture<Result<Arc<dyn SessionSide>, crate::session::SessionError>>
+        + Send,
+>;
 
 /// The session of a launched VVM on a session, as the driver watches it.
 struct OnSession {
@@ -268,6 +281,8 @@ impl<S: LeaseStore> Driver<S> {
             session: None,
             session_lost: None,
             session_deadlines: None,
+            opener: None,
+            reopen: None,
         }
     }
 
@@ -282,12 +297,20 @@ impl<S: LeaseStore> Driver<S> {
         let side = match self.session_start.take() {
             None => return Ok(()),
             Some(SessionStart::Shared(side)) => side,
-            Some(SessionStart::Own(open)) => {
-                open.await.map_err(|error| VvmError::SessionNotOpened {
+            Some(SessionStart::Own(opener)) => {
+                let opened = opener(self.config.acquisition()).await;
+                self.opener = Some(opener);
+                opened.map_err(|error| VvmError::SessionNotOpened {
                     source: crate::Cause::new(error),
                 })?
             }
         };
+        self.install_session(side);
+        Ok(())
+    }
+
+    /// Executes the store effects on `side` from now on and watches its loss and deadline.
+    fn install_session(&mut self, side: Arc<dyn SessionSide>) {
         self.exec.on_session(side.clone());
         let deadlines = side.kill_deadlines();
         self.status
@@ -295,7 +318,41 @@ impl<S: LeaseStore> Driver<S> {
         self.session_lost = Some(side.lost());
         self.session_deadlines = Some(deadlines);
         self.session = Some(OnSession { side, clean: false });
-        Ok(())
+    }
+
+    /// The own session was lost while the VVM campaigned, holding nothing: a fresh one is opened
+    /// within what is left of the acquisition (`Effect::OpenSession`, V27/V28). Nothing of this
+    /// VVM acted under the lost one — a holding its acquire may have won after the loss is
+    /// dropped as never used — so, with nothing attached, the lost session's kill deadline is
+    /// gone (`Session.NothingActingNoDeadline`) and the process is not ended by it.
+    async fn reopen_session(&mut self, until: Instant) -> VvmEvent {
+        self.exec.drop_unused_holding();
+        self.session = None;
+        self.session_lost = None;
+        self.session_deadlines = None;
+        let now = self.exec.now();
+        let reason = vvm_core::LossReason::RenewalFailed;
+        let Some(opener) = self.opener.as_ref() else {
+            return VvmEvent::SessionLost { now, reason };
+        };
+        tracing::info!("the session was lost while campaigning; opening a fresh one");
+        let open = opener(until.saturating_since(now));
+        let opened = tokio::select! {
+            opened = open => opened,
+            () = shutdown_asked(&mut self.shutdown) => return VvmEvent::Shutdown { now: self.exec.now() },
+            () = stop_asked(&mut self.stop) => return VvmEvent::Shutdown { now: self.exec.now() },
+        };
+        let now = self.exec.now();
+        match opened {
+            Ok(side) => {
+                self.install_session(side);
+                VvmEvent::SessionOpened { now }
+            }
+            Err(error) => {
+                tracing::warn!(error = %crate::ErrorChain(&error), "no fresh session opened before the acquisition's end");
+                VvmEvent::SessionLost { now, reason }
+            }
+        }
     }
 
     /// A VVM on a session is done with it: the holding (released already, or lost) is dropped,
@@ -342,6 +399,10 @@ impl<S: LeaseStore> Driver<S> {
                     },
                 };
                 self.feed(event);
+                if let Some(until) = self.reopen.take() {
+                    let event = self.reopen_session(until).await;
+                    self.queue(event);
+                }
                 if self.describing {
                     self.raise_acquisition_failed().await;
                 }
@@ -634,6 +695,7 @@ impl<S: LeaseStore> Driver<S> {
                 next.problem.get_or_insert(error);
             }
             Effect::MonitorStopped => tracing::debug!("leadership monitor stopped"),
+            Effect::OpenSession { until } => self.reopen = Some(until),
             Effect::Finished { problem } => {
                 let outcome = match problem {
                     None => Ok(()),

@@ -136,6 +136,12 @@ impl<S: LeaseStore> Executor<S> {
         self.kept.take().map(drop)
     }
 
+    /// Drops the holding kept, if any, as never used: the machine did not act on it (its
+    /// session was lost while it was acquired).
+    pub(crate) fn drop_unused_holding(&self) {
+        self.kept.drop_unused();
+    }
+
     /// Why inserts and reads of each slot failed last.
     pub(crate) fn failures(&self) -> &Failures {
         &self.failures
@@ -497,7 +503,7 @@ fn session_call(
                     Ok(Acquire::Held(held)) if !usable(&*session) => {
                         tracing::warn!(slot = slot.0, "holding acquired after its session ended or its deadline passed; not used");
                         failures.note(slot, "the session ended while acquiring".into());
-                        drop(held);
+                        held.drop_unused();
                         Reply::Failed
                     }
                     Ok(Acquire::Held(held)) => {

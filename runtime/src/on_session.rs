@@ -29,6 +29,9 @@ pub(crate) trait HeldSlot: Send {
     fn revision(&self) -> Revision;
     /// Deletes its record, then detaches it.
     fn release(self: Box<Self>) -> BoxFuture<Result<bool, SessionError>>;
+    /// Detaches it as never used: no service started under it. Its record is left to the
+    /// session.
+    fn drop_unused(self: Box<Self>);
 }
 
 impl<S: SessionStore + Send + Sync + 'static> HeldSlot for Holding<S> {
@@ -38,6 +41,10 @@ impl<S: SessionStore + Send + Sync + 'static> HeldSlot for Holding<S> {
 
     fn release(self: Box<Self>) -> BoxFuture<Result<bool, SessionError>> {
         Box::pin(Holding::release(*self))
+    }
+
+    fn drop_unused(self: Box<Self>) {
+        Holding::drop_unused(*self);
     }
 }
 
@@ -132,6 +139,13 @@ impl Kept {
 
     pub(crate) fn take(&self) -> Option<Box<dyn HeldSlot>> {
         self.lock().take()
+    }
+
+    /// Drops the holding kept, if any, as never used (see [`HeldSlot::drop_unused`]).
+    pub(crate) fn drop_unused(&self) {
+        if let Some(held) = self.take() {
+            held.drop_unused();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Box<dyn HeldSlot>>> {

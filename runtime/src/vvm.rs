@@ -365,18 +365,26 @@ impl Vvm<Provided> {
                 }
                 None => {
                     let killer = launch.killer.clone();
-                    // The store's trouble while it opens is ridden out within the acquisition
-                    // window, as a candidate's on a per-slot lease.
-                    let window = launch.config.acquisition();
-                    SessionStart::Own(Box::pin(async move {
-                        let handle =
-                            SessionHandle::open_within(store, lease, own, &killer, window).await?;
-                        let side: Arc<dyn SessionSide> = Arc::new(OnSession { handle, own: true });
-                        Ok(side)
+                    // The store's trouble while it opens is ridden out within the window the
+                    // driver gives (what is left of the acquisition), as a candidate's on a
+                    // per-slot lease; a session lost while campaigning is opened anew.
+                    SessionStart::Own(Box::new(move |window| {
+                        let (store, own, killer) = (store.clone(), own.clone(), killer.clone());
+                        Box::pin(async move {
+                            let handle =
+                                SessionHandle::open_within(store, lease, own, &killer, window)
+                                    .await?;
+                            let side: Arc<dyn SessionSide> =
+                                Arc::new(OnSession { handle, own: true });
+                            Ok(side)
+                        })
                     }))
                 }
             };
-            let machine = Lifecycle::on_session(&launch.config);
+            let machine = match session {
+                SessionStart::Own(_) => Lifecycle::on_own_session(&launch.config),
+                SessionStart::Shared(_) => Lifecycle::on_session(&launch.config),
+            };
             let driver = Driver::new(
                 machine,
                 exec,

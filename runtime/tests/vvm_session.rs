@@ -337,6 +337,32 @@ async fn a_stop_that_was_not_clean_abandons_the_session_with_its_deadline_armed(
     assert_eq!(killer.recorder.reports().len(), 1);
 }
 
+/// `first` (10.0.0.1) launched on a session of its own on `store`, and the configuration of a
+/// second VVM (10.0.0.2) that waits for the slot as long as it lives.
+async fn first_leads<S>(
+    store: &S,
+    killer: &TestKiller,
+    journal: &Journal,
+) -> (Vvm<Launched>, vvm_core::VvmConfigBuilder)
+where
+    S: SessionStore + Clone + Send + Sync + 'static,
+{
+    let first = Vvm::provide_on_session(
+        config("10.0.0.1:7000", 1),
+        store.clone(),
+        worker("first", journal),
+    )
+    .unwrap()
+    .with_killer(killer.thread.clone())
+    .launch()
+    .await;
+    let second = VvmConfig::builder("10.0.0.2:7000")
+        .slots(1)
+        .lease(LEASE)
+        .acquire_forever();
+    (first, second)
+}
+
 /// Two VVMs on sessions of their own compete for one slot: the second waits and takes it
 /// after the first shut down, with a higher fencing token.
 // covers: Rt.VvmOnSession
@@ -345,20 +371,8 @@ async fn two_vvms_on_sessions_hand_the_slot_over_after_a_shutdown() {
     let store = MemoryStore::new();
     let killer = TestKiller::new();
     let journal = Journal::default();
-    let first = Vvm::provide_on_session(
-        config("10.0.0.1:7000", 1),
-        store.clone(),
-        worker("first", &journal),
-    )
-    .unwrap()
-    .with_killer(killer.thread.clone())
-    .launch()
-    .await;
+    let (first, second) = first_leads(&store, &killer, &journal).await;
     let first_token = first.token().expect("first leads");
-    let second = VvmConfig::builder("10.0.0.2:7000")
-        .slots(1)
-        .lease(LEASE)
-        .acquire_forever();
     let second = Vvm::provide_on_session(second, store.clone(), worker("second", &journal))
         .unwrap()
         .with_killer(killer.thread.clone());
@@ -374,6 +388,59 @@ async fn two_vvms_on_sessions_hand_the_slot_over_after_a_shutdown() {
         ["start first", "stop first", "start second"]
     );
     second.shutdown().await.expect("clean");
+    assert!(killer.thread.armed().is_empty());
+}
+
+/// A candidate on its own session whose keepalives fail for longer than its lease (a store
+/// outage only it sees) loses that session while it waits: it opens a fresh one and goes on
+/// waiting — it neither gives up its acquisition nor is ended by the lost session's deadline,
+/// under which nothing acted — and takes the slot once the holder leaves.
+// covers: Rt.OwnSessionReopens, VVM.OwnSessionReopens, Session.NothingActingNoDeadline
+#[tokio::test(start_paused = true)]
+async fn a_waiting_vvm_rides_out_the_loss_of_its_session() {
+    let store = Store::default();
+    let killer = TestKiller::new();
+    let journal = Journal::default();
+    let (first, second) = first_leads(&store, &killer, &journal).await;
+    let first_token = first.token().expect("first leads");
+    // The same store, seen by the candidate through a hook of its own.
+    let candidate = Faulty {
+        store: store.store.clone(),
+        hook: Calls::default(),
+    };
+    let second = Vvm::provide_on_session(second, candidate.clone(), worker("second", &journal))
+        .unwrap()
+        .with_killer(killer.thread.clone());
+    let second = tokio::spawn(second.launch());
+    pass(Duration::from_secs(1)).await;
+    candidate.hook.failing.store(true, Ordering::Relaxed);
+    // Three leases of failed keepalives: the candidate's sessions are lost again and again.
+    pass(LEASE * 3).await;
+    killer.catch_up();
+    assert!(
+        killer.recorder.reports().is_empty(),
+        "a lost session under which nothing acted ended the process"
+    );
+    assert!(
+        !second.is_finished(),
+        "the candidate gave up its acquisition"
+    );
+    assert!(candidate.hook.keepalives.load(Ordering::Relaxed) > 3);
+    candidate.hook.failing.store(false, Ordering::Relaxed);
+    pass(LEASE).await;
+    first.shutdown().await.expect("clean");
+    let second = second.await.unwrap();
+    let second_token = second
+        .token()
+        .expect("the candidate leads after the holder left");
+    assert!(second_token.revision > first_token.revision);
+    assert_eq!(
+        journal.entries(),
+        ["start first", "stop first", "start second"]
+    );
+    second.shutdown().await.expect("clean");
+    killer.catch_up();
+    assert!(killer.recorder.reports().is_empty());
     assert!(killer.thread.armed().is_empty());
 }
 

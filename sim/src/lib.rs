@@ -410,7 +410,9 @@ fn execute(world: &mut W, id: ProcessId, effect: Effect) -> bool {
         Effect::NotAcquired { .. }
         | Effect::Released { .. }
         | Effect::Running { .. }
-        | Effect::MonitorStopped => {}
+        | Effect::MonitorStopped
+        // Only a lifecycle on its own session asks for one; the simulated VVMs hold leases.
+        | Effect::OpenSession { .. } => {}
     }
     false
 }

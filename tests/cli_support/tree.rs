@@ -305,8 +305,10 @@ async fn remove_records(
 ) -> usize {
     let mut removed = 0;
     for record in records {
-        // A slot record's key ends in its slot number; the slot's other keys hold a NUL.
-        if record.key().contains(&0) {
+        // A slot record's key is the prefix and its slot number; the slot's other keys hold a
+        // NUL, and sessions' records (`<prefix>session/…`) are not a slot's.
+        let slot = record.key().strip_prefix(b"vvm/slot/").unwrap_or_default();
+        if slot.is_empty() || !slot.iter().all(u8::is_ascii_digit) {
             continue;
         }
         match how {

@@ -48,6 +48,14 @@
 //! | V24 | Provided, Shutdown | SessionLost | | same | — |
 //! | V25 | any | SessionLost | on a lease | same | — |
 //! | V26 | as V14, V16, V17 | → Released | on a session | Shutdown | Released, [DisarmKiller if every stop was clean and nothing was lost: the session may be closed cleanly], Finished(problem) |
+//! | V20a | Acquiring | reply → NotAcquired | on its own session, loss noted, now < until | ReopeningSession | NotAcquired, OpenSession(until): the candidate rides out its session's loss as one on a lease rides out a store blip |
+//! | V21a | RoundWait | SessionLost | on its own session, now < until | ReopeningSession | OpenSession(until) |
+//! | V27 | ReopeningSession | SessionOpened | | Acquiring(1), fresh round, loss forgotten | Insert(1) on the fresh session |
+//! | V28 | ReopeningSession | SessionLost | | Idle | ProblemRaised(AcquisitionFailed): no session opened before the acquisition's end |
+//! | V29 | ReopeningSession | Shutdown | | as V12 | nothing in flight, nothing held |
+//! | V30 | ReopeningSession | anything else | | same | — |
+//!
+//! V20 and V21 apply on a shared session, and on an own one at or after `until`.
 //!
 //! **When the next round starts (V4).** Each refusal of a round is noted: an insert refused
 //! with the record's time left (`Held(left)`, L5a) gives that record's expiry `now + left` (the
@@ -169,6 +177,12 @@ pub enum VvmEvent {
         /// Why the session was lost.
         reason: LossReason,
     },
+    /// The fresh session asked for by [`Effect::OpenSession`] is open: acquisition goes on
+    /// with a fresh round on it (V27).
+    SessionOpened {
+        /// Current time.
+        now: Instant,
+    },
 }
 
 impl VvmEvent {
@@ -184,7 +198,8 @@ impl VvmEvent {
             | VvmEvent::ServicesStopped { now, .. }
             | VvmEvent::SlotChanged { now }
             | VvmEvent::RecordVanished { now }
-            | VvmEvent::SessionLost { now, .. } => now,
+            | VvmEvent::SessionLost { now, .. }
+            | VvmEvent::SessionOpened { now } => now,
         }
     }
 }
@@ -267,6 +282,8 @@ pub struct Shared {
     armed: bool,
     /// The slot is held as a holding of a session ([`Lifecycle::on_session`]).
     on_session: bool,
+    /// The session is this VVM's own: lost while campaigning, it is opened anew (V20a, V21a).
+    reopens: bool,
     /// The leadership or the session was lost (a lease's `Lost`, or [`VvmEvent::SessionLost`]).
     lost: bool,
 }
@@ -386,7 +403,7 @@ impl Lifecycle {
     /// A provided, not yet launched VVM of `incarnation`, leading its slot by the per-slot lease
     /// protocol (its own renewals and kill deadline).
     pub fn new(config: &VvmConfig, incarnation: Incarnation) -> Self {
-        Lifecycle::build(config, incarnation, None)
+        Lifecycle::build(config, incarnation, None, false)
     }
 
     /// A provided, not yet launched VVM that holds its slot as a holding of a session
@@ -396,13 +413,27 @@ impl Lifecycle {
     pub fn on_session(config: &VvmConfig) -> Self {
         // The idle leadership never acts; it keeps `leadership()` meaningful (idle) for callers
         // that inspect it. Its incarnation is never written.
-        Lifecycle::build(config, Incarnation(0), Some(SessionLeadership::new()))
+        Lifecycle::build(
+            config,
+            Incarnation(0),
+            Some(SessionLeadership::new()),
+            false,
+        )
+    }
+
+    /// [`on_session`](Self::on_session) for a VVM whose session is its own: a loss of it while
+    /// campaigning, holding nothing, asks for a fresh session ([`Effect::OpenSession`]) instead
+    /// of ending the acquisition (V20a, V21a, V27, V28) — a shared session is its owner's to
+    /// open anew.
+    pub fn on_own_session(config: &VvmConfig) -> Self {
+        Lifecycle::build(config, Incarnation(0), Some(SessionLeadership::new()), true)
     }
 
     fn build(
         config: &VvmConfig,
         incarnation: Incarnation,
         mut holding: Option<SessionLeadership>,
+        reopens: bool,
     ) -> Self {
         let shared = Shared {
             slots: config.slots(),
@@ -413,6 +444,7 @@ impl Lifecycle {
             services_clean: true,
             armed: false,
             on_session: holding.is_some(),
+            reopens,
             lost: false,
         };
         let mut leadership = Leadership::new(*config.lease(), incarnation);
@@ -561,7 +593,9 @@ impl Lifecycle {
     pub fn phase(&self) -> Phase {
         match self.machine.state() {
             State::Provided {} => Phase::Provided,
-            State::Acquiring { .. } | State::RoundWait { .. } => Phase::AcquiringLeadership,
+            State::Acquiring { .. } | State::RoundWait { .. } | State::ReopeningSession { .. } => {
+                Phase::AcquiringLeadership
+            }
             State::StartingServices { .. } => Phase::StartingServices,
             State::Running {} => Phase::Running,
             State::Idle {} => Phase::Idle,

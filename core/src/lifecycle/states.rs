@@ -86,10 +86,9 @@ impl Shared {
         let mut round = round;
         round.refused(now, left);
         if self.on_session && self.lost {
-            // No acquire can succeed on a lost session, and none may open anew while this VVM
-            // still counts on it (V20).
-            self.raise(Problem::AcquisitionFailed, cx.out);
-            return Transition(State::idle());
+            // No acquire can succeed on a lost session; an own one is opened anew while the
+            // acquisition lasts (V20a), a shared one is its owner's (V20).
+            return self.session_gone(until, now, cx.out);
         }
         if slot.0 < self.slots {
             return self.acquire(Slot(slot.0 + 1), until, round, now, cx);
@@ -111,6 +110,18 @@ impl Shared {
         let at = round.next_try(now, self.round_interval, until);
         cx.out.push(Effect::SetTimer { timer, at });
         Transition(State::round_wait(until, timer))
+    }
+
+    /// The session was lost while campaigning, holding nothing and with nothing in flight: ask
+    /// for a fresh one while the acquisition lasts and the session is this VVM's own (V20a,
+    /// V21a), end the acquisition otherwise (V20, V21).
+    fn session_gone(&mut self, until: Instant, now: Instant, out: &mut Effects) -> Outcome<State> {
+        if self.reopens && now < until {
+            out.push(Effect::OpenSession { until });
+            return Transition(State::reopening_session(until));
+        }
+        self.raise(Problem::AcquisitionFailed, out);
+        Transition(State::idle())
     }
 
     /// Services are down: stop renewing once nothing is in flight, then release.
@@ -268,9 +279,33 @@ impl Shared {
             VvmEvent::SlotChanged { now } => {
                 self.acquire(Slot(1), *until, Round::default(), now, context)
             }
-            // Nothing in flight and nothing held: acquisition ends at once (V21).
+            // Nothing in flight and nothing held: a fresh session, or the end (V21a, V21).
             VvmEvent::SessionLost { now, reason } => {
                 self.session_lost(now, reason, context);
+                self.session_gone(*until, now, context.out)
+            }
+            _ => Handled,
+        }
+    }
+
+    /// The own session was lost while campaigning; the driver opens a fresh one until `until`.
+    #[state]
+    fn reopening_session(
+        &mut self,
+        context: &mut Cx<'_>,
+        until: &Instant,
+        event: &VvmEvent,
+    ) -> Outcome<State> {
+        match *event {
+            // Nothing held, nothing in flight (V29).
+            VvmEvent::Shutdown { now } => self.stop_monitor(now, context),
+            // A fresh session: the loss was the old one's (V27).
+            VvmEvent::SessionOpened { now } => {
+                self.lost = false;
+                self.acquire(Slot(1), *until, Round::default(), now, context)
+            }
+            // None opened in time (V28).
+            VvmEvent::SessionLost { .. } => {
                 self.raise(Problem::AcquisitionFailed, context.out);
                 Transition(State::idle())
             }

@@ -51,6 +51,8 @@
 //! | S29 | Alive, KeepingAlive, KeepResolving, RetryWait | Attach(h) | now < deadline, no close asked, h not attached, h < HOLDINGS_MAX | same | Attached(h) |
 //! | S30 | any | Attach(h) | otherwise | same | AttachRefused(h, NotAlive \| Closing \| Attached \| OutOfRange) |
 //! | S31 | any | Detach(h) | | same | — (h removed if attached) |
+//! | S32 | Opening…RetryWait | a loss (S16, S18, S23, S26) | n = 0 | Lost | DisarmKiller before Lost(…, 0): nothing is attached, so nothing acts under the session (a candidate's session lost while it waits must not end its process) |
+//! | S33 | Lost | DetachUnused(h) | h attached, n becomes 0, no holding detached by S31 since the loss | Lost | DisarmKiller: what was attached at the loss was never handed to anyone (an acquire in flight) |
 //!
 //! Alive, KeepingAlive, KeepResolving and RetryWait are the *alive* states: each carries the
 //! [`Liveness`] of the session. Like the leading states of [`Leadership`](crate::Leadership),
@@ -128,6 +130,16 @@ pub enum SessionEvent {
         /// The holding.
         holding: HoldingId,
     },
+    /// Detach a holding that was never handed to anyone (an acquire that won nothing, or whose
+    /// answer came after the session ended): nothing acted under it. After a loss, the last
+    /// holding detached so — with every other one detached so too — disarms the kill deadline
+    /// (S33): nothing acts under the lost session any more.
+    DetachUnused {
+        /// Current time.
+        now: Instant,
+        /// The holding.
+        holding: HoldingId,
+    },
 }
 
 impl SessionEvent {
@@ -139,7 +151,8 @@ impl SessionEvent {
             | SessionEvent::Timer { now, .. }
             | SessionEvent::Reply { now, .. }
             | SessionEvent::Attach { now, .. }
-            | SessionEvent::Detach { now, .. } => now,
+            | SessionEvent::Detach { now, .. }
+            | SessionEvent::DetachUnused { now, .. } => now,
         }
     }
 }
@@ -210,6 +223,9 @@ pub struct Shared {
 pub struct Session {
     machine: InitializedStateMachine<Shared>,
     holdings: Holdings,
+    /// Since the loss, a holding that may have acted was detached (S31 after a loss): the kill
+    /// deadline stays, whatever detaches after it.
+    acted_since_loss: bool,
 }
 
 // Model checkers fingerprint states by hash; equal machines hash equally.
@@ -218,6 +234,7 @@ impl core::hash::Hash for Session {
         self.machine.inner().hash(state);
         self.machine.state().hash(state);
         self.holdings.hash(state);
+        self.acted_since_loss.hash(state);
     }
 }
 
@@ -247,6 +264,7 @@ impl Session {
         Session {
             machine,
             holdings: Holdings::new(),
+            acted_since_loss: false,
         }
     }
 
@@ -264,14 +282,28 @@ impl Session {
                 });
             }
             SessionEvent::Detach { holding, .. } => {
-                self.holdings.remove(holding);
+                if self.holdings.remove(holding) && self.is_lost() {
+                    self.acted_since_loss = true;
+                }
+            }
+            SessionEvent::DetachUnused { holding, .. } => {
+                let removed = self.holdings.remove(holding);
+                if removed && self.is_lost() && self.holdings.len() == 0 && !self.acted_since_loss {
+                    // S33: what was attached at the loss never acted, and nothing else may
+                    // attach to a lost session.
+                    out.push(SessionEffect::DisarmKiller);
+                }
             }
             _ => {
+                let was_lost = self.is_lost();
                 let mut cx = Ctx {
                     out,
                     holdings: self.holdings.len(),
                 };
                 self.machine.handle_with_context(event, &mut cx);
+                if !was_lost && self.is_lost() {
+                    self.acted_since_loss = false;
+                }
             }
         }
         self.assert_invariants();

@@ -112,6 +112,10 @@ impl Shared {
         release: bool,
         out: &mut Ctx<'_>,
     ) -> Outcome<State> {
+        if out.holdings == 0 {
+            // S32: nothing attached, nothing acting: no deadline to keep.
+            out.push(SessionEffect::DisarmKiller);
+        }
         out.push(SessionEffect::Lost {
             id: live.id,
             reason,

@@ -598,8 +598,10 @@ struct Attached<'a, S> {
 impl<S> Drop for Attached<'_, S> {
     fn drop(&mut self) {
         if !self.kept {
+            // Never handed to anyone: nothing acted under it.
             let _ = self.shared.commands.send(Command::Detach {
                 holding: self.holding,
+                acted: false,
             });
         }
     }
@@ -682,7 +684,10 @@ impl<S> SessionHandle<S> {
 
     /// Detaches a holding of [`attach`](Self::attach).
     pub(crate) fn detach(&self, holding: HoldingId) {
-        let _ = self.shared.commands.send(Command::Detach { holding });
+        let _ = self.shared.commands.send(Command::Detach {
+            holding,
+            acted: true,
+        });
     }
 
     /// Claims `name` for one acquire of the session, through whichever handle: `false` when
@@ -698,8 +703,20 @@ impl<S> SessionHandle<S> {
 }
 
 impl<S> Holding<S> {
+    /// Drops a holding that was never handed to anyone — acquired after its session ended,
+    /// so nothing acted under it: after a loss, the session's kill deadline may go with it
+    /// (`Session.NothingActingNoDeadline`). Its record is left to the session, as by a drop.
+    pub(crate) fn drop_unused(mut self) {
+        self.detach_as(true, false);
+    }
+
     /// Detaches the holding; `left` when its record stays in the store (a drop).
     fn detach(&mut self, left: bool) {
+        self.detach_as(left, true);
+    }
+
+    /// Detaches the holding; `acted` unless it was never handed to anyone.
+    fn detach_as(&mut self, left: bool, acted: bool) {
         if !self.detached {
             self.detached = true;
             if left {
@@ -707,6 +724,7 @@ impl<S> Holding<S> {
             }
             let _ = self.shared.commands.send(Command::Detach {
                 holding: self.holding,
+                acted,
             });
             lock(&self.shared.slots).remove(&self.slot);
         }

@@ -30,8 +30,10 @@ pub(super) enum Command {
         count: usize,
         reply: oneshot::Sender<Result<Vec<HoldingId>, AttachRefusal>>,
     },
-    /// A holding's services stopped and its record was released or is left to the session.
-    Detach { holding: HoldingId },
+    /// A holding's services stopped and its record was released or is left to the session;
+    /// `acted` unless it was never handed to anyone (an acquire that won nothing, or came too
+    /// late).
+    Detach { holding: HoldingId, acted: bool },
     /// Close the session once no holding is attached.
     Close {
         reply: oneshot::Sender<Result<bool, SessionError>>,
@@ -96,9 +98,13 @@ impl<S: SessionStore + Clone> Task<S> {
                     self.attach_many(count, reply);
                     continue;
                 }
-                Wake::Command(Some(Command::Detach { holding })) => {
+                Wake::Command(Some(Command::Detach { holding, acted })) => {
                     self.free_ids.push(holding.0);
-                    SessionEvent::Detach { now, holding }
+                    if acted {
+                        SessionEvent::Detach { now, holding }
+                    } else {
+                        SessionEvent::DetachUnused { now, holding }
+                    }
                 }
                 Wake::Command(Some(Command::Abandon)) => {
                     self.abandon();
@@ -371,16 +377,18 @@ impl<S: SessionStore + Clone> Task<S> {
         }
     }
 
+    /// Detaches a holding whose attach nobody received: nothing acted under it.
     fn detach_now(&mut self, holding: HoldingId) {
         self.free_ids.push(holding.0);
         let mut out = SessionEffects::new();
         self.machine.handle(
-            &SessionEvent::Detach {
+            &SessionEvent::DetachUnused {
                 now: Clock.now(),
                 holding,
             },
             &mut out,
         );
+        self.execute_all(&out);
     }
 
     /// Starts the machine's one store call, under the store-call timeout: no answer in time is
