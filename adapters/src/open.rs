@@ -658,6 +658,10 @@ impl LeaseStore for AnyStore {
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         each_store!(self, s => s.changed(keys))
     }
+
+    fn changed_for_candidate(&self, keys: &[Slot]) -> SlotChange {
+        each_store!(self, s => s.changed_for_candidate(keys))
+    }
 }
 
 impl vvm_runtime::SessionStore for AnyStore {

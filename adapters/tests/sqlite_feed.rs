@@ -88,23 +88,31 @@ fn inotify_descriptors() -> usize {
         .count()
 }
 
+/// How many times `store`'s feed looked at its file over `window`, after `settle` (for the
+/// waits' own first looks).
+async fn looks_over(store: &SqliteStore, settle: Duration, window: Duration) -> u64 {
+    tokio::time::sleep(settle).await;
+    let before = store.feed_looks();
+    tokio::time::sleep(window).await;
+    store.feed_looks() - before
+}
+
 /// 1 000 waiting grants and 10 waiting candidates look at the file only when it changes: over
-/// 1.5 s of a quiet store, at most the feed's safety looks (one a second, each one
-/// `data_version` check). Each used to look every 10 ms on its own: ~150 000 looks.
+/// 2.5 s of a quiet store, not once (the backstop look comes every 30 s). Each used to look
+/// every 10 ms on its own (~150 000 looks in 1.5 s), then the shared feed once a second.
 // covers: Sq.FeedShared
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_costs_no_look_at_the_file_while_nothing_changes() {
     let dir = Scratch::new("quiet");
     let store = SqliteStore::open(dir.file()).expect("the store opens");
     let tasks = waiters(&store, 1_000, 10);
-    // The waits' first looks (their start, the locks) are done.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = store.feed_looks();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let looks = store.feed_looks() - before;
-    assert!(
-        looks <= 6,
-        "1 010 waits looked at the file {looks} times in 1.5 s while nothing changed"
+    // After the waits' first looks (their start, the locks) and the settling looks after the
+    // last commit (about 2 s at most).
+    let window = Duration::from_millis(2_500);
+    let looks = looks_over(&store, window, window).await;
+    assert_eq!(
+        looks, 0,
+        "1 010 waits looked at the file {looks} times in 2.5 s while nothing changed"
     );
     assert!(tasks.iter().all(|task| !task.is_finished()), "a wait ended");
     for task in tasks {
@@ -220,10 +228,7 @@ async fn a_commit_by_another_process_wakes_every_waiter() {
     let mut waits: Vec<Wait> = (0..100).map(|_| store.semaphore_changed(&name)).collect();
     waits.push(store.changed(&[Slot(7)]));
     let tasks: Vec<_> = waits.into_iter().map(tokio::spawn).collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before = store.feed_looks();
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    let quiet = store.feed_looks() - before;
+    let quiet = looks_over(&store, Duration::from_millis(200), Duration::from_secs(1)).await;
     assert!(
         quiet <= 4,
         "101 waits looked at the file {quiet} times in 1 s while nothing changed"
@@ -302,26 +307,7 @@ async fn a_refused_candidate_takes_no_write_lock_while_the_holder_lives() {
     let dir = Scratch::new("standby");
     let path = dir.file();
     let store = SqliteStore::open(&path).expect("the store opens");
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "child_holds_and_renews",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HOLDER_DB, &path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the holder's process starts");
-    let mut lines = std::io::BufReader::new(child.stdout.take().expect("its output")).lines();
-    let ready = tokio::task::spawn_blocking(move || {
-        let ready = lines.any(|line| line.is_ok_and(|line| line.contains("READY")));
-        (ready, lines)
-    });
-    let (ready, _lines) = ready.await.expect("joined");
-    assert!(ready, "the holder never got ready");
+    let mut child = renewing_holder(&path).await;
     let value = LeaseValue::new("standby", Incarnation(4));
     let before = store.write_transactions();
     let started = Instant::now();
@@ -347,6 +333,73 @@ async fn a_refused_candidate_takes_no_write_lock_while_the_holder_lives() {
         "{rounds} refused rounds of a standby took the write lock {writes} times"
     );
     drop(child.stdin.take());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("joined")
+        .expect("the holder ran");
+    assert!(status.success(), "the holder failed: {status}");
+}
+
+/// Starts [`child_holds_and_renews`] on the store at `path` (slot 3, a renewal every 20 ms) and
+/// waits until it holds; closing its standard input makes it release and exit.
+async fn renewing_holder(path: &Path) -> std::process::Child {
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "child_holds_and_renews",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLDER_DB, path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the holder's process starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("its output")).lines();
+    let (ready, ready_rx) = tokio::sync::oneshot::channel();
+    // Read to its end: the child's harness writes its report there when it exits.
+    std::thread::spawn(move || {
+        let _ = ready.send(lines.any(|line| line.is_ok_and(|line| line.contains("READY"))));
+        lines.for_each(drop);
+    });
+    assert!(
+        ready_rx.await.unwrap_or(false),
+        "the holder never got ready"
+    );
+    child
+}
+
+/// A standby waiting on a slot whose holder's lock is held and watched looks at nothing while
+/// the holder renews (50 renewals a second here): only the lock's release can let it in, and
+/// the lock's thread tells it. The holder's release then wakes it at once. Every renewal used
+/// to cost each waiting process two or three looks. An observer's wait (`changed`) still looks
+/// at every commit: a swap of the holder's value is news to it.
+// covers: Sq.FeedShared, Sq.DeadHolder
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_on_a_held_lock_looks_at_nothing_while_the_holder_renews() {
+    let dir = Scratch::new("covered");
+    let path = dir.file();
+    let store = SqliteStore::open(&path).expect("the store opens");
+    let mut child = renewing_holder(&path).await;
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move { store.changed_for_candidate(&[Slot(3)]).await }
+    });
+    // After the wait's start (its read, its lock's thread).
+    let looks = looks_over(&store, Duration::from_millis(300), Duration::from_secs(1)).await;
+    assert!(
+        looks <= 2,
+        "the standby looked {looks} times in a second of its holder's renewals"
+    );
+    assert!(!waiting.is_finished(), "woken by a renewal");
+    let released = Instant::now();
+    drop(child.stdin.take());
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the release wakes the standby")
+        .expect("joined");
+    eprintln!("woken {:?} after the release was asked", released.elapsed());
     let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .expect("joined")

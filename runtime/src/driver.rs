@@ -584,7 +584,7 @@ impl<S: LeaseStore> Driver<S> {
             self.changes = None;
         } else if self.changes.is_none() {
             let slots: Vec<Slot> = (1..=self.config.slots()).map(Slot).collect();
-            self.changes = Some(self.exec.store().changed(&slots));
+            self.changes = Some(self.exec.store().changed_for_candidate(&slots));
         }
     }
 

@@ -66,7 +66,8 @@ pub const RECORDS_MAX: usize = 1024;
 /// thread notices a passed deadline within this (its sleep is timed on the monotonic clock,
 /// which did not move while the host slept).
 pub const WAIT_ARMED_MAX: Duration = Duration::from_millis(50);
-/// Longest single sleep with nothing armed; arming wakes the thread anyway.
+/// Longest single sleep of a manual-clock killer (tests): it must notice when its last handle is
+/// gone. The real-clock thread sleeps without a limit while nothing is armed: arming wakes it.
 const WAIT_IDLE_MAX: Duration = Duration::from_secs(1);
 
 /// What the killer knows when a deadline passes.
@@ -280,6 +281,15 @@ fn run(shared: Arc<Shared>) {
         }
         let wait = match state.earliest() {
             Some(deadline) if !shared.manual => deadline.saturating_since(now).min(WAIT_ARMED_MAX),
+            // Nothing armed: only an arm (which wakes it) can give the thread work, so a
+            // process that holds nothing never wakes it (a standby costs nothing).
+            None if !shared.manual => {
+                state = shared
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
             _ => WAIT_IDLE_MAX,
         };
         state = shared

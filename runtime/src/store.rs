@@ -359,6 +359,14 @@ pub trait LeaseStore: Send + Sync + 'static {
         Box::pin(std::future::pending())
     }
 
+    /// [`changed`](Self::changed) for a candidate between rounds, which only wants to know when
+    /// it might take a slot: the store may leave out changes that cannot make one takeable (a
+    /// live holder's renewals, or a swap of its value, while something else — a lock of its
+    /// process — tells when it stops holding). The default is [`changed`](Self::changed).
+    fn changed_for_candidate(&self, keys: &[Slot]) -> SlotChange {
+        self.changed(keys)
+    }
+
     /// Whether [`changed`](Self::changed) reports deletions (and holder changes). A store
     /// without a feed (the default) still has its candidates try every round interval, the
     /// record's expiry only bringing a try forward: nothing else would tell them of a release.
@@ -420,6 +428,10 @@ impl<S: LeaseStore> LeaseStore for std::sync::Arc<S> {
 
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         S::changed(self, keys)
+    }
+
+    fn changed_for_candidate(&self, keys: &[Slot]) -> SlotChange {
+        S::changed_for_candidate(self, keys)
     }
 
     fn has_change_feed(&self) -> bool {

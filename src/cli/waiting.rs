@@ -15,9 +15,10 @@ use vvm::{
 use super::store::AnyStore;
 use super::systemd::Notifier;
 
-/// Longest wait between two looks when the store's feed says nothing: a log line, not a
-/// decision, depends on it, so a slow look costs little.
-const RESYNC: Duration = Duration::from_secs(5);
+/// Longest wait between two looks when the store's feed says nothing (the holder's expiry is
+/// looked at anyway): a log line, not a decision, depends on it, so a slow look costs little —
+/// and a standby that looks seldom costs nothing while it waits.
+const RESYNC: Duration = Duration::from_secs(30);
 /// Longest a look may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -112,6 +112,13 @@ impl<S: LeaseStore, H: Hooks> LeaseStore for Hooked<S, H> {
         }
     }
 
+    fn changed_for_candidate(&self, keys: &[Slot]) -> SlotChange {
+        match self.hooks.feed() {
+            true => self.store.changed_for_candidate(keys),
+            false => Box::pin(std::future::pending()),
+        }
+    }
+
     fn has_change_feed(&self) -> bool {
         self.hooks.feed() && self.store.has_change_feed()
     }

@@ -4,8 +4,9 @@
 //! file on its own.
 //!
 //! **What wakes it** is the kernel (`notify.rs`): an inotify event on the store's `-wal` (every
-//! commit, by any process, appends to it) makes the feed look, and so does the safety look every
-//! [`FEED_SAFETY_LOOK`](super::FEED_SAFETY_LOOK). A look is one `PRAGMA data_version` on a
+//! commit, by any process, appends to it) makes the feed look, and so does the safety look
+//! (every [`FEED_SAFETY_LOOK`](super::FEED_SAFETY_LOOK) while something is told by nothing else,
+//! else every [`FEED_BACKSTOP_LOOK`](super::FEED_BACKSTOP_LOOK)). A look is one `PRAGMA data_version` on a
 //! connection of the feed's own (it changes whenever *another* connection, of this or any process,
 //! committed, so that connection never writes). Only when it changed are the watched rows of every
 //! subscriber read, in one read transaction (a WAL read: it never waits for the write lock), and
@@ -20,9 +21,9 @@
 //! This replaced a look at `data_version` every 10 ms by every waiting future on its own: 100
 //! served grants cost 4 % of a core and 1 000 cost 26 % while nothing changed, a waiting `vvm run`
 //! 0.5 %, and a hand-off waited half a tick on average (10.7 ms p50 from release to the next
-//! waiter). Waiting now costs nothing while the store is quiet (one look a second per process:
-//! 1 010 waits looked 53 006 times in 1.5 s before, at most 6 times now; 51 waiting `vvm run`s
-//! used 47 % of a core before, 8 % now, mostly their own rounds), and a change is seen within
+//! waiter). Waiting now costs nothing while the store is quiet (one look in 30 s per process;
+//! 1 010 waits looked 53 006 times in 1.5 s before, none now; 51 waiting `vvm run`s used 47 % of
+//! a core before the shared feed), and a change is seen within
 //! about a millisecond of its commit (the event's look, or the first settling look;
 //! `BENCHMARKS.md`). The notifications are Linux-only, as the store is (the boot clock, the
 //! locks). A commit of this process wakes its waiters on the same file directly, before the
@@ -118,6 +119,10 @@ pub(super) struct Feed {
     lock_threads: Mutex<Vec<std::path::PathBuf>>,
     /// Sessions whose lock was seen free, for the next semaphore transaction to judge.
     suspects: Mutex<Vec<SessionKey>>,
+    /// A held lock that a wait depends on got no thread of its own (the limit of threads, or
+    /// one could not start): from then on this feed needs the watcher's safety looks, the only
+    /// thing that makes its waits look at such a lock (`notify.rs`).
+    unwatched_lock: std::sync::atomic::AtomicBool,
 }
 
 /// The feed's read of the watched rows (`?1`: [`watched`]): only those, each found by its key,
@@ -198,6 +203,10 @@ struct SlotWait {
     seen: Option<Seen>,
     changed: bool,
     wake: Arc<Notify>,
+    /// The lock files whose threads tell this wait all it waits for (see [`Feed::covered`]):
+    /// every watched slot was held, at the wait's start, by a record naming a lock held then
+    /// and watched by a thread. Empty: not covered, every commit is looked at.
+    covered: Vec<std::path::PathBuf>,
 }
 
 /// A wait on a semaphore: its name, what it compares ([`NameSeen`]) when the wait began
@@ -282,6 +291,7 @@ impl Feed {
             freed: tokio::sync::watch::Sender::new(0),
             lock_threads: Mutex::new(Vec::new()),
             suspects: Mutex::new(Vec::new()),
+            unwatched_lock: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -450,6 +460,9 @@ impl Feed {
             for wait in state.slots.values() {
                 wait.wake.notify_one();
             }
+        } else if self.covered(&state) {
+            // The holders' renewals of the slots waited on: nothing to read (`Feed::cover`).
+            return false;
         }
         let version = self.version(&mut state);
         let unread = state.slots.values().any(|wait| wait.seen.is_none())
@@ -518,6 +531,7 @@ impl Feed {
                 seen: seen.clone(),
                 changed: false,
                 wake: Arc::clone(&wake),
+                covered: Vec::new(),
             },
         );
         drop(state);
@@ -665,9 +679,12 @@ impl Feed {
                 .lock_threads
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if running.iter().any(|running| running == lock_path)
-                || running.len() >= LOCK_WATCH_SLOTS_MAX
-            {
+            if running.iter().any(|running| running == lock_path) {
+                return;
+            }
+            if running.len() >= LOCK_WATCH_SLOTS_MAX {
+                drop(running);
+                self.lose_a_lock_watch();
                 return;
             }
             running.push(lock_path.to_owned());
@@ -697,6 +714,61 @@ impl Feed {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .retain(|running| running != lock_path);
+            self.lose_a_lock_watch();
+        }
+    }
+
+    /// Marks candidate wait `id` covered by the lock threads of `covering` (slot, slot lock
+    /// path) when every slot of `keys` has one, running now: while each of those locks is held,
+    /// nothing a commit can write lets the candidate take a slot — a slot whose holder's lock is
+    /// held is taken by nobody (`Sq.DeadHolder`, `Sq.RecordDeleted`: even a record removed by
+    /// hand keeps it), and its holder's renewals or a swap of its value change nothing for it —
+    /// so commits need no look for it; the lock's thread wakes it when the lock is freed (a
+    /// release, a death), and its record's expiry is its own deadline's business. An observer
+    /// or a holder watching its own record is never covered: a swap or a removal is news to it.
+    fn cover(&self, id: u64, keys: &[u32], covering: Vec<(u32, std::path::PathBuf)>) {
+        if keys.is_empty() || keys.len() > LOCK_WATCH_SLOTS_MAX {
+            return;
+        }
+        let running = self
+            .lock_threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let every = keys.iter().all(|key| {
+            covering
+                .iter()
+                .any(|(slot, path)| slot == key && running.contains(path))
+        });
+        if !every {
+            return;
+        }
+        let paths = covering.into_iter().map(|(_, path)| path).collect();
+        if let Some(wait) = self.lock().slots.get_mut(&id) {
+            wait.covered = paths;
+        }
+    }
+
+    /// Whether a commit's look can tell none of this feed's waits anything: no semaphore wait,
+    /// and every slot wait covered by lock threads still running (see [`Feed::cover`]).
+    fn covered(&self, state: &State) -> bool {
+        if !state.names.is_empty() || state.slots.is_empty() {
+            return false;
+        }
+        let running = self
+            .lock_threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.slots.values().all(|wait| {
+            !wait.covered.is_empty() && wait.covered.iter().all(|path| running.contains(path))
+        })
+    }
+
+    /// A lock a wait depends on has no thread: the safety looks must cover it.
+    fn lose_a_lock_watch(&self) {
+        if !self.unwatched_lock.swap(true, Ordering::AcqRel) {
+            tracing::warn!(path = %self.path.display(), "a lock of a SQLite store is not watched by a thread: its waiters look at it once a second");
+            super::notify::needs_safety_now();
         }
     }
 
@@ -777,12 +849,15 @@ impl Feed {
     }
 
     /// Resolves once a row of `keys` is deleted or holds another value than now, or a record's
-    /// holder is known gone by its free lock (see `lock.rs`).
+    /// holder is known gone by its free lock (see `lock.rs`). For a `candidate` — a waiter that
+    /// only wants a slot it could take — a wait whose every slot is held under a slot lock
+    /// watched by a thread needs no look at commits while those locks are held (`Feed::cover`).
     pub(super) fn changed(
         self: Arc<Self>,
         path: Arc<Path>,
         keys: &[Slot],
         sharing: Sharing,
+        candidate: bool,
     ) -> impl Future<Output = ()> + Send + 'static {
         let mut keys: Vec<u32> = keys.iter().map(|key| key.0).collect();
         keys.sort_unstable();
@@ -826,13 +901,21 @@ impl Feed {
         // Subscribed before the threads start: a lock freed right after is not missed.
         let mut freed = self.freed.subscribe();
         if let Some(seen) = start.as_ref() {
+            let mut covering = Vec::new();
             for watched in &locks {
                 let named = seen.named.iter().any(|record| {
                     record.slot == watched.slot && record.lock == Some(watched.watch.id)
                 });
                 if named && !watched.watch.free() {
                     Arc::clone(&self).watch_lock(&watched.path, watched.session, sharing);
+                    // A slot's own lock only: a session's outlives the holding's release.
+                    if watched.session.is_none() {
+                        covering.push((watched.slot, watched.path.clone()));
+                    }
                 }
+            }
+            if candidate {
+                self.cover(subscription.id, &keys, covering);
             }
         }
         async move {
@@ -910,6 +993,9 @@ impl super::notify::Looks for Feed {
 
     fn look(&self, safety: bool) -> bool {
         Feed::look(self, safety)
+    }
+    fn needs_safety(&self) -> bool {
+        self.unwatched_lock.load(Ordering::Acquire)
     }
 }
 

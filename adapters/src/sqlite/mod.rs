@@ -125,7 +125,7 @@ pub use feed::LOCK_WATCH_SLOTS_MAX;
 pub use file::{Sharing, Untrusted};
 pub use guard::{SqliteGuard, SqliteGuardError};
 pub use lock::{let_children_inherit_slot_locks, SLOT_LOCKS_MAX};
-pub use notify::{FEED_SAFETY_LOOK, SETTLE_LOOKS_MS};
+pub use notify::{FEED_BACKSTOP_LOOK, FEED_SAFETY_LOOK, SETTLE_LOOKS_MS};
 pub use probe::write_locked;
 /// The SQLite binding this store is built on, for the user's own transactions that a
 /// [`SqliteGuard`] checks.
@@ -417,7 +417,8 @@ impl SqliteStore {
 
     /// How many times this handle's change feed (shared by its clones) looked at the file so
     /// far: `PRAGMA data_version` checks and reads of the watched rows. Waiting costs looks
-    /// only when the file changed, plus one a [`FEED_SAFETY_LOOK`]: for tests and benchmarks.
+    /// only when the file changed, plus one a [`FEED_BACKSTOP_LOOK`] (a [`FEED_SAFETY_LOOK`]
+    /// while something is told by nothing else): for tests and benchmarks.
     #[doc(hidden)]
     pub fn feed_looks(&self) -> u64 {
         self.shared.feed.looks()
@@ -893,7 +894,16 @@ impl LeaseStore for SqliteStore {
     /// An expiry that nobody wrote is not seen; the waiter's own timer covers it.
     fn changed(&self, keys: &[Slot]) -> SlotChange {
         let path: Arc<Path> = Arc::from(self.shared.path.as_path());
-        Box::pin(Arc::clone(&self.shared.feed).changed(path, keys, self.shared.sharing))
+        Box::pin(Arc::clone(&self.shared.feed).changed(path, keys, self.shared.sharing, false))
+    }
+
+    /// [`changed`](Self::changed), without a look at commits while every slot of `keys` is held
+    /// under a slot lock its thread watches: only that lock's release (or the record's expiry,
+    /// the candidate's own timer) can let a candidate in, and the holder's renewals cost a
+    /// waiting process nothing.
+    fn changed_for_candidate(&self, keys: &[Slot]) -> SlotChange {
+        let path: Arc<Path> = Arc::from(self.shared.path.as_path());
+        Box::pin(Arc::clone(&self.shared.feed).changed(path, keys, self.shared.sharing, true))
     }
 
     fn has_change_feed(&self) -> bool {

@@ -14,20 +14,25 @@
 //! when that changed one read transaction of what the feed's waiters watch. The event comes at the
 //! `write()` of the last page, a few microseconds *before* the commit is published, so a look
 //! right after it may find nothing new: the feed looks again [`SETTLE_LOOKS_MS`] after each event
-//! (up to 7 more looks within 127 ms, about 10 µs each), until a look reads a new version; then
-//! once more 2 ms later (two commits close together may raise one event), and no more. A commit
-//! costs each waiting process about three looks.
+//! (up to 10 more looks within about 2 s, about 10 µs each, so that a writer descheduled between
+//! its `write()` and the publication — a loaded machine — is still seen), until a look reads a new
+//! version; then once more 2 ms later (two commits close together may raise one event), and no
+//! more. A commit costs each waiting process about three looks.
 //!
 //! **A commit of this process** needs no event: right after it (before the write call returns)
 //! the feeds of this process on the same file look at once ([`committed`]). A waiter in the
 //! same process is woken before its writer's call ends, which also keeps waits deterministic
 //! under a paused tokio clock (the blocking write holds the clock back).
 //!
-//! **The safety look**: every [`FEED_SAFETY_LOOK`] each feed that has waiters looks once anyway,
-//! and lets its slot waits look at their locks: for what no event tells (a notification queue
-//! that overflowed, a directory that cannot be watched, a lock whose thread could not start).
-//! Nothing else wakes this thread: a process whose waiters wait on a quiet store costs one
-//! wake-up a second, whatever the number of waits.
+//! **The safety look**: every [`FEED_SAFETY_LOOK`] a feed looks anyway, and lets its slot waits
+//! look at their locks, but only while something its waits depend on is told by nothing else — a
+//! directory that could not be watched, a system without inotify, a held lock that got no thread
+//! of its own (`Looks::needs_safety`); an eventfd wakes the thread when that begins. An overflowed
+//! notification queue makes every feed look at once. Otherwise the only look without an event is
+//! the backstop, every [`FEED_BACKSTOP_LOOK`], for what no rule here foresaw: a process whose
+//! waiters wait on a quiet store wakes once in 30 s, whatever the number of waits (it woke every
+//! second before). Expiries write nothing and never needed a look: each waiter's own deadline
+//! covers them.
 //!
 //! Events of other files in a watched directory (`/tmp`, say) wake the thread, which reads
 //! their names and makes no look.
@@ -54,17 +59,25 @@ pub(super) trait Looks: Send + Sync {
     /// Looks at the file (`Feed::look` in `feed.rs`); whether more looks are due soon (it has
     /// waiters and read no new version yet).
     fn look(&self, safety: bool) -> bool;
+    /// Whether something its waits depend on is told by no event or thread (a held lock with no
+    /// thread of its own), so that only the safety look covers it.
+    fn needs_safety(&self) -> bool;
 }
 
-/// How often a feed with waiters looks although no file event came (see the module
-/// documentation): the longest a change that raised no event (an overflowed queue, a directory
-/// that could not be watched) stays unseen.
+/// How often a feed looks although no file event came, when something its waits depend on is
+/// told by nothing else (see the module documentation): a directory that could not be watched,
+/// a system without inotify, a held lock with no thread of its own.
 pub const FEED_SAFETY_LOOK: Duration = Duration::from_secs(1);
+
+/// How often every feed with waiters looks although nothing told it to: the bound on what no
+/// rule here foresaw. Long enough that a waiting process costs nothing measurable while its
+/// store is quiet (see the module documentation).
+pub const FEED_BACKSTOP_LOOK: Duration = Duration::from_secs(30);
 
 /// When a feed looks again after an event, in milliseconds after the previous look: the commit
 /// that raised the event is published a few microseconds after it (see the module
-/// documentation), and a writer descheduled in between is covered for 127 ms.
-pub const SETTLE_LOOKS_MS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// documentation), and a writer descheduled in between is covered for about 2 s.
+pub const SETTLE_LOOKS_MS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
 /// The events that may tell of a commit, or of a file replaced or made again.
 fn watch_flags() -> WatchFlags {
@@ -91,6 +104,10 @@ struct Entry {
 struct Watcher {
     /// `None`: this system gave no inotify descriptor (only the safety looks tell).
     fd: Option<OwnedFd>,
+    /// Wakes the thread from a wait with no safety look due when one becomes due (an entry or a
+    /// feed that needs them); `None` if the system gave none (the thread then never waits
+    /// longer than [`FEED_SAFETY_LOOK`]).
+    poke: Option<OwnedFd>,
     entries: Mutex<Vec<Entry>>,
 }
 
@@ -104,8 +121,14 @@ fn watcher() -> Option<&'static Watcher> {
                 tracing::warn!(%error, "no inotify descriptor: SQLite waiters learn of changes at the safety look only (every second)");
             })
             .ok();
+        let poke = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+        )
+        .ok();
         let watcher: &'static Watcher = Box::leak(Box::new(Watcher {
             fd,
+            poke,
             entries: Mutex::new(Vec::new()),
         }));
         match std::thread::Builder::new()
@@ -148,13 +171,26 @@ pub(super) fn register(path: &Path, feed: Weak<dyn Looks>) -> bool {
             })
             .ok()
     });
+    let unwatched = wd.is_none();
     entries.push(Entry {
         wd,
         names: [name.to_owned(), wal],
         feed,
         settle: None,
     });
+    drop(entries);
+    if unwatched {
+        watcher.wake();
+    }
     true
+}
+
+/// A feed now needs the safety looks (`Looks::needs_safety`): the watcher's thread, perhaps
+/// waiting with none due, is woken to schedule them.
+pub(super) fn needs_safety_now() {
+    if let Some(Some(watcher)) = WATCHER.get() {
+        watcher.wake();
+    }
 }
 
 /// A transaction of this process wrote to the store at `path` and committed: the feeds of this
@@ -182,25 +218,54 @@ pub(super) fn committed(path: &Path) {
 impl Watcher {
     fn run(&self) {
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-        let mut next_safety = Instant::now() + FEED_SAFETY_LOOK;
+        let start = Instant::now();
+        let mut next_safety = start + FEED_SAFETY_LOOK;
+        let mut next_backstop = start + FEED_BACKSTOP_LOOK;
         loop {
-            let due = self
-                .next_settle()
-                .map_or(next_safety, |at| at.min(next_safety));
+            // Every second only while some feed needs it; else at the backstop.
+            let needed = self.needs_safety();
+            let safety_at = if needed { next_safety } else { next_backstop };
+            let due = self.next_settle().map_or(safety_at, |at| at.min(safety_at));
             let timeout = due.saturating_duration_since(Instant::now());
             let (events, overflowed) = self.wait(timeout, &mut buf);
             let now = Instant::now();
+            let backstop = now >= next_backstop;
+            if backstop {
+                next_backstop = now + FEED_BACKSTOP_LOOK;
+            }
             let safety = now >= next_safety;
             if safety {
                 next_safety = now + FEED_SAFETY_LOOK;
             }
             let mut published = Vec::new();
-            for (feed, safety) in self.due(&events, overflowed, safety, now) {
+            for (feed, safety) in self.due(&events, overflowed, safety, backstop, now) {
                 if !feed.look(safety) {
                     published.push(feed);
                 }
             }
             self.settle(&published);
+        }
+    }
+
+    /// Whether some feed is covered by the safety looks alone: no inotify descriptor, or no
+    /// way to be woken when that changes, a directory not watched, a feed with a lock no
+    /// thread watches.
+    fn needs_safety(&self) -> bool {
+        if self.fd.is_none() || self.poke.is_none() {
+            return true;
+        }
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.iter().any(|entry| {
+            entry.wd.is_none() || entry.feed.upgrade().is_some_and(|feed| feed.needs_safety())
+        })
+    }
+
+    /// Wakes the thread from its wait (see [`Watcher::poke`]).
+    fn wake(&self) {
+        if let Some(poke) = &self.poke {
+            // Full (never: the thread drains it at each wake) or failed: it wakes anyway at
+            // its next event or look.
+            let _ = rustix::io::write(poke, &1u64.to_ne_bytes());
         }
     }
 
@@ -250,9 +315,22 @@ impl Watcher {
             tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
             tv_nsec: i64::from(timeout.subsec_nanos()),
         };
-        let mut fds = [PollFd::new(fd, PollFlags::IN)];
-        // An interrupted or failed wait is followed by the reads and the next wait.
-        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        match &self.poke {
+            Some(poke) => {
+                let mut fds = [
+                    PollFd::new(fd, PollFlags::IN),
+                    PollFd::new(poke, PollFlags::IN),
+                ];
+                // An interrupted or failed wait is followed by the reads and the next wait.
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                let mut count = [0u8; 8];
+                let _ = rustix::io::read(poke, &mut count);
+            }
+            None => {
+                let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+            }
+        }
         let mut events = Vec::new();
         let mut overflowed = false;
         let mut reader = inotify::Reader::new(fd, buf);
@@ -277,6 +355,7 @@ impl Watcher {
         events: &[(i32, OsString)],
         overflowed: bool,
         safety: bool,
+        backstop: bool,
         now: Instant,
     ) -> Vec<(Arc<dyn Looks>, bool)> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
@@ -294,6 +373,8 @@ impl Watcher {
             };
             let entry = &mut entries[index];
             index += 1;
+            // The safety look only for a feed that nothing else covers (or at the backstop).
+            let safety = backstop || (safety && (entry.wd.is_none() || feed.needs_safety()));
             let told = overflowed
                 || events
                     .iter()
@@ -315,5 +396,102 @@ impl Watcher {
             }
         }
         looks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    /// A feed that counts its looks and says whether it needs the safety looks.
+    struct Fake {
+        path: std::path::PathBuf,
+        needs: AtomicBool,
+        looks: AtomicU32,
+        safety_looks: AtomicU32,
+    }
+
+    impl Looks for Fake {
+        fn path(&self) -> &Path {
+            &self.path
+        }
+
+        fn look(&self, safety: bool) -> bool {
+            self.looks.fetch_add(1, Ordering::Relaxed);
+            if safety {
+                self.safety_looks.fetch_add(1, Ordering::Relaxed);
+            }
+            false
+        }
+
+        fn needs_safety(&self) -> bool {
+            self.needs.load(Ordering::Relaxed)
+        }
+    }
+
+    fn watcher() -> Watcher {
+        Watcher {
+            fd: inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC).ok(),
+            poke: rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).ok(),
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn entry(feed: &Arc<Fake>, wd: Option<i32>) -> Entry {
+        let weak: Weak<dyn Looks> = Arc::downgrade(&(feed.clone() as Arc<dyn Looks>));
+        Entry {
+            wd,
+            names: ["s.sqlite".into(), "s.sqlite-wal".into()],
+            feed: weak,
+            settle: None,
+        }
+    }
+
+    fn fake() -> Arc<Fake> {
+        Arc::new(Fake {
+            path: "/nowhere/s.sqlite".into(),
+            needs: AtomicBool::new(false),
+            looks: AtomicU32::new(0),
+            safety_looks: AtomicU32::new(0),
+        })
+    }
+
+    /// The safety look reaches only a feed that nothing else covers: a watched feed with its
+    /// locks watched waits for events (or the backstop); an unwatched directory or a feed with
+    /// an unwatched lock gets it, and so does every feed at the backstop.
+    #[test]
+    fn the_safety_look_reaches_only_what_nothing_else_tells() {
+        let w = watcher();
+        if w.fd.is_none() || w.poke.is_none() {
+            // No inotify or eventfd here: every feed needs the safety looks, by design.
+            assert!(w.needs_safety());
+            return;
+        }
+        let (watched, unwatched_dir, unwatched_lock) = (fake(), fake(), fake());
+        unwatched_lock.needs.store(true, Ordering::Relaxed);
+        w.entries.lock().unwrap().push(entry(&watched, Some(1)));
+        assert!(!w.needs_safety(), "a watched feed needs no safety look");
+        let now = Instant::now();
+        assert!(w.due(&[], false, true, false, now).is_empty());
+        w.entries.lock().unwrap().push(entry(&unwatched_dir, None));
+        w.entries
+            .lock()
+            .unwrap()
+            .push(entry(&unwatched_lock, Some(1)));
+        assert!(w.needs_safety());
+        let due = w.due(&[], false, true, false, now);
+        let looked: Vec<bool> = due.iter().map(|(_, safety)| *safety).collect();
+        assert_eq!(
+            looked,
+            [true, true],
+            "the two that need it, not the watched one"
+        );
+        for (feed, safety) in w.due(&[], false, false, true, now) {
+            assert!(safety, "the backstop looks at every feed");
+            feed.look(safety);
+        }
+        assert_eq!(watched.safety_looks.load(Ordering::Relaxed), 1);
+        assert_eq!(unwatched_dir.safety_looks.load(Ordering::Relaxed), 1);
     }
 }
