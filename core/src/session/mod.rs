@@ -224,7 +224,7 @@ pub struct Session {
     machine: InitializedStateMachine<Shared>,
     holdings: Holdings,
     /// Since the loss, a holding that may have acted was detached (S31 after a loss): the kill
-    /// deadline stays, whatever detaches after it.
+    /// deadline stays, whatever detaches after it. Set only while lost, cleared at the next open.
     acted_since_loss: bool,
 }
 
@@ -295,15 +295,17 @@ impl Session {
                 }
             }
             _ => {
-                let was_lost = self.is_lost();
+                if matches!(event, SessionEvent::Open { .. }) && self.holdings.len() == 0 {
+                    // The flag is only ever set while lost, and a session opens anew only with
+                    // nothing attached (S1; S2 refuses otherwise): the fresh session's next loss
+                    // counts from itself, with no test on every other event.
+                    self.acted_since_loss = false;
+                }
                 let mut cx = Ctx {
                     out,
                     holdings: self.holdings.len(),
                 };
                 self.machine.handle_with_context(event, &mut cx);
-                if !was_lost && self.is_lost() {
-                    self.acted_since_loss = false;
-                }
             }
         }
         self.assert_invariants();
